@@ -1,0 +1,54 @@
+# Every target sets itself up: a fresh clone needs only python3 (3.11+), make and kubectl.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test unit integration lint format demo up down status bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+## test: lint, then every test (unit and integration against real servers)
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
+
+integration: install
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+## demo: bring the local stack up, run the demo, bring it down
+demo: install
+	$(BIN)/karpflow demo
+
+up: install
+	$(BIN)/karpflow dev up
+
+down: install
+	$(BIN)/karpflow dev down
+
+status: install
+	$(BIN)/karpflow dev status
+
+bench: install
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .state .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Shared vocabulary: Karpenter-compatible names, quantities and the models at karpflow's boundaries."""

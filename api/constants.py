@@ -1,0 +1,77 @@
+"""Well-known Kubernetes names, kept identical to Karpenter v1 so YAML, dashboards and habits carry over."""
+
+from __future__ import annotations
+
+# Groups and versions of the custom resources.
+KARPENTER_GROUP = "karpenter.sh"
+KARPENTER_VERSION = "v1"
+AWS_GROUP = "karpenter.k8s.aws"
+AWS_VERSION = "v1"
+
+# Taints.
+DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
+UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
+# Taints the kubelet / cloud provider put on new nodes and remove themselves (not startup taints
+# of the NodePool): a node is not initialized while it carries one.
+KNOWN_EPHEMERAL_TAINT_KEYS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/network-unavailable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+)
+
+# Finalizer.
+TERMINATION_FINALIZER = "karpenter.sh/termination"
+
+# Labels.
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+INITIALIZED_LABEL = "karpenter.sh/initialized"
+REGISTERED_LABEL = "karpenter.sh/registered"
+DO_NOT_SYNC_TAINTS_LABEL = "karpenter.sh/do-not-sync-taints"
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+ARCH_LABEL = "kubernetes.io/arch"
+OS_LABEL = "kubernetes.io/os"
+EC2NODECLASS_LABEL = "karpenter.k8s.aws/ec2nodeclass"
+
+# Annotations.
+DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
+LEGACY_DO_NOT_EVICT_ANNOTATION = "karpenter.sh/do-not-evict"  # v1alpha5, on pods
+LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION = "karpenter.sh/do-not-consolidate"  # v1alpha5, on nodes
+NODEPOOL_HASH_ANNOTATION = "karpenter.sh/nodepool-hash"
+NODEPOOL_HASH_VERSION_ANNOTATION = "karpenter.sh/nodepool-hash-version"
+NODECLASS_HASH_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash"
+NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash-version"
+TERMINATION_TIMESTAMP_ANNOTATION = "karpenter.sh/nodeclaim-termination-timestamp"
+POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+# Capacity types.
+CAPACITY_SPOT = "spot"
+CAPACITY_ON_DEMAND = "on-demand"
+CAPACITY_RESERVED = "reserved"
+
+# Disruption reasons that budgets may name, plus the forceful ones that they never gate.
+REASON_UNDERUTILIZED = "Underutilized"
+REASON_EMPTY = "Empty"
+REASON_DRIFTED = "Drifted"
+BUDGET_REASONS = (REASON_UNDERUTILIZED, REASON_EMPTY, REASON_DRIFTED)
+REASON_EXPIRED = "Expired"
+REASON_INTERRUPTED = "Interrupted"
+REASON_MANUAL = "Manual"
+
+# Priority classes whose pods drain last.
+CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+
+# EC2 tags. The ownership tag is checked in code before any terminate, not only in IAM.
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"  # value "owned"
+TAG_CLUSTER_NAME = "karpflow.io/cluster"
+TAG_NODEPOOL = "karpenter.sh/nodepool"
+TAG_NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
+TAG_COMMAND_ID = "karpflow.io/command-id"
+TAG_REPLACEMENT_INDEX = "karpflow.io/replacement-index"
+TAG_NODE_NAME = "Name"

@@ -1,0 +1,261 @@
+"""NodePool (karpenter.sh/v1) and EC2NodeClass (karpenter.k8s.aws/v1) as pydantic models.
+
+Field names follow Karpenter v1 exactly (camelCase on the wire), so existing YAML loads unchanged.
+Unknown fields are ignored rather than refused: newer Karpenter fields must not break loading.
+Only the shape is validated here; the meaning (budget windows, drift, limits) lives in planner/.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from api.constants import BUDGET_REASONS
+from api.duration import NEVER, parse_duration, parse_optional_duration
+
+
+class KubeModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ObjectMeta(KubeModel):
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+
+
+class Taint(KubeModel):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodeSelectorRequirement(KubeModel):
+    """A NodePool requirement: `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`, plus minValues."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = Field(default_factory=list)
+    min_values: int | None = None
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> NodeSelectorRequirement:
+        if self.operator in ("In",) and not self.values:
+            raise ValueError(f"requirement {self.key}: operator In needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"requirement {self.key}: operator {self.operator} takes no values")
+        if self.operator in ("Gt", "Lt") and (
+            len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()
+        ):
+            raise ValueError(f"requirement {self.key}: operator {self.operator} needs one integer value")
+        return self
+
+
+class NodeClassRef(KubeModel):
+    group: str = "karpenter.k8s.aws"
+    kind: str = "EC2NodeClass"
+    name: str
+
+
+class TemplateMeta(KubeModel):
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+def _duration_or_never(value: str | None, field: str) -> str | None:
+    if value is None or value == NEVER:
+        return value
+    try:
+        parse_duration(value)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from err
+    return value
+
+
+class NodeClaimTemplateSpec(KubeModel):
+    node_class_ref: NodeClassRef | None = None
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    taints: list[Taint] = Field(default_factory=list)
+    startup_taints: list[Taint] = Field(default_factory=list)
+    expire_after: str = "720h"
+    termination_grace_period: str | None = None
+
+    @field_validator("expire_after")
+    @classmethod
+    def _check_expire_after(cls, value: str) -> str:
+        return _duration_or_never(value, "expireAfter") or "720h"
+
+    @field_validator("termination_grace_period")
+    @classmethod
+    def _check_tgp(cls, value: str | None) -> str | None:
+        return _duration_or_never(value, "terminationGracePeriod")
+
+    @property
+    def expire_after_delta(self) -> timedelta | None:
+        return parse_optional_duration(self.expire_after)
+
+    @property
+    def termination_grace_period_delta(self) -> timedelta | None:
+        return parse_optional_duration(self.termination_grace_period)
+
+
+class NodeClaimTemplate(KubeModel):
+    metadata: TemplateMeta = Field(default_factory=TemplateMeta)
+    spec: NodeClaimTemplateSpec = Field(default_factory=NodeClaimTemplateSpec)
+
+
+_PERCENT = re.compile(r"^(\d+)%$")
+
+
+class Budget(KubeModel):
+    """At most `nodes` of the pool may be disrupting at once while the budget is active."""
+
+    nodes: str = "10%"
+    reasons: list[str] | None = None
+    schedule: str | None = None
+    duration: str | None = None
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes_int_or_percent(cls, value: Any) -> str:
+        text = str(value).strip()
+        if text.isdigit() or (_PERCENT.match(text) and int(text[:-1]) <= 100):
+            return text
+        raise ValueError(f"budget nodes {value!r}: expected a non-negative integer or a percentage 0-100%")
+
+    @field_validator("reasons")
+    @classmethod
+    def _known_reasons(cls, value: list[str] | None) -> list[str] | None:
+        for reason in value or []:
+            if reason not in BUDGET_REASONS:
+                raise ValueError(f"budget reason {reason!r}: expected one of {', '.join(BUDGET_REASONS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _schedule_needs_duration(self) -> Budget:
+        if (self.schedule is None) != (self.duration is None):
+            raise ValueError("budget schedule and duration must be set together")
+        if self.duration is not None:
+            _duration_or_never(self.duration, "budget duration")
+        return self
+
+
+class Disruption(KubeModel):
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
+    consolidate_after: str = "0s"
+    budgets: list[Budget] = Field(default_factory=lambda: [Budget()], max_length=50)
+
+    @field_validator("consolidation_policy", mode="before")
+    @classmethod
+    def _v1beta1_policy_name(cls, value: Any) -> Any:
+        # v1beta1 called it WhenUnderutilized; existing manifests keep working.
+        return "WhenEmptyOrUnderutilized" if value == "WhenUnderutilized" else value
+
+    @field_validator("consolidate_after")
+    @classmethod
+    def _check_consolidate_after(cls, value: str) -> str:
+        return _duration_or_never(value, "consolidateAfter") or "0s"
+
+    @property
+    def consolidate_after_delta(self) -> timedelta | None:
+        """None means consolidation is disabled for the pool (`Never`)."""
+        return parse_optional_duration(self.consolidate_after)
+
+
+class NodePoolSpec(KubeModel):
+    template: NodeClaimTemplate = Field(default_factory=NodeClaimTemplate)
+    disruption: Disruption = Field(default_factory=Disruption)
+    limits: dict[str, str] = Field(default_factory=dict)
+    weight: int | None = None
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limits_as_strings(cls, value: Any) -> Any:
+        return {k: str(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+class NodePool(KubeModel):
+    api_version: str = "karpenter.sh/v1"
+    kind: Literal["NodePool"] = "NodePool"
+    metadata: ObjectMeta
+    spec: NodePoolSpec = Field(default_factory=NodePoolSpec)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+class SelectorTerm(KubeModel):
+    """One term of an AMI / subnet / security-group selector (any of its fields may be set)."""
+
+    id: str | None = None
+    name: str | None = None
+    alias: str | None = None
+    owner: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class ResolvedAMI(KubeModel):
+    id: str
+    name: str | None = None
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class ResolvedSubnet(KubeModel):
+    id: str
+    zone: str
+    zone_id: str | None = None
+
+
+class ResolvedSecurityGroup(KubeModel):
+    id: str
+    name: str | None = None
+
+
+class EC2NodeClassSpec(KubeModel):
+    role: str | None = None
+    instance_profile: str | None = None
+    ami_family: str | None = None
+    ami_selector_terms: list[SelectorTerm] = Field(default_factory=list)
+    subnet_selector_terms: list[SelectorTerm] = Field(default_factory=list)
+    security_group_selector_terms: list[SelectorTerm] = Field(default_factory=list)
+    user_data: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    block_device_mappings: list[dict[str, Any]] = Field(default_factory=list)
+    metadata_options: dict[str, Any] | None = None
+    kubelet: dict[str, Any] | None = None
+
+
+class EC2NodeClassStatus(KubeModel):
+    amis: list[ResolvedAMI] = Field(default_factory=list)
+    subnets: list[ResolvedSubnet] = Field(default_factory=list)
+    security_groups: list[ResolvedSecurityGroup] = Field(default_factory=list)
+    instance_profile: str | None = None
+
+
+class EC2NodeClass(KubeModel):
+    api_version: str = "karpenter.k8s.aws/v1"
+    kind: Literal["EC2NodeClass"] = "EC2NodeClass"
+    metadata: ObjectMeta
+    spec: EC2NodeClassSpec = Field(default_factory=EC2NodeClassSpec)
+    status: EC2NodeClassStatus = Field(default_factory=EC2NodeClassStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name

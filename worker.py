@@ -1,0 +1,1 @@
+"""Entry point of the karpflow worker (see issue 3)."""
