@@ -1,11 +1,50 @@
-"""The `karpflow` command."""
+"""The `karpflow` command.
+
+Each subcommand lives beside the code it drives and is imported only when invoked, so
+`karpflow --help` stays fast and a missing optional part never breaks the others.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
+# name -> "module:attribute" of a click command or group.
+SUBCOMMANDS: dict[str, str] = {
+    "plan": "planner.cli:plan",
+    "dev": "sim.devstack_cli:dev",
+    "demo": "sim.demo:demo",
+    "sim": "sim.cli:sim",
+    "worker": "worker:cli",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in SUBCOMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = SUBCOMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            # Only a missing subcommand module hides the command; a broken import inside it must surface.
+            if err.name != module_name:
+                raise
+            return None
+        command = getattr(module, attribute, None)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """karpflow: Karpenter-style node disruption as durable Temporal workflows."""
 
