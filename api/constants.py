@@ -67,11 +67,22 @@ REASON_MANUAL = "Manual"
 # Priority classes whose pods drain last.
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
-# EC2 tags. The ownership tag is checked in code before any terminate, not only in IAM.
-CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"  # value "owned"
-TAG_CLUSTER_NAME = "karpflow.io/cluster"
+# EC2 tags. The ownership tag `kubernetes.io/cluster/<cluster-name>: owned` is checked in code
+# before any terminate, not only in IAM.
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+CLUSTER_TAG_VALUE = "owned"
 TAG_NODEPOOL = "karpenter.sh/nodepool"
 TAG_NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
 TAG_COMMAND_ID = "karpflow.io/command-id"
 TAG_REPLACEMENT_INDEX = "karpflow.io/replacement-index"
 TAG_NODE_NAME = "Name"
+# What a launched instance asks its kubelet for, in kubelet flag syntax: `k=v,k2=v2` for labels
+# (--node-labels) and `key=value:Effect,key2:Effect` for taints (--register-with-taints). The
+# simulator registers nodes from these; startup taints are removed later by "the node's agents".
+TAG_NODE_LABELS = "karpflow.io/node-labels"
+TAG_NODE_TAINTS = "karpflow.io/node-taints"
+TAG_STARTUP_TAINTS = "karpflow.io/startup-taints"
+
+
+def cluster_tag(cluster_name: str) -> str:
+    return f"{CLUSTER_TAG_PREFIX}{cluster_name}"
