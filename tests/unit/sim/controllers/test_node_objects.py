@@ -1,0 +1,104 @@
+import pytest
+
+from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
+from planner.catalog import bundled_catalog
+from sim.controllers.instance_types import InstanceTypes, from_describe_instance_types
+from sim.controllers.kubelet_flags import FlagSyntaxError
+from sim.controllers.node_objects import (
+    LaunchedNodeSpec,
+    instance_id_from_provider_id,
+    node_name,
+    registered_node,
+)
+
+CATALOG = bundled_catalog("us-west-2")
+
+
+def instance(**extra):
+    base = {
+        "InstanceId": "i-0abc",
+        "InstanceType": "m5.large",
+        "PrivateIpAddress": "10.0.1.2",
+        "Placement": {"AvailabilityZone": "us-west-2b"},
+        "Architecture": "x86_64",
+        "Tags": [],
+    }
+    base.update(extra)
+    return base
+
+
+def test_registered_node_carries_eks_names_labels_and_taints():
+    inst = instance(
+        InstanceLifecycle="spot",
+        Tags=[
+            {"Key": TAG_NODEPOOL, "Value": "default"},
+            {"Key": TAG_NODE_LABELS, "Value": "team=a,karpenter.sh/capacity-type=on-demand"},
+            {"Key": TAG_NODE_TAINTS, "Value": "dedicated=db:NoSchedule"},
+            {"Key": TAG_STARTUP_TAINTS, "Value": "agent.example.com/not-ready:NoExecute"},
+        ],
+    )
+    itype = CATALOG.get("m5.large")
+    node = registered_node(inst, "us-west-2", itype, LaunchedNodeSpec.from_instance(inst))
+    labels = node["metadata"]["labels"]
+    assert node["metadata"]["name"] == "ip-10-0-1-2.us-west-2.compute.internal"
+    assert node["spec"]["providerID"] == "aws:///us-west-2b/i-0abc"
+    assert labels["kubernetes.io/hostname"] == node["metadata"]["name"]
+    assert labels["topology.kubernetes.io/zone"] == "us-west-2b"
+    assert labels["topology.kubernetes.io/region"] == "us-west-2"
+    assert labels["node.kubernetes.io/instance-type"] == "m5.large"
+    assert labels["karpenter.sh/capacity-type"] == "spot"  # EC2's lifecycle wins over the launch label
+    assert labels["karpenter.sh/nodepool"] == "default"
+    assert labels["karpenter.k8s.aws/instance-family"] == "m5"
+    assert labels["team"] == "a"
+    assert [t["key"] for t in node["spec"]["taints"]] == [
+        "node.kubernetes.io/not-ready",
+        "dedicated",
+        "agent.example.com/not-ready",
+    ]
+    assert node["status"]["allocatable"] == itype.allocatable
+    assert node["status"]["capacity"]["pods"] == "29"
+    assert node["status"]["conditions"][0]["status"] == "False"
+
+
+def test_us_east_1_uses_ec2_internal_and_capacity_type_defaults():
+    inst = instance()
+    node = registered_node(inst, "us-east-1", CATALOG.get("m5.large"), LaunchedNodeSpec.from_instance(inst))
+    assert node["metadata"]["name"] == "ip-10-0-1-2.ec2.internal"
+    assert node["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"
+
+
+def test_bad_launch_tags_name_the_instance_and_tag():
+    inst = instance(Tags=[{"Key": TAG_NODE_TAINTS, "Value": "x:Whenever"}])
+    with pytest.raises(FlagSyntaxError, match=r"i-0abc.*karpflow.io/node-taints"):
+        LaunchedNodeSpec.from_instance(inst)
+
+
+def test_provider_id_round_trip():
+    assert instance_id_from_provider_id("aws:///us-west-2a/i-0123") == "i-0123"
+    assert instance_id_from_provider_id("kwok://x") is None
+    assert instance_id_from_provider_id(None) is None
+    assert node_name({"InstanceId": "i-1"}, "us-west-2") == "i-1"
+
+
+def test_types_outside_the_catalog_come_from_describe_instance_types():
+    calls = []
+
+    def describe(names):
+        calls.append(list(names))
+        return [
+            {
+                "InstanceType": "x9.huge",
+                "VCpuInfo": {"DefaultVCpus": 8},
+                "MemoryInfo": {"SizeInMiB": 32768},
+                "ProcessorInfo": {"SupportedArchitectures": ["arm64"]},
+                "NetworkInfo": {"MaximumNetworkInterfaces": 4, "Ipv4AddressesPerInterface": 15},
+            }
+        ]
+
+    types = InstanceTypes(CATALOG, describe)
+    assert types.get("m5.large") is CATALOG.get("m5.large")
+    types.fill(["m5.large", "x9.huge"])
+    assert calls == [["x9.huge"]]
+    huge = types.get("x9.huge")
+    assert (huge.cpu, huge.pods, huge.arch) == (8000, 58, "arm64")
+    assert huge == from_describe_instance_types(describe(["x9.huge"])[0])
