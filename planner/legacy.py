@@ -1,0 +1,104 @@
+"""Karpenter's older APIs mapped onto the v1 NodePool the planner understands.
+
+karpflow grew out of a Provisioner-era setup, so snapshots may still hold:
+- `karpenter.sh/v1alpha5` Provisioner (ttlSecondsAfterEmpty, ttlSecondsUntilExpired, consolidation.enabled);
+- `karpenter.sh/v1beta1` NodePool (expireAfter under spec.disruption, WhenUnderutilized);
+- nodes labelled `karpenter.sh/provisioner-name` instead of `karpenter.sh/nodepool`.
+
+The mapping (documented by Karpenter's v1beta1 and v1 migration guides):
+
+| Provisioner-era setting           | v1 NodePool                                                      |
+|-----------------------------------|------------------------------------------------------------------|
+| ttlSecondsAfterEmpty: N           | consolidationPolicy: WhenEmpty, consolidateAfter: Ns             |
+| consolidation.enabled: true       | consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s |
+| neither of the two                | consolidateAfter: Never (v1alpha5 never removed such nodes)      |
+| ttlSecondsUntilExpired: N         | template.spec.expireAfter: Ns                                    |
+| ttlSecondsUntilExpired absent     | template.spec.expireAfter: Never (v1alpha5 had no default expiry)|
+| labels / annotations / taints / startupTaints / requirements | template.metadata / template.spec  |
+| providerRef.name                  | template.spec.nodeClassRef (EC2NodeClass of the same name)       |
+| limits.resources                  | limits                                                           |
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+PROVISIONER_KIND = "Provisioner"
+LEGACY_PROVISIONER_LABEL = "karpenter.sh/provisioner-name"
+
+
+def provisioner_to_nodepool(provisioner: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1alpha5 Provisioner as a v1 NodePool dict (input is not modified)."""
+    spec = provisioner.get("spec") or {}
+    meta = provisioner.get("metadata") or {}
+    ttl_empty = spec.get("ttlSecondsAfterEmpty")
+    ttl_expired = spec.get("ttlSecondsUntilExpired")
+    consolidation_enabled = bool((spec.get("consolidation") or {}).get("enabled"))
+    if consolidation_enabled:
+        disruption = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+    elif ttl_empty is not None:
+        disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": f"{int(ttl_empty)}s"}
+    else:
+        disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+    template_spec: dict[str, Any] = {
+        "requirements": copy.deepcopy(spec.get("requirements") or []),
+        "taints": copy.deepcopy(spec.get("taints") or []),
+        "startupTaints": copy.deepcopy(spec.get("startupTaints") or []),
+        "expireAfter": f"{int(ttl_expired)}s" if ttl_expired is not None else "Never",
+    }
+    provider_ref = spec.get("providerRef") or {}
+    if provider_ref.get("name"):
+        template_spec["nodeClassRef"] = {
+            "group": "karpenter.k8s.aws",
+            "kind": "EC2NodeClass",
+            "name": provider_ref["name"],
+        }
+    nodepool: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {
+            "name": meta.get("name", ""),
+            "annotations": {"karpflow.io/converted-from": "karpenter.sh/v1alpha5 Provisioner"},
+        },
+        "spec": {
+            "template": {
+                "metadata": {
+                    "labels": dict(spec.get("labels") or {}),
+                    "annotations": dict(spec.get("annotations") or {}),
+                },
+                "spec": template_spec,
+            },
+            "disruption": disruption,
+            "limits": dict((spec.get("limits") or {}).get("resources") or {}),
+        },
+    }
+    if spec.get("weight") is not None:
+        nodepool["spec"]["weight"] = spec["weight"]
+    return nodepool
+
+
+def upgrade_v1beta1_nodepool(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A karpenter.sh/v1beta1 NodePool in v1 shape: expireAfter moved from disruption to the template."""
+    out = copy.deepcopy(dict(raw))
+    spec = out.setdefault("spec", {})
+    disruption = spec.setdefault("disruption", {}) or {}
+    expire = disruption.pop("expireAfter", None)
+    if expire is not None:
+        template_spec = spec.setdefault("template", {}).setdefault("spec", {})
+        template_spec.setdefault("expireAfter", expire)
+    # v1beta1 only allowed consolidateAfter with WhenEmpty; WhenUnderutilized acted at once.
+    if disruption.get("consolidationPolicy") == "WhenUnderutilized":
+        disruption.setdefault("consolidateAfter", "0s")
+    out["apiVersion"] = "karpenter.sh/v1"
+    return out
+
+
+def is_legacy_nodepool(raw: Mapping[str, Any]) -> bool:
+    return str(raw.get("apiVersion", "")).endswith("/v1beta1")
+
+
+def node_pool_name(labels: Mapping[str, str], nodepool_label: str) -> str | None:
+    """The node's pool: the v1 label, else the Provisioner-era label."""
+    return labels.get(nodepool_label) or labels.get(LEGACY_PROVISIONER_LABEL)

@@ -1,0 +1,448 @@
+"""The planner's shared vocabulary: candidates, commands, budgets, the Method interface and the
+scheduling-simulation contract.
+
+How a pass works (`planner.plan.plan`):
+1. `candidates.build_candidates(ctx)` turns every managed node into a `Candidate` or a `Blocked`
+   entry with a readable reason (§1.3 of the behaviour notes).
+2. For each `Method` in order (emptiness, drift, multi-node, single-node consolidation):
+   - the candidates the method may touch are those passing `method.should_disrupt(ctx, c)` (and the
+     class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost;
+   - `budgets.build_budget_map(ctx, method.reason)` gives the per-pool allowance;
+   - `method.compute(ctx, candidates, budget_map)` returns commands, spending the budget with
+     `budget_map.take(pool, reason)` for every candidate it puts in a command;
+   - the first method that returns commands ends the pass (unless `options.all_methods`).
+3. Before a command runs (in the controller workflow, after a durable 15 s timer) it is re-checked
+   with `method.validate(fresh_ctx, command) -> ValidationResult` on a fresh snapshot.
+
+Implementing a method (e.g. planner/consolidation.py): a class with the attributes and the three
+methods of `Method` below, constructible without arguments. Helpers to use rather than re-write:
+`candidates.consolidation_block(ctx, c)` (the consolidation-only filter: instance type and labels
+known, consolidateAfter not Never, Consolidatable, node not do-not-consolidate),
+`candidates.sort_by_disruption_cost`, `candidates.round_robin_by_nodepool`,
+`ctx.explain(node, method, text)` (why a candidate was not chosen, shown by `karpflow plan`).
+
+The scheduling simulation (planner/scheduling.py) is reached through `ctx.simulate(ctx, candidates,
+pods)`, which must satisfy the `Simulate` protocol and return a `SchedulingResult`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.constants import REASON_DRIFTED, REASON_EMPTY, REASON_EXPIRED, REASON_UNDERUTILIZED
+
+if TYPE_CHECKING:
+    from api.nodepool import NodePool
+    from planner.catalog import Catalog, InstanceType
+    from planner.snapshot import Node, NodeClaim, Pod, Snapshot
+
+# Method names as they appear in plans, workflow ids and metrics.
+EMPTINESS = "emptiness"
+DRIFT = "drift"
+MULTI_NODE_CONSOLIDATION = "multi-node-consolidation"
+SINGLE_NODE_CONSOLIDATION = "single-node-consolidation"
+EXPIRATION = "expiration"
+
+# Consolidation types (Karpenter's `consolidation_type` metric label).
+CONSOLIDATION_EMPTY = "empty"
+CONSOLIDATION_MULTI = "multi"
+CONSOLIDATION_SINGLE = "single"
+
+__all__ = [
+    "DRIFT",
+    "EMPTINESS",
+    "EXPIRATION",
+    "MULTI_NODE_CONSOLIDATION",
+    "REASON_DRIFTED",
+    "REASON_EMPTY",
+    "REASON_EXPIRED",
+    "REASON_UNDERUTILIZED",
+    "SINGLE_NODE_CONSOLIDATION",
+    "Blocked",
+    "BudgetMap",
+    "Candidate",
+    "Command",
+    "DisruptionClass",
+    "DriftStatus",
+    "Method",
+    "PlanContext",
+    "PlanOptions",
+    "Replacement",
+    "SchedulingResult",
+    "Simulate",
+    "ValidationResult",
+]
+
+
+class DisruptionClass(StrEnum):
+    """How a method treats pods that block eviction (§1.2).
+
+    graceful: a do-not-disrupt pod or a blocking PDB excludes the node (all consolidation methods).
+    eventual: with a terminationGracePeriod on the node, blocking pods do not exclude it (drift);
+              the TGP bounds the drain.
+    forceful: nothing excludes the node and no budget applies (expiration).
+    """
+
+    GRACEFUL = "graceful"
+    EVENTUAL = "eventual"
+    FORCEFUL = "forceful"
+
+
+# --- Options --------------------------------------------------------------------------------------
+
+
+class PlanOptions(BaseModel):
+    """Knobs of one planning pass. Defaults are Karpenter's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Evaluate every method and report all their commands, instead of stopping at the first method
+    # that produced one (what a real pass does).
+    all_methods: bool = False
+    # Multi-node consolidation gives up after this long and keeps its best command so far (§2.2).
+    multi_node_timeout: timedelta = timedelta(minutes=1)
+    # Single-node consolidation stops after this long (§2.3).
+    single_node_timeout: timedelta = timedelta(minutes=3)
+    # Multi-node consolidation considers at most this many candidates (Karpenter: 100).
+    multi_node_max_candidates: int = Field(default=100, ge=2)
+    # SpotToSpotConsolidation feature gate (off by default, §2.5).
+    spot_to_spot: bool = False
+    # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.
+    preference_policy: Literal["Respect", "Ignore"] = "Respect"
+    # Drift a node whose instance type left the catalog or lost its offering (Karpenter's
+    # InstanceTypeNotFound). Off by default: with the bundled table a real cluster would drift
+    # every node of a type the table does not list. Turn on with a live or complete catalog.
+    instance_type_drift: bool = False
+    # NodePools a previous single-node pass never reached because it timed out: they go first.
+    single_node_priority_pools: list[str] = Field(default_factory=list)
+
+
+# --- Candidates -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DriftStatus:
+    """Why a node is drifted (Karpenter's Drifted condition reason) and since when (for ordering)."""
+
+    reason: str  # NodePoolDrifted, RequirementsDrifted, NodeClassDrifted, AMIDrift, SubnetDrift, ...
+    detail: str
+    since: datetime | None
+
+
+@dataclass(eq=False)
+class Candidate:
+    """A managed, initialized node that some method may disrupt, with what the rules need."""
+
+    node: Node
+    nodepool: NodePool
+    instance_type: InstanceType | None  # None when the catalog does not know the type
+    capacity_type: str | None
+    zone: str | None
+    # Hourly price of the node's own offering (zone + capacity type); None when unknown.
+    price: float | None
+    # Pods that must move if the node goes (§1.3): active, or terminating StatefulSet pods; never
+    # DaemonSet or mirror pods.
+    reschedulable_pods: list[Pod]
+    # Karpenter's ordering cost: sum of pod eviction costs * lifetime remaining (§1.4).
+    disruption_cost: float
+    # Latest pod event on the node (or when it became Ready); the consolidateAfter clock.
+    last_pod_event: datetime | None
+    # When the node becomes Consolidatable; None when consolidation is disabled (consolidateAfter Never).
+    consolidatable_at: datetime | None
+    # A do-not-disrupt pod or a blocking PDB ("pdb default/web prevents pod evictions"); graceful
+    # methods skip such candidates, eventual ones (drift with a TGP) do not.
+    pod_block: str | None = None
+    nodeclaim: NodeClaim | None = None
+    termination_grace_period: timedelta | None = None
+    expire_after: timedelta | None = None
+    drift: DriftStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def pool_name(self) -> str:
+        return self.nodepool.name
+
+    @property
+    def instance_type_name(self) -> str | None:
+        return self.node.instance_type
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.reschedulable_pods
+
+    def consolidatable(self, now: datetime) -> bool:
+        return self.consolidatable_at is not None and now >= self.consolidatable_at
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.name}, pool={self.pool_name}, pods={len(self.reschedulable_pods)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A managed node no method may touch in this pass, and why (Karpenter's DisruptionBlocked)."""
+
+    node: str
+    reason: str
+    nodepool: str | None = None
+
+
+# --- Commands -------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Replacement:
+    """A new node to launch: a NodeClaim-to-be. Instance types are the launch options, cheapest first."""
+
+    nodepool: str
+    instance_types: list[InstanceType]
+    capacity_type: str
+    zones: list[str]
+    pods: list[Pod] = field(default_factory=list)  # what the simulation placed on it
+
+    @property
+    def instance_type_names(self) -> list[str]:
+        return [t.name for t in self.instance_types]
+
+    @property
+    def price(self) -> float | None:
+        """Cheapest available offering among the options (what the launch is expected to cost)."""
+        prices = [
+            p
+            for t in self.instance_types
+            if (p := t.cheapest_price([self.capacity_type], self.zones)) is not None
+        ]
+        return min(prices) if prices else None
+
+    @property
+    def worst_case_price(self) -> float | None:
+        """Most expensive available offering among the options (what the launch could cost)."""
+        prices = [
+            p
+            for t in self.instance_types
+            if (p := t.worst_case_price([self.capacity_type], self.zones)) is not None
+        ]
+        return max(prices) if prices else None
+
+
+@dataclass(eq=False)
+class Command:
+    """One decision: disrupt these candidates, launching these replacements first.
+
+    The decision (delete / replace) is derived from the replacements, never stored, as in Karpenter.
+    """
+
+    method: str
+    reason: str
+    candidates: list[Candidate]
+    replacements: list[Replacement] = field(default_factory=list)
+    disruption_class: DisruptionClass = DisruptionClass.GRACEFUL
+    # Free text for people: why this command (e.g. the drift detail or the consolidation savings).
+    message: str = ""
+
+    @property
+    def decision(self) -> Literal["delete", "replace"]:
+        return "replace" if self.replacements else "delete"
+
+    @property
+    def nodes(self) -> list[str]:
+        return [c.name for c in self.candidates]
+
+    @property
+    def nodepools(self) -> list[str]:
+        return sorted({c.pool_name for c in self.candidates})
+
+    @property
+    def source_price(self) -> float:
+        return sum(c.price or 0.0 for c in self.candidates)
+
+    @property
+    def replacement_price(self) -> float:
+        return sum(r.price or 0.0 for r in self.replacements)
+
+    @property
+    def savings_per_hour(self) -> float:
+        """Hourly cost removed minus hourly cost added. Expiration saves nothing: the provisioner
+        brings the capacity back, so it reports 0."""
+        if self.method == EXPIRATION:
+            return 0.0
+        return round(self.source_price - self.replacement_price, 6)
+
+    @property
+    def id(self) -> str:
+        """Stable short id for workflow ids: `disruption/<pool>/<reason>/<id>`."""
+        text = "|".join([self.method, self.reason, *sorted(self.nodes)])
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    def __repr__(self) -> str:
+        return (
+            f"Command({self.method}: {self.decision} {self.nodes} -> {len(self.replacements)} replacement(s))"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationResult:
+    """Outcome of re-checking a command on a fresh snapshot (§1.7).
+
+    `command` is what may run: the same command, a subset (emptiness keeps the still-valid nodes), or
+    None when invalid. `reason` says why it failed or shrank ("churn", "budget", "scheduling", ...).
+    """
+
+    valid: bool
+    command: Command | None
+    reason: str = ""
+
+
+# --- Budgets --------------------------------------------------------------------------------------
+
+
+@dataclass
+class BudgetMap:
+    """Disruptions still allowed per NodePool for one reason, spent as methods pick candidates.
+
+    Built by `planner.budgets.build_budget_map`. Pools absent from the map (unknown) allow nothing.
+    """
+
+    reason: str
+    remaining: dict[str, int]
+    # For reporting: per pool, the allowed count before in-flight disruptions were subtracted, the
+    # node total the percentages were computed on, the nodes already disrupting, and parse errors.
+    allowed: dict[str, int] = field(default_factory=dict)
+    total: dict[str, int] = field(default_factory=dict)
+    disrupting: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def available(self, pool: str) -> int:
+        return self.remaining.get(pool, 0)
+
+    def take(self, pool: str, count: int = 1) -> bool:
+        """Spend `count` disruptions of the pool; False (and nothing spent) if not enough are left."""
+        left = self.remaining.get(pool, 0)
+        if left < count:
+            return False
+        self.remaining[pool] = left - count
+        return True
+
+    def copy(self) -> BudgetMap:
+        return BudgetMap(
+            self.reason,
+            dict(self.remaining),
+            dict(self.allowed),
+            dict(self.total),
+            dict(self.disrupting),
+            self.errors,
+        )
+
+    def exhausted_message(self, pool: str) -> str:
+        """Readable reason a pool cannot disrupt for this reason now."""
+        if self.errors.get(pool):
+            first = self.errors[pool][0]
+            return f"nodepool {pool} has an invalid disruption budget ({first}); budgets fail closed"
+        allowed, disrupting = self.allowed.get(pool, 0), self.disrupting.get(pool, 0)
+        if allowed == 0:
+            return f"nodepool {pool} budget allows no {self.reason} disruptions now"
+        return (
+            f"nodepool {pool} budget for {self.reason} is used up "
+            f"({allowed} allowed, {disrupting} already disrupting, {self.remaining.get(pool, 0)} left)"
+        )
+
+
+# --- Scheduling simulation contract ---------------------------------------------------------------
+
+
+@dataclass
+class SchedulingResult:
+    """What happens to pods if `candidates` disappear (§2.6).
+
+    placements: pod key ("ns/name") -> name of the existing node it lands on.
+    new_nodes: nodes that would have to be launched, each with its pods and launch options.
+    unschedulable: pod key -> why it fits nowhere.
+    pending: keys of pods that were pending before the simulation; their failures are tolerated.
+    """
+
+    placements: dict[str, str] = field(default_factory=dict)
+    new_nodes: list[Replacement] = field(default_factory=list)
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    pending: frozenset[str] = frozenset()
+
+    def non_pending_failures(self) -> dict[str, str]:
+        return {k: v for k, v in self.unschedulable.items() if k not in self.pending}
+
+    def all_non_pending_scheduled(self) -> bool:
+        return not self.non_pending_failures()
+
+
+class Simulate(Protocol):
+    """The scheduling simulation (planner/scheduling.py exposes one as `simulate`).
+
+    Remove `candidates` from the cluster of `ctx.snapshot` (also treating `ctx.marked_for_deletion`
+    nodes as gone) and place `pods` on the remaining existing nodes first, then on new nodes built
+    from the NodePools' templates and `ctx.catalog`, honouring `ctx.options.preference_policy`.
+    With `pods=None` the pods are the §2.6 default: the candidates' reschedulable pods (minus
+    do-not-disrupt pods and pods under fully blocking PDBs), the pending pods, and the reschedulable
+    pods of nodes already being deleted.
+    """
+
+    def __call__(
+        self, ctx: PlanContext, candidates: Sequence[Candidate], pods: Sequence[Pod] | None = None
+    ) -> SchedulingResult: ...
+
+
+# --- Context and methods --------------------------------------------------------------------------
+
+
+@dataclass
+class PlanContext:
+    """Everything a method may read during one pass. No I/O: all of it is data."""
+
+    snapshot: Snapshot
+    catalog: Catalog
+    options: PlanOptions = field(default_factory=PlanOptions)
+    simulate: Simulate | None = None
+    # Nodes this pass has already decided to delete (expiration): they count as disrupting in budgets
+    # and are not candidates; the simulation treats them as going away.
+    marked_for_deletion: set[str] = field(default_factory=set)
+    # Monotonic clock for method timeouts; injectable so tests can make time pass.
+    clock: Callable[[], float] = time.monotonic
+    # node -> [(method, why it was not chosen)], shown by `karpflow plan`.
+    explanations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    @property
+    def now(self) -> datetime:
+        return self.snapshot.now
+
+    def explain(self, node: str, method: str, text: str) -> None:
+        """Record why `method` left `node` alone (Karpenter's Unconsolidatable / DisruptionBlocked)."""
+        self.explanations.setdefault(node, []).append((method, text))
+
+
+class Method(Protocol):
+    """A disruption method (one file per method in planner/)."""
+
+    name: str  # EMPTINESS, DRIFT, ...
+    reason: str  # budget reason: Empty, Drifted, Underutilized
+    disruption_class: DisruptionClass
+    consolidation_type: str  # "empty", "multi", "single" or "" (drift)
+
+    def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
+        """Whether this method may consider the candidate at all (may `ctx.explain` when not)."""
+        ...
+
+    def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        """Commands for this pass. `candidates` passed should_disrupt and are in disruption-cost
+        order; spend `budgets` with `budgets.take(pool)` for each candidate put in a command."""
+        ...
+
+    def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
+        """Re-check `command` against the fresh snapshot in `ctx` before it runs."""
+        ...

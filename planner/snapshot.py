@@ -1,0 +1,1058 @@
+"""The planner's typed, fast view of cluster state.
+
+A `Snapshot` is built from the objects `kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A
+-o yaml` prints (a `List`, multi-document YAML, or JSON; several files may be combined), or from the
+same dicts fetched through the API by an activity (`Snapshot.from_objects`).
+
+Inside the planner, objects are slim `__slots__` classes holding only what the rules need, parsed
+once: a 100,000-pod snapshot must load in seconds, which full pydantic pod models cannot do.
+NodePools and EC2NodeClasses (few, and user-written) are validated with the pydantic models of
+`api.nodepool`. Objects of other kinds are ignored; malformed objects are reported in
+`Snapshot.problems` with their kind and name and skipped.
+
+Conventions every rule relies on:
+- `Pod.requests` is the scheduler's effective request: max(sum(containers) + sidecars,
+  max(init containers)) + overhead, and it includes `pods=1`, so summing requests against a node's
+  allocatable needs no special case for the pod count.
+- Times are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from api.constants import (
+    CAPACITY_TYPE_LABEL,
+    DISRUPTED_TAINT_KEY,
+    DO_NOT_DISRUPT_ANNOTATION,
+    EC2NODECLASS_LABEL,
+    INITIALIZED_LABEL,
+    INSTANCE_TYPE_LABEL,
+    LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION,
+    LEGACY_DO_NOT_EVICT_ANNOTATION,
+    MIRROR_POD_ANNOTATION,
+    NODEPOOL_LABEL,
+    POD_DELETION_COST_ANNOTATION,
+    REGION_LABEL,
+    ZONE_LABEL,
+)
+from api.duration import DurationError, parse_duration, parse_optional_duration
+from api.nodepool import Budget, EC2NodeClass, NodePool
+from api.quantity import QuantityError
+from planner import legacy
+from planner.resources import ZERO, Resources
+from planner.selectors import (
+    LabelSelector,
+    PodAffinityTerm,
+    Requirement,
+    Taint,
+    Toleration,
+    TopologySpreadConstraint,
+    parse_node_selector_terms,
+)
+
+try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
+    import orjson
+
+    _json_loads = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _json_loads = json.loads
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_EMPTY: dict[str, str] = {}
+_ONE_POD = Resources(pods=1)
+
+
+class SnapshotError(ValueError):
+    """The snapshot input cannot be used at all (missing file, unparseable document)."""
+
+
+def parse_time(value: Any) -> datetime | None:
+    """RFC 3339 as Kubernetes prints it; None for empty. Raises ValueError for garbage."""
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _latest(*times: datetime | None) -> datetime | None:
+    present = [t for t in times if t is not None]
+    return max(present) if present else None
+
+
+# --- Pods -----------------------------------------------------------------------------------------
+
+
+class Pod:
+    """What the planner needs of a pod."""
+
+    __slots__ = (
+        "affinity_preferred_nodes",
+        "annotations",
+        "creation_timestamp",
+        "deletion_timestamp",
+        "finished_at",
+        "host_ports",
+        "labels",
+        "name",
+        "namespace",
+        "node_affinity",
+        "node_name",
+        "node_selector",
+        "owner_kind",
+        "owner_name",
+        "phase",
+        "pod_affinity",
+        "pod_anti_affinity",
+        "priority",
+        "priority_class_name",
+        "pvc_names",
+        "ready",
+        "requests",
+        "scheduled_time",
+        "start_time",
+        "termination_grace_period_seconds",
+        "tolerations",
+        "topology_spread",
+        "uid",
+    )
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None
+    phase: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    owner_kind: str | None
+    owner_name: str | None
+    priority: int
+    priority_class_name: str | None
+    requests: Resources
+    tolerations: tuple[Toleration, ...]
+    node_selector: dict[str, str]
+    # Required node affinity: OR of terms, each an AND of requirements. Empty = no constraint.
+    node_affinity: tuple[tuple[Requirement, ...], ...]
+    # Preferred node affinity: (weight, requirements) pairs.
+    affinity_preferred_nodes: tuple[tuple[int, tuple[Requirement, ...]], ...]
+    # Pod (anti-)affinity terms, required ones have weight 0, preferred ones their weight.
+    pod_affinity: tuple[PodAffinityTerm, ...]
+    pod_anti_affinity: tuple[PodAffinityTerm, ...]
+    topology_spread: tuple[TopologySpreadConstraint, ...]
+    host_ports: tuple[tuple[int, str, str], ...]  # (port, protocol, hostIP)
+    pvc_names: tuple[str, ...]
+    creation_timestamp: datetime | None
+    deletion_timestamp: datetime | None
+    start_time: datetime | None
+    scheduled_time: datetime | None
+    finished_at: datetime | None
+    ready: bool
+    termination_grace_period_seconds: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def __repr__(self) -> str:
+        return f"Pod({self.key} on {self.node_name})"
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def is_active(self) -> bool:
+        return not self.is_terminal and self.deletion_timestamp is None
+
+    @property
+    def is_pending(self) -> bool:
+        """Not yet bound to a node and not finished: the provisioner's concern."""
+        return not self.node_name and not self.is_terminal and self.deletion_timestamp is None
+
+    @property
+    def is_daemonset(self) -> bool:
+        return self.owner_kind == "DaemonSet"
+
+    @property
+    def is_mirror(self) -> bool:
+        """Static pods: the kubelet owns them; they are neither evicted nor rescheduled."""
+        return MIRROR_POD_ANNOTATION in self.annotations or self.owner_kind == "Node"
+
+    @property
+    def is_statefulset(self) -> bool:
+        return self.owner_kind == "StatefulSet"
+
+    @property
+    def is_reschedulable(self) -> bool:
+        """Counts toward a node's workload (Karpenter §1.3): active, or terminating but owned by a
+        StatefulSet (its replacement cannot start until it is gone); never DaemonSet or mirror pods."""
+        if self.is_daemonset or self.is_mirror or self.is_terminal:
+            return False
+        return self.deletion_timestamp is None or self.is_statefulset
+
+    def tolerates(self, taint: Taint) -> bool:
+        return any(t.tolerates(taint) for t in self.tolerations)
+
+    # -- disruption controls -----------------------------------------------------------------------
+    def do_not_disrupt_reason(self, now: datetime) -> str | None:
+        """The annotation that protects this pod right now, or None.
+
+        `karpenter.sh/do-not-disrupt: "true"` protects while the pod is active; a Go duration
+        ("30m") protects for that long after the pod started. The v1alpha5 `karpenter.sh/do-not-evict:
+        "true"` is honoured the same way. Terminal or terminating pods are never protected.
+        """
+        if not self.is_active:
+            return None
+        value = self.annotations.get(DO_NOT_DISRUPT_ANNOTATION)
+        if value is not None:
+            if value == "true":
+                return DO_NOT_DISRUPT_ANNOTATION
+            try:
+                window = parse_duration(value)
+            except DurationError:
+                window = None
+            if window is not None and window.total_seconds() > 0:
+                started = self.start_time or self.creation_timestamp
+                if started is None or now < started + window:
+                    return f"{DO_NOT_DISRUPT_ANNOTATION}={value}"
+        if self.annotations.get(LEGACY_DO_NOT_EVICT_ANNOTATION) == "true":
+            return LEGACY_DO_NOT_EVICT_ANNOTATION
+        return None
+
+    @property
+    def deletion_cost(self) -> int:
+        try:
+            return int(self.annotations.get(POD_DELETION_COST_ANNOTATION, 0))
+        except ValueError:
+            return 0
+
+    @property
+    def eviction_cost(self) -> float:
+        """Karpenter's per-pod cost: 1 + deletion-cost/2^27 + priority/2^25, clamped to [-10, 10]."""
+        cost = 1.0 + self.deletion_cost / 2**27 + self.priority / 2**25
+        return min(10.0, max(-10.0, cost))
+
+    @property
+    def last_event_time(self) -> datetime | None:
+        """Latest pod event that resets the node's consolidateAfter clock: bound/started,
+        started terminating, or finished (Karpenter's pod-events controller)."""
+        return _latest(self.scheduled_time, self.start_time, self.deletion_timestamp, self.finished_at)
+
+
+def _container_request(container: Mapping[str, Any]) -> Resources:
+    resources = container.get("resources")
+    if not resources:
+        return ZERO
+    requests = resources.get("requests") or _EMPTY
+    limits = resources.get("limits")
+    if limits:
+        # The API server defaults a missing request to the limit; kubectl output already shows it,
+        # but hand-written or generated snapshots may not.
+        missing = {k: v for k, v in limits.items() if k not in requests}
+        if missing:
+            requests = {**requests, **missing}
+    return Resources.from_kube(requests)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """Effective scheduling request of a pod spec, including `pods=1`.
+
+    Kubernetes rule: containers run together, init containers one at a time; restartable init
+    containers (sidecars) keep running, so they add to everything started after them.
+    """
+    total = ZERO
+    for container in spec.get("containers") or ():
+        total = total + _container_request(container)
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        sidecars = ZERO
+        peak = ZERO
+        for container in init_containers:
+            request = _container_request(container)
+            if container.get("restartPolicy") == "Always":
+                sidecars = sidecars + request
+                peak = peak.max(sidecars)
+            else:
+                peak = peak.max(sidecars + request)
+        total = (total + sidecars).max(peak)
+    overhead = spec.get("overhead")
+    if overhead:
+        total = total + Resources.from_kube(overhead)
+    return total + _ONE_POD
+
+
+def _parse_affinity(pod: Pod, affinity: Mapping[str, Any] | None) -> None:
+    pod.node_affinity = ()
+    pod.affinity_preferred_nodes = ()
+    pod.pod_affinity = ()
+    pod.pod_anti_affinity = ()
+    if not affinity:
+        return
+    node = affinity.get("nodeAffinity")
+    if node:
+        required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if required:
+            pod.node_affinity = parse_node_selector_terms(
+                required.get("nodeSelectorTerms") or [], "affinity.nodeAffinity.required.nodeSelectorTerms"
+            )
+        preferred = []
+        for index, item in enumerate(node.get("preferredDuringSchedulingIgnoredDuringExecution") or ()):
+            terms = parse_node_selector_terms(
+                [item.get("preference") or {}], f"affinity.nodeAffinity.preferred[{index}]"
+            )
+            preferred.append((int(item.get("weight", 1)), terms[0]))
+        pod.affinity_preferred_nodes = tuple(preferred)
+    for kind, attr in (("podAffinity", "pod_affinity"), ("podAntiAffinity", "pod_anti_affinity")):
+        section = affinity.get(kind)
+        if not section:
+            continue
+        terms = [
+            PodAffinityTerm.from_dict(t, f"affinity.{kind}.required[{i}]")
+            for i, t in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or ())
+        ]
+        for i, item in enumerate(section.get("preferredDuringSchedulingIgnoredDuringExecution") or ()):
+            terms.append(
+                PodAffinityTerm.from_dict(
+                    item.get("podAffinityTerm") or {},
+                    f"affinity.{kind}.preferred[{i}]",
+                    weight=int(item.get("weight", 1)),
+                )
+            )
+        setattr(pod, attr, tuple(terms))
+
+
+def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod:
+    """A Pod from its API dict (also used for DaemonSet pod templates). Raises ValueError/KeyError."""
+    meta = raw.get("metadata") or _EMPTY
+    spec = raw.get("spec") or _EMPTY
+    status = raw.get("status") or _EMPTY
+    pod = Pod()
+    pod.namespace = meta.get("namespace") or "default"
+    pod.name = meta.get("name") or ""
+    pod.uid = meta.get("uid") or ""
+    pod.node_name = spec.get("nodeName") or None
+    pod.phase = status.get("phase") or "Pending"
+    pod.labels = meta.get("labels") or _EMPTY
+    pod.annotations = meta.get("annotations") or _EMPTY
+    owners = meta.get("ownerReferences")
+    pod.owner_kind = owner_kind_hint
+    pod.owner_name = None
+    if owners:
+        owner = next((o for o in owners if o.get("controller")), owners[0])
+        pod.owner_kind = owner.get("kind")
+        pod.owner_name = owner.get("name")
+    pod.priority = int(spec.get("priority") or 0)
+    pod.priority_class_name = spec.get("priorityClassName")
+    pod.requests = pod_requests(spec)
+    tolerations = spec.get("tolerations")
+    pod.tolerations = (
+        tuple(Toleration.from_dict(t, f"tolerations[{i}]") for i, t in enumerate(tolerations))
+        if tolerations
+        else ()
+    )
+    pod.node_selector = spec.get("nodeSelector") or _EMPTY
+    _parse_affinity(pod, spec.get("affinity"))
+    spread = spec.get("topologySpreadConstraints")
+    pod.topology_spread = (
+        tuple(
+            TopologySpreadConstraint.from_dict(c, f"topologySpreadConstraints[{i}]")
+            for i, c in enumerate(spread)
+        )
+        if spread
+        else ()
+    )
+    ports = []
+    for container in spec.get("containers") or ():
+        for port in container.get("ports") or ():
+            host_port = port.get("hostPort")
+            if host_port:
+                ports.append((int(host_port), port.get("protocol") or "TCP", port.get("hostIP") or "0.0.0.0"))
+    pod.host_ports = tuple(ports)
+    volumes = spec.get("volumes")
+    pod.pvc_names = (
+        tuple(v["persistentVolumeClaim"]["claimName"] for v in volumes if v.get("persistentVolumeClaim"))
+        if volumes
+        else ()
+    )
+    pod.termination_grace_period_seconds = int(spec.get("terminationGracePeriodSeconds", 30))
+    pod.creation_timestamp = parse_time(meta.get("creationTimestamp"))
+    pod.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
+    pod.start_time = parse_time(status.get("startTime"))
+    pod.scheduled_time = None
+    pod.ready = False
+    for condition in status.get("conditions") or ():
+        kind = condition.get("type")
+        if kind == "Ready":
+            pod.ready = condition.get("status") == "True"
+        elif kind == "PodScheduled" and condition.get("status") == "True":
+            pod.scheduled_time = parse_time(condition.get("lastTransitionTime"))
+    finished = None
+    for container_status in status.get("containerStatuses") or ():
+        terminated = (container_status.get("state") or _EMPTY).get("terminated")
+        if terminated:
+            finished = _latest(finished, parse_time(terminated.get("finishedAt")))
+    pod.finished_at = finished
+    return pod
+
+
+# --- Nodes ----------------------------------------------------------------------------------------
+
+
+class Node:
+    __slots__ = (
+        "allocatable",
+        "annotations",
+        "capacity",
+        "creation_timestamp",
+        "deletion_timestamp",
+        "finalizers",
+        "labels",
+        "name",
+        "nodeclaim",
+        "pods",
+        "provider_id",
+        "ready",
+        "ready_since",
+        "taints",
+        "uid",
+        "unschedulable",
+    )
+
+    name: str
+    uid: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    taints: tuple[Taint, ...]
+    provider_id: str | None
+    creation_timestamp: datetime | None
+    deletion_timestamp: datetime | None
+    ready: bool
+    ready_since: datetime | None  # lastTransitionTime of the Ready condition while Ready
+    unschedulable: bool
+    capacity: Resources
+    allocatable: Resources
+    finalizers: tuple[str, ...]
+    pods: list[Pod]  # every pod bound to the node, any phase
+    nodeclaim: NodeClaim | None
+
+    def __repr__(self) -> str:
+        return f"Node({self.name})"
+
+    @property
+    def nodepool(self) -> str | None:
+        return legacy.node_pool_name(self.labels, NODEPOOL_LABEL)
+
+    @property
+    def instance_type(self) -> str | None:
+        return self.labels.get(INSTANCE_TYPE_LABEL) or self.labels.get("beta.kubernetes.io/instance-type")
+
+    @property
+    def zone(self) -> str | None:
+        return self.labels.get(ZONE_LABEL) or self.labels.get("failure-domain.beta.kubernetes.io/zone")
+
+    @property
+    def region(self) -> str | None:
+        return self.labels.get(REGION_LABEL) or self.labels.get("failure-domain.beta.kubernetes.io/region")
+
+    @property
+    def capacity_type(self) -> str | None:
+        return self.labels.get(CAPACITY_TYPE_LABEL)
+
+    @property
+    def nodeclass(self) -> str | None:
+        return self.labels.get(EC2NODECLASS_LABEL)
+
+    @property
+    def initialized(self) -> bool:
+        return self.labels.get(INITIALIZED_LABEL) == "true"
+
+    @property
+    def is_deleting(self) -> bool:
+        if self.deletion_timestamp is not None:
+            return True
+        claim = self.nodeclaim
+        return claim is not None and (claim.deletion_timestamp is not None or claim.instance_terminating)
+
+    @property
+    def has_disrupted_taint(self) -> bool:
+        return any(t.key == DISRUPTED_TAINT_KEY for t in self.taints)
+
+    @property
+    def do_not_disrupt(self) -> bool:
+        return self.annotations.get(DO_NOT_DISRUPT_ANNOTATION) == "true"
+
+    @property
+    def do_not_consolidate(self) -> bool:
+        return self.annotations.get(LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION) == "true"
+
+    def annotation(self, key: str) -> str | None:
+        """Node annotation, falling back to the NodeClaim's (Karpenter keeps hashes on the NodeClaim)."""
+        value = self.annotations.get(key)
+        if value is None and self.nodeclaim is not None:
+            value = self.nodeclaim.annotations.get(key)
+        return value
+
+
+def parse_node(raw: Mapping[str, Any]) -> Node:
+    meta = raw.get("metadata") or _EMPTY
+    spec = raw.get("spec") or _EMPTY
+    status = raw.get("status") or _EMPTY
+    node = Node()
+    node.name = meta.get("name") or ""
+    if not node.name:
+        raise ValueError("metadata.name is required")
+    node.uid = meta.get("uid") or ""
+    node.labels = meta.get("labels") or {}
+    node.annotations = meta.get("annotations") or {}
+    node.taints = tuple(
+        Taint.from_dict(t, f"spec.taints[{i}]") for i, t in enumerate(spec.get("taints") or ())
+    )
+    node.provider_id = spec.get("providerID")
+    node.unschedulable = bool(spec.get("unschedulable"))
+    node.creation_timestamp = parse_time(meta.get("creationTimestamp"))
+    node.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
+    node.finalizers = tuple(meta.get("finalizers") or ())
+    node.ready = False
+    node.ready_since = None
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "Ready":
+            node.ready = condition.get("status") == "True"
+            if node.ready:
+                node.ready_since = parse_time(condition.get("lastTransitionTime"))
+    try:
+        node.capacity = Resources.from_kube(status.get("capacity"))
+        node.allocatable = Resources.from_kube(status.get("allocatable") or status.get("capacity"))
+    except QuantityError as err:
+        raise ValueError(f"status.capacity/allocatable: {err}") from None
+    node.pods = []
+    node.nodeclaim = None
+    return node
+
+
+# --- NodeClaims -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Condition:
+    status: str
+    reason: str | None
+    last_transition: datetime | None
+    message: str | None = None
+
+
+class NodeClaim:
+    __slots__ = (
+        "annotations",
+        "conditions",
+        "creation_timestamp",
+        "deletion_timestamp",
+        "expire_after",
+        "image_id",
+        "labels",
+        "last_pod_event_time",
+        "name",
+        "node_name",
+        "provider_id",
+        "termination_grace_period",
+    )
+
+    name: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    node_name: str | None
+    provider_id: str | None
+    image_id: str | None
+    creation_timestamp: datetime | None
+    deletion_timestamp: datetime | None
+    conditions: dict[str, Condition]
+    expire_after: str | None  # raw, "Never" allowed; None when the spec does not say
+    termination_grace_period: str | None
+    last_pod_event_time: datetime | None
+
+    @property
+    def nodepool(self) -> str | None:
+        return self.labels.get(NODEPOOL_LABEL)
+
+    def condition_true(self, kind: str) -> bool:
+        condition = self.conditions.get(kind)
+        return condition is not None and condition.status == "True"
+
+    @property
+    def instance_terminating(self) -> bool:
+        return self.condition_true("InstanceTerminating")
+
+
+def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
+    meta = raw.get("metadata") or _EMPTY
+    spec = raw.get("spec") or _EMPTY
+    status = raw.get("status") or _EMPTY
+    claim = NodeClaim()
+    claim.name = meta.get("name") or ""
+    if not claim.name:
+        raise ValueError("metadata.name is required")
+    claim.labels = meta.get("labels") or {}
+    claim.annotations = meta.get("annotations") or {}
+    claim.node_name = status.get("nodeName")
+    claim.provider_id = status.get("providerID")
+    claim.image_id = status.get("imageID")
+    claim.creation_timestamp = parse_time(meta.get("creationTimestamp"))
+    claim.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
+    claim.conditions = {
+        c["type"]: Condition(
+            str(c.get("status", "Unknown")),
+            c.get("reason"),
+            parse_time(c.get("lastTransitionTime")),
+            c.get("message"),
+        )
+        for c in status.get("conditions") or ()
+        if c.get("type")
+    }
+    claim.expire_after = spec.get("expireAfter")
+    claim.termination_grace_period = spec.get("terminationGracePeriod")
+    for value, name in (
+        (claim.expire_after, "expireAfter"),
+        (claim.termination_grace_period, "terminationGracePeriod"),
+    ):
+        if value is not None:
+            try:
+                parse_optional_duration(value)
+            except DurationError as err:
+                raise ValueError(f"spec.{name}: {err}") from None
+    claim.last_pod_event_time = parse_time(status.get("lastPodEventTime"))
+    return claim
+
+
+# --- PodDisruptionBudgets -------------------------------------------------------------------------
+
+
+class PDB:
+    __slots__ = (
+        "current_healthy",
+        "desired_healthy",
+        "disruptions_allowed",
+        "expected_pods",
+        "max_unavailable",
+        "min_available",
+        "name",
+        "namespace",
+        "selector",
+        "status_allowed",
+        "unhealthy_pod_eviction_policy",
+    )
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None  # None: a null selector matches no pod
+    min_available: int | str | None
+    max_unavailable: int | str | None
+    unhealthy_pod_eviction_policy: str
+    status_allowed: int | None  # status.disruptionsAllowed as printed, None when absent
+    # Filled by the snapshot (status when present, else computed from the pods):
+    disruptions_allowed: int
+    current_healthy: int
+    desired_healthy: int
+    expected_pods: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def __repr__(self) -> str:
+        return f"PDB({self.key}, allowed={self.disruptions_allowed})"
+
+    def selects(self, pod: Pod) -> bool:
+        return (
+            pod.namespace == self.namespace
+            and self.selector is not None
+            and self.selector.matches(pod.labels)
+        )
+
+    @property
+    def blocks_all_evictions(self) -> bool:
+        """maxUnavailable 0 / "0%" or minAvailable "100%": no pod it covers may ever be evicted, so
+        the scheduling simulation buys no capacity for them (§2.6)."""
+        return self.max_unavailable in (0, "0", "0%") or self.min_available == "100%"
+
+    def compute_allowed(self, matching: Sequence[Pod]) -> None:
+        """Kubernetes' disruption controller arithmetic, used when the snapshot has no status.
+
+        expected = matching non-terminal pods (the controller uses the owners' scale; pods are the
+        best offline approximation); healthy = those that are Ready and not terminating. Percentages
+        round up, as the disruption controller does.
+        """
+        pods = [p for p in matching if not p.is_terminal]
+        expected = len(pods)
+        healthy = sum(1 for p in pods if p.ready and p.deletion_timestamp is None)
+        if self.max_unavailable is not None:
+            desired = max(0, expected - _scaled(self.max_unavailable, expected))
+        elif self.min_available is not None:
+            desired = _scaled(self.min_available, expected)
+        else:
+            desired = 0  # neither field set: the disruption controller requires no healthy pods
+        self.expected_pods = expected
+        self.current_healthy = healthy
+        self.desired_healthy = desired
+        if self.status_allowed is None:
+            self.disruptions_allowed = max(0, healthy - desired)
+
+
+def _scaled(value: int | str, total: int) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * total / 100)
+    return int(value)
+
+
+def _int_or_percent(value: Any, field: str) -> int | str | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    if text.endswith("%") and text[:-1].isdigit():
+        return text
+    raise ValueError(f"{field}: {value!r} is not a non-negative integer or percentage")
+
+
+def parse_pdb(raw: Mapping[str, Any]) -> PDB:
+    meta = raw.get("metadata") or _EMPTY
+    spec = raw.get("spec") or _EMPTY
+    status = raw.get("status") or _EMPTY
+    pdb = PDB()
+    pdb.namespace = meta.get("namespace") or "default"
+    pdb.name = meta.get("name") or ""
+    selector = spec.get("selector")
+    pdb.selector = LabelSelector.from_dict(selector, "spec.selector") if selector is not None else None
+    pdb.min_available = _int_or_percent(spec.get("minAvailable"), "spec.minAvailable")
+    pdb.max_unavailable = _int_or_percent(spec.get("maxUnavailable"), "spec.maxUnavailable")
+    if pdb.min_available is not None and pdb.max_unavailable is not None:
+        raise ValueError("spec.minAvailable and spec.maxUnavailable are mutually exclusive")
+    pdb.unhealthy_pod_eviction_policy = spec.get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+    allowed = status.get("disruptionsAllowed") if status else None
+    pdb.status_allowed = int(allowed) if allowed is not None else None
+    pdb.disruptions_allowed = pdb.status_allowed if pdb.status_allowed is not None else 0
+    pdb.current_healthy = int(status.get("currentHealthy", 0)) if status else 0
+    pdb.desired_healthy = int(status.get("desiredHealthy", 0)) if status else 0
+    pdb.expected_pods = int(status.get("expectedPods", 0)) if status else 0
+    return pdb
+
+
+# --- DaemonSets -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class DaemonSet:
+    namespace: str
+    name: str
+    pod: Pod  # the pod template: requests, tolerations, node selector and affinity
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_daemonset(raw: Mapping[str, Any]) -> DaemonSet:
+    meta = raw.get("metadata") or _EMPTY
+    template = (raw.get("spec") or _EMPTY).get("template") or _EMPTY
+    namespace = meta.get("namespace") or "default"
+    name = meta.get("name") or ""
+    pod = parse_pod(
+        {
+            "metadata": {**(template.get("metadata") or {}), "namespace": namespace, "name": name},
+            "spec": template.get("spec") or {},
+        },
+        owner_kind_hint="DaemonSet",
+    )
+    pod.owner_name = name
+    return DaemonSet(namespace, name, pod)
+
+
+# --- NodePools ------------------------------------------------------------------------------------
+
+
+def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
+    """A NodePool (v1, v1beta1 or a v1alpha5 Provisioner) and the budget problems found in it.
+
+    Budgets are validated one by one: an invalid budget is dropped from the model and reported, and
+    the pool fails closed (no disruption for any budgeted reason) until it is fixed, like Karpenter.
+    """
+    if raw.get("kind") == legacy.PROVISIONER_KIND:
+        raw = legacy.provisioner_to_nodepool(raw)
+    elif legacy.is_legacy_nodepool(raw):
+        raw = legacy.upgrade_v1beta1_nodepool(raw)
+    budget_errors: list[str] = []
+    disruption = (raw.get("spec") or {}).get("disruption")
+    if isinstance(disruption, Mapping) and isinstance(disruption.get("budgets"), list):
+        kept = []
+        for index, budget in enumerate(disruption["budgets"]):
+            try:
+                Budget.model_validate(budget)
+                kept.append(budget)
+            except ValidationError as err:
+                budget_errors.append(f"spec.disruption.budgets[{index}]: {_pydantic_message(err)}")
+        if budget_errors:
+            raw = {**raw, "spec": {**raw["spec"], "disruption": {**disruption, "budgets": kept}}}
+    return NodePool.model_validate(raw), budget_errors
+
+
+def _pydantic_message(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        message = e.get("msg", "").removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
+# --- The snapshot ---------------------------------------------------------------------------------
+
+_NODE_KINDS = {"Node"}
+_POD_KINDS = {"Pod"}
+_PDB_KINDS = {"PodDisruptionBudget"}
+_DS_KINDS = {"DaemonSet"}
+_NODEPOOL_KINDS = {"NodePool", legacy.PROVISIONER_KIND}
+_NODECLASS_KINDS = {"EC2NodeClass"}
+_NODECLAIM_KINDS = {"NodeClaim"}
+
+
+@dataclass
+class Snapshot:
+    """Cluster state at `now`. Build with `load_snapshot(paths)` or `Snapshot.from_objects(dicts)`."""
+
+    now: datetime
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: list[Pod] = field(default_factory=list)
+    pdbs: list[PDB] = field(default_factory=list)
+    nodepools: dict[str, NodePool] = field(default_factory=dict)
+    nodeclasses: dict[str, EC2NodeClass] = field(default_factory=dict)
+    daemonsets: list[DaemonSet] = field(default_factory=list)
+    nodeclaims: dict[str, NodeClaim] = field(default_factory=dict)
+    # "Kind namespace/name: what is wrong" for every object that was skipped or partly ignored.
+    problems: list[str] = field(default_factory=list)
+    # NodePool name -> invalid budgets (the pool fails closed).
+    budget_errors: dict[str, list[str]] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def from_objects(
+        cls, objects: Iterable[Mapping[str, Any]], now: datetime | None = None, source: str = "<objects>"
+    ) -> Snapshot:
+        """Build from API dicts (each with `kind`). Unknown kinds are ignored, bad objects reported."""
+        snapshot = cls(now=now or datetime.now(UTC))
+        snapshot.sources.append(source)
+        snapshot._add_objects(objects, source)
+        snapshot._index()
+        return snapshot
+
+    def _add_objects(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
+        for obj in objects:
+            if not isinstance(obj, Mapping):
+                self.problems.append(f"{source}: skipped an item that is not an object")
+                continue
+            kind = obj.get("kind")
+            if kind in _POD_KINDS:
+                self._add(obj, kind, parse_pod, self.pods.append)
+            elif kind in _NODE_KINDS:
+                self._add(obj, kind, parse_node, self._put_node)
+            elif kind in _PDB_KINDS:
+                self._add(obj, kind, parse_pdb, self.pdbs.append)
+            elif kind in _DS_KINDS:
+                self._add(obj, kind, parse_daemonset, self.daemonsets.append)
+            elif kind in _NODEPOOL_KINDS:
+                self._add(obj, kind, parse_nodepool, self._put_nodepool)
+            elif kind in _NODECLASS_KINDS:
+                self._add(obj, kind, EC2NodeClass.model_validate, self._put_nodeclass)
+            elif kind in _NODECLAIM_KINDS:
+                self._add(obj, kind, parse_nodeclaim, self._put_nodeclaim)
+            # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
+
+    def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
+        try:
+            put(parse(obj))
+        except ValidationError as err:
+            self.problems.append(f"{kind} {_object_name(obj)}: {_pydantic_message(err)}")
+        except (ValueError, KeyError, TypeError, AttributeError, QuantityError) as err:
+            detail = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+            self.problems.append(f"{kind} {_object_name(obj)}: {detail}")
+
+    def _put_node(self, node: Node) -> None:
+        if node.name in self.nodes:
+            self.problems.append(f"Node {node.name}: listed twice, the last copy wins")
+        self.nodes[node.name] = node
+
+    def _put_nodepool(self, parsed: tuple[NodePool, list[str]]) -> None:
+        pool, budget_errors = parsed
+        self.nodepools[pool.name] = pool
+        if budget_errors:
+            self.budget_errors[pool.name] = budget_errors
+            self.problems.extend(
+                f"NodePool {pool.name}: {e} (the pool's budgets fail closed)" for e in budget_errors
+            )
+
+    def _put_nodeclass(self, nodeclass: EC2NodeClass) -> None:
+        self.nodeclasses[nodeclass.name] = nodeclass
+
+    def _put_nodeclaim(self, claim: NodeClaim) -> None:
+        self.nodeclaims[claim.name] = claim
+
+    def _index(self) -> None:
+        """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
+        for node in self.nodes.values():
+            node.pods = []
+        orphans = 0
+        for pod in self.pods:
+            if pod.node_name:
+                node = self.nodes.get(pod.node_name)
+                if node is not None:
+                    node.pods.append(pod)
+                else:
+                    orphans += 1
+        if orphans:
+            self.problems.append(f"{orphans} pod(s) are bound to nodes that are not in the snapshot")
+        by_provider = {n.provider_id: n for n in self.nodes.values() if n.provider_id}
+        for claim in self.nodeclaims.values():
+            node = self.nodes.get(claim.node_name or "") or by_provider.get(claim.provider_id or "")
+            if node is not None:
+                node.nodeclaim = claim
+        self._pdb_cache.clear()
+        if self.pdbs:
+            matching: dict[str, list[Pod]] = defaultdict(list)
+            for pod in self.pods:
+                for pdb in self.pdbs_for(pod):
+                    matching[pdb.key].append(pod)
+            for pdb in self.pdbs:
+                pdb.compute_allowed(matching.get(pdb.key, ()))
+
+    # -- queries -----------------------------------------------------------------------------------
+    def pdbs_for(self, pod: Pod) -> tuple[PDB, ...]:
+        """PDBs whose selector matches the pod. Replicas share labels, so results are cached by
+        (namespace, labels) and a 100,000-pod cluster does a few thousand selector evaluations."""
+        if not self.pdbs:
+            return ()
+        labels = pod.labels
+        key = (pod.namespace, tuple(sorted(labels.items())) if labels else ())
+        cached = self._pdb_cache.get(key)
+        if cached is None:
+            cached = tuple(p for p in self.pdbs if p.selects(pod))
+            self._pdb_cache[key] = cached
+        return cached
+
+    @property
+    def pending_pods(self) -> list[Pod]:
+        return [p for p in self.pods if p.is_pending]
+
+    def region(self) -> str | None:
+        """The region named by the nodes' topology labels (the most common one)."""
+        counts: dict[str, int] = defaultdict(int)
+        for node in self.nodes.values():
+            region = node.region
+            if not region and node.zone and node.zone[-1].isalpha():
+                region = node.zone[:-1]
+            if region:
+                counts[region] += 1
+        return max(sorted(counts), key=lambda r: counts[r]) if counts else None
+
+    def at(self, now: datetime) -> Snapshot:
+        """The same objects seen at another time (cheap: objects are shared, not copied)."""
+        clone = Snapshot(
+            now=now,
+            nodes=self.nodes,
+            pods=self.pods,
+            pdbs=self.pdbs,
+            nodepools=self.nodepools,
+            nodeclasses=self.nodeclasses,
+            daemonsets=self.daemonsets,
+            nodeclaims=self.nodeclaims,
+            problems=self.problems,
+            budget_errors=self.budget_errors,
+            sources=self.sources,
+        )
+        clone._pdb_cache = self._pdb_cache
+        return clone
+
+    def age(self, when: datetime | None) -> timedelta:
+        return self.now - when if when is not None else timedelta(0)
+
+
+def _object_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "<no metadata>"
+    name = meta.get("name") or "<no name>"
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+# --- Files ----------------------------------------------------------------------------------------
+
+
+def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
+    """Objects of a document: a `List` / `*List` (items inherit the list's kind), or one object."""
+    if document is None:
+        return []
+    if isinstance(document, list):
+        return [item for doc in document for item in _items_of(doc)]
+    if not isinstance(document, Mapping):
+        raise SnapshotError("expected Kubernetes objects (a List or objects with kind)")
+    kind = document.get("kind")
+    if "items" in document and (kind is None or str(kind).endswith("List")):
+        item_kind = str(kind)[: -len("List")] if kind and kind != "List" else None
+        items = document.get("items") or []
+        if item_kind:
+            return [item if "kind" in item else {**item, "kind": item_kind} for item in items]
+        return items
+    return [document]
+
+
+def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
+    """Kubernetes objects from a YAML (single or multi-document) or JSON file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SnapshotError(f"{path}: cannot read snapshot ({err.strerror or err})") from None
+    head = data.lstrip()[:1]
+    try:
+        if head in (b"{", b"["):
+            documents = [_json_loads(data)]
+        else:
+            documents = list(yaml.load_all(data, Loader=_YAML_LOADER))
+    except (ValueError, yaml.YAMLError) as err:
+        raise SnapshotError(f"{path}: not valid YAML/JSON: {err}") from None
+    try:
+        return [item for doc in documents for item in _items_of(doc)]
+    except SnapshotError as err:
+        raise SnapshotError(f"{path}: {err}") from None
+
+
+def load_snapshot(paths: str | Path | Sequence[str | Path], now: datetime | None = None) -> Snapshot:
+    """Load one or more snapshot files into one Snapshot (later files add to earlier ones)."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    snapshot = Snapshot(now=now or datetime.now(UTC))
+    for path in paths:
+        objects = read_objects(path)
+        snapshot.sources.append(str(path))
+        snapshot._add_objects(objects, str(path))
+    snapshot._index()
+    return snapshot
