@@ -1,0 +1,401 @@
+"""What kube-apiserver does to an object before storing it: defaulting and validation, per kind.
+
+Only the parts karpflow and its tests can observe are reproduced: name formats (422 Invalid),
+workload selectors that must match their template, PDB minAvailable/maxUnavailable exclusivity,
+pod defaults (grace period 30 s, the default not-ready/unreachable tolerations, QoS class), the
+pod fields that are immutable after creation, and `metadata.finalizers` that may not grow while
+an object is being deleted. Errors are (field path, reason type, message) triples that
+`errors.invalid` turns into a 422 Status.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sim.apiserver.resources import ResourceType
+from sim.apiserver.selectors import label_key_error, label_value_error, selector_from_label_selector
+
+FieldErrors = list[tuple[str, str, str]]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+DEFAULT_GRACE_SECONDS = 30
+# The DefaultTolerationSeconds admission plugin adds these to every pod.
+_DEFAULT_TOLERATIONS = (
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+)
+
+
+def name_errors(rt: ResourceType, name: str) -> FieldErrors:
+    if not name:
+        return [("metadata.name", "FieldValueRequired", "name or generateName is required")]
+    if rt.kind == "Namespace":
+        ok, what, limit = _DNS_LABEL.match(name), "RFC 1123 label", 63
+    else:
+        ok, what, limit = _DNS_SUBDOMAIN.match(name), "RFC 1123 subdomain", 253
+    if not ok or len(name) > limit:
+        return [
+            (
+                "metadata.name",
+                "FieldValueInvalid",
+                f"Invalid value: {name!r}: a lowercase {what} must consist of lower case alphanumeric "
+                f"characters, '-' or '.', and must start and end with an alphanumeric character",
+            )
+        ]
+    return []
+
+
+def _metadata_errors(meta: dict[str, Any]) -> FieldErrors:
+    errs: FieldErrors = []
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        return [("metadata.labels", "FieldValueInvalid", "must be a map of strings")]
+    for key, value in labels.items():
+        if err := label_key_error(key):
+            errs.append((f"metadata.labels[{key}]", "FieldValueInvalid", err))
+        if not isinstance(value, str) or (err := label_value_error(value)):
+            errs.append((f"metadata.labels[{key}]", "FieldValueInvalid", err or "must be a string"))
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+        errs.append(("metadata.annotations", "FieldValueInvalid", "must be a map of strings"))
+    finalizers = meta.get("finalizers") or []
+    if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+        errs.append(("metadata.finalizers", "FieldValueInvalid", "must be a list of strings"))
+    return errs
+
+
+# --- defaulting --------------------------------------------------------------------------------------
+
+
+def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """Fill the defaults kube-apiserver fills on create (in place)."""
+    fn = _DEFAULTS.get(rt.kind)
+    if fn:
+        fn(obj)
+
+
+def _default_pod_spec(spec: dict[str, Any]) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if isinstance(c, dict):
+            image = str(c.get("image", ""))
+            latest = ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest")
+            c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            c.setdefault("resources", {})
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    requests_any = limits_all = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if req or lim:
+            requests_any = True
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and str(req[r]) != str(lim[r])):
+                guaranteed = False
+        limits_all = limits_all or bool(lim)
+    if guaranteed:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"
+
+
+def _default_pod(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    _default_pod_spec(spec)
+    spec.setdefault("priority", 0)
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    tolerations = spec.setdefault("tolerations", [])
+    if isinstance(tolerations, list):
+        for default in _DEFAULT_TOLERATIONS:
+            if not any(isinstance(t, dict) and t.get("key") == default["key"] for t in tolerations):
+                tolerations.append(dict(default))
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", _qos_class(spec))
+
+
+def _default_template(obj: dict[str, Any]) -> None:
+    template = obj.setdefault("spec", {}).setdefault("template", {})
+    _default_pod_spec(template.setdefault("spec", {}))
+
+
+def _default_deployment(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+    spec.setdefault(
+        "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
+    )
+    _default_template(obj)
+
+
+def _default_replicaset(obj: dict[str, Any]) -> None:
+    obj.setdefault("spec", {}).setdefault("replicas", 1)
+    _default_template(obj)
+
+
+def _default_daemonset(obj: dict[str, Any]) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault(
+        "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    )
+    _default_template(obj)
+
+
+def _default_namespace(obj: dict[str, Any]) -> None:
+    obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    obj.setdefault("status", {})["phase"] = "Active"
+    obj.setdefault("metadata", {}).setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"][
+        "name"
+    ]
+
+
+def _default_pdb(obj: dict[str, Any]) -> None:
+    obj.setdefault("spec", {})
+    obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+
+_DEFAULTS = {
+    "Pod": _default_pod,
+    "Deployment": _default_deployment,
+    "ReplicaSet": _default_replicaset,
+    "DaemonSet": _default_daemonset,
+    "Namespace": _default_namespace,
+    "PodDisruptionBudget": _default_pdb,
+}
+
+
+# --- validation ---------------------------------------------------------------------------------------
+
+
+def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
+    """Field errors for a create (old is None) or an update of `obj`; empty when valid."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return [("metadata", "FieldValueRequired", "metadata is required")]
+    errs = _metadata_errors(meta)
+    if old is None:
+        errs += name_errors(rt, meta.get("name", ""))
+    else:
+        old_meta = old["metadata"]
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                errs.append(
+                    (
+                        "metadata.finalizers",
+                        "FieldValueForbidden",
+                        "Forbidden: no new finalizers can be added if the object is being deleted, "
+                        f"found new finalizers {sorted(added)}",
+                    )
+                )
+    fn = _VALIDATORS.get(rt.kind)
+    if fn:
+        errs += fn(obj, old)
+    return errs
+
+
+def _pod_spec_errors(spec: Any, where: str) -> FieldErrors:
+    if not isinstance(spec, dict):
+        return [(where, "FieldValueRequired", "Required value")]
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return [(f"{where}.containers", "FieldValueRequired", "Required value")]
+    errs: FieldErrors = []
+    seen: set[str] = set()
+    for i, c in enumerate(containers):
+        if not isinstance(c, dict):
+            errs.append((f"{where}.containers[{i}]", "FieldValueInvalid", "must be an object"))
+            continue
+        name = c.get("name")
+        if not name:
+            errs.append((f"{where}.containers[{i}].name", "FieldValueRequired", "Required value"))
+        elif name in seen:
+            errs.append(
+                (f"{where}.containers[{i}].name", "FieldValueDuplicate", f"Duplicate value: {name!r}")
+            )
+        seen.add(str(name))
+        if not c.get("image"):
+            errs.append((f"{where}.containers[{i}].image", "FieldValueRequired", "Required value"))
+    return errs
+
+
+# Pod spec fields that may change after creation (ValidatePodUpdate allows these, plus
+# additions to tolerations, which are compared separately).
+_POD_MUTABLE = ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "tolerations", "schedulingGates")
+
+
+def _pod_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
+    errs = _pod_spec_errors(obj.get("spec"), "spec")
+    if old is None or errs:
+        return errs
+    new_spec, old_spec = dict(obj["spec"]), dict(old.get("spec") or {})
+    for field in _POD_MUTABLE:
+        new_spec.pop(field, None)
+        old_spec.pop(field, None)
+    for spec in (new_spec, old_spec):
+        for key in ("containers", "initContainers"):
+            spec[key] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get(key) or []]
+    if new_spec != old_spec:
+        changed = sorted(k for k in set(new_spec) | set(old_spec) if new_spec.get(k) != old_spec.get(k))
+        errs.append(
+            (
+                "spec",
+                "FieldValueForbidden",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+                "(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
+                f"(changed: {', '.join(changed)})",
+            )
+        )
+    old_tolerations = (old.get("spec") or {}).get("tolerations") or []
+    new_tolerations = obj["spec"].get("tolerations") or []
+    if any(t not in new_tolerations for t in old_tolerations):
+        errs.append(
+            ("spec.tolerations", "FieldValueForbidden", "Forbidden: existing toleration can not be modified")
+        )
+    return errs
+
+
+def _workload_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [("spec", "FieldValueRequired", "Required value")]
+    errs: FieldErrors = []
+    raw_selector = spec.get("selector")
+    if not isinstance(raw_selector, dict) or not (
+        raw_selector.get("matchLabels") or raw_selector.get("matchExpressions")
+    ):
+        errs.append(("spec.selector", "FieldValueRequired", "Required value"))
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return [*errs, ("spec.template", "FieldValueRequired", "Required value")]
+    errs += _pod_spec_errors(template.get("spec"), "spec.template.spec")
+    if not errs:
+        try:
+            selector = selector_from_label_selector(raw_selector)
+        except ValueError as err:
+            return [("spec.selector", "FieldValueInvalid", str(err))]
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        if not selector.matches(labels):
+            errs.append(
+                (
+                    "spec.template.metadata.labels",
+                    "FieldValueInvalid",
+                    f"Invalid value: {labels}: `selector` does not match template `labels`",
+                )
+            )
+    if old is not None and (old.get("spec") or {}).get("selector") != raw_selector:
+        errs.append(("spec.selector", "FieldValueInvalid", "field is immutable"))
+    replicas = spec.get("replicas")
+    if replicas is not None and (not isinstance(replicas, int) or replicas < 0):
+        errs.append(("spec.replicas", "FieldValueInvalid", "must be greater than or equal to 0"))
+    return errs
+
+
+def _pdb_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
+    spec = obj.get("spec") or {}
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        return [("spec", "FieldValueInvalid", "minAvailable and maxUnavailable cannot be both set")]
+    errs: FieldErrors = []
+    for field in ("minAvailable", "maxUnavailable"):
+        value = spec.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            errs.append((f"spec.{field}", "FieldValueInvalid", "must be an integer or a percentage"))
+        elif isinstance(value, int) and value < 0:
+            errs.append((f"spec.{field}", "FieldValueInvalid", "must be greater than or equal to 0"))
+        elif isinstance(value, str) and not re.fullmatch(r"\d+%", value):
+            errs.append(
+                (
+                    f"spec.{field}",
+                    "FieldValueInvalid",
+                    "a valid percent string must be a numeric string followed by an ending '%', "
+                    f"got {value!r}",
+                )
+            )
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy not in (None, "IfHealthyBudget", "AlwaysAllow"):
+        errs.append(
+            (
+                "spec.unhealthyPodEvictionPolicy",
+                "FieldValueNotSupported",
+                f'Unsupported value: {policy!r}: supported values: "AlwaysAllow", "IfHealthyBudget"',
+            )
+        )
+    try:
+        selector_from_label_selector(spec.get("selector"))
+    except ValueError as err:
+        errs.append(("spec.selector", "FieldValueInvalid", str(err)))
+    return errs
+
+
+def _node_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
+    errs: FieldErrors = []
+    taints = (obj.get("spec") or {}).get("taints") or []
+    seen = set()
+    for i, t in enumerate(taints):
+        if not isinstance(t, dict) or not t.get("key"):
+            errs.append((f"spec.taints[{i}].key", "FieldValueRequired", "Required value"))
+            continue
+        if t.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            errs.append(
+                (
+                    f"spec.taints[{i}].effect",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: {t.get("effect")!r}: supported values: "NoSchedule", '
+                    '"PreferNoSchedule", "NoExecute"',
+                )
+            )
+        if (t.get("key"), t.get("effect")) in seen:
+            errs.append(
+                (f"spec.taints[{i}]", "FieldValueDuplicate", "taints must be unique by key and effect pair")
+            )
+        seen.add((t.get("key"), t.get("effect")))
+    if old is not None:
+        old_pid = (old.get("spec") or {}).get("providerID")
+        if old_pid and (obj.get("spec") or {}).get("providerID") != old_pid:
+            errs.append(
+                (
+                    "spec.providerID",
+                    "FieldValueForbidden",
+                    'Forbidden: node updates may not change providerID except from "" to valid',
+                )
+            )
+    return errs
+
+
+_VALIDATORS = {
+    "Pod": _pod_errors,
+    "Deployment": _workload_errors,
+    "ReplicaSet": _workload_errors,
+    "DaemonSet": _workload_errors,
+    "PodDisruptionBudget": _pdb_errors,
+    "Node": _node_errors,
+}

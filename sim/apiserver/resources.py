@@ -1,0 +1,376 @@
+"""The resource types the emulator serves, described once: names, scope, subresources, patch keys.
+
+Everything that depends on *which* resource a request is about reads it from here: URL routing,
+discovery documents, strategic-merge patch keys, selectable fields for field selectors, whether a
+spec change bumps `metadata.generation`, whether status is isolated behind `/status`.
+
+Patch strategies mirror the `patchStrategy`/`patchMergeKey` struct tags of the real Go types
+(k8s.io/api). Paths list field names only (list items add no path element), e.g. `env` inside each
+container of a pod is `("spec", "containers", "env")`. A list that is not named here is replaced
+whole by a strategic-merge patch, exactly as kube-apiserver does (node `spec.taints`, pod
+`spec.tolerations`, `status.containerStatuses`, label selector `matchExpressions`...). Custom
+resources have no Go types, so kube-apiserver refuses strategic merge for them (415).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.constants import AWS_GROUP, AWS_VERSION, KARPENTER_GROUP, KARPENTER_VERSION
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    """How a strategic-merge patch combines one list (or map, for retainKeys) field."""
+
+    key: str | None = None  # patchMergeKey; None with merge=True means a list of scalars merged as a set
+    merge: bool = True  # patchStrategy "merge"
+    retain_keys: bool = False  # patchStrategy "retainKeys" (honours the $retainKeys directive)
+
+
+Path = tuple[str, ...]
+
+# ObjectMeta, shared by every built-in type.
+_META: dict[Path, MergeRule] = {
+    ("metadata", "finalizers"): MergeRule(),
+    ("metadata", "ownerReferences"): MergeRule(key="uid"),
+}
+
+# core/v1 PodSpec, relative to the spec object.
+_POD_SPEC: dict[Path, MergeRule] = {
+    ("volumes",): MergeRule(key="name", retain_keys=True),
+    ("initContainers",): MergeRule(key="name"),
+    ("containers",): MergeRule(key="name"),
+    ("ephemeralContainers",): MergeRule(key="name"),
+    ("imagePullSecrets",): MergeRule(key="name"),
+    ("hostAliases",): MergeRule(key="ip"),
+    ("topologySpreadConstraints",): MergeRule(key="topologyKey"),
+    ("schedulingGates",): MergeRule(key="name"),
+    ("resourceClaims",): MergeRule(key="name", retain_keys=True),
+}
+# core/v1 Container, relative to one container.
+_CONTAINER: dict[Path, MergeRule] = {
+    ("ports",): MergeRule(key="containerPort"),
+    ("env",): MergeRule(key="name"),
+    ("volumeMounts",): MergeRule(key="mountPath"),
+    ("volumeDevices",): MergeRule(key="devicePath"),
+}
+
+
+def _pod_spec_rules(prefix: Path) -> dict[Path, MergeRule]:
+    rules = {prefix + p: r for p, r in _POD_SPEC.items()}
+    for containers in ("initContainers", "containers", "ephemeralContainers"):
+        rules.update({(*prefix, containers, *p): r for p, r in _CONTAINER.items()})
+    return rules
+
+
+_CONDITIONS_BY_TYPE = {("status", "conditions"): MergeRule(key="type")}
+
+_POD_RULES = {
+    **_META,
+    **_pod_spec_rules(("spec",)),
+    **_CONDITIONS_BY_TYPE,
+    ("status", "podIPs"): MergeRule(key="ip"),
+    ("status", "hostIPs"): MergeRule(key="ip"),
+    ("status", "resourceClaimStatuses"): MergeRule(key="name", retain_keys=True),
+}
+_NODE_RULES = {
+    **_META,
+    ("spec", "podCIDRs"): MergeRule(),
+    **_CONDITIONS_BY_TYPE,
+    ("status", "addresses"): MergeRule(key="type"),
+}
+_WORKLOAD_RULES = {**_META, **_pod_spec_rules(("spec", "template", "spec")), **_CONDITIONS_BY_TYPE}
+_DEPLOYMENT_RULES = {**_WORKLOAD_RULES, ("spec", "strategy"): MergeRule(merge=False, retain_keys=True)}
+
+
+# --- selectable fields (field selectors) ------------------------------------------------------------
+
+
+def _get(obj: dict[str, Any], *path: str) -> Any:
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)  # type: ignore[assignment]
+    return obj
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _meta_fields(obj: dict[str, Any]) -> dict[str, str]:
+    meta = obj.get("metadata") or {}
+    return {"metadata.name": _text(meta.get("name")), "metadata.namespace": _text(meta.get("namespace"))}
+
+
+def _pod_fields(obj: dict[str, Any]) -> dict[str, str]:
+    fields = _meta_fields(obj)
+    for path in (
+        ("spec", "nodeName"),
+        ("spec", "restartPolicy"),
+        ("spec", "schedulerName"),
+        ("spec", "serviceAccountName"),
+        ("spec", "hostNetwork"),
+        ("status", "phase"),
+        ("status", "podIP"),
+        ("status", "nominatedNodeName"),
+    ):
+        value = _get(obj, *path)
+        if path == ("spec", "hostNetwork"):
+            value = bool(value)
+        fields[".".join(path)] = _text(value)
+    return fields
+
+
+def _node_fields(obj: dict[str, Any]) -> dict[str, str]:
+    fields = _meta_fields(obj)
+    fields["spec.unschedulable"] = _text(bool(_get(obj, "spec", "unschedulable")))
+    return fields
+
+
+def _namespace_fields(obj: dict[str, Any]) -> dict[str, str]:
+    fields = _meta_fields(obj)
+    fields["status.phase"] = _text(_get(obj, "status", "phase"))
+    return fields
+
+
+def _event_fields(obj: dict[str, Any]) -> dict[str, str]:
+    fields = _meta_fields(obj)
+    for name in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"):
+        fields[f"involvedObject.{name}"] = _text(_get(obj, "involvedObject", name))
+    for name in ("reason", "reportingComponent", "type"):
+        fields[name] = _text(obj.get(name))
+    fields["source"] = _text(_get(obj, "source", "component"))
+    return fields
+
+
+# --- the registry ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)  # one instance per type: identity is equality
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    singular: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()  # "status", "eviction", "binding"
+    custom: bool = False  # a CustomResourceDefinition: no strategic merge, status dropped on create
+    generation: bool = False  # metadata.generation tracks spec changes
+    merge_rules: dict[Path, MergeRule] = field(default_factory=lambda: dict(_META))
+    fields: Callable[[dict[str, Any]], dict[str, str]] = _meta_fields
+    # kube-apiserver drops status on create for most types; nodes keep what the kubelet sent.
+    keep_status_on_create: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def group_resource(self) -> str:
+        """`pods`, `deployments.apps`: how kube-apiserver names the resource in error messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+    @property
+    def verbs(self) -> list[str]:
+        return ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+    def selectable_fields(self, obj: dict[str, Any]) -> dict[str, str]:
+        return self.fields(obj)
+
+
+_STATUS = ("status",)
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        "namespace",
+        False,
+        ("ns",),
+        subresources=_STATUS,
+        fields=_namespace_fields,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        "node",
+        False,
+        ("no",),
+        subresources=_STATUS,
+        merge_rules=_NODE_RULES,
+        fields=_node_fields,
+        keep_status_on_create=True,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        "pod",
+        True,
+        ("po",),
+        ("all",),
+        subresources=("status", "eviction", "binding"),
+        generation=True,
+        merge_rules=_POD_RULES,
+        fields=_pod_fields,
+    ),
+    ResourceType("", "v1", "Event", "events", "event", True, ("ev",), fields=_event_fields),
+    ResourceType(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        True,
+        ("pdb",),
+        subresources=_STATUS,
+        generation=True,
+        merge_rules={**_META, **_CONDITIONS_BY_TYPE},
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        True,
+        ("deploy",),
+        ("all",),
+        subresources=_STATUS,
+        generation=True,
+        merge_rules=_DEPLOYMENT_RULES,
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        True,
+        ("rs",),
+        ("all",),
+        subresources=_STATUS,
+        generation=True,
+        merge_rules=_WORKLOAD_RULES,
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        True,
+        ("ds",),
+        ("all",),
+        subresources=_STATUS,
+        generation=True,
+        merge_rules=_WORKLOAD_RULES,
+    ),
+    ResourceType(
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "volumeattachments",
+        "volumeattachment",
+        False,
+        subresources=_STATUS,
+    ),
+    ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
+    ResourceType(
+        KARPENTER_GROUP,
+        KARPENTER_VERSION,
+        "NodePool",
+        "nodepools",
+        "nodepool",
+        False,
+        categories=("karpenter",),
+        subresources=_STATUS,
+        custom=True,
+        generation=True,
+    ),
+    ResourceType(
+        KARPENTER_GROUP,
+        KARPENTER_VERSION,
+        "NodeClaim",
+        "nodeclaims",
+        "nodeclaim",
+        False,
+        categories=("karpenter",),
+        subresources=_STATUS,
+        custom=True,
+        generation=True,
+    ),
+    ResourceType(
+        AWS_GROUP,
+        AWS_VERSION,
+        "EC2NodeClass",
+        "ec2nodeclasses",
+        "ec2nodeclass",
+        False,
+        ("ec2nc", "ec2ncs"),
+        ("karpenter",),
+        subresources=_STATUS,
+        custom=True,
+        generation=True,
+    ),
+)
+
+_BY_NAME: dict[str, ResourceType] = {}
+for _r in RESOURCES:
+    for _name in (_r.plural, _r.singular, _r.kind, _r.kind.lower(), _r.group_resource, *_r.short_names):
+        _BY_NAME.setdefault(_name, _r)
+_BY_GVR: dict[tuple[str, str, str], ResourceType] = {(r.group, r.version, r.plural): r for r in RESOURCES}
+
+
+class UnknownResource(LookupError):
+    pass
+
+
+def resolve(resource: str | ResourceType) -> ResourceType:
+    """Find a resource type by plural, singular, Kind, short name or `plural.group`."""
+    if isinstance(resource, ResourceType):
+        return resource
+    try:
+        return _BY_NAME[resource]
+    except KeyError:
+        raise UnknownResource(f"the emulator serves no resource named {resource!r}") from None
+
+
+def by_gvr(group: str, version: str, plural: str) -> ResourceType | None:
+    return _BY_GVR.get((group, version, plural))
+
+
+def groups() -> dict[str, list[ResourceType]]:
+    """Resource types by API group, in registry order (the core group is "")."""
+    out: dict[str, list[ResourceType]] = {}
+    for r in RESOURCES:
+        out.setdefault(r.group, []).append(r)
+    return out
+
+
+def all_resources() -> Iterable[ResourceType]:
+    return RESOURCES
