@@ -1,0 +1,171 @@
+"""NodePool disruption budgets (behaviour notes §1.5).
+
+- A budget allows `nodes` disruptions at once: an integer, or a percentage of the pool's nodes
+  rounded up. It applies to the reasons it lists (all reasons when it lists none).
+- A budget with a `schedule` (5-field cron or @macro, UTC) is active only while the most recent cron
+  hit lies within `duration` of now; an inactive budget imposes no limit.
+- Allowed for a reason = the minimum over the active budgets that apply to it (no budget: 10%).
+- Counting: total = the pool's initialized nodes (NodeClaims already InstanceTerminating excluded);
+  disrupting = those NotReady, being deleted, tainted `karpenter.sh/disrupted`, or marked for deletion
+  earlier in this pass. Remaining = max(allowed - disrupting, 0).
+- A budget that fails to parse (bad nodes, bad cron, bad duration) fails closed: 0 for every reason
+  of that pool, and the error is reported. Budgets never gate expiration.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from croniter import croniter
+
+from api.constants import BUDGET_REASONS
+from api.duration import DurationError, parse_duration
+from api.nodepool import Budget, NodePool
+from planner.model import BudgetMap, PlanContext
+from planner.snapshot import Node
+
+UNLIMITED = 2**31 - 1  # Karpenter's MaxInt32 for "no active budget limits this reason"
+
+# robfig/cron (used by Karpenter) macros that croniter spells differently or not at all.
+_MACROS = {"@midnight": "0 0 * * *", "@annually": "0 0 1 1 *"}
+
+
+class BudgetError(ValueError):
+    pass
+
+
+def _cron(schedule: str) -> str:
+    text = schedule.strip()
+    text = _MACROS.get(text, text)
+    if text.startswith("@"):
+        if text not in ("@yearly", "@monthly", "@weekly", "@daily", "@hourly"):
+            raise BudgetError(f"schedule {schedule!r}: unknown macro")
+    elif len(text.split()) != 5:
+        raise BudgetError(f"schedule {schedule!r}: expected 5 cron fields (minute hour day month weekday)")
+    if not croniter.is_valid(text):
+        raise BudgetError(f"schedule {schedule!r}: not a valid cron expression")
+    return text
+
+
+def budget_active(budget: Budget, now: datetime) -> bool:
+    """Whether the budget applies at `now` (UTC): always without a schedule; otherwise when a cron hit
+    happened in (now - duration, now]. Raises BudgetError for an unparseable schedule or duration."""
+    if budget.schedule is None:
+        return True
+    try:
+        duration = parse_duration(budget.duration or "")
+    except DurationError as err:
+        raise BudgetError(f"duration {budget.duration!r}: {err}") from None
+    cron = _cron(budget.schedule)
+    start = now - duration
+    next_hit = croniter(cron, start).get_next(datetime)
+    return next_hit <= now
+
+
+def budget_nodes(budget: Budget, total: int) -> int:
+    text = budget.nodes
+    if text.endswith("%"):
+        return math.ceil(int(text[:-1]) * total / 100)
+    return int(text)
+
+
+def allowed_disruptions(pool: NodePool, total: int, now: datetime, reason: str) -> int:
+    """Disruptions the pool's budgets allow for `reason` at `now` (before subtracting in-flight ones).
+    Raises BudgetError when a budget cannot be evaluated."""
+    allowed = UNLIMITED
+    for budget in pool.spec.disruption.budgets:
+        if budget.reasons is not None and reason not in budget.reasons:
+            continue
+        if budget_active(budget, now):
+            allowed = min(allowed, budget_nodes(budget, total))
+    return allowed
+
+
+def next_budget_change(
+    pool: NodePool, now: datetime, horizon: timedelta = timedelta(days=8)
+) -> datetime | None:
+    """The next time a scheduled budget of the pool starts or stops applying (for people and timers)."""
+    changes = []
+    for budget in pool.spec.disruption.budgets:
+        if budget.schedule is None:
+            continue
+        try:
+            duration = parse_duration(budget.duration or "")
+            cron = _cron(budget.schedule)
+        except (BudgetError, DurationError):
+            continue
+        hit = croniter(cron, now).get_next(datetime)
+        if hit - now <= horizon:
+            changes.append(hit)
+        if budget_active(budget, now):
+            last = croniter(cron, now + timedelta(seconds=1)).get_prev(datetime)
+            changes.append(last + duration)
+    return min(changes) if changes else None
+
+
+def _counts_toward_total(node: Node) -> bool:
+    return node.initialized and not (node.nodeclaim is not None and node.nodeclaim.instance_terminating)
+
+
+def _is_disrupting(node: Node, marked: set[str]) -> bool:
+    return not node.ready or node.is_deleting or node.has_disrupted_taint or node.name in marked
+
+
+def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int]]:
+    """(total, disrupting) node counts per NodePool."""
+    total: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
+    disrupting: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
+    for node in ctx.snapshot.nodes.values():
+        pool = node.nodepool
+        if pool not in total or not _counts_toward_total(node):
+            continue
+        total[pool] += 1
+        if _is_disrupting(node, ctx.marked_for_deletion):
+            disrupting[pool] += 1
+    return total, disrupting
+
+
+def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
+    """Remaining disruptions per NodePool for `reason` right now."""
+    if reason not in BUDGET_REASONS:
+        raise ValueError(f"budgets only apply to {', '.join(BUDGET_REASONS)}, not {reason!r}")
+    total, disrupting = pool_counts(ctx)
+    budget_map = BudgetMap(reason=reason, remaining={}, total=total, disrupting=disrupting, errors={})
+    for name, pool in ctx.snapshot.nodepools.items():
+        errors = list(ctx.snapshot.budget_errors.get(name, ()))
+        allowed = 0
+        if not errors:
+            try:
+                allowed = allowed_disruptions(pool, total[name], ctx.now, reason)
+            except BudgetError as err:
+                errors.append(str(err))
+        if errors:
+            budget_map.errors[name] = errors
+            allowed = 0
+        # A limit above the pool's size means "unlimited"; report the pool size instead of MaxInt32.
+        allowed = min(allowed, total[name])
+        budget_map.allowed[name] = allowed
+        budget_map.remaining[name] = max(allowed - disrupting[name], 0)
+    return budget_map
+
+
+def budget_report(ctx: PlanContext) -> dict[str, dict[str, int]]:
+    """pool -> reason -> disruptions still allowed now (what `karpflow plan` prints)."""
+    maps = {reason: build_budget_map(ctx, reason) for reason in BUDGET_REASONS}
+    return {
+        pool: {reason: maps[reason].remaining[pool] for reason in BUDGET_REASONS}
+        for pool in sorted(ctx.snapshot.nodepools)
+    }
+
+
+def budget_problems(ctx: PlanContext) -> dict[str, list[str]]:
+    """pool -> budget errors (parse failures at load time and bad schedules), for reporting."""
+    out: dict[str, list[str]] = {p: list(e) for p, e in ctx.snapshot.budget_errors.items()}
+    for name, pool in ctx.snapshot.nodepools.items():
+        for index, budget in enumerate(pool.spec.disruption.budgets):
+            try:
+                budget_active(budget, ctx.now)
+            except BudgetError as err:
+                out.setdefault(name, []).append(f"spec.disruption.budgets[{index}]: {err}")
+    return out

@@ -1,0 +1,257 @@
+"""Which nodes may be disrupted at all, in what order, and when they become consolidatable.
+
+Rules (behaviour notes §1.3, §1.4, §1.6):
+- A managed node (labelled `karpenter.sh/nodepool` with an existing NodePool) becomes a `Candidate`
+  unless a filter blocks it: disruption already in flight (the `karpenter.sh/disrupted` taint), not
+  initialized, being deleted, or annotated `karpenter.sh/do-not-disrupt`. Blocked nodes get a
+  readable reason; unmanaged nodes are not reported.
+- Pod-level blocks (an active do-not-disrupt pod, a PDB that allows no disruption, a pod under two
+  PDBs) are recorded on the candidate as `pod_block`: graceful methods skip such candidates, the
+  eventual class (drift on a node with a terminationGracePeriod) does not.
+- Consolidation methods additionally need `consolidation_block(ctx, c) is None`.
+- Ordering: ascending disruption cost = sum of pod eviction costs x lifetime remaining, name as the
+  tie-break so plans are deterministic; single-node consolidation interleaves NodePools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from api.constants import DISRUPTED_TAINT_KEY, LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
+from api.duration import DurationError, format_duration, parse_optional_duration
+from api.nodepool import NodePool
+from planner.model import Blocked, Candidate, PlanContext
+from planner.selectors import Taint
+from planner.snapshot import Node, Pod, Snapshot
+
+_DISRUPTED_TAINT = Taint(DISRUPTED_TAINT_KEY, None, "NoSchedule")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# --- Per-node facts -------------------------------------------------------------------------------
+
+
+def _duration(value: str | None) -> timedelta | None:
+    try:
+        return parse_optional_duration(value)
+    except DurationError:
+        return None
+
+
+def node_expire_after(node: Node, pool: NodePool | None) -> timedelta | None:
+    """expireAfter of the node: its NodeClaim's copy when there is one, else the NodePool template's
+    (a node carries the value it was launched with; without NodeClaims the pool's is the best guess).
+    None means Never."""
+    claim = node.nodeclaim
+    if claim is not None and claim.expire_after is not None:
+        return _duration(claim.expire_after)
+    return pool.spec.template.spec.expire_after_delta if pool is not None else None
+
+
+def node_termination_grace_period(node: Node, pool: NodePool | None) -> timedelta | None:
+    claim = node.nodeclaim
+    if claim is not None and claim.termination_grace_period is not None:
+        return _duration(claim.termination_grace_period)
+    return pool.spec.template.spec.termination_grace_period_delta if pool is not None else None
+
+
+def node_created(node: Node) -> datetime | None:
+    claim = node.nodeclaim
+    if claim is not None and claim.creation_timestamp is not None:
+        return claim.creation_timestamp
+    return node.creation_timestamp
+
+
+def lifetime_remaining(node: Node, pool: NodePool | None, now: datetime) -> float:
+    """(expireAfter - age) / expireAfter clamped to [0, 1]; 1.0 when the node never expires."""
+    expire_after = node_expire_after(node, pool)
+    created = node_created(node)
+    if expire_after is None or created is None or expire_after.total_seconds() <= 0:
+        return 1.0
+    age = (now - created).total_seconds()
+    return min(1.0, max(0.0, (expire_after.total_seconds() - age) / expire_after.total_seconds()))
+
+
+def disruption_cost(pods: Iterable[Pod], lifetime: float) -> float:
+    """Karpenter's DisruptionCost: the eviction costs of the node's (non-terminal) pods x lifetime."""
+    return sum(p.eviction_cost for p in pods if not p.is_terminal) * lifetime
+
+
+def last_pod_event(node: Node) -> datetime | None:
+    """Start of the consolidateAfter clock: the latest of the node becoming Ready, the NodeClaim's
+    lastPodEventTime, and any non-DaemonSet pod being bound/started, starting to terminate or finishing."""
+    latest = node.ready_since
+    claim = node.nodeclaim
+    if claim is not None and claim.last_pod_event_time is not None:
+        latest = claim.last_pod_event_time if latest is None else max(latest, claim.last_pod_event_time)
+    for pod in node.pods:
+        if pod.owner_kind == "DaemonSet":
+            continue
+        event = pod.last_event_time
+        if event is not None and (latest is None or event > latest):
+            latest = event
+    return latest
+
+
+def consolidatable_at(node: Node, pool: NodePool, last_event: datetime | None) -> datetime | None:
+    """When the node becomes Consolidatable; None when the pool's consolidateAfter is Never.
+    A node with no time information at all is consolidatable at once."""
+    after = pool.spec.disruption.consolidate_after_delta
+    if after is None:
+        return None
+    start = last_event or node_created(node)
+    return start + after if start is not None else _EPOCH
+
+
+def pod_block(snapshot: Snapshot, node: Node) -> str | None:
+    """The first pod-level reason graceful disruption must leave the node alone (§1.3 step 8)."""
+    now = snapshot.now
+    for pod in node.pods:
+        annotation = pod.do_not_disrupt_reason(now)
+        if annotation is not None:
+            return f"pod {pod.key} has {annotation}"
+    if not snapshot.pdbs:
+        return None
+    for pod in node.pods:
+        # Only pods that would really be evicted matter: active, not mirror, not tolerating the
+        # disrupted taint (those stay until the node goes).
+        if not pod.is_active or pod.is_mirror or pod.tolerates(_DISRUPTED_TAINT):
+            continue
+        pdbs = snapshot.pdbs_for(pod)
+        if not pdbs:
+            continue
+        if len(pdbs) > 1:
+            names = ", ".join(sorted(p.key for p in pdbs))
+            return f"pod {pod.key} is covered by more than one PDB ({names}); evictions would be refused"
+        pdb = pdbs[0]
+        if pdb.disruptions_allowed <= 0:
+            if pdb.unhealthy_pod_eviction_policy == "AlwaysAllow" and not pod.ready:
+                continue
+            return f"pdb {pdb.key} prevents pod evictions"
+    return None
+
+
+# --- Building candidates --------------------------------------------------------------------------
+
+
+def node_block(node: Node, pool: NodePool | None) -> str | None:
+    """Node-level filters (§1.3 steps 1-7). None: the node may become a candidate."""
+    if node.is_deleting:
+        return "node is being deleted"
+    if node.has_disrupted_taint:
+        return f"disruption already in progress ({DISRUPTED_TAINT_KEY} taint)"
+    if pool is None:
+        return f"nodepool {node.nodepool} not found"
+    if not node.initialized:
+        return "node is not initialized (karpenter.sh/initialized is not true)"
+    if node.do_not_disrupt:
+        return "node has karpenter.sh/do-not-disrupt"
+    return None
+
+
+def make_candidate(ctx: PlanContext, node: Node, pool: NodePool) -> Candidate:
+    """A Candidate for `node` whatever the filters say (expiration needs one for blocked nodes too)."""
+    snapshot = ctx.snapshot
+    instance_type = ctx.catalog.get(node.instance_type)
+    capacity_type, zone = node.capacity_type, node.zone
+    price = None
+    if instance_type is not None and capacity_type and zone:
+        price = instance_type.price(zone, capacity_type)
+    last_event = last_pod_event(node)
+    return Candidate(
+        node=node,
+        nodepool=pool,
+        instance_type=instance_type,
+        capacity_type=capacity_type,
+        zone=zone,
+        price=price,
+        reschedulable_pods=[p for p in node.pods if p.is_reschedulable],
+        disruption_cost=disruption_cost(node.pods, lifetime_remaining(node, pool, snapshot.now)),
+        last_pod_event=last_event,
+        consolidatable_at=consolidatable_at(node, pool, last_event),
+        pod_block=pod_block(snapshot, node),
+        nodeclaim=node.nodeclaim,
+        termination_grace_period=node_termination_grace_period(node, pool),
+        expire_after=node_expire_after(node, pool),
+    )
+
+
+def build_candidates(ctx: PlanContext) -> tuple[list[Candidate], list[Blocked]]:
+    """Every managed node as a Candidate or a Blocked entry, in node-name order.
+
+    Nodes in `ctx.marked_for_deletion` (already in a command of this pass) are neither.
+    """
+    snapshot = ctx.snapshot
+    candidates: list[Candidate] = []
+    blocked: list[Blocked] = []
+    for name in sorted(snapshot.nodes):
+        node = snapshot.nodes[name]
+        pool_name = node.nodepool
+        if not pool_name or name in ctx.marked_for_deletion:
+            continue
+        pool = snapshot.nodepools.get(pool_name)
+        reason = node_block(node, pool)
+        if reason is not None or pool is None:
+            blocked.append(Blocked(name, reason or "", pool_name))
+            continue
+        candidates.append(make_candidate(ctx, node, pool))
+    return candidates, blocked
+
+
+def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
+    """The consolidation-only filter (emptiness, multi- and single-node; §1.3). None: may consolidate."""
+    node, pool = candidate.node, candidate.nodepool
+    disruption = pool.spec.disruption
+    if disruption.consolidate_after_delta is None:
+        return f"consolidation is disabled for nodepool {pool.name} (consolidateAfter: Never)"
+    if node.do_not_consolidate:
+        return f"node has {LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION}"
+    if candidate.instance_type is None:
+        return f"instance type {node.instance_type or '(no label)'} is not in the catalog; cannot price it"
+    if not candidate.capacity_type or not candidate.zone:
+        return "node lacks the capacity-type or zone label needed for pricing"
+    if candidate.price is None:
+        offering = f"{candidate.capacity_type} {node.instance_type} in {candidate.zone}"
+        return f"the catalog has no offering for {offering}; cannot price it"
+    if disruption.consolidation_policy == "WhenEmpty" and not candidate.is_empty:
+        return f"nodepool {pool.name} has consolidationPolicy WhenEmpty and the node is not empty"
+    if not candidate.consolidatable(ctx.now):
+        assert candidate.consolidatable_at is not None
+        after = format_duration(disruption.consolidate_after_delta)
+        return (
+            f"not consolidatable until {candidate.consolidatable_at:%Y-%m-%dT%H:%M:%SZ} "
+            f"(consolidateAfter {after} after the last pod event)"
+        )
+    return None
+
+
+# --- Ordering -------------------------------------------------------------------------------------
+
+
+def sort_by_disruption_cost(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Cheapest to disrupt first (Karpenter v1.x documented order); node name breaks ties."""
+    return sorted(candidates, key=lambda c: (c.disruption_cost, c.name))
+
+
+def round_robin_by_nodepool(
+    candidates: Sequence[Candidate], first_pools: Sequence[str] = ()
+) -> list[Candidate]:
+    """Interleave candidates across NodePools, keeping each pool's own order (single-node, §1.4).
+
+    Pools in `first_pools` (those a timed-out pass never reached) come first, in that order; the
+    others follow in order of their first candidate.
+    """
+    by_pool: dict[str, list[Candidate]] = {}
+    for candidate in candidates:
+        by_pool.setdefault(candidate.pool_name, []).append(candidate)
+    order = [p for p in first_pools if p in by_pool] + [p for p in by_pool if p not in first_pools]
+    out: list[Candidate] = []
+    index = 0
+    while len(out) < len(candidates):
+        for pool in order:
+            items = by_pool[pool]
+            if index < len(items):
+                out.append(items[index])
+        index += 1
+    return out

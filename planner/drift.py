@@ -1,0 +1,370 @@
+"""Drift: nodes that no longer match what their NodePool / EC2NodeClass would launch today (§6).
+
+Detection, first hit wins:
+1. the node's NodeClaim already says `Drifted=True` (trusted as is);
+2. NodePoolDrifted: the node's `karpenter.sh/nodepool-hash` differs from `nodepool_hash(pool)`, compared
+   only when the node's `karpenter.sh/nodepool-hash-version` is ours (`NODEPOOL_HASH_VERSION`). Nodes
+   launched by another tool (or by Karpenter, whose hash is computed differently) carry another
+   version or none and are never drifted by the hash: adopting a cluster cannot drift it all at once.
+   `hash_stamps(snapshot)` lists the nodes to re-stamp so later template changes do drift them;
+3. RequirementsDrifted: the node's labels no longer satisfy the NodePool requirements (narrowing
+   drifts, widening never does). Well-known labels a node lacks are taken from the catalog; a value
+   still unknown never causes drift;
+4. InstanceTypeNotFound (only with `options.instance_type_drift`): the type or its offering for the
+   node's zone and capacity type left the catalog, for nodes older than 1 h;
+5. EC2NodeClass: NodeClassDrifted (our `ec2nodeclass-hash` of the spec minus selector terms, same
+   version rule), AMIDrift (the node's `karpenter.k8s.aws/instance-ami-id` label is not among
+   `status.amis` that fit the node), SubnetDrift (`karpflow.io/subnet-id` label not in
+   `status.subnets`), SecurityGroupDrift (`karpflow.io/security-group-ids` annotation differs from
+   `status.securityGroups`). Missing information on either side never causes drift.
+
+Acting (`Drift` method): eventual class, budget reason Drifted, no validation delay. Empty drifted
+nodes first, then oldest drifted first; for the first candidate within budget whose pods can all be
+placed, one command with the new nodes the simulation needs (none: a plain delete). One per pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from api.constants import (
+    ARCH_LABEL,
+    CAPACITY_TYPE_LABEL,
+    HOSTNAME_LABEL,
+    INSTANCE_AMI_ID_LABEL,
+    INSTANCE_TYPE_LABEL,
+    NODECLASS_HASH_ANNOTATION,
+    NODECLASS_HASH_VERSION_ANNOTATION,
+    NODEPOOL_HASH_ANNOTATION,
+    NODEPOOL_HASH_VERSION_ANNOTATION,
+    OS_LABEL,
+    REASON_DRIFTED,
+    REGION_LABEL,
+    SECURITY_GROUP_IDS_ANNOTATION,
+    SUBNET_ID_LABEL,
+    ZONE_LABEL,
+)
+from api.duration import format_duration, parse_optional_duration
+from api.nodepool import EC2NodeClass, NodePool
+from planner.model import (
+    DRIFT,
+    BudgetMap,
+    Candidate,
+    Command,
+    DisruptionClass,
+    DriftStatus,
+    PlanContext,
+    ValidationResult,
+)
+from planner.selectors import Requirement
+from planner.snapshot import Node
+
+# Our hash algorithm's version. Deliberately not Karpenter's "v3": the two hashes are computed
+# differently, so equal versions would make every Karpenter-launched node look drifted.
+NODEPOOL_HASH_VERSION = "karpflow-v1"
+NODECLASS_HASH_VERSION = "karpflow-v1"
+
+# Labels Karpenter treats as well-known: a NodePool may constrain them even if a node lacks them.
+WELL_KNOWN_PREFIXES = ("karpenter.k8s.aws/", "karpenter.sh/")
+WELL_KNOWN_LABELS = frozenset(
+    {
+        ZONE_LABEL,
+        REGION_LABEL,
+        INSTANCE_TYPE_LABEL,
+        ARCH_LABEL,
+        OS_LABEL,
+        CAPACITY_TYPE_LABEL,
+        HOSTNAME_LABEL,
+        "topology.k8s.aws/zone-id",
+        "node.kubernetes.io/windows-build",
+    }
+)
+INSTANCE_TYPE_DRIFT_MIN_AGE = timedelta(hours=1)
+
+
+# --- Hashes ---------------------------------------------------------------------------------------
+
+
+def _digest(document: Any) -> str:
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _prune(value: Any) -> Any:
+    """Drop zero values (None, "", empty maps and lists) so `{}` and a missing field hash alike."""
+    if isinstance(value, Mapping):
+        pruned = {k: _prune(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v not in (None, "", {}, [])}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def _normal_duration(value: str | None) -> str | None:
+    return None if value is None else format_duration(parse_optional_duration(value))
+
+
+def nodepool_hash(pool: NodePool) -> str:
+    """Stable hash of the template fields whose change must replace nodes: template labels and
+    annotations, taints and startupTaints (as sets), expireAfter, terminationGracePeriod and
+    nodeClassRef. Not hashed: requirements (checked separately, widening must not drift), disruption
+    settings, limits and weight."""
+    template = pool.spec.template
+    spec = template.spec
+    document = {
+        "labels": dict(template.metadata.labels),
+        "annotations": dict(template.metadata.annotations),
+        "taints": sorted(json.dumps(t.to_wire(), sort_keys=True) for t in spec.taints),
+        "startupTaints": sorted(json.dumps(t.to_wire(), sort_keys=True) for t in spec.startup_taints),
+        "expireAfter": _normal_duration(spec.expire_after),
+        "terminationGracePeriod": _normal_duration(spec.termination_grace_period),
+        "nodeClassRef": spec.node_class_ref.to_wire() if spec.node_class_ref else None,
+    }
+    return _digest(_prune(document))
+
+
+def nodepool_hash_annotations(pool: NodePool) -> dict[str, str]:
+    """The annotations a node launched for `pool` must carry (the launch workflow stamps them)."""
+    return {
+        NODEPOOL_HASH_ANNOTATION: nodepool_hash(pool),
+        NODEPOOL_HASH_VERSION_ANNOTATION: NODEPOOL_HASH_VERSION,
+    }
+
+
+def nodeclass_hash(nodeclass: EC2NodeClass) -> str:
+    """Hash of the EC2NodeClass spec minus the selector terms (their resolved status is compared
+    instead): role, instance profile, AMI family, user data, tags, block devices, metadata options,
+    kubelet."""
+    spec = nodeclass.spec.model_dump(
+        mode="json",
+        exclude={"ami_selector_terms", "subnet_selector_terms", "security_group_selector_terms"},
+        exclude_none=True,
+    )
+    return _digest(_prune(spec))
+
+
+def nodeclass_hash_annotations(nodeclass: EC2NodeClass) -> dict[str, str]:
+    return {
+        NODECLASS_HASH_ANNOTATION: nodeclass_hash(nodeclass),
+        NODECLASS_HASH_VERSION_ANNOTATION: NODECLASS_HASH_VERSION,
+    }
+
+
+def hash_stamps(ctx: PlanContext) -> dict[str, dict[str, str]]:
+    """Managed nodes whose hash annotations are missing or of another version, with the annotations
+    to patch onto them (adoption: from then on, template changes drift them). Drifted nodes are
+    left alone, as Karpenter's hash controller does."""
+    out: dict[str, dict[str, str]] = {}
+    snapshot = ctx.snapshot
+    for name in sorted(snapshot.nodes):
+        node = snapshot.nodes[name]
+        pool = snapshot.nodepools.get(node.nodepool or "")
+        if pool is None or node.is_deleting:
+            continue
+        patch: dict[str, str] = {}
+        if node.annotation(NODEPOOL_HASH_VERSION_ANNOTATION) != NODEPOOL_HASH_VERSION:
+            patch.update(nodepool_hash_annotations(pool))
+        nodeclass = _nodeclass_of(ctx, node, pool)
+        if (
+            nodeclass is not None
+            and node.annotation(NODECLASS_HASH_VERSION_ANNOTATION) != NODECLASS_HASH_VERSION
+        ):
+            patch.update(nodeclass_hash_annotations(nodeclass))
+        if patch and drift_status(ctx, node, pool) is None:
+            out[name] = patch
+    return out
+
+
+# --- Detection ------------------------------------------------------------------------------------
+
+
+def _nodeclass_of(ctx: PlanContext, node: Node, pool: NodePool) -> EC2NodeClass | None:
+    name = node.nodeclass
+    if not name and pool.spec.template.spec.node_class_ref is not None:
+        name = pool.spec.template.spec.node_class_ref.name
+    return ctx.snapshot.nodeclasses.get(name or "")
+
+
+def node_labels_with_catalog(ctx: PlanContext, node: Node) -> dict[str, str]:
+    """The node's labels, completed with the well-known labels its instance type implies."""
+    instance_type = ctx.catalog.get(node.instance_type)
+    if instance_type is None:
+        return node.labels
+    return {**instance_type.labels, **node.labels}
+
+
+def _is_well_known(key: str) -> bool:
+    return key in WELL_KNOWN_LABELS or key.startswith(WELL_KNOWN_PREFIXES)
+
+
+def requirements_drift(ctx: PlanContext, node: Node, pool: NodePool) -> str | None:
+    labels = node_labels_with_catalog(ctx, node)
+    for raw in pool.spec.template.spec.requirements:
+        requirement = Requirement(raw.key, raw.operator, frozenset(raw.values))
+        value = labels.get(raw.key)
+        if value is None and _is_well_known(raw.key):
+            continue  # unknown, not wrong
+        if not requirement.matches_value(value):
+            shown = "absent" if value is None else repr(value)
+            return f"label {raw.key} is {shown}, the nodepool now requires {requirement}"
+    return None
+
+
+def instance_type_drift(ctx: PlanContext, node: Node) -> str | None:
+    created = node.creation_timestamp
+    if created is None or ctx.now - created < INSTANCE_TYPE_DRIFT_MIN_AGE or not node.instance_type:
+        return None
+    instance_type = ctx.catalog.get(node.instance_type)
+    if instance_type is None:
+        return f"instance type {node.instance_type} is no longer offered"
+    if node.zone and node.capacity_type:
+        offering = instance_type.offering(node.zone, node.capacity_type)
+        if offering is None and not (
+            node.capacity_type == "reserved" and instance_type.offering(node.zone, "on-demand") is not None
+        ):
+            return f"no {node.capacity_type} offering of {node.instance_type} in {node.zone} any more"
+    return None
+
+
+def nodeclass_drift(ctx: PlanContext, node: Node, pool: NodePool) -> tuple[str, str] | None:
+    nodeclass = _nodeclass_of(ctx, node, pool)
+    if nodeclass is None:
+        return None
+    if node.annotation(NODECLASS_HASH_VERSION_ANNOTATION) == NODECLASS_HASH_VERSION:
+        recorded = node.annotation(NODECLASS_HASH_ANNOTATION)
+        if recorded is not None and recorded != nodeclass_hash(nodeclass):
+            return "NodeClassDrifted", f"ec2nodeclass {nodeclass.name} spec changed since launch"
+    status = nodeclass.status
+    ami = node.labels.get(INSTANCE_AMI_ID_LABEL)
+    if ami and status.amis:
+        labels = node_labels_with_catalog(ctx, node)
+        fitting = {
+            a.id
+            for a in status.amis
+            if all(
+                Requirement(r.key, r.operator, frozenset(r.values)).matches(labels) for r in a.requirements
+            )
+        }
+        if ami not in fitting:
+            return "AMIDrift", f"AMI {ami} is no longer among ec2nodeclass {nodeclass.name} status.amis"
+    subnet = node.labels.get(SUBNET_ID_LABEL)
+    if subnet and status.subnets and subnet not in {s.id for s in status.subnets}:
+        return (
+            "SubnetDrift",
+            f"subnet {subnet} is no longer among ec2nodeclass {nodeclass.name} status.subnets",
+        )
+    groups = node.annotation(SECURITY_GROUP_IDS_ANNOTATION)
+    if groups and status.security_groups:
+        mine = {g.strip() for g in groups.split(",") if g.strip()}
+        wanted = {g.id for g in status.security_groups}
+        if mine != wanted:
+            return (
+                "SecurityGroupDrift",
+                f"security groups {sorted(mine)} differ from ec2nodeclass {nodeclass.name} {sorted(wanted)}",
+            )
+    return None
+
+
+def drift_status(ctx: PlanContext, node: Node, pool: NodePool) -> DriftStatus | None:
+    """Whether and why `node` is drifted (None: it is not)."""
+    claim = node.nodeclaim
+    if claim is not None and claim.condition_true("Drifted"):
+        condition = claim.conditions["Drifted"]
+        return DriftStatus(condition.reason or "Drifted", condition.message or "", condition.last_transition)
+    since = _drift_since(node)
+    if node.annotation(NODEPOOL_HASH_VERSION_ANNOTATION) == NODEPOOL_HASH_VERSION:
+        recorded = node.annotation(NODEPOOL_HASH_ANNOTATION)
+        if recorded is not None and recorded != nodepool_hash(pool):
+            return DriftStatus(
+                "NodePoolDrifted", f"nodepool {pool.name} template changed since launch", since
+            )
+    detail = requirements_drift(ctx, node, pool)
+    if detail is not None:
+        return DriftStatus("RequirementsDrifted", detail, since)
+    if ctx.options.instance_type_drift:
+        detail = instance_type_drift(ctx, node)
+        if detail is not None:
+            return DriftStatus("InstanceTypeNotFound", detail, since)
+    found = nodeclass_drift(ctx, node, pool)
+    if found is not None:
+        return DriftStatus(found[0], found[1], since)
+    return None
+
+
+def _drift_since(node: Node) -> datetime | None:
+    # Without a Drifted condition there is no record of when drift began; the node's age is the next
+    # best order (the oldest nodes were launched from the oldest templates).
+    return node.creation_timestamp
+
+
+# --- The method -----------------------------------------------------------------------------------
+
+
+class Drift:
+    """Replace drifted nodes one command per pass, within the Drifted budget (§6.2)."""
+
+    name = DRIFT
+    reason = REASON_DRIFTED
+    disruption_class = DisruptionClass.EVENTUAL
+    consolidation_type = ""
+
+    def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
+        candidate.drift = drift_status(ctx, candidate.node, candidate.nodepool)
+        return candidate.drift is not None
+
+    def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        ordered = sorted(candidates, key=_drift_order)
+        for index, candidate in enumerate(ordered):
+            drift = candidate.drift
+            assert drift is not None
+            label = f"drifted ({drift.reason}: {drift.detail})"
+            if budgets.available(candidate.pool_name) <= 0:
+                ctx.explain(
+                    candidate.name, self.name, f"{label}; {budgets.exhausted_message(candidate.pool_name)}"
+                )
+                continue
+            replacements = []
+            if not candidate.is_empty:
+                if ctx.simulate is None:
+                    ctx.explain(candidate.name, self.name, f"{label}; no scheduling simulation available")
+                    continue
+                result = ctx.simulate(ctx, [candidate])
+                failures = result.non_pending_failures()
+                if failures:
+                    pod, why = min(failures.items())
+                    text = f"{label}; {len(failures)} pod(s) cannot be rescheduled (e.g. {pod}: {why})"
+                    ctx.explain(candidate.name, self.name, text)
+                    continue
+                replacements = result.new_nodes
+            budgets.take(candidate.pool_name)
+            for later in ordered[index + 1 :]:
+                reason = later.drift.reason if later.drift else "?"
+                ctx.explain(
+                    later.name,
+                    self.name,
+                    f"drifted ({reason}); one drift command per pass, waits for the next",
+                )
+            return [
+                Command(
+                    method=self.name,
+                    reason=self.reason,
+                    candidates=[candidate],
+                    replacements=replacements,
+                    disruption_class=self.disruption_class,
+                    message=label,
+                )
+            ]
+        return []
+
+    def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
+        # Drift commands run without the 15 s validation in Karpenter (§1.7); there is nothing to re-check.
+        return ValidationResult(True, command)
+
+
+def _drift_order(candidate: Candidate) -> tuple:
+    since = candidate.drift.since if candidate.drift else None
+    return (not candidate.is_empty, since.timestamp() if since else float("inf"), candidate.name)

@@ -1,0 +1,87 @@
+"""Emptiness: delete every empty, consolidatable node the budgets allow, in one command (§2.1).
+
+Empty = no reschedulable pods (DaemonSet and mirror pods do not count; terminating StatefulSet pods
+do). The pool's consolidateAfter must not be Never and the node must be Consolidatable. Works for
+both consolidation policies. Reason `Empty`, graceful class; validated after the 15 s delay by
+`validate`, which keeps the subset of nodes still valid (the command fails only if none remain).
+"""
+
+from __future__ import annotations
+
+from api.constants import REASON_EMPTY
+from planner.budgets import build_budget_map
+from planner.candidates import build_candidates, consolidation_block
+from planner.model import (
+    CONSOLIDATION_EMPTY,
+    EMPTINESS,
+    BudgetMap,
+    Candidate,
+    Command,
+    DisruptionClass,
+    PlanContext,
+    ValidationResult,
+)
+
+
+class Emptiness:
+    name = EMPTINESS
+    reason = REASON_EMPTY
+    disruption_class = DisruptionClass.GRACEFUL
+    consolidation_type = CONSOLIDATION_EMPTY
+
+    def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
+        if not candidate.is_empty:
+            return False
+        block = consolidation_block(ctx, candidate)
+        if block is not None:
+            ctx.explain(candidate.name, self.name, f"empty, but {block}")
+            return False
+        return True
+
+    def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        chosen = []
+        for candidate in candidates:
+            if budgets.take(candidate.pool_name):
+                chosen.append(candidate)
+            else:
+                ctx.explain(
+                    candidate.name, self.name, f"empty, but {budgets.exhausted_message(candidate.pool_name)}"
+                )
+        if not chosen:
+            return []
+        return [
+            Command(self.name, self.reason, chosen, [], self.disruption_class, f"{len(chosen)} empty node(s)")
+        ]
+
+    def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
+        """Re-check on the fresh snapshot in `ctx`: keep the nodes that are still candidates, still
+        empty and consolidatable, free of pod blocks, and within a freshly computed budget."""
+        return validate_emptiness(ctx, command)
+
+
+def validate_emptiness(ctx: PlanContext, command: Command) -> ValidationResult:
+    candidates, _ = build_candidates(ctx)
+    fresh = {c.name: c for c in candidates}
+    budgets = build_budget_map(ctx, REASON_EMPTY)
+    method = Emptiness()
+    kept: list[Candidate] = []
+    dropped: list[str] = []
+    for name in command.nodes:
+        candidate = fresh.get(name)
+        if (
+            candidate is None
+            or candidate.pod_block is not None
+            or not method.should_disrupt(ctx, candidate)
+            or not budgets.take(candidate.pool_name)
+        ):
+            dropped.append(name)
+            continue
+        kept.append(candidate)
+    if not kept:
+        return ValidationResult(
+            False, None, f"no node of the command is still empty and disruptable: {dropped}"
+        )
+    subset = Command(
+        command.method, command.reason, kept, [], command.disruption_class, f"{len(kept)} empty node(s)"
+    )
+    return ValidationResult(True, subset, f"dropped {dropped}" if dropped else "")

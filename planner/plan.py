@@ -1,0 +1,358 @@
+"""One planning pass: `plan(snapshot, catalog, options) -> Plan`.
+
+The order of a pass (behaviour notes §1.1, §1.2, §7.1):
+1. Expiration (forceful, outside the budgeted loop): every node past its expireAfter gets a command;
+   those nodes then count as disrupting and are not candidates for anything else.
+2. Candidates are built once (filters, pod blocks, disruption cost, Consolidatable time).
+3. Methods in order: emptiness, drift, multi-node consolidation, single-node consolidation. Each gets
+   the candidates its class allows and `should_disrupt` accepts, in disruption-cost order, and a fresh
+   budget map for its reason. The first method that returns commands ends the pass, unless
+   `options.all_methods` (then every method runs, and nodes chosen by one are in flight for the next).
+4. Every managed node not in a command is reported with the reason it was left alone.
+
+The result is a pydantic `Plan` (what `karpflow plan --output json` prints and what an activity
+returns to the controller workflow). The rich `Command` objects stay available as `plan.commands_`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from types import ModuleType
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic.alias_generators import to_camel
+
+from api.constants import BUDGET_REASONS
+from planner.budgets import budget_problems, budget_report, build_budget_map
+from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
+from planner.catalog import Catalog
+from planner.drift import Drift
+from planner.emptiness import Emptiness
+from planner.expiration import expiration_commands
+from planner.model import (
+    DRIFT,
+    EMPTINESS,
+    EXPIRATION,
+    Candidate,
+    Command,
+    DisruptionClass,
+    Method,
+    PlanContext,
+    PlanOptions,
+    Replacement,
+    Simulate,
+    ValidationResult,
+)
+from planner.snapshot import Snapshot
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ReplacementOut(_Out):
+    nodepool: str
+    instance_types: list[str]
+    capacity_type: str
+    zones: list[str]
+    price: float | None
+    pods: int = 0
+
+
+class CommandOut(_Out):
+    id: str
+    method: str
+    reason: str
+    decision: str
+    nodes: list[str]
+    nodepools: list[str]
+    replacements: list[ReplacementOut]
+    savings_per_hour: float
+    disruption_class: str
+    pods: int = Field(description="reschedulable pods that move")
+    message: str = ""
+
+
+class Explanation(_Out):
+    method: str
+    reason: str
+
+
+class BlockedOut(_Out):
+    node: str
+    nodepool: str | None
+    reason: str
+    details: list[Explanation] = Field(default_factory=list)
+
+
+class PlanSummary(_Out):
+    nodes: int
+    managed: int
+    candidates: int
+    methods: list[str]
+    ended_by: str | None = None
+
+
+class Plan(_Out):
+    at: str
+    region: str
+    catalog: str
+    commands: list[CommandOut]
+    blocked: list[BlockedOut]
+    budgets: dict[str, dict[str, int]]
+    problems: list[str] = Field(default_factory=list)
+    summary: PlanSummary
+    _commands: list[Command] = PrivateAttr(default_factory=list)
+
+    @property
+    def commands_(self) -> list[Command]:
+        """The Command objects behind `commands` (same order), for in-process callers."""
+        return self._commands
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+
+def rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- Methods --------------------------------------------------------------------------------------
+
+
+def default_methods() -> list[Method]:
+    """Emptiness, drift, then the consolidation methods of planner/consolidation.py when present."""
+    methods: list[Method] = [Emptiness(), Drift()]
+    module = _optional_module("planner.consolidation")
+    if module is not None:
+        for name in ("MultiNodeConsolidation", "SingleNodeConsolidation"):
+            cls = getattr(module, name, None)
+            if cls is not None:
+                methods.append(cls())
+    return methods
+
+
+def default_simulate() -> Simulate | None:
+    module = _optional_module("planner.scheduling")
+    return getattr(module, "simulate", None) if module is not None else None
+
+
+def _optional_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:  # a broken import inside the module must surface
+            raise
+        return None
+
+
+# --- The pass -------------------------------------------------------------------------------------
+
+
+def plan(
+    snapshot: Snapshot,
+    catalog: Catalog,
+    options: PlanOptions | None = None,
+    *,
+    methods: Sequence[Method] | None = None,
+    simulate: Simulate | None = None,
+) -> Plan:
+    """What one disruption pass would do at `snapshot.now`, and why every other managed node stays."""
+    options = options or PlanOptions()
+    ctx = PlanContext(
+        snapshot=snapshot,
+        catalog=catalog,
+        options=options,
+        simulate=simulate if simulate is not None else default_simulate(),
+    )
+    methods = list(methods) if methods is not None else default_methods()
+
+    commands = expiration_commands(ctx)
+    for command in commands:
+        ctx.marked_for_deletion.update(command.nodes)
+
+    candidates, blocked = build_candidates(ctx)
+    budgets = budget_report(ctx)
+    ended_by = None
+    for method in methods:
+        eligible = [c for c in candidates if _eligible(ctx, method, c)]
+        budget_map = build_budget_map(ctx, method.reason)
+        produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
+        commands.extend(produced)
+        for command in produced:
+            ctx.marked_for_deletion.update(command.nodes)
+        if produced and not options.all_methods:
+            ended_by = method.name
+            break
+
+    problems = list(snapshot.problems)
+    for pool, errors in budget_problems(ctx).items():
+        problems.extend(f"NodePool {pool}: {e}" for e in errors if f"NodePool {pool}: {e}" not in problems)
+    result = Plan(
+        at=rfc3339(snapshot.now),
+        region=catalog.region,
+        catalog=catalog.source,
+        commands=[command_out(c) for c in commands],
+        blocked=_blocked_out(ctx, candidates, blocked, methods, ended_by),
+        budgets=budgets,
+        problems=problems,
+        summary=PlanSummary(
+            nodes=len(snapshot.nodes),
+            managed=len(candidates)
+            + len(blocked)
+            + sum(len(c.candidates) for c in commands if c.method == EXPIRATION),
+            candidates=len(candidates),
+            methods=[EXPIRATION, *(m.name for m in methods)],
+            ended_by=ended_by,
+        ),
+    )
+    result._commands = commands
+    return result
+
+
+def _eligible(ctx: PlanContext, method: Method, candidate: Candidate) -> bool:
+    if candidate.name in ctx.marked_for_deletion:
+        return False
+    # Graceful methods never take a node with blocking pods; the eventual class (drift) may when a
+    # terminationGracePeriod bounds the drain.
+    eventual = method.disruption_class == DisruptionClass.EVENTUAL and candidate.termination_grace_period
+    if candidate.pod_block is not None and not eventual:
+        return False
+    return method.should_disrupt(ctx, candidate)
+
+
+def _blocked_out(
+    ctx: PlanContext,
+    candidates: list[Candidate],
+    blocked: list,
+    methods: Sequence[Method],
+    ended_by: str | None,
+) -> list[BlockedOut]:
+    out = [BlockedOut(node=b.node, nodepool=b.nodepool, reason=b.reason) for b in blocked]
+    names = {m.name for m in methods}
+    for candidate in candidates:
+        if candidate.name in ctx.marked_for_deletion:
+            continue
+        details = [Explanation(method=m, reason=r) for m, r in ctx.explanations.get(candidate.name, [])]
+        if candidate.pod_block is not None:
+            reason = candidate.pod_block
+        elif details:
+            reason = details[0].reason
+        elif ended_by is not None:
+            reason = f"not chosen this pass: {ended_by} produced commands, which ends the pass"
+        elif names <= {EMPTINESS, DRIFT}:
+            reason = "not empty and not drifted (no consolidation method available)"
+        else:
+            reason = "not empty, not drifted, and consolidation found nothing cheaper"
+        out.append(
+            BlockedOut(node=candidate.name, nodepool=candidate.pool_name, reason=reason, details=details)
+        )
+    return sorted(out, key=lambda b: b.node)
+
+
+def command_out(command: Command) -> CommandOut:
+    return CommandOut(
+        id=command.id,
+        method=command.method,
+        reason=command.reason,
+        decision=command.decision,
+        nodes=command.nodes,
+        nodepools=command.nodepools,
+        replacements=[
+            ReplacementOut(
+                nodepool=r.nodepool,
+                instance_types=r.instance_type_names,
+                capacity_type=r.capacity_type,
+                zones=list(r.zones),
+                price=r.price,
+                pods=len(r.pods),
+            )
+            for r in command.replacements
+        ],
+        savings_per_hour=command.savings_per_hour,
+        disruption_class=str(command.disruption_class),
+        pods=sum(len(c.reschedulable_pods) for c in command.candidates),
+        message=command.message,
+    )
+
+
+# --- Validation of a planned command against a fresh snapshot -------------------------------------
+
+
+class ValidationOut(_Out):
+    valid: bool
+    reason: str = ""
+    command: CommandOut | None = None
+
+
+def command_from_out(ctx: PlanContext, out: CommandOut) -> Command | None:
+    """Rebuild a Command from its serialized form on (possibly fresh) cluster state. None when a node
+    or its NodePool is gone."""
+    candidates = []
+    for name in out.nodes:
+        node = ctx.snapshot.nodes.get(name)
+        pool = ctx.snapshot.nodepools.get(node.nodepool or "") if node is not None else None
+        if node is None or pool is None:
+            return None
+        candidates.append(make_candidate(ctx, node, pool))
+    replacements = [
+        Replacement(
+            nodepool=r.nodepool,
+            instance_types=[t for n in r.instance_types if (t := ctx.catalog.get(n)) is not None],
+            capacity_type=r.capacity_type,
+            zones=list(r.zones),
+        )
+        for r in out.replacements
+    ]
+    return Command(
+        out.method, out.reason, candidates, replacements, DisruptionClass(out.disruption_class), out.message
+    )
+
+
+def validate_command(
+    snapshot: Snapshot,
+    catalog: Catalog,
+    command: CommandOut,
+    options: PlanOptions | None = None,
+    *,
+    methods: Sequence[Method] | None = None,
+    simulate: Simulate | None = None,
+) -> ValidationOut:
+    """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer)."""
+    ctx = PlanContext(
+        snapshot=snapshot,
+        catalog=catalog,
+        options=options or PlanOptions(),
+        simulate=simulate if simulate is not None else default_simulate(),
+    )
+    rebuilt = command_from_out(ctx, command)
+    if rebuilt is None:
+        return ValidationOut(valid=False, reason="a node of the command or its nodepool is gone")
+    by_name = {m.name: m for m in (methods if methods is not None else default_methods())}
+    method = by_name.get(command.method)
+    if method is None:
+        if command.method == EXPIRATION:
+            return ValidationOut(valid=True, command=command)
+        return ValidationOut(valid=False, reason=f"unknown method {command.method!r}")
+    result: ValidationResult = method.validate(ctx, rebuilt)
+    return ValidationOut(
+        valid=result.valid,
+        reason=result.reason,
+        command=command_out(result.command) if result.command is not None else None,
+    )
+
+
+__all__ = [
+    "BUDGET_REASONS",
+    "BlockedOut",
+    "CommandOut",
+    "Plan",
+    "ReplacementOut",
+    "ValidationOut",
+    "command_out",
+    "default_methods",
+    "plan",
+    "validate_command",
+]
