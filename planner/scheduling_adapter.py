@@ -1,0 +1,386 @@
+"""From the planner's `Snapshot` and `Catalog` to the scheduling simulation, and back to model types.
+
+A `SnapshotSimulation` prepares one `Simulator` per (snapshot, catalog, preference policy, nodes
+treated as gone) and keeps it while the snapshot lives, so every method of a pass (drift, multi- and
+single-node consolidation) probes the same prepared cluster. Bound pods are reduced to what they
+contribute (used room, topology labels, anti-affinity); only the pods that move are converted in full,
+once each.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from api import constants as k
+from planner.model import Replacement, SchedulingResult
+from planner.scheduling import (
+    LAUNCH_PRECEDENCE,
+    RESPECT,
+    NewNodeClaim,
+    PreferencePolicy,
+    SimulationResult,
+    Simulator,
+)
+from planner.scheduling_inputs import (
+    NOTHING,
+    UNSCHEDULABLE_TAINT_KEY,
+    BoundPod,
+    LabelSelector,
+    Offering,
+    PodAffinityTerm,
+    PodConstraints,
+    Resources,
+    SimDaemonSet,
+    SimInstanceType,
+    SimNode,
+    SimPod,
+    SpreadConstraint,
+    Taint,
+    Toleration,
+    nodepool_from_api,
+)
+from planner.scheduling_requirements import IN, Req, Reqs, freeze
+
+if TYPE_CHECKING:
+    from planner import selectors
+    from planner.catalog import Catalog, InstanceType
+    from planner.model import Candidate, PlanContext
+    from planner.resources import Resources as KubeResources
+    from planner.snapshot import Node, Pod, Snapshot
+
+# A term no node satisfies: Kubernetes reads an empty nodeSelectorTerm as "matches nothing".
+_NEVER: Reqs = (
+    Req("karpflow.io/no-node-matches-an-empty-term", frozenset(), complement=False, allow_absent=False),
+)
+
+
+class _Converter:
+    """Memoised conversions: a 100,000-pod snapshot repeats a few hundred distinct values."""
+
+    def __init__(self) -> None:
+        self._resources: dict[KubeResources, Resources] = {}
+        self._reqs: dict[tuple, Req] = {}
+        self._tolerations: dict[tuple, Toleration] = {}
+        self._selectors: dict[int, LabelSelector] = {}
+
+    def resources(self, res: KubeResources) -> Resources:
+        cached = self._resources.get(res)
+        if cached is None:
+            pairs = [
+                ("cpu", res.cpu),
+                ("memory", res.memory),
+                ("pods", res.pods),
+                ("ephemeral-storage", res.ephemeral_storage),
+                *res.extended.items(),
+            ]
+            cached = tuple(sorted((n, v) for n, v in pairs if v))
+            self._resources[res] = cached
+        return cached
+
+    def req(self, r: selectors.Requirement) -> Req:
+        key = (r.key, r.operator, r.values)
+        cached = self._reqs.get(key)
+        if cached is None:
+            name = k.HOSTNAME_LABEL if r.key == "metadata.name" else r.key
+            cached = self._reqs[key] = Req.of(name, r.operator, r.values)
+        return cached
+
+    def toleration(self, t: selectors.Toleration) -> Toleration:
+        key = (t.key, t.operator, t.value, t.effect)
+        cached = self._tolerations.get(key)
+        if cached is None:
+            cached = self._tolerations[key] = Toleration(t.key, t.operator, t.value, t.effect)
+        return cached
+
+    def selector(
+        self, s: selectors.LabelSelector | None, own: dict[str, str], match_label_keys: Iterable[str] = ()
+    ) -> LabelSelector:
+        if s is None:
+            return NOTHING
+        exprs = list(s.match_expressions)
+        for key in match_label_keys:  # matchLabelKeys: the pod's own value joins the selector
+            if key in own:
+                exprs.append((key, IN, frozenset((own[key],))))
+        return LabelSelector(
+            tuple(sorted(s.match_labels.items())),
+            tuple(sorted(exprs, key=lambda e: (e[0], e[1], sorted(e[2])))),
+        )
+
+    def affinity_term(
+        self, t: selectors.PodAffinityTerm, namespace: str, own: dict[str, str]
+    ) -> PodAffinityTerm:
+        if t.namespace_selector is not None:
+            namespaces = None  # namespace labels are not in the snapshot: read as "any namespace"
+        elif t.namespaces:
+            namespaces = frozenset(t.namespaces)
+        else:
+            namespaces = frozenset((namespace,))
+        return PodAffinityTerm(
+            self.selector(t.label_selector, own, t.match_label_keys), t.topology_key, namespaces
+        )
+
+    def taints(self, taints: Iterable[selectors.Taint]) -> tuple[Taint, ...]:
+        return tuple(Taint(t.key, t.value, t.effect) for t in taints)
+
+    def constraints(self, pod: Pod) -> PodConstraints:
+        own = pod.labels
+        selector_reqs = tuple(Req.equals(key, str(v)) for key, v in sorted(pod.node_selector.items()))
+        terms: list[Reqs] = []
+        for term in pod.node_affinity:
+            terms.append(freeze((*selector_reqs, *(self.req(r) for r in term))) if term else _NEVER)
+        if not terms and selector_reqs:
+            terms.append(freeze(selector_reqs))
+        preferred = tuple((w, freeze(self.req(r) for r in term)) for w, term in pod.affinity_preferred_nodes)
+        ns = pod.namespace
+        affinity = tuple(self.affinity_term(t, ns, own) for t in pod.pod_affinity if not t.weight)
+        anti = tuple(self.affinity_term(t, ns, own) for t in pod.pod_anti_affinity if not t.weight)
+        pref_affinity = tuple(
+            (t.weight, self.affinity_term(t, ns, own)) for t in pod.pod_affinity if t.weight
+        )
+        pref_anti = tuple(
+            (t.weight, self.affinity_term(t, ns, own)) for t in pod.pod_anti_affinity if t.weight
+        )
+        spreads = tuple(
+            SpreadConstraint(
+                s.max_skew,
+                s.topology_key,
+                s.required,
+                self.selector(s.label_selector, own, s.match_label_keys),
+                int(s.min_domains) if s.min_domains is not None else None,
+            )
+            for s in pod.topology_spread
+        )
+        return PodConstraints(
+            namespace=ns,
+            labels=tuple(sorted(own.items())),
+            requests=self.resources(pod.requests),
+            node_terms=tuple(terms),
+            preferred_node_terms=preferred,
+            tolerations=tuple(self.toleration(t) for t in pod.tolerations),
+            host_ports=tuple(sorted(pod.host_ports)),
+            affinity=affinity,
+            anti_affinity=anti,
+            preferred_affinity=pref_affinity,
+            preferred_anti_affinity=pref_anti,
+            spreads=spreads,
+        )
+
+    def bound(self, pod: Pod) -> BoundPod:
+        anti = ()
+        if pod.pod_anti_affinity:
+            anti = tuple(
+                self.affinity_term(t, pod.namespace, pod.labels)
+                for t in pod.pod_anti_affinity
+                if not t.weight
+            )
+        return BoundPod(
+            node_name=pod.node_name or "",
+            namespace=pod.namespace,
+            labels=tuple(sorted(pod.labels.items())) if pod.labels else (),
+            requests=self.resources(pod.requests),
+            host_ports=pod.host_ports,
+            anti_affinity=anti,
+            terminating=pod.deletion_timestamp is not None,
+        )
+
+
+def _resources_dict(res: KubeResources) -> dict[str, int]:
+    return {
+        "cpu": res.cpu,
+        "memory": res.memory,
+        "pods": res.pods,
+        "ephemeral-storage": res.ephemeral_storage,
+        **res.extended,
+    }
+
+
+def sim_node(node: Node, gone: frozenset[str], conv: _Converter) -> SimNode:
+    labels = dict(node.labels)
+    labels.setdefault(k.HOSTNAME_LABEL, node.name)
+    taints = conv.taints(node.taints)
+    if node.unschedulable:
+        taints = (*taints, Taint(UNSCHEDULABLE_TAINT_KEY, None, "NoSchedule"))
+    managed = node.nodepool is not None
+    return SimNode(
+        name=node.name,
+        labels=labels,
+        allocatable=_resources_dict(node.allocatable),
+        capacity=_resources_dict(node.capacity),
+        taints=taints,
+        # Unmanaged nodes have no karpenter.sh/initialized label: Ready is the best signal.
+        initialized=node.initialized if managed else node.ready,
+        managed=managed,
+        deleting=node.is_deleting or node.name in gone,
+    )
+
+
+def sim_instance_type(it: InstanceType) -> SimInstanceType:
+    return SimInstanceType(
+        name=it.name,
+        labels=dict(it.labels),
+        capacity=_resources_dict(it.capacity_resources),
+        allocatable=_resources_dict(it.allocatable_resources),
+        offerings=tuple(Offering(o.zone, o.capacity_type, o.price, o.available) for o in it.offerings),
+    )
+
+
+class SnapshotSimulation:
+    """The scheduling simulation prepared for one snapshot and catalog."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        catalog: Catalog,
+        preference_policy: PreferencePolicy = RESPECT,
+        gone: frozenset[str] = frozenset(),
+    ) -> None:
+        self.snapshot = snapshot
+        self.catalog = catalog
+        self.gone = frozenset(n for n in snapshot.nodes if n in gone or snapshot.nodes[n].is_deleting)
+        self._conv = _Converter()
+        nodes = [sim_node(n, gone, self._conv) for n in snapshot.nodes.values()]
+        bound = [
+            self._conv.bound(p)
+            for p in snapshot.pods
+            if p.node_name and not p.is_terminal and p.node_name in snapshot.nodes
+        ]
+        daemonsets = [
+            SimDaemonSet(ds.name, ds.namespace, self._conv.constraints(ds.pod)) for ds in snapshot.daemonsets
+        ]
+        self.simulator = Simulator(
+            nodes,
+            bound,
+            [nodepool_from_api(p) for p in snapshot.nodepools.values()],
+            [sim_instance_type(it) for it in catalog],
+            daemonsets,
+            preference_policy=preference_policy,
+        )
+        self._sim_pods: dict[int, SimPod] = {}
+        self._interned: dict[PodConstraints, PodConstraints] = {}
+
+    # -- pods ---------------------------------------------------------------------------------
+    def sim_pod(self, pod: Pod) -> SimPod:
+        cached = self._sim_pods.get(id(pod))
+        if cached is None:
+            constraints = self._conv.constraints(pod)
+            constraints = self._interned.setdefault(constraints, constraints)
+            cached = SimPod(pod.name, pod.namespace, constraints, pod.node_name)
+            self._sim_pods[id(pod)] = cached
+        return cached
+
+    def moving_pods(self, nodes: Iterable[Node]) -> list[Pod]:
+        """§2.6: reschedulable pods that will actually be evicted (not do-not-disrupt, not under a
+        fully blocking PDB: no capacity is bought for pods that will never move)."""
+        now = self.snapshot.now
+        out = []
+        for node in nodes:
+            for pod in node.pods:
+                if not pod.is_reschedulable or pod.do_not_disrupt_reason(now):
+                    continue
+                if any(pdb.blocks_all_evictions for pdb in self.snapshot.pdbs_for(pod)):
+                    continue
+                out.append(pod)
+        return out
+
+    def pending_pods(self) -> list[Pod]:
+        """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes)."""
+        return [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
+
+    def deleting_pods(self, exclude: Iterable[str] = ()) -> list[Pod]:
+        """Reschedulable pods of nodes already going away: they move too (§2.6)."""
+        skip = set(exclude)
+        return [
+            p
+            for name in sorted(self.gone - skip)
+            for p in self.snapshot.nodes[name].pods
+            if p.is_reschedulable
+        ]
+
+    def default_pods(self, node_names: Sequence[str]) -> list[Pod]:
+        nodes = [self.snapshot.nodes[n] for n in node_names if n in self.snapshot.nodes]
+        return [*self.moving_pods(nodes), *self.pending_pods(), *self.deleting_pods(node_names)]
+
+    # -- running ------------------------------------------------------------------------------
+    def run(
+        self,
+        node_names: Sequence[str],
+        pods: Sequence[Pod],
+        *,
+        max_new_claims: int | None = None,
+        stop_on_failure: bool = False,
+    ) -> SimulationResult:
+        sim_pods = [self.sim_pod(p) for p in pods]
+        return self.simulator.simulate(
+            node_names,
+            sim_pods,
+            max_new_claims=max_new_claims,
+            stop_on_failure=stop_on_failure,
+        )
+
+    def replacement(
+        self,
+        claim: NewNodeClaim,
+        pods: Sequence[Pod] = (),
+        options: Sequence[str] | None = None,
+        capacity_type: str | None = None,
+    ) -> Replacement:
+        """A model Replacement for a new NodeClaim (launch options in price order)."""
+        names = list(options) if options is not None else list(claim.instance_types)
+        by_key = {p.key: p for p in pods}
+        ct = capacity_type or launch_capacity_type(claim.capacity_types)
+        return Replacement(
+            nodepool=claim.nodepool,
+            instance_types=[self.catalog.types[n] for n in names if n in self.catalog.types],
+            capacity_type=ct,
+            zones=list(claim.zones),
+            pods=[by_key[key] for key in claim.pods if key in by_key],
+        )
+
+    def scheduling_result(self, result: SimulationResult, pods: Sequence[Pod]) -> SchedulingResult:
+        claim_names = {c.name for c in result.new_claims}
+        unschedulable = dict(result.unschedulable)
+        if result.aborted:
+            unschedulable.setdefault("<simulation>", result.aborted)
+        return SchedulingResult(
+            placements={key: node for key, node in result.placements.items() if node not in claim_names},
+            new_nodes=[self.replacement(c, pods) for c in result.new_claims],
+            unschedulable=unschedulable,
+            pending=result.pending,
+        )
+
+
+def launch_capacity_type(capacity_types: Iterable[str]) -> str:
+    """The capacity type a launch allowing these would use (reserved, then spot, then on-demand)."""
+    allowed = set(capacity_types)
+    for ct in LAUNCH_PRECEDENCE:
+        if ct in allowed:
+            return ct
+    return next(iter(sorted(allowed)), k.CAPACITY_ON_DEMAND)
+
+
+_CACHE: weakref.WeakKeyDictionary[Snapshot, dict[tuple, SnapshotSimulation]] = weakref.WeakKeyDictionary()
+
+
+def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
+    """The prepared simulation for this context's snapshot (built once, then reused)."""
+    gone = frozenset(ctx.marked_for_deletion)
+    key = (id(ctx.catalog), ctx.options.preference_policy, gone)
+    per_snapshot = _CACHE.setdefault(ctx.snapshot, {})
+    prepared = per_snapshot.get(key)
+    if prepared is None or prepared.catalog is not ctx.catalog:
+        prepared = SnapshotSimulation(ctx.snapshot, ctx.catalog, ctx.options.preference_policy, gone)
+        per_snapshot[key] = prepared
+    return prepared
+
+
+def simulate_for(
+    ctx: PlanContext, candidates: Sequence[Candidate], pods: Sequence[Pod] | None = None
+) -> SchedulingResult:
+    """The `Simulate` protocol of planner.model (see `planner.scheduling.simulate`)."""
+    prepared = snapshot_simulation(ctx)
+    names = [c.name for c in candidates]
+    chosen = list(pods) if pods is not None else prepared.default_pods(names)
+    result = prepared.run(names, chosen)
+    return prepared.scheduling_result(result, chosen)
