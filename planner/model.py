@@ -14,8 +14,10 @@ How a pass works (`planner.plan.plan`):
 3. Before a command runs (in the controller workflow, after a durable 15 s timer) it is re-checked
    with `method.validate(fresh_ctx, command) -> ValidationResult` on a fresh snapshot.
 
-Implementing a method (e.g. planner/consolidation.py): a class with the attributes and the three
-methods of `Method` below, constructible without arguments. Helpers to use rather than re-write:
+Implementing a method: a class with the attributes and the three methods of `Method` below,
+constructible without arguments. `plan()` picks up `MultiNodeConsolidation` and
+`SingleNodeConsolidation` from planner/consolidation.py and `simulate` from planner/scheduling.py
+when those modules exist. Helpers to use rather than re-write:
 `candidates.consolidation_block(ctx, c)` (the consolidation-only filter: instance type and labels
 known, consolidateAfter not Never, Consolidatable, node not do-not-consolidate),
 `candidates.sort_by_disruption_cost`, `candidates.round_robin_by_nodepool`,

@@ -1,0 +1,173 @@
+"""`karpflow plan`: what one disruption pass would do on a snapshot, and why every other node stays.
+
+    kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A -o json > cluster.json
+    karpflow plan --snapshot cluster.json [--catalog catalog.yaml] [--at 2026-11-22T10:00:00Z]
+
+Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
+cannot be used at all (missing or unparseable file, bad catalog, bad --at).
+JSON snapshots load several times faster than YAML; prefer `-o json` for large clusters.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import UTC, datetime
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from planner.catalog import DEFAULT_REGION, CatalogError, bundled_catalog, load_catalog_file
+from planner.model import PlanOptions
+from planner.plan import Plan
+from planner.plan import plan as run_plan
+from planner.snapshot import Snapshot, SnapshotError, load_snapshot
+
+
+def parse_at(value: str) -> datetime:
+    """RFC 3339 (`2026-11-22T10:00:00Z`, offsets allowed); naive times are taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an RFC 3339 time such as 2026-11-22T10:00:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"karpflow plan: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command("plan")
+@click.option(
+    "--snapshot",
+    "snapshots",
+    multiple=True,
+    required=True,
+    metavar="FILE",
+    help="kubectl -o yaml/json output (a List, multi-document YAML or JSON); repeat to combine files.",
+)
+@click.option(
+    "--catalog", "catalog_path", metavar="FILE", help="Instance catalog file overriding the bundled table."
+)
+@click.option("--region", help="Region of the bundled catalog (default: from node labels, else us-west-2).")
+@click.option("--at", "at", metavar="RFC3339", help="Plan as of this time (default: now).")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--all-methods", is_flag=True, help="Evaluate every method instead of stopping at the first that acts."
+)
+@click.option(
+    "--spot-to-spot", is_flag=True, help="Allow spot-to-spot consolidation (feature gate, off by default)."
+)
+@click.option(
+    "--preference-policy",
+    type=click.Choice(["Respect", "Ignore"]),
+    default="Respect",
+    show_default=True,
+    help="Preferred affinities and ScheduleAnyway spreads in the simulation.",
+)
+@click.option("--instance-type-drift", is_flag=True, help="Drift nodes whose type left the catalog.")
+def plan(
+    snapshots: tuple[str, ...],
+    catalog_path: str | None,
+    region: str | None,
+    at: str | None,
+    output: str,
+    all_methods: bool,
+    spot_to_spot: bool,
+    preference_policy: str,
+    instance_type_drift: bool,
+) -> None:
+    """Show what one disruption pass would do, and why every other managed node is left alone."""
+    try:
+        now = parse_at(at) if at else datetime.now(UTC)
+    except click.BadParameter as err:
+        _fail(f"--at: {err.message}")
+    try:
+        snapshot = load_snapshot(list(snapshots), now=now)
+    except SnapshotError as err:
+        _fail(str(err))
+    try:
+        if catalog_path:
+            catalog = load_catalog_file(catalog_path)
+        else:
+            catalog = bundled_catalog(region or snapshot.region() or DEFAULT_REGION)
+    except CatalogError as err:
+        _fail(str(err))
+    options = PlanOptions(
+        all_methods=all_methods,
+        spot_to_spot=spot_to_spot,
+        preference_policy=preference_policy,  # type: ignore[arg-type]
+        instance_type_drift=instance_type_drift,
+    )
+    result = run_plan(snapshot, catalog, options)
+    if output == "json":
+        click.echo(result.to_json())
+    else:
+        print_table(result, snapshot)
+
+
+def _console() -> Console:
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(width=width, soft_wrap=False, highlight=False)
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def print_table(result: Plan, snapshot: Snapshot) -> None:
+    console = _console()
+    summary = result.summary
+    console.print(
+        f"[bold]Plan at {result.at}[/bold]  region {result.region}  catalog: {result.catalog}\n"
+        f"{summary.nodes} nodes, {summary.managed} managed, {summary.candidates} candidates; "
+        f"methods: {', '.join(summary.methods)}"
+        + (f"; the pass ends after [bold]{summary.ended_by}[/bold]" if summary.ended_by else "")
+    )
+    if result.commands:
+        table = Table(title="Commands", title_justify="left")
+        for column in ("#", "method", "reason", "decision", "nodes", "replacements", "savings/h"):
+            table.add_column(column, justify="right" if column in ("#", "savings/h") else "left")
+        for index, command in enumerate(result.commands, 1):
+            replacements = "\n".join(
+                f"{r.nodepool}: {', '.join(r.instance_types[:3])}{' …' if len(r.instance_types) > 3 else ''}"
+                f" {r.capacity_type} {','.join(r.zones)} {_money(r.price)}"
+                for r in command.replacements
+            )
+            table.add_row(
+                str(index),
+                command.method,
+                command.reason,
+                command.decision,
+                "\n".join(command.nodes),
+                replacements or "-",
+                _money(command.savings_per_hour),
+            )
+        console.print(table)
+    else:
+        console.print("No commands: nothing to disrupt in this pass.")
+    if result.budgets:
+        table = Table(title="Disruptions allowed now (per NodePool and reason)", title_justify="left")
+        reasons = sorted({r for b in result.budgets.values() for r in b})
+        table.add_column("nodepool")
+        for reason in reasons:
+            table.add_column(reason, justify="right")
+        for pool, budgets in result.budgets.items():
+            table.add_row(pool, *(str(budgets.get(r, 0)) for r in reasons))
+        console.print(table)
+    if result.blocked:
+        table = Table(title="Left alone", title_justify="left")
+        table.add_column("node")
+        table.add_column("nodepool")
+        table.add_column("why")
+        for item in result.blocked:
+            table.add_row(item.node, item.nodepool or "-", item.reason)
+        console.print(table)
+    if result.problems:
+        console.print(f"[yellow]{len(result.problems)} problem(s) in the input:[/yellow]")
+        for problem in result.problems[:50]:
+            console.print(f"  - {problem}", markup=False)
+        if len(result.problems) > 50:
+            console.print(f"  ... and {len(result.problems) - 50} more (see --output json)")
