@@ -214,11 +214,13 @@ class RawList:
     remaining_item_count: int | None = None
 
 
-_CLOSED = object()
-
-
 class Subscription:
-    """An async iterator of WatchEvent for one subscriber; see `Store.subscribe`."""
+    """An async iterator of WatchEvent for one subscriber; see `Store.subscribe`.
+
+    Writers append to a thread-safe deque under the store lock and wake the subscriber's loop, so
+    "nothing pending" checked under the lock means every change up to the store's resource
+    version has been handed over (what watch bookmarks rely on).
+    """
 
     def __init__(
         self,
@@ -236,7 +238,8 @@ class Subscription:
         self._labels = labels
         self._fields = fields
         self._loop = loop
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._items: deque[WatchEvent] = deque()
+        self._wakeup = asyncio.Event()
         self._max_queue = max_queue
         self._thread = threading.get_ident()
         self.closed = False
@@ -251,20 +254,24 @@ class Subscription:
             return False
         return not self._fields.terms or self._fields.matches(change.fields)
 
-    def _offer(self, item: Any) -> None:
+    def _offer(self, event: WatchEvent) -> None:
         if self.closed:
             return
-        if self._queue.qsize() >= self._max_queue:
+        if len(self._items) >= self._max_queue:
             # A consumer this far behind would hold the whole history: end its watch, as the
             # watch cache does, and let it re-list.
             self.error = Gone("watch consumer too slow; events dropped, re-list and watch again")
-            item = _CLOSED
             self.closed = True
+        else:
+            self._items.append(event)
+        self._wake()
+
+    def _wake(self) -> None:
         if threading.get_ident() == self._thread:
-            self._queue.put_nowait(item)
+            self._wakeup.set()
         else:
             try:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+                self._loop.call_soon_threadsafe(self._wakeup.set)
             except RuntimeError:  # loop closed
                 self.closed = True
 
@@ -272,26 +279,32 @@ class Subscription:
         if not self.closed:
             self.closed = True
             self._store._unsubscribe(self)
-            self._offer_closed()
+            self._wake()
 
-    def _offer_closed(self) -> None:
-        if threading.get_ident() == self._thread:
-            self._queue.put_nowait(_CLOSED)
-        else:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, _CLOSED)
+    def queued(self) -> int:
+        """How many events wait to be read."""
+        return len(self._items)
+
+    def bookmark_version(self) -> int | None:
+        """The store's resource version if this subscriber has consumed every change, else None."""
+        with self._store._lock:
+            return None if self._items else self._store.resource_version
 
     def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> WatchEvent:
-        item = await self._queue.get()
-        if item is _CLOSED:
-            self._queue.put_nowait(_CLOSED)  # keep it closed for any further reader
-            if self.error is not None:
-                raise self.error
-            raise StopAsyncIteration
-        return item
+        while True:
+            if self._items:
+                return self._items.popleft()
+            if self.closed:
+                if self.error is not None:
+                    raise self.error
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            if self._items or self.closed:
+                continue
+            await self._wakeup.wait()
 
     async def get(self, wait: float | None = None) -> WatchEvent | None:
         """The next event, or None after `wait` seconds or when closed."""
@@ -303,12 +316,8 @@ class Subscription:
     def pending(self) -> list[WatchEvent]:
         """Events already queued, without waiting."""
         out = []
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is _CLOSED:
-                self._queue.put_nowait(_CLOSED)
-                break
-            out.append(item)
+        while self._items:
+            out.append(self._items.popleft())
         return out
 
     def __enter__(self) -> Subscription:

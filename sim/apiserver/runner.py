@@ -1,0 +1,175 @@
+"""Run the emulator: in a background thread (sync code, tests, kubectl) or in a running loop.
+
+    with EmulatorServer() as srv:               # own thread and event loop, free port
+        srv.url, srv.store, srv.faults, srv.requests
+        srv.write_kubeconfig(path)              # for kubectl / kubernetes.config.load_kube_config
+        srv.api_client()                        # a configured sync kubernetes.client.ApiClient
+        srv.call(fn, *args)                     # run fn in the server's loop thread, return result
+
+    srv = EmulatorServer(store=my_store)
+    await srv.start()                           # inside an existing asyncio loop (dev stack)
+    ...
+    await srv.stop()
+
+In-process controllers should run in the server's loop: with `start()` that is the caller's
+loop; with the threaded form, submit coroutines with `srv.run_coroutine(coro)`. Direct store
+calls from any thread are safe (the store is locked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from sim.apiserver.faults import Faults, RequestLog
+from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.server import ApiServer
+from sim.apiserver.store import Store
+from sim.timescale import TimeScale
+
+T = TypeVar("T")
+
+
+class EmulatorServer:
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        timescale: TimeScale | None = None,
+        faults: Faults | None = None,
+        request_log: RequestLog | None = None,
+        bookmark_interval: float = 10.0,
+    ) -> None:
+        self.store = store or Store(timescale or TimeScale(1.0))
+        self.host = host
+        self.port = port
+        self.api = ApiServer(
+            self.store, faults=faults, request_log=request_log, bookmark_interval=bookmark_interval
+        )
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def faults(self) -> Faults:
+        return self.api.faults
+
+    @property
+    def requests(self) -> RequestLog:
+        return self.api.requests
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the emulator is not running")
+        return self._loop
+
+    # --- in an existing loop -------------------------------------------------------------------------
+
+    async def start(self) -> EmulatorServer:
+        """Serve in the running loop; returns when the port is bound (`self.port` is then real)."""
+        self._loop = asyncio.get_running_loop()
+        self.store.attach_loop(self._loop)
+        # Watches are long-lived: do not let shutdown wait on them for the default minute.
+        self._runner = web.AppRunner(self.api.app(), access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.api.server_address = f"{self.host}:{self.port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # --- in a background thread ----------------------------------------------------------------------
+
+    def start_in_thread(self) -> EmulatorServer:
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as err:
+                ready.set_exception(err)
+                loop.close()
+                return
+            ready.set_result(None)
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self.stop())
+                pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="k8s-emulator", daemon=True)
+        self._thread.start()
+        ready.result(timeout=30)
+        return self
+
+    def stop_thread(self) -> None:
+        if self._thread is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_thread()
+
+    def run_coroutine(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule a coroutine (a controller, say) on the server's loop from another thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` in the server's loop thread and return its result."""
+
+        async def wrapper() -> T:
+            return fn(*args)
+
+        return self.run_coroutine(wrapper()).result(timeout=60)
+
+    # --- clients -------------------------------------------------------------------------------------
+
+    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.url, namespace=namespace)
+
+    def client_configuration(self) -> Any:
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.url
+        cfg.api_key = {"authorization": "Bearer emulator"}
+        return cfg
+
+    def api_client(self) -> Any:
+        """A sync `kubernetes.client.ApiClient` for this emulator."""
+        from kubernetes import client
+
+        return client.ApiClient(self.client_configuration())

@@ -1,0 +1,397 @@
+"""Server-side printing: the `meta.k8s.io/v1 Table` kubectl asks for on `get`.
+
+kubectl 1.32 prints what the server renders (`Accept: application/json;as=Table;g=meta.k8s.io;
+v=v1`), so `kubectl get nodes -o wide` shows STATUS, ROLES, INTERNAL-IP... only if the server
+computes them. Columns follow kube-apiserver's printers for the built-in types and Karpenter's
+additionalPrinterColumns for its custom resources; anything else gets NAME and AGE. Columns with
+priority 1 are the `-o wide` ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sim.apiserver.resources import ResourceType
+
+Column = tuple[str, str, int, Callable[[dict[str, Any]], Any]]  # name, type, priority, cell
+
+
+def human_duration(seconds: float) -> str:
+    """kube's duration.HumanDuration, enough for AGE columns."""
+    s = int(seconds)
+    if s < 0:
+        return "<invalid>"
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = s // 3600
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if d < 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 365 * 2:
+        return f"{d}d"
+    return f"{d // 365}y"
+
+
+def _age(obj: dict[str, Any]) -> str:
+    ts = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return "<unknown>"
+    then = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return human_duration((datetime.now(UTC) - then).total_seconds())
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _dig(obj: Any, *path: str, default: Any = "<none>") -> Any:
+    for p in path:
+        if not isinstance(obj, dict) or p not in obj:
+            return default
+        obj = obj[p]
+    return obj
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in _dig(obj, "status", "conditions", default=[]) or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+def _node_status(node: dict[str, Any]) -> str:
+    ready = _condition(node, "Ready")
+    text = (
+        "Unknown"
+        if ready is None or ready.get("status") == "Unknown"
+        else ("Ready" if ready.get("status") == "True" else "NotReady")
+    )
+    if _dig(node, "spec", "unschedulable", default=False):
+        text += ",SchedulingDisabled"
+    return text
+
+
+def _node_roles(node: dict[str, Any]) -> str:
+    roles = set()
+    for key, value in (_dig(node, "metadata", "labels", default={}) or {}).items():
+        if key.startswith("node-role.kubernetes.io/"):
+            roles.add(key.split("/", 1)[1])
+        elif key == "kubernetes.io/role":
+            roles.add(value)
+    return ",".join(sorted(r for r in roles if r)) or "<none>"
+
+
+def _address(node: dict[str, Any], kind: str) -> str:
+    for a in _dig(node, "status", "addresses", default=[]) or []:
+        if a.get("type") == kind:
+            return a.get("address", "<none>")
+    return "<none>"
+
+
+_NODE: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Status", "string", 0, _node_status),
+    ("Roles", "string", 0, _node_roles),
+    ("Age", "string", 0, _age),
+    ("Version", "string", 0, lambda n: _dig(n, "status", "nodeInfo", "kubeletVersion", default="")),
+    ("Internal-IP", "string", 1, lambda n: _address(n, "InternalIP")),
+    ("External-IP", "string", 1, lambda n: _address(n, "ExternalIP")),
+    ("OS-Image", "string", 1, lambda n: _dig(n, "status", "nodeInfo", "osImage", default="<unknown>")),
+    (
+        "Kernel-Version",
+        "string",
+        1,
+        lambda n: _dig(n, "status", "nodeInfo", "kernelVersion", default="<unknown>"),
+    ),
+    (
+        "Container-Runtime",
+        "string",
+        1,
+        lambda n: _dig(n, "status", "nodeInfo", "containerRuntimeVersion", default="<unknown>"),
+    ),
+]
+
+
+# --- pods ----------------------------------------------------------------------------------------
+
+
+def _pod_ready(pod: dict[str, Any]) -> str:
+    containers = _dig(pod, "spec", "containers", default=[]) or []
+    statuses = _dig(pod, "status", "containerStatuses", default=[]) or []
+    return f"{sum(1 for s in statuses if s.get('ready'))}/{len(containers)}"
+
+
+def _pod_status(pod: dict[str, Any]) -> str:
+    if _dig(pod, "metadata", "deletionTimestamp", default=None):
+        return "Terminating"
+    reason = _dig(pod, "status", "reason", default=None)
+    if reason:
+        return reason
+    for s in _dig(pod, "status", "containerStatuses", default=[]) or []:
+        waiting = _dig(s, "state", "waiting", "reason", default=None)
+        if waiting:
+            return waiting
+    return _dig(pod, "status", "phase", default="Unknown")
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(
+        int(s.get("restartCount", 0)) for s in _dig(pod, "status", "containerStatuses", default=[]) or []
+    )
+
+
+_POD: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Ready", "string", 0, _pod_ready),
+    ("Status", "string", 0, _pod_status),
+    ("Restarts", "string", 0, lambda p: str(_restarts(p))),
+    ("Age", "string", 0, _age),
+    ("IP", "string", 1, lambda p: _dig(p, "status", "podIP")),
+    ("Node", "string", 1, lambda p: _dig(p, "spec", "nodeName")),
+    ("Nominated Node", "string", 1, lambda p: _dig(p, "status", "nominatedNodeName")),
+    ("Readiness Gates", "string", 1, lambda p: "<none>"),
+]
+
+
+# --- the rest ------------------------------------------------------------------------------------
+
+
+def _int_or(obj: dict[str, Any], *path: str) -> str:
+    value = _dig(obj, *path, default=None)
+    return "N/A" if value is None else str(value)
+
+
+_COLUMNS: dict[str, list[Column]] = {
+    "Node": _NODE,
+    "Pod": _POD,
+    "Namespace": [
+        ("Name", "string", 0, _name),
+        ("Status", "string", 0, lambda n: _dig(n, "status", "phase", default="")),
+        ("Age", "string", 0, _age),
+    ],
+    "Deployment": [
+        ("Name", "string", 0, _name),
+        (
+            "Ready",
+            "string",
+            0,
+            lambda d: (
+                f"{_dig(d, 'status', 'readyReplicas', default=0)}/{_dig(d, 'spec', 'replicas', default=0)}"
+            ),
+        ),
+        ("Up-to-date", "integer", 0, lambda d: _dig(d, "status", "updatedReplicas", default=0)),
+        ("Available", "integer", 0, lambda d: _dig(d, "status", "availableReplicas", default=0)),
+        ("Age", "string", 0, _age),
+    ],
+    "ReplicaSet": [
+        ("Name", "string", 0, _name),
+        ("Desired", "integer", 0, lambda r: _dig(r, "spec", "replicas", default=0)),
+        ("Current", "integer", 0, lambda r: _dig(r, "status", "replicas", default=0)),
+        ("Ready", "integer", 0, lambda r: _dig(r, "status", "readyReplicas", default=0)),
+        ("Age", "string", 0, _age),
+    ],
+    "DaemonSet": [
+        ("Name", "string", 0, _name),
+        ("Desired", "integer", 0, lambda d: _dig(d, "status", "desiredNumberScheduled", default=0)),
+        ("Current", "integer", 0, lambda d: _dig(d, "status", "currentNumberScheduled", default=0)),
+        ("Ready", "integer", 0, lambda d: _dig(d, "status", "numberReady", default=0)),
+        ("Up-to-date", "integer", 0, lambda d: _dig(d, "status", "updatedNumberScheduled", default=0)),
+        ("Available", "integer", 0, lambda d: _dig(d, "status", "numberAvailable", default=0)),
+        (
+            "Node Selector",
+            "string",
+            0,
+            lambda d: (
+                ",".join(
+                    f"{k}={v}"
+                    for k, v in (
+                        _dig(d, "spec", "template", "spec", "nodeSelector", default={}) or {}
+                    ).items()
+                )
+                or "<none>"
+            ),
+        ),
+        ("Age", "string", 0, _age),
+    ],
+    "PodDisruptionBudget": [
+        ("Name", "string", 0, _name),
+        ("Min Available", "string", 0, lambda p: _int_or(p, "spec", "minAvailable")),
+        ("Max Unavailable", "string", 0, lambda p: _int_or(p, "spec", "maxUnavailable")),
+        ("Allowed Disruptions", "integer", 0, lambda p: _dig(p, "status", "disruptionsAllowed", default=0)),
+        ("Age", "string", 0, _age),
+    ],
+    "Lease": [
+        ("Name", "string", 0, _name),
+        ("Holder", "string", 0, lambda lease: _dig(lease, "spec", "holderIdentity", default="")),
+        ("Age", "string", 0, _age),
+    ],
+    "Event": [
+        (
+            "Last Seen",
+            "string",
+            0,
+            lambda e: _age(
+                {
+                    "metadata": {
+                        "creationTimestamp": e.get("lastTimestamp")
+                        or _dig(e, "metadata", "creationTimestamp")
+                    }
+                }
+            ),
+        ),
+        ("Type", "string", 0, lambda e: e.get("type", "")),
+        ("Reason", "string", 0, lambda e: e.get("reason", "")),
+        (
+            "Object",
+            "string",
+            0,
+            lambda e: (
+                f"{_dig(e, 'involvedObject', 'kind', default='').lower()}/"
+                f"{_dig(e, 'involvedObject', 'name', default='')}"
+            ),
+        ),
+        ("Message", "string", 0, lambda e: e.get("message", "")),
+    ],
+    # Karpenter's additionalPrinterColumns.
+    "NodePool": [
+        ("Name", "string", 0, _name),
+        ("NodeClass", "string", 0, lambda p: _dig(p, "spec", "template", "spec", "nodeClassRef", "name")),
+        ("Nodes", "string", 0, lambda p: str(_dig(p, "status", "resources", "nodes", default="0"))),
+        ("Ready", "string", 0, lambda p: (_condition(p, "Ready") or {}).get("status", "Unknown")),
+        ("Age", "string", 0, _age),
+        ("Weight", "integer", 1, lambda p: _dig(p, "spec", "weight", default=None)),
+        ("CPU", "string", 1, lambda p: _dig(p, "status", "resources", "cpu", default="")),
+        ("Memory", "string", 1, lambda p: _dig(p, "status", "resources", "memory", default="")),
+    ],
+    "NodeClaim": [
+        ("Name", "string", 0, _name),
+        (
+            "Type",
+            "string",
+            0,
+            lambda c: _dig(c, "metadata", "labels", default={}).get("node.kubernetes.io/instance-type", ""),
+        ),
+        (
+            "Capacity",
+            "string",
+            0,
+            lambda c: _dig(c, "metadata", "labels", default={}).get("karpenter.sh/capacity-type", ""),
+        ),
+        (
+            "Zone",
+            "string",
+            0,
+            lambda c: _dig(c, "metadata", "labels", default={}).get("topology.kubernetes.io/zone", ""),
+        ),
+        ("Node", "string", 0, lambda c: _dig(c, "status", "nodeName", default="")),
+        ("Ready", "string", 0, lambda c: (_condition(c, "Ready") or {}).get("status", "Unknown")),
+        ("Age", "string", 0, _age),
+        ("ID", "string", 1, lambda c: _dig(c, "status", "providerID", default="")),
+        (
+            "NodePool",
+            "string",
+            1,
+            lambda c: _dig(c, "metadata", "labels", default={}).get("karpenter.sh/nodepool", ""),
+        ),
+        ("NodeClass", "string", 1, lambda c: _dig(c, "spec", "nodeClassRef", "name", default="")),
+        ("Drifted", "string", 1, lambda c: (_condition(c, "Drifted") or {}).get("status", "")),
+    ],
+    "EC2NodeClass": [
+        ("Name", "string", 0, _name),
+        ("Ready", "string", 0, lambda c: (_condition(c, "Ready") or {}).get("status", "Unknown")),
+        ("Age", "string", 0, _age),
+        ("Role", "string", 1, lambda c: _dig(c, "spec", "role", default="")),
+    ],
+}
+_GENERIC: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
+
+
+def columns_for(rt: ResourceType) -> list[Column]:
+    return _COLUMNS.get(rt.kind, _GENERIC)
+
+
+def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata", {}),
+    }
+
+
+def table(
+    rt: ResourceType,
+    objects: list[dict[str, Any]],
+    *,
+    resource_version: str = "",
+    continue_token: str | None = None,
+    include_object: str = "PartialObjectMetadata",
+    remaining: int | None = None,
+) -> dict[str, Any]:
+    cols = columns_for(rt)
+    definitions = [
+        {
+            "name": name,
+            "type": typ,
+            "format": "name" if name == "Name" else "",
+            "description": "",
+            "priority": prio,
+        }
+        for name, typ, prio, _ in cols
+    ]
+    rows = []
+    for obj in objects:
+        row: dict[str, Any] = {"cells": [_cell(fn, obj) for _, _, _, fn in cols]}
+        row_obj = _row_object(obj, include_object)
+        if row_obj is not None:
+            row["object"] = row_obj
+        rows.append(row)
+    meta: dict[str, Any] = {"resourceVersion": resource_version}
+    if continue_token:
+        meta["continue"] = continue_token
+    if remaining is not None:
+        meta["remainingItemCount"] = remaining
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }
+
+
+def _cell(fn: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
+    try:
+        value = fn(obj)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return "<unknown>"
+    return "<none>" if value is None else value
+
+
+def wants_table(accept: str) -> bool:
+    """True when the first acceptable media type in Accept is a meta.k8s.io Table."""
+    for part in accept.split(","):
+        bits = [b.strip() for b in part.split(";")]
+        params = dict(b.split("=", 1) for b in bits[1:] if "=" in b)
+        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io":
+            return params.get("v") in ("v1", "v1beta1")
+        if bits[0]:
+            return False
+    return False
