@@ -833,9 +833,11 @@ _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
 
 
-@dataclass
+@dataclass(eq=False)
 class Snapshot:
-    """Cluster state at `now`. Build with `load_snapshot(paths)` or `Snapshot.from_objects(dicts)`."""
+    """Cluster state at `now`. Build with `load_snapshot(paths)` or `Snapshot.from_objects(dicts)`.
+
+    Compared and hashed by identity (caches may key on a snapshot)."""
 
     now: datetime
     nodes: dict[str, Node] = field(default_factory=dict)

@@ -34,7 +34,8 @@ from api.constants import (
 from api.nodepool import NodePool
 from planner.catalog import Catalog, bundled_catalog
 from planner.drift import nodepool_hash_annotations
-from planner.snapshot import Snapshot
+from planner.model import PlanContext, PlanOptions, Simulate
+from planner.snapshot import Snapshot, parse_nodepool
 
 DEFAULT_NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -149,7 +150,7 @@ class ClusterBuilder:
     def _pool_model(self, name: str) -> NodePool | None:
         for obj in self.objects:
             if obj.get("kind") == "NodePool" and obj["metadata"]["name"] == name:
-                return NodePool.model_validate(obj)
+                return parse_nodepool(obj)[0]
         return None
 
     # -- Nodes -------------------------------------------------------------------------------------
@@ -438,6 +439,11 @@ class ClusterBuilder:
         if via_yaml:
             objects = yaml.load(self.to_yaml(), Loader=_YAML_LOADER)["items"]
         return Snapshot.from_objects(objects, now=self.now)
+
+    def context(self, options: PlanOptions | None = None, simulate: Simulate | None = None) -> PlanContext:
+        """A PlanContext over this cluster (for testing one rule at a time)."""
+        assert self.catalog is not None
+        return PlanContext(self.snapshot(), self.catalog, options or PlanOptions(), simulate)
 
 
 # --- Random clusters ------------------------------------------------------------------------------

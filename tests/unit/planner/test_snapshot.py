@@ -1,0 +1,254 @@
+import json
+from datetime import timedelta
+
+import pytest
+import yaml
+
+from planner.resources import Resources
+from planner.snapshot import Snapshot, SnapshotError, load_snapshot, read_objects
+from planner.testing import DEFAULT_NOW, ClusterBuilder
+
+MI = 1 << 20
+
+
+def small_cluster() -> ClusterBuilder:
+    b = ClusterBuilder()
+    b.nodeclass()
+    b.nodepool("default")
+    b.node("n1")
+    b.node("n2", instance_type="c6i.xlarge", zone="us-west-2b")
+    b.pod("web-1", "n1", cpu="250m", memory="512Mi")
+    b.pod("web-2", "n2")
+    b.daemonset_pod("n1")
+    b.daemonset()
+    b.pdb("web", allowed=1)
+    b.add(
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"}}
+    )
+    return b
+
+
+def test_loads_every_kind_of_a_kubectl_list(tmp_path):
+    path = small_cluster().write(tmp_path / "cluster.yaml")
+    snapshot = load_snapshot(path, now=DEFAULT_NOW)
+    assert sorted(snapshot.nodes) == ["n1", "n2"]
+    assert {p.key for p in snapshot.nodes["n1"].pods} == {"default/web-1", "kube-system/kube-proxy-n1"}
+    assert list(snapshot.nodepools) == ["default"] and list(snapshot.nodeclasses) == ["default"]
+    assert [d.key for d in snapshot.daemonsets] == ["kube-system/kube-proxy"]
+    assert [p.key for p in snapshot.pdbs] == ["default/web"]
+    assert snapshot.problems == []  # the Deployment is ignored silently
+    node = snapshot.nodes["n2"]
+    assert (node.nodepool, node.instance_type, node.zone, node.capacity_type) == (
+        "default",
+        "c6i.xlarge",
+        "us-west-2b",
+        "on-demand",
+    )
+    assert node.initialized and node.ready
+    assert node.allocatable.cpu == 3920 and node.allocatable.pods == 58
+
+
+def test_multi_document_yaml_json_and_several_files_combine(tmp_path):
+    b = small_cluster()
+    nodes = [o for o in b.objects if o["kind"] == "Node"]
+    rest = [o for o in b.objects if o["kind"] != "Node"]
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump_all(nodes))
+    (tmp_path / "rest.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": rest}))
+    snapshot = load_snapshot([tmp_path / "nodes.yaml", tmp_path / "rest.json"], now=DEFAULT_NOW)
+    assert len(snapshot.nodes) == 2 and len(snapshot.pods) == 3
+    assert snapshot.sources == [str(tmp_path / "nodes.yaml"), str(tmp_path / "rest.json")]
+
+
+def test_typed_list_items_inherit_the_list_kind(tmp_path):
+    pods = [o for o in small_cluster().objects if o["kind"] == "Pod"]
+    for pod in pods:
+        del pod["kind"]
+    (tmp_path / "pods.json").write_text(json.dumps({"kind": "PodList", "items": pods}))
+    assert len(load_snapshot(tmp_path / "pods.json").pods) == 3
+
+
+def test_effective_requests_follow_the_init_container_and_sidecar_rules():
+    b = ClusterBuilder()
+    b.pod(
+        "p",
+        None,
+        spec={
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "200m", "memory": "50Mi"}}},  # request = limit
+            ],
+            "initContainers": [
+                {"name": "big-init", "resources": {"requests": {"cpu": "1", "memory": "10Mi"}}},
+                {
+                    "name": "sidecar",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "50m", "memory": "20Mi"}},
+                },
+            ],
+            "overhead": {"cpu": "10m", "memory": "1Mi"},
+        },
+    )
+    pod = b.snapshot().pods[0]
+    # cpu: max(300m + 50m sidecar, 1000m init) + 10m overhead; memory: max(150+20, 10) + 1 MiB.
+    assert pod.requests == Resources(cpu=1010, memory=171 * MI, pods=1)
+
+
+def test_malformed_objects_are_reported_with_kind_and_name_and_skipped():
+    b = small_cluster()
+    b.pod("broken", "n1", cpu="lots")
+    b.add({"apiVersion": "v1", "kind": "Node", "metadata": {"labels": {}}})
+    b.add(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "x", "namespace": "ns"},
+            "spec": {"minAvailable": "ten"},
+        }
+    )
+    b.add(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "bad"},
+            "spec": {"disruption": {"consolidationPolicy": "Sometimes"}},
+        }
+    )
+    b.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "t", "namespace": "d"},
+            "spec": {"containers": [], "tolerations": [{"operator": "Maybe"}]},
+        }
+    )
+    snapshot = b.snapshot()
+    problems = "\n".join(snapshot.problems)
+    assert "Pod default/broken: invalid quantity 'lots'" in problems
+    assert "Node <no name>: metadata.name is required" in problems
+    assert "PodDisruptionBudget ns/x: spec.minAvailable" in problems
+    assert "NodePool bad: spec.disruption.consolidationPolicy" in problems
+    assert "Pod d/t: tolerations[0]: unknown operator 'Maybe'" in problems
+    assert "default/broken" not in {p.key for p in snapshot.pods}
+    assert "bad" not in snapshot.nodepools and len(snapshot.nodes) == 2
+
+
+def test_unreadable_or_unparseable_files_raise_naming_the_file(tmp_path):
+    with pytest.raises(SnapshotError, match=r"nope\.yaml: cannot read"):
+        read_objects(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("items: [unclosed\n")
+    with pytest.raises(SnapshotError, match=r"bad\.yaml: not valid YAML"):
+        read_objects(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just text")
+    with pytest.raises(SnapshotError, match=r"scalar\.yaml: expected Kubernetes objects"):
+        read_objects(scalar)
+
+
+def test_pdb_disruptions_allowed_is_computed_from_pod_health_when_status_is_absent():
+    b = ClusterBuilder()
+    b.nodepool()
+    b.node("n1")
+    for i in range(4):
+        b.pod(f"web-{i}", "n1", app="web", ready=i != 3)  # 3 healthy of 4
+    b.pdb("min2", match_labels={"app": "web"}, min_available=2)
+    b.pdb("min75", match_labels={"app": "web"}, min_available="75%")  # ceil(3) healthy needed
+    b.pdb("maxun1", match_labels={"app": "web"}, max_unavailable=1)  # 4 - 1 = 3 needed
+    b.pdb("status", match_labels={"app": "web"}, min_available=1, allowed=0)  # status wins
+    allowed = {p.name: p.disruptions_allowed for p in b.snapshot().pdbs}
+    assert allowed == {"min2": 1, "min75": 0, "maxun1": 0, "status": 0}
+
+
+def test_nodeclaims_link_to_their_nodes_by_provider_id_or_node_name():
+    b = small_cluster()
+    provider = b.objects[2]["spec"]["providerID"]
+    b.add(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "default-abc"},
+            "spec": {"expireAfter": "24h"},
+            "status": {
+                "providerID": provider,
+                "conditions": [{"type": "Drifted", "status": "True", "reason": "AMIDrift"}],
+            },
+        }
+    )
+    snapshot = b.snapshot()
+    claim = snapshot.nodes["n1"].nodeclaim
+    assert claim is not None and claim.name == "default-abc" and claim.condition_true("Drifted")
+    assert snapshot.nodes["n2"].nodeclaim is None
+
+
+PROVISIONER = """
+apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: legacy}
+spec:
+  ttlSecondsAfterEmpty: 30
+  ttlSecondsUntilExpired: 604800
+  labels: {team: a}
+  taints: [{key: dedicated, value: a, effect: NoSchedule}]
+  requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+  providerRef: {name: default}
+  limits: {resources: {cpu: "100"}}
+---
+apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: consolidating}
+spec:
+  consolidation: {enabled: true}
+---
+apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: static}
+spec: {}
+---
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: beta}
+spec:
+  disruption: {consolidationPolicy: WhenUnderutilized, expireAfter: 48h}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: old-node
+  labels: {karpenter.sh/provisioner-name: legacy, karpenter.sh/initialized: "true"}
+"""
+
+
+def test_provisioner_era_settings_map_onto_v1_nodepools(tmp_path):
+    path = tmp_path / "legacy.yaml"
+    path.write_text(PROVISIONER)
+    snapshot = load_snapshot(path)
+    legacy = snapshot.nodepools["legacy"]
+    assert legacy.spec.disruption.consolidation_policy == "WhenEmpty"
+    assert legacy.spec.disruption.consolidate_after_delta == timedelta(seconds=30)
+    assert legacy.spec.template.spec.expire_after_delta == timedelta(days=7)
+    assert legacy.spec.template.metadata.labels == {"team": "a"}
+    assert legacy.spec.template.spec.taints[0].key == "dedicated"
+    assert legacy.spec.template.spec.node_class_ref.name == "default"
+    assert legacy.spec.limits == {"cpu": "100"}
+    consolidating = snapshot.nodepools["consolidating"]
+    assert consolidating.spec.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+    assert consolidating.spec.disruption.consolidate_after_delta == timedelta(0)
+    assert consolidating.spec.template.spec.expire_after_delta is None  # v1alpha5 never expired by default
+    assert snapshot.nodepools["static"].spec.disruption.consolidate_after_delta is None  # Never
+    beta = snapshot.nodepools["beta"]
+    assert beta.spec.template.spec.expire_after_delta == timedelta(hours=48)
+    assert beta.spec.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+    assert snapshot.nodes["old-node"].nodepool == "legacy"
+
+
+def test_region_defaults_from_node_labels():
+    b = ClusterBuilder(region="us-east-1")
+    b.node("n1", pool=None)
+    assert b.snapshot().region() == "us-east-1"
+    assert Snapshot.from_objects([]).region() is None
+
+
+def test_snapshot_at_another_time_shares_objects():
+    snapshot = small_cluster().snapshot()
+    later = snapshot.at(DEFAULT_NOW + timedelta(hours=1))
+    assert later.nodes is snapshot.nodes and later.now - snapshot.now == timedelta(hours=1)
