@@ -190,6 +190,43 @@ _DEFAULTS = {
 }
 
 
+# --- Go zero values ------------------------------------------------------------------------------------
+
+# kube-apiserver serializes Go structs, so a field without `omitempty` is always present (as "", 0 or
+# false) once its parent is. Clients generated from the OpenAPI (kubernetes 37's pydantic models)
+# treat such fields as required and refuse objects without them.
+_NODE_INFO_FIELDS = (
+    "architecture",
+    "bootID",
+    "containerRuntimeVersion",
+    "kernelVersion",
+    "kubeProxyVersion",
+    "kubeletVersion",
+    "machineID",
+    "operatingSystem",
+    "osImage",
+    "systemUUID",
+)
+_CONTAINER_STATUS_ZERO = {"name": "", "ready": False, "restartCount": 0, "image": "", "imageID": ""}
+
+
+def fill_zero_values(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """Add the always-serialized fields a real apiserver would emit (in place)."""
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return
+    if rt.kind == "Node" and isinstance(status.get("nodeInfo"), dict):
+        info = status["nodeInfo"]
+        for field in _NODE_INFO_FIELDS:
+            info.setdefault(field, "")
+    elif rt.kind == "Pod":
+        for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+            for cs in status.get(key) or []:
+                if isinstance(cs, dict):
+                    for field, zero in _CONTAINER_STATUS_ZERO.items():
+                        cs.setdefault(field, zero)
+
+
 # --- validation ---------------------------------------------------------------------------------------
 
 

@@ -544,6 +544,7 @@ class Store:
             if not keep_status and not rt.keep_status_on_create and rt.has_status:
                 obj.pop("status", None)
             admission.apply_defaults(rt, obj)
+            admission.fill_zero_values(rt, obj)
             errs = admission.validate(rt, obj)
             if errs:
                 raise invalid(rt.kind, name, rt.group, errs)
@@ -1160,6 +1161,7 @@ class Store:
                 if rt.namespaced:
                     new_meta["namespace"] = old_meta["namespace"]
             new_meta["resourceVersion"] = old_meta["resourceVersion"]
+            admission.fill_zero_values(rt, new)
             errs = admission.validate(rt, new, old)
             if errs:
                 raise invalid(rt.kind, name, rt.group, errs)
