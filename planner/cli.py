@@ -52,7 +52,12 @@ def _fail(message: str) -> None:
     "--catalog", "catalog_path", metavar="FILE", help="Instance catalog file overriding the bundled table."
 )
 @click.option("--region", help="Region of the bundled catalog (default: from node labels, else us-west-2).")
-@click.option("--at", "at", metavar="RFC3339", help="Plan as of this time (default: now).")
+@click.option(
+    "--at",
+    "at",
+    metavar="RFC3339",
+    help="Plan as of this time (default: the snapshot's karpflow.io/captured-at annotation, else now).",
+)
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
     "--all-methods", is_flag=True, help="Evaluate every method instead of stopping at the first that acts."
@@ -81,7 +86,7 @@ def plan(
 ) -> None:
     """Show what one disruption pass would do, and why every other managed node is left alone."""
     try:
-        now = parse_at(at) if at else datetime.now(UTC)
+        now = parse_at(at) if at else None  # the files' capture time, else the current time
     except click.BadParameter as err:
         _fail(f"--at: {err.message}")
     try:

@@ -1026,8 +1026,14 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
     return [document]
 
 
-def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
-    """Kubernetes objects from a YAML (single or multi-document) or JSON file."""
+# A List may say when it was captured; plans of such a file default to that time, so a saved
+# snapshot gives the same plan tomorrow (the simulator's scenarios carry it).
+CAPTURED_AT_ANNOTATION = "karpflow.io/captured-at"
+
+
+def read_document(path: str | Path) -> tuple[list[Mapping[str, Any]], datetime | None]:
+    """Kubernetes objects from a YAML (single or multi-document) or JSON file, and the capture time
+    named by a List's `karpflow.io/captured-at` annotation (None when absent)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -1041,20 +1047,43 @@ def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
             documents = list(yaml.load_all(data, Loader=_YAML_LOADER))
     except (ValueError, yaml.YAMLError) as err:
         raise SnapshotError(f"{path}: not valid YAML/JSON: {err}") from None
+    captured = None
+    for document in documents:
+        if isinstance(document, Mapping):
+            value = ((document.get("metadata") or {}).get("annotations") or {}).get(CAPTURED_AT_ANNOTATION)
+            try:
+                captured = _latest(captured, parse_time(value))
+            except ValueError:
+                raise SnapshotError(
+                    f"{path}: annotation {CAPTURED_AT_ANNOTATION}={value!r} is not RFC 3339"
+                ) from None
     try:
-        return [item for doc in documents for item in _items_of(doc)]
+        return [item for doc in documents for item in _items_of(doc)], captured
     except SnapshotError as err:
         raise SnapshotError(f"{path}: {err}") from None
 
 
+def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
+    """Kubernetes objects from a YAML (single or multi-document) or JSON file."""
+    return read_document(path)[0]
+
+
 def load_snapshot(paths: str | Path | Sequence[str | Path], now: datetime | None = None) -> Snapshot:
-    """Load one or more snapshot files into one Snapshot (later files add to earlier ones)."""
+    """Load one or more snapshot files into one Snapshot (later files add to earlier ones).
+
+    `now` defaults to the files' capture time (`karpflow.io/captured-at`) when they carry one, else to
+    the current time."""
     if isinstance(paths, str | Path):
         paths = [paths]
-    snapshot = Snapshot(now=now or datetime.now(UTC))
+    loaded = []
+    captured = None
     for path in paths:
-        objects = read_objects(path)
-        snapshot.sources.append(str(path))
-        snapshot._add_objects(objects, str(path))
+        objects, when = read_document(path)
+        loaded.append((str(path), objects))
+        captured = _latest(captured, when)
+    snapshot = Snapshot(now=now or captured or datetime.now(UTC))
+    for source, objects in loaded:
+        snapshot.sources.append(source)
+        snapshot._add_objects(objects, source)
     snapshot._index()
     return snapshot

@@ -1,0 +1,141 @@
+import json
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from planner.testing import ClusterBuilder
+
+
+@pytest.fixture
+def demo(tmp_path):
+    """A small demo-like cluster: an empty node, a drifted one, a PDB-blocked one, an expired one."""
+    b = ClusterBuilder(region="us-east-1")
+    b.nodeclass(amis=["ami-new"], security_groups=["sg-1"])
+    b.nodepool("default", budgets=[{"nodes": "50%"}])
+    b.node("empty", zone="us-east-1b", ami="ami-new", security_groups="sg-1")
+    b.daemonset_pod("empty")
+    b.node("drifted", ami="ami-old", security_groups="sg-1")
+    b.pod("web-1", "drifted", app="web")
+    b.node("guarded", ami="ami-new", security_groups="sg-1")
+    b.pod("api-1", "guarded", app="api")
+    b.pdb("api", match_labels={"app": "api"}, allowed=0)
+    b.node("ancient", age=timedelta(days=40), ami="ami-new", security_groups="sg-1")
+    return b.write(tmp_path / "cluster.yaml")
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["plan", *args], env={"COLUMNS": "200"})
+
+
+def test_plan_prints_a_table_by_default(demo):
+    result = invoke("--snapshot", str(demo), "--at", "2026-11-22T10:00:00Z")
+    assert result.exit_code == 0, result.output
+    assert "Plan at 2026-11-22T10:00:00Z  region us-east-1" in result.output
+    assert "expiration" in result.output and "emptiness" in result.output
+    assert "pdb default/api prevents pod evictions" in result.output
+    assert "Disruptions allowed now" in result.output
+
+
+def test_plan_json_has_the_documented_keys_and_region_from_node_labels(demo):
+    result = invoke(
+        "--snapshot", str(demo), "--at", "2026-11-22T10:00:00Z", "--output", "json", "--all-methods"
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["at"] == "2026-11-22T10:00:00Z" and data["region"] == "us-east-1"
+    methods = [c["method"] for c in data["commands"]]
+    assert methods[:2] == ["expiration", "emptiness"]
+    for command in data["commands"]:
+        assert {
+            "method",
+            "reason",
+            "decision",
+            "nodes",
+            "nodepools",
+            "replacements",
+            "savingsPerHour",
+        } <= set(command)
+    assert {
+        "node": "guarded",
+        "nodepool": "default",
+        "reason": "pdb default/api prevents pod evictions",
+        "details": [],
+    } in data["blocked"]
+    assert set(data["budgets"]["default"]) == {"Empty", "Drifted", "Underutilized"}
+
+
+def test_several_snapshot_files_are_combined(demo, tmp_path):
+    extra = ClusterBuilder(region="us-east-1")
+    extra.node("late", ami="ami-new", security_groups="sg-1")
+    second = extra.write(tmp_path / "more.json")
+    result = invoke(
+        "--snapshot", str(demo), "--snapshot", str(second), "-o", "json", "--at", "2026-11-22T10:00:00Z"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["summary"]["nodes"] == 5
+
+
+def test_a_catalog_file_overrides_the_bundled_prices(demo, tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "region: us-east-1\ninstanceTypes:\n- name: m5.large\n  cpu: '2'\n  memory: 8Gi\n  pods: 29\n"
+        "  offerings:\n  - {zone: us-east-1a, capacityType: on-demand, price: 1.0}\n"
+        "  - {zone: us-east-1b, capacityType: on-demand, price: 2.0}\n"
+    )
+    result = invoke(
+        "--snapshot", str(demo), "--catalog", str(catalog), "-o", "json", "--at", "2026-11-22T10:00:00Z"
+    )
+    assert result.exit_code == 0, result.output
+    (empty,) = [c for c in json.loads(result.output)["commands"] if c["method"] == "emptiness"]
+    assert empty["savingsPerHour"] == 2.0  # the empty node sits in us-east-1b
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--snapshot", "{missing}"], "missing.yaml: cannot read snapshot"),
+        (["--snapshot", "{bad}"], "bad.yaml: not valid YAML/JSON"),
+        (["--snapshot", "{demo}", "--catalog", "{bad}"], "bad.yaml: not valid YAML/JSON"),
+        (
+            ["--snapshot", "{demo}", "--catalog", "{badcatalog}"],
+            "instance type m5.large: missing field 'memory'",
+        ),
+        (["--snapshot", "{demo}", "--at", "yesterday"], "--at: 'yesterday' is not an RFC 3339 time"),
+        (["--snapshot", "{demo}", "--region", "eu-west-1"], "no data for region 'eu-west-1'"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_naming_the_file_and_object(demo, tmp_path, args, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: List\nitems: [\n")
+    badcatalog = tmp_path / "badcatalog.yaml"
+    badcatalog.write_text("region: us-east-1\ninstanceTypes:\n- {name: m5.large, cpu: 2, pods: 29}\n")
+    paths = {"missing": tmp_path / "missing.yaml", "bad": bad, "demo": demo, "badcatalog": badcatalog}
+    result = invoke(*(a.format(**paths) for a in args))
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_malformed_objects_are_listed_as_problems_without_failing(tmp_path):
+    b = ClusterBuilder()
+    b.nodepool("default")
+    b.node("n1")
+    b.pod("broken", "n1", cpu="a-lot")
+    path = b.write(tmp_path / "c.yaml")
+    result = invoke("--snapshot", str(path), "--at", "2026-11-22T10:00:00Z")
+    assert result.exit_code == 0
+    assert "Pod default/broken: invalid quantity 'a-lot'" in result.output
+
+
+def test_the_capture_time_of_a_snapshot_is_the_default_plan_time(tmp_path):
+    b = ClusterBuilder()
+    b.nodepool("default")
+    b.node("n1")
+    data = b.as_list()
+    data["metadata"]["annotations"] = {"karpflow.io/captured-at": "2026-11-22T10:00:00Z"}
+    path = tmp_path / "captured.json"
+    path.write_text(json.dumps(data))
+    result = invoke("--snapshot", str(path), "-o", "json")
+    assert json.loads(result.output)["at"] == "2026-11-22T10:00:00Z"
