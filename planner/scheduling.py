@@ -112,6 +112,9 @@ class NewNodeClaim:
     zones: tuple[str, ...]
     pods: list[str]
     requests: dict[str, int]
+    # Opened for background pods (pending, or from nodes already going away): capacity the
+    # provisioner launches anyway, not a replacement the caller decides on.
+    background: bool = False
 
     @property
     def instance_types(self) -> tuple[str, ...]:
@@ -133,6 +136,11 @@ class SimulationResult:
     unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
     pending: frozenset[str] = frozenset()  # keys of the pods that were pending (their failure is tolerated)
     aborted: str | None = None  # set when the simulation stopped early; the result is then incomplete
+
+    @property
+    def replacements(self) -> list[NewNodeClaim]:
+        """The new NodeClaims the moved pods need (background claims left out)."""
+        return [c for c in self.new_claims if not c.background]
 
     @property
     def all_non_pending_scheduled(self) -> bool:
@@ -240,6 +248,7 @@ class _Claim:
     reqs: Reqs
     used: Vec
     excluded: frozenset[str]  # instance types the pool's limits ruled out when the claim opened
+    background: bool = False
     pods: list[str] = field(default_factory=list)
     ports: list[tuple[int, str, str]] = field(default_factory=list)
 
@@ -256,6 +265,7 @@ class _FitList:
 
 class _Probe:
     __slots__ = (
+        "background",
         "claims",
         "delta",
         "excluded",
@@ -279,6 +289,7 @@ class _Probe:
         self.inv_delta: dict[PodAffinityTerm, dict[str, int]] = {}
         self.limits: dict[str, Vec] = {}
         self.excluded: dict[str, tuple[Vec, frozenset[str]]] = {}
+        self.background = False  # placing background pods (their claims do not count)
 
 
 def _fits(v: Vec, f: Vec) -> bool:
@@ -413,7 +424,6 @@ class Simulator:
                 self._pool_nodes_capacity[n.nodepool] = _add(
                     self._pool_nodes_capacity.get(n.nodepool, self._zero), cap
                 )
-
 
     # -- vectors ---------------------------------------------------------------------------
     def _vec(self, resources: Resources) -> Vec | None:
@@ -919,32 +929,72 @@ class Simulator:
         remove: Collection[str],
         pods: Sequence[SimPod],
         *,
+        background: Sequence[SimPod] = (),
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
-        from_deleting: Collection[str] = (),
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` nodes, opening new NodeClaims as needed.
 
+        `background` pods (pending pods, pods of nodes already being deleted) are placed first: they
+        take room before the moved pods, and the NodeClaims they open stand for capacity the
+        provisioner launches anyway, so they are marked `background`, do not count against
+        `max_new_claims`, and do not take moved pods (like Karpenter's in-flight, uninitialized nodes).
+
         `max_new_claims` and `stop_on_failure` let a caller that will reject the answer anyway
         (consolidation needs 0 or 1 new node and every non-pending pod placed) stop early; the
-        result then has `aborted` set. `from_deleting` names pods (ns/name) that come from nodes
-        already being deleted: they may land on uninitialized nodes.
+        result then has `aborted` set. Pods whose current node is being deleted may land on
+        uninitialized nodes.
         """
         removed_names = frozenset(remove)
         probe = _Probe({self.node_index[n] for n in removed_names if n in self.node_index}, removed_names)
         self._limits_start(probe)
-        result = SimulationResult(pending=frozenset(p.key for p in pods if p.pending))
-        deleting_keys = set(from_deleting) | {
-            p.key for p in pods if p.node_name is not None and p.node_name in self.deleting_nodes
+        result = SimulationResult(pending=frozenset(p.key for p in (*pods, *background) if p.pending))
+        deleting_keys = {
+            p.key
+            for p in (*pods, *background)
+            if p.node_name is not None and p.node_name in self.deleting_nodes
         }
-        order = sorted(pods, key=self._pod_order)
         try:
-            for pod in order:
+            probe.background = True
+            for pod in sorted(background, key=self._pod_order):
+                self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
+            probe.background = False
+            for pod in sorted(pods, key=self._pod_order):
                 self._place(probe, pod, result, deleting_keys, max_new_claims, stop_on_failure)
         except SimulationAborted as stop:
             result.aborted = str(stop)
         result.new_claims = [self._finalize(c) for c in probe.claims]
         return result
+
+    def reprice(self, claim: NewNodeClaim, extra: Iterable[Req] = ()) -> tuple[ClaimOption, ...]:
+        """The claim's options under extra requirements (e.g. capacity type pinned to spot), re-priced."""
+        pool = self._pool_by_name[claim.nodepool]
+        reqs = claim.requirements
+        for req in extra:
+            merged = self._merge(reqs, pool.base_keys, (req,))
+            if merged is None:
+                return ()
+            reqs = merged
+        used = self._vec_dict(claim.requests)
+        allowed = set(claim.instance_types)
+        return tuple(
+            ClaimOption(e.name, e.price, e.worst_price)
+            for e in self._typeset(pool, reqs, frozenset()).entries
+            if e.name in allowed and _fits(used, e.alloc)
+        )
+
+    def min_values_met(self, claim: NewNodeClaim, options: Sequence[str]) -> str | None:
+        """None when `options` still satisfy the claim's minValues; otherwise what is missing."""
+        for req in claim.requirements:
+            if not req.min_values:
+                continue
+            if req.key == k.INSTANCE_TYPE_LABEL:
+                distinct = set(options)
+            else:
+                distinct = {self.instance_types[o].labels.get(req.key) for o in options} - {None}
+            if len(distinct) < req.min_values:
+                return f"minValues {req.min_values} for {req.key} needs more options, {len(distinct)} left"
+        return None
 
     def _pod_order(self, pod: SimPod) -> tuple:
         v = self._vec(pod.constraints.requests) or self._zero
@@ -1231,8 +1281,11 @@ class Simulator:
         self._record(probe, eff, domains, filter_ok)
 
     def _try_claims(self, probe: _Probe, eff: _Eff, pod_key: str) -> _Claim | None:
-        # Like Karpenter: the claims with the fewest pods first.
+        # Like Karpenter: the claims with the fewest pods first. Moved pods never join background
+        # claims (in flight, not initialized).
         for claim in sorted(probe.claims, key=lambda c: len(c.pods)):
+            if claim.background != probe.background:
+                continue
             reqs = self._claim_try(
                 probe, eff, claim.pool, claim.reqs, claim.used, claim.name, claim.ports, claim.excluded
             )
@@ -1250,9 +1303,9 @@ class Simulator:
             reqs = self._claim_try(probe, eff, pool, pool.base, self._zero, name, [], excluded)
             if reqs is None:
                 continue
-            if max_new_claims is not None and len(probe.claims) >= max_new_claims:
+            if max_new_claims is not None and sum(not c.background for c in probe.claims) >= max_new_claims:
                 raise SimulationAborted(f"pod {pod_key} would need more than {max_new_claims} new node(s)")
-            claim = _Claim(name, pool, pool.base, self._zero, excluded)
+            claim = _Claim(name, pool, pool.base, self._zero, excluded, probe.background)
             probe.claims.append(claim)
             self._claim_commit(probe, claim, eff, reqs, pod_key)
             # Karpenter reserves the largest option against the pool's limits when it opens a claim.
@@ -1278,6 +1331,7 @@ class Simulator:
             zones=tuple(sorted(frozenset().union(*(e.zones for e in entries)))),
             pods=list(claim.pods),
             requests=self.describe_vec(claim.used),
+            background=claim.background,
         )
 
     # -- explanations ---------------------------------------------------------------------------

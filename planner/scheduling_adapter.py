@@ -241,6 +241,7 @@ class SnapshotSimulation:
         self.gone = frozenset(n for n in snapshot.nodes if n in gone or snapshot.nodes[n].is_deleting)
         self._conv = _Converter()
         nodes = [sim_node(n, gone, self._conv) for n in snapshot.nodes.values()]
+        nodes.extend(self._in_flight(snapshot, catalog))
         bound = [
             self._conv.bound(p)
             for p in snapshot.pods
@@ -258,7 +259,33 @@ class SnapshotSimulation:
             preference_policy=preference_policy,
         )
         self._sim_pods: dict[int, SimPod] = {}
+        self._pending: list[Pod] | None = None
+        self._deleting: dict[str, list[Pod]] | None = None
         self._interned: dict[PodConstraints, PodConstraints] = {}
+
+    @staticmethod
+    def _in_flight(snapshot: Snapshot, catalog: Catalog) -> list[SimNode]:
+        """NodeClaims launched but without a Node yet: uninitialized capacity (Karpenter's cluster
+        state holds them too), where pods of deleting nodes may land and which counts toward limits."""
+        linked = {n.nodeclaim.name for n in snapshot.nodes.values() if n.nodeclaim is not None}
+        out = []
+        for claim in snapshot.nodeclaims.values():
+            if claim.name in linked or claim.name in snapshot.nodes or claim.deletion_timestamp is not None:
+                continue
+            it = catalog.get(claim.labels.get(k.INSTANCE_TYPE_LABEL))
+            if it is None or claim.nodepool is None:
+                continue
+            out.append(
+                SimNode(
+                    name=claim.name,
+                    labels={**claim.labels, k.HOSTNAME_LABEL: claim.name},
+                    allocatable=_resources_dict(it.allocatable_resources),
+                    capacity=_resources_dict(it.capacity_resources),
+                    initialized=False,
+                    managed=True,
+                )
+            )
+        return out
 
     # -- pods ---------------------------------------------------------------------------------
     def sim_pod(self, pod: Pod) -> SimPod:
@@ -286,35 +313,49 @@ class SnapshotSimulation:
 
     def pending_pods(self) -> list[Pod]:
         """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes)."""
-        return [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
+        if self._pending is None:
+            self._pending = [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
+        return self._pending
 
     def deleting_pods(self, exclude: Iterable[str] = ()) -> list[Pod]:
         """Reschedulable pods of nodes already going away: they move too (§2.6)."""
+        if self._deleting is None:
+            self._deleting = {
+                name: [p for p in self.snapshot.nodes[name].pods if p.is_reschedulable]
+                for name in sorted(self.gone)
+            }
         skip = set(exclude)
-        return [
-            p
-            for name in sorted(self.gone - skip)
-            for p in self.snapshot.nodes[name].pods
-            if p.is_reschedulable
-        ]
+        return [p for name, pods in self._deleting.items() if name not in skip for p in pods]
+
+    def pods_of(self, node_names: Sequence[str]) -> list[Pod]:
+        """The pods that move when these nodes go."""
+        return self.moving_pods([self.snapshot.nodes[n] for n in node_names if n in self.snapshot.nodes])
+
+    def background_pods(self, node_names: Sequence[str] = ()) -> list[Pod]:
+        """Pods that need a place whatever the decision: pending ones and those of nodes going away."""
+        return [*self.pending_pods(), *self.deleting_pods(node_names)]
 
     def default_pods(self, node_names: Sequence[str]) -> list[Pod]:
-        nodes = [self.snapshot.nodes[n] for n in node_names if n in self.snapshot.nodes]
-        return [*self.moving_pods(nodes), *self.pending_pods(), *self.deleting_pods(node_names)]
+        return [*self.pods_of(node_names), *self.background_pods(node_names)]
 
     # -- running ------------------------------------------------------------------------------
     def run(
         self,
         node_names: Sequence[str],
-        pods: Sequence[Pod],
+        pods: Sequence[Pod] | None = None,
         *,
+        background: Sequence[Pod] | None = None,
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
     ) -> SimulationResult:
-        sim_pods = [self.sim_pod(p) for p in pods]
+        """Simulate removing `node_names`. Defaults: their moving pods, with the pending pods and those
+        of nodes already going away in the background (§2.6)."""
+        moving = self.pods_of(node_names) if pods is None else pods
+        extra = self.background_pods(node_names) if background is None else background
         return self.simulator.simulate(
             node_names,
-            sim_pods,
+            [self.sim_pod(p) for p in moving],
+            background=[self.sim_pod(p) for p in extra],
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
         )
@@ -339,13 +380,15 @@ class SnapshotSimulation:
         )
 
     def scheduling_result(self, result: SimulationResult, pods: Sequence[Pod]) -> SchedulingResult:
+        """The model's SchedulingResult: background claims (capacity the provisioner launches for
+        pending pods and pods of deleting nodes) are not replacements, so they are left out."""
         claim_names = {c.name for c in result.new_claims}
         unschedulable = dict(result.unschedulable)
         if result.aborted:
             unschedulable.setdefault("<simulation>", result.aborted)
         return SchedulingResult(
             placements={key: node for key, node in result.placements.items() if node not in claim_names},
-            new_nodes=[self.replacement(c, pods) for c in result.new_claims],
+            new_nodes=[self.replacement(c, pods) for c in result.replacements],
             unschedulable=unschedulable,
             pending=result.pending,
         )
@@ -381,6 +424,9 @@ def simulate_for(
     """The `Simulate` protocol of planner.model (see `planner.scheduling.simulate`)."""
     prepared = snapshot_simulation(ctx)
     names = [c.name for c in candidates]
-    chosen = list(pods) if pods is not None else prepared.default_pods(names)
-    result = prepared.run(names, chosen)
-    return prepared.scheduling_result(result, chosen)
+    if pods is None:
+        moving, background = prepared.pods_of(names), prepared.background_pods(names)
+    else:
+        moving, background = list(pods), []
+    result = prepared.run(names, moving, background=background)
+    return prepared.scheduling_result(result, [*moving, *background])

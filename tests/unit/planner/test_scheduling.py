@@ -22,7 +22,7 @@ GI = 1 << 30
 
 def run(snap, remove, *, policy="Respect", catalog=None, **kwargs):
     sim = simulation(snap, policy=policy, **({"catalog": catalog} if catalog else {}))
-    return sim.run(remove, sim.default_pods(remove), **kwargs)
+    return sim.run(remove, **kwargs)
 
 
 # --- resources ------------------------------------------------------------------------------------
@@ -600,11 +600,54 @@ def test_pods_of_deleting_nodes_move_too_and_may_use_uninitialized_nodes():
         pod("app", "b", cpu="500m"),
     )
     sim = simulation(snap)
-    pods = sim.default_pods(["b"])
-    assert {p.name for p in pods} == {"app", "leaving"}
-    result = sim.run(["b"], pods)
+    assert {p.name for p in sim.default_pods(["b"])} == {"app", "leaving"}
+    result = sim.run(["b"])
     assert result.placements["default/leaving"] == "a"
     assert "default/leaving" not in result.unschedulable
+
+
+def test_background_pods_go_first_and_their_new_nodes_are_not_replacements():
+    # A pending pod needs a new node whatever happens; the moved pod must not count it, nor use it.
+    snap = snapshot(
+        nodepool(),
+        node("a"),
+        node("b"),
+        pod("fill", "a", cpu="3"),
+        pod("app", "b", cpu="3500m"),
+        pod("waiting", None, cpu="3"),
+    )
+    result = run(snap, ["b"], max_new_claims=1)
+    assert result.all_non_pending_scheduled
+    background = [c for c in result.new_claims if c.background]
+    assert [c.pods for c in background] == [["default/waiting"]]
+    assert [c.pods for c in result.replacements] == [["default/app"]]
+
+
+def test_launched_nodeclaims_without_a_node_are_in_flight_capacity():
+    claim = {
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": "default-x1",
+            "labels": {
+                "karpenter.sh/nodepool": "default",
+                "node.kubernetes.io/instance-type": "m5.xlarge",
+                "topology.kubernetes.io/zone": "test-1a",
+                "karpenter.sh/capacity-type": "on-demand",
+            },
+        },
+        "status": {"conditions": [{"type": "Launched", "status": "True"}]},
+    }
+    snap = snapshot(
+        nodepool(),
+        claim,
+        node("d", deleting=True),
+        node("b"),
+        pod("leaving", "d", cpu="3"),
+        pod("app", "b", cpu="3"),
+    )
+    result = run(snap, ["b"])
+    assert result.placements["default/leaving"] == "default-x1"
+    assert result.placements["default/app"] == "new-nodeclaim-0"  # not the uninitialized in-flight node
 
 
 def test_pending_pods_are_placed_and_their_failure_is_tolerated():
@@ -715,9 +758,9 @@ def test_probes_do_not_leak_into_each_other():
         nodepool(), node("a"), node("b"), node("c"), replicas("web", [("a", 3), ("b", 1), ("c", 1)])
     )
     sim = simulation(snap)
-    first = sim.run(["b"], sim.default_pods(["b"]))
-    sim.run(["c"], sim.default_pods(["c"]))
-    again = sim.run(["b"], sim.default_pods(["b"]))
+    first = sim.run(["b"])
+    sim.run(["c"])
+    again = sim.run(["b"])
     assert first.placements == again.placements == {"default/web-3": "a"}
 
 
