@@ -4,6 +4,7 @@
         srv.url, srv.store, srv.faults, srv.requests
         srv.write_kubeconfig(path)              # for kubectl / kubernetes.config.load_kube_config
         srv.api_client()                        # a configured sync kubernetes.client.ApiClient
+        srv.aio_api_client()                    # the same for kubernetes.aio
         srv.call(fn, *args)                     # run fn in the server's loop thread, return result
 
     srv = EmulatorServer(store=my_store)
@@ -173,3 +174,10 @@ class EmulatorServer:
         from kubernetes import client
 
         return client.ApiClient(self.client_configuration())
+
+    def aio_api_client(self) -> Any:
+        """A `kubernetes.aio.client.ApiClient` for this emulator (close it with `await .close()`)."""
+        from kubernetes.aio import client
+
+        cfg = client.Configuration(host=self.url, api_key={"authorization": "Bearer emulator"})
+        return client.ApiClient(cfg)
