@@ -1,0 +1,351 @@
+"""EC2 activities: launch a replacement (idempotently), describe and terminate instances (owned only).
+
+Launch uses RunInstances for exactly one offering (instance type, zone, capacity type) per call. The
+workflow walks the offerings in price order, so every capacity error is a visible step of the
+history and the choice of the next offering is the workflow's, not hidden inside a fleet request.
+(CreateFleet `instant` with all offerings as overrides would let EC2 choose, at the price of
+hiding that step; moto also never reports fleet errors.)
+
+Idempotency does not rely on EC2 alone: before launching, the activity looks for an instance already
+tagged with this command id and replacement index (moto ignores ClientToken; a crash between
+RunInstances and the activity completing must not launch twice). The ClientToken still makes a
+retried request idempotent on real EC2; it also covers the offering, because EC2 refuses a token
+reused with different parameters.
+
+boto3 is synchronous: calls run in a thread (`asyncio.to_thread`) so the worker's event loop,
+which also runs workflows and heartbeats, never blocks on AWS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from typing import Any
+
+from temporalio import activity
+
+from activities import errors
+from activities.errors import classify_ec2, ec2_code, permanent
+from api.activity_io import InstanceRequest, InstanceState, LaunchedInstance, LaunchRequest, LaunchTemplate
+from api.constants import (
+    CAPACITY_SPOT,
+    CAPACITY_TYPE_LABEL,
+    CLUSTER_TAG_VALUE,
+    TAG_COMMAND_ID,
+    TAG_NODE_LABELS,
+    TAG_NODE_NAME,
+    TAG_NODE_TAINTS,
+    TAG_NODECLASS,
+    TAG_NODEPOOL,
+    TAG_REPLACEMENT_INDEX,
+    TAG_STARTUP_TAINTS,
+    UNREGISTERED_TAINT_KEY,
+    cluster_tag,
+)
+from api.workflow_io import Offering, TaintSpec
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+GONE_STATES = ("shutting-down", "terminated")
+TAG_VALUE_MAX = 256
+ARCH = {"x86_64": "amd64", "arm64": "arm64", "i386": "386"}
+
+
+def client_token(command_id: str, index: int, offering: Offering) -> str:
+    """Stable per (command, replacement, offering); EC2 allows at most 64 ASCII characters."""
+    return hashlib.sha256(f"{command_id}\x00{index}\x00{offering.key}".encode()).hexdigest()[:64]
+
+
+def kubelet_labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def kubelet_taints(taints: list[TaintSpec]) -> str:
+    return ",".join(taint.kubelet() for taint in taints)
+
+
+def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
+    """Ownership, provenance (NodePool, command, index) and what the kubelet registers with."""
+    template, offering = request.template, request.offering
+    labels = {**template.labels, CAPACITY_TYPE_LABEL: offering.capacity_type}
+    taints = [*template.taints, TaintSpec(key=UNREGISTERED_TAINT_KEY, effect="NoExecute")]
+    tags = {
+        **template.instance_tags,
+        cluster_tag(cluster): CLUSTER_TAG_VALUE,
+        TAG_NODEPOOL: template.nodepool,
+        TAG_NODECLASS: template.nodeclass,
+        TAG_COMMAND_ID: request.command_id,
+        TAG_REPLACEMENT_INDEX: str(request.index),
+        TAG_NODE_NAME: f"karpflow/{template.nodepool}",
+        TAG_NODE_LABELS: kubelet_labels(labels),
+        TAG_NODE_TAINTS: kubelet_taints(taints),
+    }
+    if template.startup_taints:
+        tags[TAG_STARTUP_TAINTS] = kubelet_taints(template.startup_taints)
+    for key, value in tags.items():
+        if len(value) > TAG_VALUE_MAX:
+            raise permanent(
+                f"replacement {request.index}: tag {key} would be {len(value)} characters (EC2 allows "
+                f"{TAG_VALUE_MAX}); too many labels or taints on NodePool {template.nodepool}",
+                errors.INVALID,
+            )
+    return tags
+
+
+def pick_image(template: LaunchTemplate, architecture: str | None) -> str:
+    for ami in template.amis:
+        if not ami.architectures or architecture is None or architecture in ami.architectures:
+            return ami.id
+    raise permanent(
+        f"EC2NodeClass {template.nodeclass} has no AMI for architecture {architecture} "
+        f"(status.amis: {', '.join(a.id for a in template.amis)})",
+        errors.OFFERING_UNAVAILABLE,
+    )
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t.get("Value", "") for t in instance.get("Tags") or ()}
+
+
+class UnavailableOfferings:
+    """Offerings that recently failed with insufficient capacity, skipped for a TTL (Karpenter: 3 min).
+
+    Process-wide and best effort: it spares other commands a doomed request. The workflow keeps its own
+    durable list, which is what makes a retried or resumed command skip them."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self.ttl = ttl_seconds
+        self._until: dict[str, float] = {}
+
+    def mark(self, offering: Offering) -> None:
+        self._until[offering.key] = time.monotonic() + self.ttl
+
+    def is_unavailable(self, offering: Offering) -> bool:
+        until = self._until.get(offering.key)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self._until[offering.key]
+            return False
+        return True
+
+
+class EC2Activities:
+    def __init__(
+        self,
+        ec2: Any,
+        cluster_name: str,
+        unavailable_ttl_seconds: float = 180.0,
+        poll_interval: float = 5.0,
+    ) -> None:
+        self.ec2 = ec2
+        self.cluster = cluster_name
+        self.unavailable = UnavailableOfferings(unavailable_ttl_seconds)
+        self.poll_interval = poll_interval
+        self._architectures: dict[str, str | None] = {}
+
+    async def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(getattr(self.ec2, method), **kwargs)
+
+    # -- launch -----------------------------------------------------------------------------------
+
+    @activity.defn(name="launch_instance")
+    async def launch_instance(self, request: LaunchRequest) -> LaunchedInstance:
+        offering = request.offering
+        what = f"replacement {request.index} ({offering.key})"
+        try:
+            existing = await self._launched(request.command_id, request.index)
+        except Exception as err:
+            raise classify_ec2(err, f"looking up {what}") from None
+        if existing is not None:
+            log.info("%s: adopting instance %s launched by an earlier attempt", what, existing["InstanceId"])
+            return self._launched_instance(existing, adopted=True)
+        if self.unavailable.is_unavailable(offering):
+            raise permanent(
+                f"{what}: recently failed with insufficient capacity; skipped", errors.OFFERING_UNAVAILABLE
+            )
+        subnet = request.template.subnets.get(offering.zone)
+        if subnet is None:
+            raise permanent(
+                f"{what}: EC2NodeClass {request.template.nodeclass} has no subnet in zone {offering.zone}",
+                errors.OFFERING_UNAVAILABLE,
+            )
+        try:
+            image = pick_image(request.template, await self._architecture(offering.instance_type))
+            response = await self._call("run_instances", **self._run_params(request, subnet, image))
+        except errors.ApplicationError:
+            raise
+        except Exception as err:
+            failure = classify_ec2(err, f"launching {what}")
+            if failure.type == errors.INSUFFICIENT_CAPACITY:
+                self.unavailable.mark(offering)
+                log.warning(
+                    "%s: %s (%s); offering skipped for %ss",
+                    what,
+                    failure.message,
+                    ec2_code(err),
+                    self.unavailable.ttl,
+                )
+            raise failure from None
+        instance = response["Instances"][0]
+        log.info("%s: launched instance %s", what, instance["InstanceId"])
+        return self._launched_instance(instance, adopted=False)
+
+    def _run_params(self, request: LaunchRequest, subnet: str, image: str) -> dict[str, Any]:
+        template, offering = request.template, request.offering
+        tags = launch_tags(self.cluster, request)
+        params: dict[str, Any] = {
+            "ImageId": image,
+            "InstanceType": offering.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "SubnetId": subnet,
+            "ClientToken": client_token(request.command_id, request.index, offering),
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
+                {
+                    "ResourceType": "volume",
+                    "Tags": [
+                        {"Key": cluster_tag(self.cluster), "Value": CLUSTER_TAG_VALUE},
+                        {"Key": TAG_NODEPOOL, "Value": template.nodepool},
+                    ],
+                },
+            ],
+        }
+        if template.security_group_ids:
+            params["SecurityGroupIds"] = template.security_group_ids
+        if template.instance_profile:
+            params["IamInstanceProfile"] = {"Name": template.instance_profile}
+        if template.user_data:
+            params["UserData"] = template.user_data
+        if template.block_device_mappings:
+            params["BlockDeviceMappings"] = template.block_device_mappings
+        if template.metadata_options:
+            params["MetadataOptions"] = template.metadata_options
+        if offering.capacity_type == CAPACITY_SPOT:
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
+        return params
+
+    async def _architecture(self, instance_type: str) -> str | None:
+        if instance_type not in self._architectures:
+            response = await self._call("describe_instance_types", InstanceTypes=[instance_type])
+            found = response.get("InstanceTypes") or []
+            archs = (found[0].get("ProcessorInfo") or {}).get("SupportedArchitectures") or [] if found else []
+            self._architectures[instance_type] = ARCH.get(archs[0]) if archs else None
+        return self._architectures[instance_type]
+
+    async def _launched(self, command_id: str, index: int) -> dict[str, Any] | None:
+        response = await self._call(
+            "describe_instances",
+            Filters=[
+                {"Name": f"tag:{TAG_COMMAND_ID}", "Values": [command_id]},
+                {"Name": f"tag:{TAG_REPLACEMENT_INDEX}", "Values": [str(index)]},
+                {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
+                {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+            ],
+        )
+        instances = [i for r in response.get("Reservations") or () for i in r.get("Instances") or ()]
+        return min(instances, key=lambda i: i["InstanceId"]) if instances else None
+
+    def _launched_instance(self, instance: dict[str, Any], adopted: bool) -> LaunchedInstance:
+        zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
+        capacity = CAPACITY_SPOT if instance.get("InstanceLifecycle") == CAPACITY_SPOT else "on-demand"
+        labels = _tags(instance).get(TAG_NODE_LABELS, "")
+        if f"{CAPACITY_TYPE_LABEL}={CAPACITY_SPOT}" in labels.split(","):
+            capacity = CAPACITY_SPOT
+        index = _tags(instance).get(TAG_REPLACEMENT_INDEX, "")
+        return LaunchedInstance(
+            instance_id=instance["InstanceId"],
+            index=int(index) if index.isdigit() else None,
+            provider_id=f"aws:///{zone}/{instance['InstanceId']}",
+            private_dns_name=instance.get("PrivateDnsName") or "",
+            offering=Offering(instance_type=instance["InstanceType"], zone=zone, capacity_type=capacity),
+            adopted=adopted,
+        )
+
+    @activity.defn(name="find_command_instances")
+    async def find_command_instances(self, command_id: str) -> list[LaunchedInstance]:
+        """Every live instance this command launched (compensation must not miss one a cancelled launch
+        created after the workflow stopped waiting for it)."""
+        try:
+            response = await self._call(
+                "describe_instances",
+                Filters=[
+                    {"Name": f"tag:{TAG_COMMAND_ID}", "Values": [command_id]},
+                    {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
+                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+                ],
+            )
+        except Exception as err:
+            raise classify_ec2(err, f"listing the instances of command {command_id}") from None
+        return [
+            self._launched_instance(i, adopted=True)
+            for r in response.get("Reservations") or ()
+            for i in r.get("Instances") or ()
+        ]
+
+    # -- describe / terminate ---------------------------------------------------------------------
+
+    async def _describe(self, instance_id: str) -> dict[str, Any] | None:
+        try:
+            response = await self._call("describe_instances", InstanceIds=[instance_id])
+        except Exception as err:
+            if ec2_code(err) == "InvalidInstanceID.NotFound":
+                return None
+            raise
+        instances = [i for r in response.get("Reservations") or () for i in r.get("Instances") or ()]
+        return instances[0] if instances else None
+
+    def _state(self, instance_id: str, instance: dict[str, Any] | None) -> InstanceState:
+        if instance is None:
+            return InstanceState(instance_id=instance_id, found=False)
+        owned = _tags(instance).get(cluster_tag(self.cluster)) == CLUSTER_TAG_VALUE
+        return InstanceState(
+            instance_id=instance_id, found=True, state=instance["State"]["Name"], owned=owned
+        )
+
+    @activity.defn(name="describe_instance")
+    async def describe_instance(self, request: InstanceRequest) -> InstanceState:
+        try:
+            return self._state(request.instance_id, await self._describe(request.instance_id))
+        except Exception as err:
+            raise classify_ec2(err, f"describing instance {request.instance_id}") from None
+
+    @activity.defn(name="terminate_instance")
+    async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
+        """Terminate and wait until EC2 says terminated (or forgets the instance). Refuses, without retry,
+        an instance whose ownership tag does not name this cluster: the check is in code, not only IAM."""
+        what = f"instance {request.instance_id}" + (f" of node {request.node}" if request.node else "")
+        while True:
+            try:
+                state = self._state(request.instance_id, await self._describe(request.instance_id))
+            except Exception as err:
+                raise classify_ec2(err, f"describing {what}") from None
+            if not state.found or state.state == "terminated":
+                return state
+            if not state.owned:
+                raise permanent(
+                    f"refusing to terminate {what}: its tag {cluster_tag(self.cluster)} is not "
+                    f"'{CLUSTER_TAG_VALUE}', so cluster {self.cluster} does not own it",
+                    errors.NOT_OWNED,
+                )
+            if state.state != "shutting-down":
+                try:
+                    response = await self._call("terminate_instances", InstanceIds=[request.instance_id])
+                except Exception as err:
+                    if ec2_code(err) == "InvalidInstanceID.NotFound":
+                        return InstanceState(instance_id=request.instance_id, found=False)
+                    raise classify_ec2(err, f"terminating {what}") from None
+                log.info("terminating %s", what)
+                changes = response.get("TerminatingInstances") or [{}]
+                if (changes[0].get("CurrentState") or {}).get("Name") == "terminated":
+                    return state.model_copy(update={"state": "terminated"})
+            if activity.in_activity():
+                activity.heartbeat({"instance": request.instance_id, "state": state.state})
+            await asyncio.sleep(self.poll_interval)

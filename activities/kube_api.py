@@ -1,0 +1,232 @@
+"""The Kubernetes calls karpflow makes, as plain JSON, over the official `kubernetes.aio` client.
+
+The official client provides the transport: kubeconfig or in-cluster configuration, TLS, bearer
+tokens and exec plugins, connection pooling. Requests go through its `ApiClient` with explicit REST
+paths and JSON bodies rather than the generated models, for two reasons: a read-modify-write must
+send back every field it read (generated models drop fields they do not know, which a PUT would
+then erase), and the JSON is what the rest of karpflow reads anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes.aio import client as kclient
+from kubernetes.aio import config as kconfig
+
+from activities.errors import KubeError
+
+Json = dict[str, Any]
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+PDBS = "/apis/policy/v1/poddisruptionbudgets"
+VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+class KubeApi:
+    def __init__(self, api_client: kclient.ApiClient, request_timeout: float = 30.0) -> None:
+        self._client = api_client
+        self._timeout = request_timeout
+
+    # -- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        request_timeout: float = 30.0,
+        connection_pool: int = 200,
+    ) -> KubeApi:
+        """In-cluster configuration when running in a pod and no kubeconfig is given, else the kubeconfig."""
+        configuration = kclient.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kconfig.load_incluster_config(client_configuration=configuration)
+        else:
+            await kconfig.load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        configuration.connection_pool_maxsize = connection_pool
+        return cls(kclient.ApiClient(configuration), request_timeout)
+
+    @classmethod
+    def for_host(cls, host: str, request_timeout: float = 30.0, connection_pool: int = 200) -> KubeApi:
+        """A plain-HTTP API server without authentication (the local emulator)."""
+        configuration = kclient.Configuration(host=host)
+        configuration.connection_pool_maxsize = connection_pool
+        return cls(kclient.ApiClient(configuration), request_timeout)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    # -- the transport ----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = None,
+    ) -> Json:
+        """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body."""
+        response = await self._send(method, path, query, body, content_type, request_timeout)
+        try:
+            data = await response.read()
+        finally:
+            response.response.release()
+        if not 200 <= response.status < 300:
+            raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+        return json.loads(data) if data else {}
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        body: Any,
+        content_type: str,
+        request_timeout: float | None,
+    ) -> Any:
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        method, url, headers, body, post = await self._client.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return await self._client.call_api(
+            method, url, headers, body, post, _request_timeout=request_timeout or self._timeout
+        )
+
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int) -> AsyncIterator[Json]:
+        """Watch events ({type, object}) from `resource_version` until the server ends the stream."""
+        query = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": timeout_seconds,
+            "allowWatchBookmarks": "true",
+        }
+        response = await self._send("GET", path, query, None, "application/json", timeout_seconds + 30)
+        try:
+            if response.status != 200:
+                data = await response.read()
+                raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+            content: aiohttp.StreamReader = response.response.content
+            while True:
+                line = await content.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            response.response.release()
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    async def get_node(self, name: str) -> Json:
+        return await self.request("GET", f"{NODES}/{_q(name)}")
+
+    async def find_node(self, name: str) -> Json | None:
+        try:
+            return await self.get_node(name)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def list_nodes(self, label_selector: str | None = None) -> Json:
+        return await self.request("GET", NODES, query={"labelSelector": label_selector})
+
+    async def update_node(self, name: str, mutate: Callable[[Json], bool], attempts: int = 8) -> Json:
+        """Read-modify-write with the resourceVersion: `mutate` edits the node in place and says whether
+        it changed anything (nothing to write when it did not). A conflict re-reads and tries again."""
+        for attempt in range(attempts):
+            node = await self.get_node(name)
+            if not mutate(node):
+                return node
+            try:
+                return await self.request("PUT", f"{NODES}/{_q(name)}", body=node)
+            except KubeError as err:
+                if err.status != 409 or attempt == attempts - 1:
+                    raise
+            await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def delete_node(self, name: str) -> None:
+        await self.request(
+            "DELETE", f"{NODES}/{_q(name)}", body={"kind": "DeleteOptions", "apiVersion": "v1"}
+        )
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    async def pods_on_node(self, node: str) -> list[Json]:
+        result = await self.request("GET", PODS, query={"fieldSelector": f"spec.nodeName={node}"})
+        return list(result.get("items") or [])
+
+    async def evict(self, pod: Json) -> None:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+        }
+        path = f"/api/v1/namespaces/{_q(meta['namespace'])}/pods/{_q(meta['name'])}/eviction"
+        await self.request("POST", path, body=body)
+
+    async def delete_pod(self, pod: Json, grace_period_seconds: int) -> None:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": grace_period_seconds,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        path = f"/api/v1/namespaces/{_q(meta['namespace'])}/pods/{_q(meta['name'])}"
+        await self.request("DELETE", path, body=body)
+
+    async def pdbs(self, namespace: str) -> list[Json]:
+        result = await self.request("GET", f"/apis/policy/v1/namespaces/{_q(namespace)}/poddisruptionbudgets")
+        return list(result.get("items") or [])
+
+    async def pvc(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await self.request(
+                "GET", f"/api/v1/namespaces/{_q(namespace)}/persistentvolumeclaims/{_q(name)}"
+            )
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def volume_attachments(self) -> list[Json]:
+        result = await self.request("GET", VOLUME_ATTACHMENTS)
+        return list(result.get("items") or [])
+
+    # -- custom resources -------------------------------------------------------------------------
+
+    async def get_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Json:
+        return await self.request("GET", f"/apis/{group}/{version}/{plural}/{_q(name)}")
+
+    async def create_event(self, namespace: str, event: Json) -> None:
+        await self.request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=event)

@@ -1,0 +1,609 @@
+"""Kubernetes activities: taints, registration and initialization of replacements, termination steps.
+
+Every activity is idempotent (a retry after a crash finds the work done and returns), raises
+`ApplicationError`s classified by `activities.errors`, and long waits heartbeat their progress so a
+dead worker is noticed within the heartbeat timeout and the wait resumes elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+
+from activities import errors
+from activities.drain import Drainer, DrainProgress, Pod, parse_time, wait_until
+from activities.errors import KubeError, classify_kube, permanent
+from activities.kube_api import Json, KubeApi
+from api.activity_io import (
+    AmiChoice,
+    BeginTerminationRequest,
+    CandidateNode,
+    DiscardRequest,
+    DrainRequest,
+    DrainResult,
+    InitializationRequest,
+    LaunchTemplate,
+    NodeInfo,
+    RegisteredNode,
+    RegistrationRequest,
+    ResolveRequest,
+    TaintRequest,
+    UntaintRequest,
+    VolumeRequest,
+)
+from api.constants import (
+    ARCH_LABEL,
+    AWS_GROUP,
+    AWS_VERSION,
+    DISRUPTED_TAINT_KEY,
+    DO_NOT_SYNC_TAINTS_LABEL,
+    EC2NODECLASS_LABEL,
+    EXCLUDE_LB_LABEL,
+    INITIALIZED_LABEL,
+    KARPENTER_GROUP,
+    KARPENTER_VERSION,
+    KNOWN_EPHEMERAL_TAINT_KEYS,
+    NODEPOOL_LABEL,
+    REGISTERED_LABEL,
+    TERMINATION_FINALIZER,
+    TERMINATION_TIMESTAMP_ANNOTATION,
+    UNREGISTERED_TAINT_KEY,
+)
+from api.nodepool import EC2NodeClass, NodePool
+from api.workflow_io import TaintSpec
+
+log = logging.getLogger(__name__)
+
+DISRUPTED_TAINT = {"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}
+
+
+# -- small pure helpers on node JSON -----------------------------------------------------------------
+
+
+def _taints(node: Json) -> list[Json]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def has_taint(node: Json, key: str, effect: str | None = None) -> bool:
+    return any(t.get("key") == key and (effect is None or t.get("effect") == effect) for t in _taints(node))
+
+
+def add_taint(node: Json, taint: Json) -> bool:
+    if has_taint(node, taint["key"], taint["effect"]):
+        return False
+    node.setdefault("spec", {})["taints"] = [*_taints(node), taint]
+    return True
+
+
+def remove_taint(node: Json, key: str, effect: str | None = None) -> bool:
+    kept = [
+        t
+        for t in _taints(node)
+        if not (t.get("key") == key and (effect is None or t.get("effect") == effect))
+    ]
+    if len(kept) == len(_taints(node)):
+        return False
+    node.setdefault("spec", {})["taints"] = kept
+    return True
+
+
+def set_labels(node: Json, labels: dict[str, str]) -> bool:
+    current = node.setdefault("metadata", {}).setdefault("labels", {})
+    changed = any(current.get(k) != v for k, v in labels.items())
+    current.update(labels)
+    return changed
+
+
+def set_annotations(node: Json, annotations: dict[str, str]) -> bool:
+    current = node.setdefault("metadata", {}).setdefault("annotations", {})
+    changed = any(current.get(k) != v for k, v in annotations.items())
+    current.update(annotations)
+    return changed
+
+
+def add_finalizer(node: Json) -> bool:
+    finalizers = node.setdefault("metadata", {}).setdefault("finalizers", [])
+    if TERMINATION_FINALIZER in finalizers:
+        return False
+    finalizers.append(TERMINATION_FINALIZER)
+    return True
+
+
+def remove_finalizer(node: Json) -> bool:
+    finalizers = (node.get("metadata") or {}).get("finalizers") or []
+    if TERMINATION_FINALIZER not in finalizers:
+        return False
+    node["metadata"]["finalizers"] = [f for f in finalizers if f != TERMINATION_FINALIZER]
+    return True
+
+
+def is_ready(node: Json) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """`aws:///us-west-2a/i-0123` → `i-0123`."""
+    if not provider_id or not provider_id.startswith("aws://"):
+        return None
+    tail = provider_id.rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
+def initialization_blockers(node: Json, startup_taints: list[TaintSpec]) -> list[str]:
+    """Why the node is not initialized yet (empty: it is). Karpenter §4: Ready, no startup taint and no
+    known ephemeral taint left."""
+    blockers = [] if is_ready(node) else ["not Ready"]
+    for taint in startup_taints:
+        if has_taint(node, taint.key, taint.effect):
+            blockers.append(f"startup taint {taint.key}:{taint.effect}")
+    for key in (*KNOWN_EPHEMERAL_TAINT_KEYS, UNREGISTERED_TAINT_KEY):
+        if has_taint(node, key):
+            blockers.append(f"taint {key}")
+    return blockers
+
+
+def _merge_taints(*groups: list[Any]) -> list[TaintSpec]:
+    merged: dict[tuple[str, str], TaintSpec] = {}
+    for group in groups:
+        for taint in group:
+            spec = (
+                taint
+                if isinstance(taint, TaintSpec)
+                else TaintSpec(key=taint.key, value=taint.value, effect=taint.effect)
+            )
+            merged[(spec.key, spec.effect)] = spec
+    return list(merged.values())
+
+
+class _Refused(Exception):
+    """Raised inside a read-modify-write to stop without writing."""
+
+
+def _heartbeat(details: Any) -> None:
+    if activity.in_activity():
+        activity.heartbeat(details)
+
+
+# -- the activities ---------------------------------------------------------------------------------
+
+
+class KubernetesActivities:
+    """Activities that act on the Kubernetes API. `poll_interval` paces the waits (seconds)."""
+
+    def __init__(self, kube: KubeApi, poll_interval: float = 1.0, nodepool_hash: Any = None) -> None:
+        self.kube = kube
+        self.poll_interval = poll_interval
+        # (NodePool) -> {annotation: value} stamped on new nodes for drift detection; planner-provided.
+        self.nodepool_hash = nodepool_hash
+
+    def _interval(self, requested: float | None) -> float:
+        return requested if requested and requested > 0 else self.poll_interval
+
+    # -- candidates -------------------------------------------------------------------------------
+
+    @activity.defn(name="taint_disrupted")
+    async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
+        """Taint each candidate `karpenter.sh/disrupted:NoSchedule`. A candidate that is missing or already
+        being deleted is reported (ok=False), not raised: the workflow decides whether that aborts."""
+        return list(await asyncio.gather(*(self._taint_candidate(node) for node in request.nodes)))
+
+    async def _taint_candidate(self, name: str) -> CandidateNode:
+        def mutate(node: Json) -> bool:
+            if (node.get("metadata") or {}).get("deletionTimestamp"):
+                raise _Refused("node is already being deleted")
+            return add_taint(node, dict(DISRUPTED_TAINT))
+
+        try:
+            node = await self.kube.update_node(name, mutate)
+        except _Refused as err:
+            return CandidateNode(node=name, ok=False, message=str(err))
+        except KubeError as err:
+            if err.status == 404:
+                return CandidateNode(node=name, ok=False, message="node not found")
+            raise classify_kube(err, f"tainting node {name}") from None
+        except Exception as err:
+            raise classify_kube(err, f"tainting node {name}") from None
+        return CandidateNode(
+            node=name,
+            ok=True,
+            provider_id=(node.get("spec") or {}).get("providerID"),
+            nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
+        )
+
+    @activity.defn(name="untaint_disrupted")
+    async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
+        """Remove the disrupted taint; nodes already being deleted keep it (their termination owns them)."""
+
+        async def untaint(name: str) -> str | None:
+            def mutate(node: Json) -> bool:
+                if (node.get("metadata") or {}).get("deletionTimestamp"):
+                    return False
+                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule")
+
+            try:
+                await self.kube.update_node(name, mutate)
+                return name
+            except KubeError as err:
+                if err.status == 404:
+                    return None
+                raise classify_kube(err, f"untainting node {name}") from None
+            except Exception as err:
+                raise classify_kube(err, f"untainting node {name}") from None
+
+        return [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
+
+    # -- replacements -----------------------------------------------------------------------------
+
+    async def _custom(self, group: str, version: str, plural: str, name: str, kind: str) -> Json:
+        try:
+            return await self.kube.get_cluster_custom(group, version, plural, name)
+        except KubeError as err:
+            if err.status == 404:
+                raise permanent(f"{kind} {name} not found", errors.INVALID) from None
+            raise classify_kube(err, f"reading {kind} {name}") from None
+        except Exception as err:
+            raise classify_kube(err, f"reading {kind} {name}") from None
+
+    async def _nodepool(self, name: str) -> NodePool:
+        raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name, "NodePool")
+        try:
+            return NodePool.model_validate(raw)
+        except ValueError as err:
+            raise permanent(f"NodePool {name} does not validate: {err}", errors.INVALID) from None
+
+    @activity.defn(name="resolve_replacement")
+    async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
+        """Read the NodePool and EC2NodeClass once and write down everything the launch needs."""
+        spec = request.spec
+        pool = await self._nodepool(spec.nodepool)
+        template = pool.spec.template
+        ref = template.spec.node_class_ref
+        nodeclass_name = spec.nodeclass or (ref.name if ref else None)
+        if not nodeclass_name:
+            raise permanent(
+                f"replacement {request.index}: NodePool {pool.name} has no nodeClassRef "
+                "and no nodeclass was given",
+                errors.INVALID,
+            )
+        raw = await self._custom(AWS_GROUP, AWS_VERSION, "ec2nodeclasses", nodeclass_name, "EC2NodeClass")
+        try:
+            nodeclass = EC2NodeClass.model_validate(raw)
+        except ValueError as err:
+            raise permanent(
+                f"EC2NodeClass {nodeclass_name} does not validate: {err}", errors.INVALID
+            ) from None
+        status = nodeclass.status
+        subnets: dict[str, str] = {}
+        for subnet in status.subnets:
+            subnets.setdefault(subnet.zone, subnet.id)
+        if not subnets:
+            raise permanent(f"EC2NodeClass {nodeclass_name} has no subnets in status.subnets", errors.INVALID)
+        amis = [
+            AmiChoice(
+                id=ami.id,
+                architectures=[
+                    v
+                    for r in ami.requirements
+                    if r.key == ARCH_LABEL and r.operator == "In"
+                    for v in r.values
+                ],
+            )
+            for ami in status.amis
+        ]
+        if not amis and not spec.image_id:
+            raise permanent(f"EC2NodeClass {nodeclass_name} has no AMIs in status.amis", errors.INVALID)
+        if spec.image_id:
+            amis = [AmiChoice(id=spec.image_id)]
+        labels = {
+            **template.metadata.labels,
+            **spec.labels,
+            NODEPOOL_LABEL: pool.name,
+            EC2NODECLASS_LABEL: nodeclass_name,
+        }
+        annotations = {**template.metadata.annotations, **spec.annotations}
+        if self.nodepool_hash is not None:
+            annotations.update(self.nodepool_hash(pool))
+        return LaunchTemplate(
+            nodepool=pool.name,
+            nodeclass=nodeclass_name,
+            subnets=subnets,
+            security_group_ids=[group.id for group in status.security_groups],
+            amis=amis,
+            instance_profile=status.instance_profile or nodeclass.spec.instance_profile,
+            user_data=nodeclass.spec.user_data,
+            block_device_mappings=nodeclass.spec.block_device_mappings,
+            metadata_options=nodeclass.spec.metadata_options,
+            instance_tags=dict(nodeclass.spec.tags),
+            labels=labels,
+            annotations=annotations,
+            taints=_merge_taints(template.spec.taints, spec.taints),
+            startup_taints=_merge_taints(template.spec.startup_taints, spec.startup_taints),
+        )
+
+    async def _node_for(self, name_hint: str | None, provider_id: str, list_too: bool) -> Json | None:
+        """The node with this providerID: by name first (the private DNS name), then by listing."""
+        if name_hint:
+            node = await self.kube.find_node(name_hint)
+            if node is not None and (node.get("spec") or {}).get("providerID") == provider_id:
+                return node
+        if list_too:
+            for node in (await self.kube.list_nodes()).get("items") or ():
+                if (node.get("spec") or {}).get("providerID") == provider_id:
+                    return node
+        return None
+
+    @activity.defn(name="await_node_registered")
+    async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
+        """Wait for the replacement's Node, then make it karpflow's: NodePool labels, annotations and
+        taints, the termination finalizer, `karpenter.sh/registered=true`, and no
+        `karpenter.sh/unregistered` taint."""
+        instance = request.instance
+        interval = self._interval(request.poll_interval_seconds)
+        polls = 0
+        what = f"replacement instance {instance.instance_id} ({instance.provider_id})"
+        while True:
+            try:
+                node = await self._node_for(
+                    instance.private_dns_name, instance.provider_id, list_too=polls % 3 == 2
+                )
+            except Exception as err:
+                raise classify_kube(err, f"looking for the node of {what}") from None
+            if node is not None:
+                name = node["metadata"]["name"]
+                try:
+                    await self.kube.update_node(name, lambda n: self._sync_registration(n, request.template))
+                except Exception as err:
+                    raise classify_kube(err, f"registering node {name}") from None
+                log.info("node %s registered for %s", name, what)
+                return RegisteredNode(node=name)
+            _heartbeat({"waiting_for": f"a Node with providerID {instance.provider_id}"})
+            polls += 1
+            await asyncio.sleep(interval)
+
+    @staticmethod
+    def _sync_registration(node: Json, template: LaunchTemplate) -> bool:
+        changed = set_labels(node, {**template.labels, REGISTERED_LABEL: "true"})
+        changed |= set_annotations(node, template.annotations)
+        if (node["metadata"].get("labels") or {}).get(DO_NOT_SYNC_TAINTS_LABEL) != "true":
+            for taint in template.taints:
+                changed |= add_taint(node, taint.model_dump(exclude_none=True))
+        changed |= remove_taint(node, UNREGISTERED_TAINT_KEY)
+        changed |= add_finalizer(node)
+        return changed
+
+    @activity.defn(name="await_node_initialized")
+    async def await_node_initialized(self, request: InitializationRequest) -> None:
+        """Wait until the node is Ready with no startup or ephemeral taint left, then label it initialized.
+        The heartbeat says what it still waits for; a timeout reports it."""
+        interval = self._interval(request.poll_interval_seconds)
+        while True:
+            try:
+                node = await self.kube.find_node(request.node)
+            except Exception as err:
+                raise classify_kube(err, f"reading node {request.node}") from None
+            if node is None:
+                raise permanent(f"node {request.node} disappeared before it initialized", errors.NOT_FOUND)
+            blockers = initialization_blockers(node, request.startup_taints)
+            if not blockers:
+                try:
+                    await self.kube.update_node(
+                        request.node, lambda n: set_labels(n, {INITIALIZED_LABEL: "true"})
+                    )
+                except Exception as err:
+                    raise classify_kube(err, f"labelling node {request.node} initialized") from None
+                return
+            _heartbeat({"node": request.node, "waiting_for": blockers})
+            await asyncio.sleep(interval)
+
+    @activity.defn(name="release_node")
+    async def release_node(self, request: DiscardRequest) -> None:
+        """Compensation for a replacement that never initialized: drop karpflow's finalizer and delete its
+        Node (there is nothing to drain on a node that never initialized). Missing node: nothing to do."""
+        try:
+            node = await self.kube.find_node(request.node) if request.node else None
+            if (
+                node is None
+                or instance_id_of((node.get("spec") or {}).get("providerID")) != request.instance_id
+            ):
+                node = next(
+                    (
+                        item
+                        for item in (await self.kube.list_nodes()).get("items") or ()
+                        if instance_id_of((item.get("spec") or {}).get("providerID")) == request.instance_id
+                    ),
+                    None,
+                )
+            if node is None:
+                return
+            name = node["metadata"]["name"]
+            await self.kube.update_node(name, remove_finalizer)
+            await self.kube.delete_node(name)
+        except KubeError as err:
+            if err.status == 404:
+                return
+            raise classify_kube(err, f"releasing the node of instance {request.instance_id}") from None
+        except Exception as err:
+            raise classify_kube(err, f"releasing the node of instance {request.instance_id}") from None
+
+    # -- termination ------------------------------------------------------------------------------
+
+    @activity.defn(name="begin_termination")
+    async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
+        """Make sure the node is deleting (with the finalizer first, so the instance cannot leak), and stamp
+        the drain deadline = deletion time + terminationGracePeriod as an annotation everyone can see.
+        An annotation already present is never moved (interruption may have set it to now)."""
+        name = request.node
+        try:
+            node = await self.kube.find_node(name)
+            if node is None:
+                return NodeInfo(
+                    node=name,
+                    found=False,
+                    provider_id=request.provider_id,
+                    instance_id=instance_id_of(request.provider_id),
+                )
+            if not node["metadata"].get("deletionTimestamp"):
+                await self.kube.update_node(name, add_finalizer)
+                await self.kube.delete_node(name)
+                node = await self.kube.find_node(name)
+                if node is None:  # gone at once: someone removed the finalizer meanwhile
+                    return NodeInfo(
+                        node=name,
+                        found=False,
+                        provider_id=request.provider_id,
+                        instance_id=instance_id_of(request.provider_id),
+                    )
+            deadline = await self._deadline(node, request)
+        except KubeError as err:
+            raise classify_kube(err, f"beginning termination of node {name}") from None
+        except errors.ApplicationError:
+            raise
+        except Exception as err:
+            raise classify_kube(err, f"beginning termination of node {name}") from None
+        provider_id = (node.get("spec") or {}).get("providerID") or request.provider_id
+        return NodeInfo(
+            node=name,
+            found=True,
+            ready=is_ready(node),
+            provider_id=provider_id,
+            instance_id=instance_id_of(provider_id),
+            nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
+            deletion_timestamp=parse_time(node["metadata"].get("deletionTimestamp")),
+            deadline=deadline,
+        )
+
+    async def _deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
+        annotations = node["metadata"].get("annotations") or {}
+        existing = parse_time(annotations.get(TERMINATION_TIMESTAMP_ANNOTATION))
+        if existing is not None:
+            return existing
+        grace = request.termination_grace_period
+        pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
+        if grace is None and pool_name:
+            try:
+                grace = (await self._nodepool(pool_name)).spec.template.spec.termination_grace_period_delta
+            except errors.ApplicationError as err:
+                # A deleted NodePool must not block the termination of its nodes: no deadline then.
+                log.warning(
+                    "node %s: %s; draining without a terminationGracePeriod", node["metadata"]["name"], err
+                )
+                grace = None
+        if grace is None:
+            return None
+        deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
+        deadline = deleted + grace
+        stamp = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await self.kube.update_node(
+            node["metadata"]["name"],
+            lambda n: (
+                TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
+                and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
+            ),
+        )
+        return parse_time(stamp)
+
+    @activity.defn(name="taint_for_termination")
+    async def taint_for_termination(self, node: str) -> None:
+        """The disrupted taint and the exclude-from-external-load-balancers label, so nothing new lands and
+        load balancers deregister the node while it drains."""
+
+        def mutate(n: Json) -> bool:
+            changed = add_taint(n, dict(DISRUPTED_TAINT))
+            return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
+
+        try:
+            await self.kube.update_node(node, mutate)
+        except KubeError as err:
+            if err.status != 404:
+                raise classify_kube(err, f"tainting node {node} for termination") from None
+        except Exception as err:
+            raise classify_kube(err, f"tainting node {node} for termination") from None
+
+    @activity.defn(name="drain_node")
+    async def drain_node(self, request: DrainRequest) -> DrainResult:
+        """Evict the node's pods tier by tier until none is left to wait for; heartbeats the pods left."""
+        started = time.monotonic()
+        drainer = Drainer(
+            self.kube,
+            request.node,
+            request.deadline,
+            self._interval(request.poll_interval_seconds),
+            on_progress=lambda progress: _heartbeat(progress.details()),
+        )
+        try:
+            progress: DrainProgress = await drainer.run()
+        except errors.ApplicationError:
+            raise
+        except Exception as err:
+            raise classify_kube(err, f"draining node {request.node}") from None
+        return DrainResult(
+            evicted=progress.evicted, deleted=progress.deleted, seconds=time.monotonic() - started
+        )
+
+    @activity.defn(name="await_volumes_detached")
+    async def await_volumes_detached(self, request: VolumeRequest) -> bool:
+        """Wait until no VolumeAttachment of a drained pod remains on the node; False if the deadline
+        passed first (the instance is terminated anyway then). Attachments of pods that are not drained
+        (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for."""
+        interval = self._interval(request.poll_interval_seconds)
+
+        async def detached() -> bool:
+            remaining = await self._blocking_attachments(request.node)
+            _heartbeat({"node": request.node, "attached": remaining[:10]})
+            return not remaining
+
+        try:
+            return await wait_until(detached, interval, request.deadline)
+        except errors.ApplicationError:
+            raise
+        except Exception as err:
+            raise classify_kube(err, f"waiting for volumes of node {request.node} to detach") from None
+
+    async def _blocking_attachments(self, node: str) -> list[str]:
+        try:
+            attachments = [
+                va
+                for va in await self.kube.volume_attachments()
+                if (va.get("spec") or {}).get("nodeName") == node
+            ]
+        except KubeError as err:
+            if err.status == 404:  # no storage.k8s.io on this API server: nothing can be attached
+                return []
+            raise
+        if not attachments:
+            return []
+        now = datetime.now(UTC)
+        ignored: set[str] = set()
+        for pod in (Pod(raw) for raw in await self.kube.pods_on_node(node)):
+            if pod.waited_for(now):
+                continue
+            for claim in pod.claims():
+                pvc = await self.kube.pvc(pod.namespace, claim)
+                volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+                if volume:
+                    ignored.add(volume)
+        blocking = []
+        for va in attachments:
+            volume = ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName")
+            if volume and volume not in ignored:
+                blocking.append(volume)
+        return blocking
+
+    @activity.defn(name="remove_finalizer")
+    async def remove_finalizer(self, node: str) -> None:
+        """The last step: once the finalizer is gone the API server removes the node."""
+        try:
+            await self.kube.update_node(node, remove_finalizer)
+        except KubeError as err:
+            if err.status != 404:
+                raise classify_kube(err, f"removing the finalizer of node {node}") from None
+        except Exception as err:
+            raise classify_kube(err, f"removing the finalizer of node {node}") from None

@@ -1,0 +1,161 @@
+"""Arguments and results of karpflow's activities.
+
+They are recorded in workflow history, so they say what was decided (the resolved launch template,
+the offering tried, the deadline) in a form a person can read in the Web UI.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from api.workflow_io import GoDuration, Offering, ReplacementSpec, TaintSpec
+
+# -- Candidates ----------------------------------------------------------------------------------
+
+
+class TaintRequest(BaseModel):
+    nodes: list[str]
+    command_id: str
+
+
+class CandidateNode(BaseModel):
+    """Outcome of tainting one candidate; `ok` False says why in `message` (the workflow decides)."""
+
+    node: str
+    ok: bool
+    provider_id: str | None = None
+    nodepool: str | None = None
+    message: str = ""
+
+
+class UntaintRequest(BaseModel):
+    nodes: list[str]
+
+
+# -- Replacements --------------------------------------------------------------------------------
+
+
+class ResolveRequest(BaseModel):
+    index: int
+    spec: ReplacementSpec
+
+
+class AmiChoice(BaseModel):
+    id: str
+    architectures: list[str] = Field(default_factory=list, description="empty: any architecture")
+
+
+class LaunchTemplate(BaseModel):
+    """Everything needed to launch and register one replacement, from the NodePool and EC2NodeClass."""
+
+    nodepool: str
+    nodeclass: str
+    subnets: dict[str, str] = Field(description="zone -> subnet id")
+    security_group_ids: list[str]
+    amis: list[AmiChoice]
+    instance_profile: str | None = None
+    user_data: str | None = None
+    block_device_mappings: list[dict] = Field(default_factory=list)
+    metadata_options: dict | None = None
+    instance_tags: dict[str, str] = Field(default_factory=dict, description="EC2NodeClass spec.tags")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    startup_taints: list[TaintSpec] = Field(default_factory=list)
+
+    @property
+    def zones(self) -> list[str]:
+        return sorted(self.subnets)
+
+
+class LaunchRequest(BaseModel):
+    command_id: str
+    index: int
+    offering: Offering
+    template: LaunchTemplate
+
+
+class LaunchedInstance(BaseModel):
+    instance_id: str
+    index: int | None = Field(default=None, description="replacement index, from the instance's tag")
+    provider_id: str
+    private_dns_name: str
+    offering: Offering
+    adopted: bool = Field(default=False, description="found already launched by an earlier attempt")
+
+
+class RegistrationRequest(BaseModel):
+    instance: LaunchedInstance
+    template: LaunchTemplate
+    poll_interval_seconds: float | None = None
+
+
+class RegisteredNode(BaseModel):
+    node: str
+
+
+class InitializationRequest(BaseModel):
+    node: str
+    startup_taints: list[TaintSpec] = Field(default_factory=list)
+    poll_interval_seconds: float | None = None
+
+
+class DiscardRequest(BaseModel):
+    """Undo one replacement that never initialized: release its node (if any), terminate its instance."""
+
+    instance_id: str
+    node: str | None = None
+
+
+# -- Termination ---------------------------------------------------------------------------------
+
+
+class BeginTerminationRequest(BaseModel):
+    node: str
+    reason: str
+    provider_id: str | None = None
+    termination_grace_period: GoDuration | None = None
+
+
+class NodeInfo(BaseModel):
+    node: str
+    found: bool
+    ready: bool = False
+    provider_id: str | None = None
+    instance_id: str | None = None
+    nodepool: str | None = None
+    deletion_timestamp: datetime | None = None
+    deadline: datetime | None = Field(default=None, description="deletion time + terminationGracePeriod")
+
+
+class DrainRequest(BaseModel):
+    node: str
+    reason: str
+    deadline: datetime | None = None
+    poll_interval_seconds: float | None = None
+
+
+class DrainResult(BaseModel):
+    evicted: int = 0
+    deleted: int = Field(default=0, description="pods deleted past PDBs because the deadline was near")
+    seconds: float = 0.0
+
+
+class VolumeRequest(BaseModel):
+    node: str
+    deadline: datetime | None = None
+    poll_interval_seconds: float | None = None
+
+
+class InstanceRequest(BaseModel):
+    instance_id: str
+    node: str | None = None
+
+
+class InstanceState(BaseModel):
+    instance_id: str
+    found: bool
+    state: str | None = None
+    owned: bool = False

@@ -1,0 +1,289 @@
+"""Inputs, results and query views of karpflow's workflows.
+
+These are the JSON documents a person types into `temporal workflow start --input` and reads back
+from `temporal workflow query` / the Web UI, so field names are plain snake_case, durations are Go
+strings ("10m", "90s") or numbers of seconds, and unknown fields are refused (a typo must not be
+silently ignored). A minimal disruption, by hand:
+
+    {"reason": "Drifted", "nodes": ["ip-10-0-1-7.us-west-2.compute.internal"],
+     "replacements": [{"nodepool": "default", "instance_types": ["m5.large", "m5.xlarge"],
+                       "zones": ["us-west-2a"]}]}
+
+The workflows receive the raw JSON and validate it themselves (see `parse_input`), so a bad input
+fails the workflow at once with a message naming the field instead of failing workflow tasks forever.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from api.duration import format_duration, parse_duration
+
+Reason = Literal["Underutilized", "Empty", "Drifted", "Expired", "Interrupted", "Manual"]
+CapacityType = Literal["on-demand", "spot"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+def _to_timedelta(value: Any) -> Any:
+    if isinstance(value, str | int | float | timedelta):
+        return parse_duration(value)
+    return value
+
+
+# "10m", "1h30m", 600 (seconds) on input; always the Go text on output, so query results read well.
+GoDuration = Annotated[timedelta, BeforeValidator(_to_timedelta), PlainSerializer(format_duration)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaintSpec(Strict):
+    key: str = Field(min_length=1)
+    value: str | None = None
+    effect: TaintEffect
+
+    def kubelet(self) -> str:
+        """`key=value:Effect` (or `key:Effect`), the syntax of kubelet's --register-with-taints."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+class Offering(Strict):
+    """One place a replacement can be launched: an instance type in a zone with a capacity type."""
+
+    instance_type: str = Field(min_length=1)
+    zone: str = Field(min_length=1)
+    capacity_type: CapacityType = "on-demand"
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
+
+
+class ReplacementSpec(Strict):
+    """A node to launch before the candidates go.
+
+    `instance_types` is in price order (cheapest first). The offerings tried are, in order: each
+    capacity type, then each instance type, then each zone; `zones` empty means every zone the
+    EC2NodeClass has a subnet in. `offerings`, when given, is the exact order instead. Labels,
+    annotations and taints here are added to the NodePool template's own.
+    """
+
+    nodepool: str = Field(min_length=1)
+    nodeclass: str | None = Field(
+        default=None, description="EC2NodeClass; default: the NodePool's nodeClassRef"
+    )
+    instance_types: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    capacity_type: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    offerings: list[Offering] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    startup_taints: list[TaintSpec] = Field(default_factory=list)
+    image_id: str | None = Field(
+        default=None, description="AMI override; default: from the EC2NodeClass status"
+    )
+
+    @field_validator("capacity_type", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("capacity_type")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one capacity type is needed")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_launch(self) -> ReplacementSpec:
+        if not self.instance_types and not self.offerings:
+            raise ValueError("give instance_types (cheapest first) or an explicit offerings list")
+        return self
+
+    def offering_order(self, known_zones: list[str]) -> list[Offering]:
+        """The offerings to try, in order, given the zones the EC2NodeClass can launch into."""
+        if self.offerings:
+            return list(self.offerings)
+        zones = self.zones or known_zones
+        return [
+            Offering(instance_type=instance_type, zone=zone, capacity_type=capacity_type)
+            for capacity_type in self.capacity_type
+            for instance_type in self.instance_types
+            for zone in zones
+        ]
+
+
+class DisruptionTimeouts(Strict):
+    replacement_ready: GoDuration = Field(
+        default=timedelta(minutes=10), description="launch to initialized, per replacement"
+    )
+    heartbeat: GoDuration = Field(
+        default=timedelta(seconds=30),
+        description="how soon a dead worker's long activity is retried elsewhere",
+    )
+    unavailable_offering_ttl: GoDuration = Field(
+        default=timedelta(minutes=3),
+        description="how long an offering that hit InsufficientInstanceCapacity is skipped",
+    )
+
+
+class TerminationTimeouts(Strict):
+    heartbeat: GoDuration = timedelta(seconds=30)
+    drain_attempt: GoDuration = Field(
+        default=timedelta(hours=1),
+        description="one drain activity attempt; a longer drain is retried and resumes",
+    )
+    volume_detach: GoDuration = timedelta(minutes=10)
+    instance_terminate: GoDuration = timedelta(minutes=10)
+
+
+class TerminationInput(Strict):
+    """Terminate one node: `{"node": "ip-10-0-1-7.us-west-2.compute.internal"}` is enough."""
+
+    node: str = Field(min_length=1)
+    reason: Reason = "Manual"
+    provider_id: str | None = Field(default=None, description="aws:///<zone>/<instance-id>, when known")
+    command_id: str | None = Field(default=None, description="the disruption workflow that asked for it")
+    termination_grace_period: GoDuration | None = Field(
+        default=None, description="overrides the NodePool's terminationGracePeriod; 0s drains forcefully"
+    )
+    timeouts: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
+
+
+class DisruptionInput(Strict):
+    reason: Reason
+    nodes: list[str] = Field(min_length=1, description="candidate node names")
+    replacements: list[ReplacementSpec] = Field(default_factory=list)
+    timeouts: DisruptionTimeouts = Field(default_factory=DisruptionTimeouts)
+    termination: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
+
+    @field_validator("nodes")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("candidate node names must be distinct")
+        if any(not name for name in value):
+            raise ValueError("node names must not be empty")
+        return value
+
+
+# -- What the workflows report (query results and return values) ---------------------------------
+
+DisruptionPhase = Literal[
+    "Validating",
+    "Tainting",
+    "Launching",
+    "WaitingForReplacements",
+    "Terminating",
+    "Succeeded",
+    "RollingBack",
+    "RolledBack",
+    "Failed",
+    "Canceled",
+]
+ReplacementState = Literal[
+    "Pending", "Launching", "Launched", "Registered", "Initialized", "Failed", "Discarded"
+]
+TerminationState = Literal["NotStarted", "Running", "AlreadyRunning", "Succeeded", "Failed"]
+
+
+class UnavailableOffering(BaseModel):
+    offering: str
+    until: datetime
+    error: str
+
+
+class ReplacementStatus(BaseModel):
+    index: int
+    nodepool: str
+    state: ReplacementState = "Pending"
+    offering: Offering | None = None
+    instance_id: str | None = None
+    node: str | None = None
+    message: str = ""
+
+
+class CandidateStatus(BaseModel):
+    node: str
+    tainted: bool = False
+    provider_id: str | None = None
+    termination: TerminationState = "NotStarted"
+    message: str = ""
+
+
+class DisruptionStatus(BaseModel):
+    command_id: str = ""
+    reason: str = ""
+    phase: DisruptionPhase = "Validating"
+    candidates: list[CandidateStatus] = Field(default_factory=list)
+    replacements: list[ReplacementStatus] = Field(default_factory=list)
+    unavailable_offerings: list[UnavailableOffering] = Field(default_factory=list)
+    message: str = ""
+
+
+TerminationPhase = Literal[
+    "Starting",
+    "Tainting",
+    "Draining",
+    "WaitingForVolumes",
+    "TerminatingInstance",
+    "RemovingFinalizer",
+    "Succeeded",
+    "Failed",
+    "Canceled",
+]
+
+
+class TerminationStatus(BaseModel):
+    node: str = ""
+    reason: str = ""
+    phase: TerminationPhase = "Starting"
+    instance_id: str | None = None
+    deadline: datetime | None = None
+    pods_evicted: int = 0
+    pods_deleted: int = 0
+    message: str = ""
+
+
+# -- Validation inside the workflow ----------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class InvalidInput(ValueError):
+    """The workflow input does not validate; the message names each bad field."""
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    parts = []
+    for problem in err.errors(include_url=False):
+        location = ".".join(str(p) for p in problem["loc"]) or "(input)"
+        parts.append(f"{location}: {problem['msg']}")
+    return "; ".join(parts)
+
+
+def parse_input(model: type[M], raw: Any) -> M:
+    """Validate a workflow input that arrived as raw JSON (or as the model itself)."""
+    if isinstance(raw, model):
+        return raw
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"invalid {model.__name__}: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise InvalidInput(f"invalid {model.__name__}: {describe_validation_error(err)}") from None

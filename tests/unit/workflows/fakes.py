@@ -1,0 +1,219 @@
+"""In-memory stand-ins for karpflow's activities, registered under the real activity names.
+
+Unit tests of the workflows fake the Kubernetes/EC2 boundary here (the integration tests use the
+real activities against the emulator and moto). Every call is recorded, so a test can assert what
+the workflow asked for and in which order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import errors
+from api.activity_io import (
+    AmiChoice,
+    BeginTerminationRequest,
+    CandidateNode,
+    DiscardRequest,
+    DrainRequest,
+    DrainResult,
+    InitializationRequest,
+    InstanceRequest,
+    InstanceState,
+    LaunchedInstance,
+    LaunchRequest,
+    LaunchTemplate,
+    NodeInfo,
+    RegisteredNode,
+    RegistrationRequest,
+    ResolveRequest,
+    TaintRequest,
+    UntaintRequest,
+    VolumeRequest,
+)
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.nodes: set[str] = set()
+        self.deleting: set[str] = set()
+        self.ice: set[str] = set()  # offering keys out of capacity
+        self.never_registers = False
+        self.never_initializes = False
+        self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
+        self.terminated: list[str] = []
+        self.node_ready = True
+        self.instance_found = True
+        self.owned = True
+        self.tgp: timedelta | None = None
+        self.drain_blocks = False
+        self._ids = itertools.count(1)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def activities(self) -> list[Any]:
+        return [
+            self.taint_disrupted,
+            self.untaint_disrupted,
+            self.resolve_replacement,
+            self.launch_instance,
+            self.find_command_instances,
+            self.await_node_registered,
+            self.await_node_initialized,
+            self.release_node,
+            self.begin_termination,
+            self.taint_for_termination,
+            self.drain_node,
+            self.await_volumes_detached,
+            self.describe_instance,
+            self.terminate_instance,
+            self.remove_finalizer,
+        ]
+
+    @staticmethod
+    async def _wait_forever(details: Any) -> None:
+        while True:
+            activity.heartbeat(details)
+            await asyncio.sleep(0.05)
+
+    # -- disruption ---------------------------------------------------------------------------------
+
+    @activity.defn(name="taint_disrupted")
+    async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
+        self.calls.append(("taint_disrupted", request.nodes))
+        return [
+            CandidateNode(node=n, ok=True, provider_id=f"aws:///zone-a/i-{n}", nodepool="default")
+            if n in self.nodes and n not in self.deleting
+            else CandidateNode(node=n, ok=False, message="node not found")
+            for n in request.nodes
+        ]
+
+    @activity.defn(name="untaint_disrupted")
+    async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
+        self.calls.append(("untaint_disrupted", request.nodes))
+        return [n for n in request.nodes if n in self.nodes]
+
+    @activity.defn(name="resolve_replacement")
+    async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
+        self.calls.append(("resolve_replacement", request.index))
+        return LaunchTemplate(
+            nodepool=request.spec.nodepool,
+            nodeclass="default",
+            subnets={"zone-a": "subnet-a", "zone-b": "subnet-b"},
+            security_group_ids=["sg-1"],
+            amis=[AmiChoice(id="ami-1")],
+        )
+
+    @activity.defn(name="launch_instance")
+    async def launch_instance(self, request: LaunchRequest) -> LaunchedInstance:
+        self.calls.append(("launch_instance", request.offering.key))
+        if request.offering.key in self.ice:
+            raise ApplicationError("out of capacity", type=errors.INSUFFICIENT_CAPACITY, non_retryable=True)
+        instance_id = f"i-new{next(self._ids)}"
+        launched = LaunchedInstance(
+            instance_id=instance_id,
+            index=request.index,
+            provider_id=f"aws:///{request.offering.zone}/{instance_id}",
+            private_dns_name=f"node-{instance_id}",
+            offering=request.offering,
+        )
+        self.instances[instance_id] = launched
+        return launched
+
+    @activity.defn(name="find_command_instances")
+    async def find_command_instances(self, command_id: str) -> list[LaunchedInstance]:
+        self.calls.append(("find_command_instances", command_id))
+        return list(self.instances.values())
+
+    @activity.defn(name="await_node_registered")
+    async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
+        self.calls.append(("await_node_registered", request.instance.instance_id))
+        if self.never_registers:
+            await self._wait_forever(
+                {"waiting_for": f"a Node with providerID {request.instance.provider_id}"}
+            )
+        return RegisteredNode(node=request.instance.private_dns_name)
+
+    @activity.defn(name="await_node_initialized")
+    async def await_node_initialized(self, request: InitializationRequest) -> None:
+        self.calls.append(("await_node_initialized", request.node))
+        if self.never_initializes:
+            await self._wait_forever({"node": request.node, "waiting_for": ["not Ready"]})
+
+    @activity.defn(name="release_node")
+    async def release_node(self, request: DiscardRequest) -> None:
+        self.calls.append(("release_node", request.instance_id))
+
+    # -- termination --------------------------------------------------------------------------------
+
+    @activity.defn(name="begin_termination")
+    async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
+        self.calls.append(("begin_termination", request.node))
+        if request.node not in self.nodes:
+            instance = request.provider_id.rsplit("/", 1)[-1] if request.provider_id else None
+            return NodeInfo(
+                node=request.node, found=False, provider_id=request.provider_id, instance_id=instance
+            )
+        now = datetime.now(UTC)
+        grace = request.termination_grace_period if request.termination_grace_period is not None else self.tgp
+        return NodeInfo(
+            node=request.node,
+            found=True,
+            ready=self.node_ready,
+            provider_id=f"aws:///zone-a/i-{request.node}",
+            instance_id=f"i-{request.node}",
+            nodepool="default",
+            deletion_timestamp=now,
+            deadline=now + grace if grace is not None else None,
+        )
+
+    @activity.defn(name="taint_for_termination")
+    async def taint_for_termination(self, node: str) -> None:
+        self.calls.append(("taint_for_termination", node))
+
+    @activity.defn(name="drain_node")
+    async def drain_node(self, request: DrainRequest) -> DrainResult:
+        self.calls.append(("drain_node", request.node))
+        if self.drain_blocks:
+            await self._wait_forever({"pods_left": 3})
+        return DrainResult(evicted=3)
+
+    @activity.defn(name="await_volumes_detached")
+    async def await_volumes_detached(self, request: VolumeRequest) -> bool:
+        self.calls.append(("await_volumes_detached", request.node))
+        return True
+
+    @activity.defn(name="describe_instance")
+    async def describe_instance(self, request: InstanceRequest) -> InstanceState:
+        self.calls.append(("describe_instance", request.instance_id))
+        return InstanceState(
+            instance_id=request.instance_id,
+            found=self.instance_found,
+            state="running" if self.instance_found else None,
+            owned=self.owned,
+        )
+
+    @activity.defn(name="terminate_instance")
+    async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
+        self.calls.append(("terminate_instance", request.instance_id))
+        if not self.owned:
+            raise ApplicationError(
+                f"refusing to terminate instance {request.instance_id}: not owned",
+                type=errors.NOT_OWNED,
+                non_retryable=True,
+            )
+        self.terminated.append(request.instance_id)
+        self.instances.pop(request.instance_id, None)
+        return InstanceState(instance_id=request.instance_id, found=True, state="terminated", owned=True)
+
+    @activity.defn(name="remove_finalizer")
+    async def remove_finalizer(self, node: str) -> None:
+        self.calls.append(("remove_finalizer", node))

@@ -1,0 +1,218 @@
+"""DisruptionWorkflow on the time-skipping server with fake activities: order, compensation, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from api.workflow_io import DisruptionInput, DisruptionStatus, ReplacementSpec
+from workflows.disruption import DisruptionWorkflow
+
+
+def command(nodes: list[str], *, replacements: int = 1, **spec: object) -> DisruptionInput:
+    specs = [
+        ReplacementSpec(
+            nodepool="default", instance_types=["m5.large", "m5.xlarge"], zones=["zone-a"], **spec
+        )
+        for _ in range(replacements)
+    ]
+    return DisruptionInput(reason="Underutilized", nodes=nodes, replacements=specs)
+
+
+def nodes(harness, count: int) -> list[str]:
+    names = [harness.id("node").replace("/", "-") for _ in range(count)]
+    harness.cluster.nodes.update(names)
+    return names
+
+
+async def start(harness, cmd: DisruptionInput) -> WorkflowHandle:
+    return await harness.client.start_workflow(
+        DisruptionWorkflow.run,
+        cmd,
+        id=harness.id("disruption/default/Underutilized"),
+        task_queue=harness.task_queue,
+    )
+
+
+async def wait_for_phase(handle: WorkflowHandle, phase: str) -> DisruptionStatus:
+    for _ in range(200):
+        status = await handle.query(DisruptionWorkflow.status)
+        if status.phase == phase:
+            return status
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never reached {phase}: {status}")
+
+
+async def test_replace_runs_the_runbook_in_order(harness):
+    candidates = nodes(harness, 2)
+    handle = await start(harness, command(candidates))
+    status = await handle.result()
+
+    assert status.phase == "Succeeded"
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert status.replacements[0].offering.key == "m5.large/zone-a/on-demand"
+    assert [c.termination for c in status.candidates] == ["Succeeded", "Succeeded"]
+    calls = harness.cluster.names()
+    order = [
+        "taint_disrupted",
+        "resolve_replacement",
+        "launch_instance",
+        "await_node_registered",
+        "await_node_initialized",
+        "begin_termination",
+    ]
+    assert [calls.index(name) for name in order] == sorted(calls.index(name) for name in order)
+    # each candidate's instance is terminated by its TerminationWorkflow, the replacement is not
+    assert sorted(harness.cluster.terminated) == sorted(f"i-{n}" for n in candidates)
+    assert "untaint_disrupted" not in calls
+
+
+async def test_capacity_error_on_the_first_offering_uses_the_second(harness):
+    harness.cluster.ice.add("m5.large/zone-a/on-demand")
+    handle = await start(harness, command(nodes(harness, 1)))
+    status = await handle.result()
+
+    assert status.replacements[0].offering.key == "m5.xlarge/zone-a/on-demand"
+    assert [u.offering for u in status.unavailable_offerings] == ["m5.large/zone-a/on-demand"]
+    launches = [arg for name, arg in harness.cluster.calls if name == "launch_instance"]
+    assert launches == ["m5.large/zone-a/on-demand", "m5.xlarge/zone-a/on-demand"]
+
+
+async def test_an_offering_out_of_capacity_is_not_retried_by_the_next_replacement(harness):
+    harness.cluster.ice.add("m5.large/zone-a/on-demand")
+    handle = await start(harness, command(nodes(harness, 2), replacements=2))
+    status = await handle.result()
+
+    launches = [arg for name, arg in harness.cluster.calls if name == "launch_instance"]
+    # the two replacements launch in parallel, so both may try m5.large once; never more
+    assert launches.count("m5.large/zone-a/on-demand") <= 2
+    assert [r.offering.key for r in status.replacements] == ["m5.xlarge/zone-a/on-demand"] * 2
+
+
+async def test_no_offering_with_capacity_rolls_back(harness):
+    harness.cluster.ice.update({"m5.large/zone-a/on-demand", "m5.xlarge/zone-a/on-demand"})
+    candidates = nodes(harness, 2)
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "DisruptionFailed"
+    assert (
+        "replacement 0" in cause.message
+        and "m5.xlarge/zone-a/on-demand: InsufficientInstanceCapacity" in cause.message
+    )
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+    assert "begin_termination" not in harness.cluster.names()
+    assert (await handle.query(DisruptionWorkflow.status)).phase == "RolledBack"
+
+
+async def test_a_replacement_that_never_initializes_is_terminated_and_candidates_untainted(harness):
+    harness.cluster.never_initializes = True
+    candidates = nodes(harness, 2)
+    # The test server does not skip time while an activity runs: a short timeout keeps this fast.
+    cmd = command(candidates)
+    cmd.timeouts.replacement_ready = timedelta(seconds=1)
+    handle = await start(harness, cmd)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    message = failure.value.cause.message
+    assert "replacement 0" in message and "failed while Registered" in message
+    assert "did not initialize within 0:00:01" in message
+    assert "untainted 2 candidate(s), terminated 1 replacement instance(s)" in message
+    launched = [arg for name, arg in harness.cluster.calls if name == "await_node_registered"]
+    assert harness.cluster.terminated == launched  # the replacement, and nothing else
+    assert ("release_node", launched[0]) in harness.cluster.calls
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.replacements[0].state == "Discarded"
+    assert not any(c.tainted for c in status.candidates)
+
+
+async def test_a_candidate_that_cannot_be_tainted_aborts_a_replacement_command(harness):
+    candidates = [*nodes(harness, 1), "missing-node"]
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert "missing-node (node not found)" in failure.value.cause.message
+    assert "launch_instance" not in harness.cluster.names()
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+
+
+async def test_a_delete_command_goes_on_with_the_candidates_it_could_taint(harness):
+    present = nodes(harness, 1)
+    handle = await start(harness, command([*present, "missing-node"], replacements=0))
+    status = await handle.result()
+
+    assert [(c.node, c.termination) for c in status.candidates] == [
+        (present[0], "Succeeded"),
+        ("missing-node", "NotStarted"),
+    ]
+    assert harness.cluster.terminated == [f"i-{present[0]}"]
+
+
+async def test_cancel_while_waiting_for_a_replacement_compensates(harness):
+    harness.cluster.never_registers = True
+    candidates = nodes(harness, 2)
+    handle = await start(harness, command(candidates))
+    await wait_for_phase(handle, "WaitingForReplacements")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert isinstance(failure.value.cause, CancelledError)
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+    assert len(harness.cluster.terminated) == 1 and harness.cluster.terminated[0].startswith("i-new")
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.phase == "Canceled"
+    assert "canceled; rolled back" in status.message
+    assert "begin_termination" not in harness.cluster.names()
+
+
+async def test_cancel_after_the_terminations_started_lets_them_finish(harness):
+    harness.cluster.drain_blocks = True
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    await wait_for_phase(handle, "Terminating")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.phase == "Canceled" and "go on" in status.message, status
+    assert "untaint_disrupted" not in harness.cluster.names()
+    child = harness.client.get_workflow_handle(f"termination/{candidates[0]}")
+    assert (await child.describe()).status.name == "RUNNING"
+    await child.terminate("test over")
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"reason": "Bored", "nodes": ["a"]}, "reason"),
+        ({"reason": "Drifted", "nodes": []}, "nodes"),
+        ({"reason": "Drifted", "nodes": ["a"], "replacements": [{"nodepool": "default"}]}, "replacements.0"),
+        (
+            {"reason": "Drifted", "nodes": ["a"], "timeouts": {"replacement_ready": "soon"}},
+            "timeouts.replacement_ready",
+        ),
+        ({"reason": "Drifted", "nodes": ["a"], "colour": "blue"}, "colour"),
+        (["not", "an", "object"], "JSON object"),
+    ],
+)
+async def test_a_malformed_input_fails_at_once_naming_the_field(harness, raw, field):
+    handle = await harness.client.start_workflow(
+        "DisruptionWorkflow", raw, id=harness.id("disruption/bad"), task_queue=harness.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await asyncio.wait_for(handle.result(), 10)
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput" and cause.non_retryable
+    assert field in cause.message
+    assert harness.cluster.calls == []

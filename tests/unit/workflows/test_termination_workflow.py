@@ -1,0 +1,102 @@
+"""TerminationWorkflow on the time-skipping server with fake activities."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from api.workflow_io import TerminationInput
+from workflows.termination import TerminationWorkflow
+
+
+def a_node(harness) -> str:
+    name = harness.id("node").replace("/", "-")
+    harness.cluster.nodes.add(name)
+    return name
+
+
+async def terminate(harness, request: TerminationInput | dict):
+    node = request.node if isinstance(request, TerminationInput) else request["node"]
+    return await harness.client.start_workflow(
+        TerminationWorkflow.run, request, id=f"termination/{node}", task_queue=harness.task_queue
+    )
+
+
+async def test_the_steps_run_in_karpenter_order(harness):
+    node = a_node(harness)
+    status = await (await terminate(harness, TerminationInput(node=node))).result()
+
+    assert status.phase == "Succeeded" and status.pods_evicted == 3
+    assert harness.cluster.names() == [
+        "begin_termination",
+        "taint_for_termination",
+        "drain_node",
+        "await_volumes_detached",
+        "terminate_instance",
+        "remove_finalizer",
+    ]
+    assert harness.cluster.terminated == [f"i-{node}"]
+
+
+async def test_a_notready_node_whose_instance_is_gone_only_loses_its_finalizer(harness):
+    harness.cluster.node_ready = False
+    harness.cluster.instance_found = False
+    node = a_node(harness)
+    status = await (await terminate(harness, TerminationInput(node=node))).result()
+
+    assert harness.cluster.names() == ["begin_termination", "describe_instance", "remove_finalizer"]
+    assert "instance already gone" in status.message
+
+
+async def test_a_ready_node_is_drained_even_if_ec2_does_not_know_its_instance(harness):
+    harness.cluster.instance_found = False  # not trusted while the kubelet says Ready
+    node = a_node(harness)
+    await (await terminate(harness, TerminationInput(node=node))).result()
+
+    assert "drain_node" in harness.cluster.names()
+
+
+async def test_volumes_are_not_awaited_once_the_deadline_has_passed(harness):
+    node = a_node(harness)
+    request = TerminationInput(node=node, termination_grace_period=timedelta(0))
+    await (await terminate(harness, request)).result()
+
+    assert "await_volumes_detached" not in harness.cluster.names()
+    assert "terminate_instance" in harness.cluster.names()
+
+
+async def test_an_instance_this_cluster_does_not_own_fails_without_retry(harness):
+    harness.cluster.owned = False
+    node = a_node(harness)
+    handle = await terminate(harness, TerminationInput(node=node))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert "not owned" in str(failure.value.cause.cause)
+    assert harness.cluster.names().count("terminate_instance") == 1
+    assert "remove_finalizer" not in harness.cluster.names()
+    assert (await handle.query(TerminationWorkflow.status)).phase == "Failed"
+
+
+async def test_a_node_already_gone_still_has_its_instance_terminated(harness):
+    request = TerminationInput(node=harness.id("gone").replace("/", "-"), provider_id="aws:///zone-a/i-gone")
+    status = await (await terminate(harness, request)).result()
+
+    assert harness.cluster.names() == ["begin_termination", "terminate_instance"]
+    assert status.message == "node already gone; its instance is terminated"
+
+
+async def test_a_hand_typed_input_is_enough(harness):
+    node = a_node(harness)
+    status = await (await terminate(harness, {"node": node, "termination_grace_period": "90s"})).result()
+    assert status.phase == "Succeeded" and status.deadline is not None
+
+
+async def test_a_malformed_input_names_the_field(harness):
+    handle = await terminate(harness, {"node": harness.id("x"), "termination_grace_period": "a while"})
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert "termination_grace_period" in failure.value.cause.message
+    assert harness.cluster.calls == []

@@ -1,0 +1,490 @@
+"""DisruptionWorkflow: carry out one disruption command, or undo it.
+
+The runbook (karpenter-behavior.md §3, with the durability Karpenter lacks):
+
+1. Taint every candidate `karpenter.sh/disrupted:NoSchedule`. With replacements to launch, every
+   candidate must be tainted or the command aborts (and rolls back).
+2. Launch the replacements: offerings in price order; an offering out of capacity is remembered
+   as unavailable (in workflow state, so durable) and the next one is tried.
+3. Await each replacement: a Node with its providerID registers (labels, taints, finalizer
+   synced), then initializes (Ready, no startup or ephemeral taint).
+4. On failure or cancellation in 1-3, compensate: untaint the candidates, terminate the replacement
+   instances that never initialized (their nodes are released first). Replacements that did
+   initialize stay as ordinary nodes: they are healthy capacity, and later consolidation may
+   remove them; deleting them could evict pods that already moved there.
+5. Start one TerminationWorkflow per candidate (`termination/<node>`, parent-close ABANDON), which
+   deletes the node and drains it. From here the command cannot be undone: a cancellation only
+   stops this workflow from waiting; the terminations go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
+from temporalio.exceptions import (
+    TimeoutError as TemporalTimeoutError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from activities.ec2 import EC2Activities
+    from activities.errors import INSUFFICIENT_CAPACITY, NON_RETRYABLE_TYPES, OFFERING_ERRORS
+    from activities.kubernetes import KubernetesActivities
+    from api import search_attributes as sa
+    from api.activity_io import (
+        DiscardRequest,
+        InitializationRequest,
+        InstanceRequest,
+        LaunchedInstance,
+        LaunchRequest,
+        LaunchTemplate,
+        RegistrationRequest,
+        ResolveRequest,
+        TaintRequest,
+        UntaintRequest,
+    )
+    from api.workflow_io import (
+        CandidateStatus,
+        DisruptionInput,
+        DisruptionPhase,
+        DisruptionStatus,
+        InvalidInput,
+        Offering,
+        ReplacementSpec,
+        ReplacementStatus,
+        TerminationInput,
+        UnavailableOffering,
+        parse_input,
+    )
+    from workflows.termination import TerminationWorkflow, termination_workflow_id
+
+API_CALL = timedelta(seconds=60)
+API_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# Waits for a replacement are bounded by the command's deadline (schedule_to_close), not by attempts.
+WAIT_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+
+
+class ReplacementFailed(Exception):
+    """One replacement could not be provided; the message says which and in what state."""
+
+
+@workflow.defn(name="DisruptionWorkflow")
+class DisruptionWorkflow:
+    def __init__(self) -> None:
+        self._status = DisruptionStatus()
+        self._unavailable: dict[str, UnavailableOffering] = {}
+
+    @workflow.query
+    def status(self) -> DisruptionStatus:
+        return self._status
+
+    @workflow.query
+    def phase(self) -> str:
+        return self._status.phase
+
+    @workflow.run
+    async def run(self, raw: Any) -> DisruptionStatus:
+        command = self._validate(raw)
+        self._begin(command)
+        try:
+            await self._taint_candidates(command)  # 1
+            await self._provide_replacements(command)  # 2, 3
+        except BaseException as err:
+            await self._roll_back(err)  # 4 (re-raises)
+            raise
+        await self._terminate_candidates(command)  # 5
+        return self._finish()
+
+    # -- 1. taint ---------------------------------------------------------------------------------
+
+    async def _taint_candidates(self, command: DisruptionInput) -> None:
+        self._set_phase("Tainting")
+        results = await workflow.execute_activity_method(
+            KubernetesActivities.taint_disrupted,
+            TaintRequest(nodes=command.nodes, command_id=self._status.command_id),
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+            # A cancellation must not let a taint land after the compensation removed it.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        by_node = {result.node: result for result in results}
+        for candidate in self._status.candidates:
+            result = by_node[candidate.node]
+            candidate.tainted, candidate.provider_id, candidate.message = (
+                result.ok,
+                result.provider_id,
+                result.message,
+            )
+        pools = sorted(
+            {r.nodepool for r in results if r.nodepool} | {s.nodepool for s in command.replacements}
+        )
+        if pools:
+            workflow.upsert_search_attributes([sa.NODEPOOL.value_set(",".join(pools))])
+        refused = [f"{r.node} ({r.message})" for r in results if not r.ok]
+        if refused and command.replacements:
+            raise ApplicationError(
+                f"could not taint candidate(s) {', '.join(refused)}; "
+                "a command with replacements needs every candidate",
+                type="CandidateUnavailable",
+                non_retryable=True,
+            )
+        if len(refused) == len(results):
+            raise ApplicationError(
+                f"no candidate could be tainted: {', '.join(refused)}",
+                type="CandidateUnavailable",
+                non_retryable=True,
+            )
+
+    # -- 2 and 3. replacements --------------------------------------------------------------------
+
+    async def _provide_replacements(self, command: DisruptionInput) -> None:
+        if not command.replacements:
+            return
+        self._set_phase("Launching")
+        tasks = [
+            asyncio.create_task(self._provide_replacement(command, index, spec))
+            for index, spec in enumerate(command.replacements)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # One replacement failed (or the workflow was cancelled): stop waiting for the others.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _provide_replacement(self, command: DisruptionInput, index: int, spec: ReplacementSpec) -> None:
+        replacement = self._status.replacements[index]
+        replacement.state = "Launching"
+        deadline = workflow.now() + command.timeouts.replacement_ready
+        try:
+            template = await workflow.execute_activity_method(
+                KubernetesActivities.resolve_replacement,
+                ResolveRequest(index=index, spec=spec),
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+            )
+            instance = await self._launch(command, index, spec, template)
+            replacement.state, replacement.instance_id, replacement.offering = (
+                "Launched",
+                instance.instance_id,
+                instance.offering,
+            )
+            if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
+                self._set_phase("WaitingForReplacements")
+
+            registered = await workflow.execute_activity_method(
+                KubernetesActivities.await_node_registered,
+                RegistrationRequest(instance=instance, template=template),
+                schedule_to_close_timeout=self._time_left(deadline),
+                heartbeat_timeout=command.timeouts.heartbeat,
+                retry_policy=WAIT_RETRY,
+            )
+            replacement.state, replacement.node = "Registered", registered.node
+
+            await workflow.execute_activity_method(
+                KubernetesActivities.await_node_initialized,
+                InitializationRequest(node=registered.node, startup_taints=template.startup_taints),
+                schedule_to_close_timeout=self._time_left(deadline),
+                heartbeat_timeout=command.timeouts.heartbeat,
+                retry_policy=WAIT_RETRY,
+            )
+            replacement.state = "Initialized"
+        except BaseException as err:
+            if is_cancelled_exception(err):
+                raise
+            replacement.message = self._replacement_failure(
+                replacement, err, command.timeouts.replacement_ready
+            )
+            replacement.state = "Failed"
+            raise ReplacementFailed(replacement.message) from err
+
+    async def _launch(
+        self, command: DisruptionInput, index: int, spec: ReplacementSpec, template: LaunchTemplate
+    ) -> LaunchedInstance:
+        """Try the offerings in order; capacity errors move on to the next and are remembered."""
+        tried: list[str] = []
+        for offering in spec.offering_order(template.zones):
+            if self._is_unavailable(offering):
+                tried.append(f"{offering.key}: skipped, {self._unavailable[offering.key].error}")
+                continue
+            try:
+                return await workflow.execute_activity_method(
+                    EC2Activities.launch_instance,
+                    LaunchRequest(
+                        command_id=self._status.command_id, index=index, offering=offering, template=template
+                    ),
+                    start_to_close_timeout=API_CALL,
+                    retry_policy=API_RETRY,
+                    # A launch in flight must finish before compensation looks for instances to terminate.
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+            except ActivityError as err:
+                cause = err.cause
+                if not (isinstance(cause, ApplicationError) and cause.type in OFFERING_ERRORS):
+                    raise
+                tried.append(f"{offering.key}: {cause.type}")
+                if cause.type == INSUFFICIENT_CAPACITY:
+                    self._mark_unavailable(offering, cause.message, command)
+                workflow.logger.info(
+                    "replacement %s: offering %s unavailable (%s); trying the next",
+                    index,
+                    offering.key,
+                    cause.type,
+                )
+        raise ApplicationError(
+            f"no offering could be launched ({'; '.join(tried) or 'no offerings'})",
+            type="NoOfferingAvailable",
+            non_retryable=True,
+        )
+
+    def _is_unavailable(self, offering: Offering) -> bool:
+        entry = self._unavailable.get(offering.key)
+        return entry is not None and workflow.now() < entry.until
+
+    def _mark_unavailable(self, offering: Offering, error: str, command: DisruptionInput) -> None:
+        until = workflow.now() + command.timeouts.unavailable_offering_ttl
+        self._unavailable[offering.key] = UnavailableOffering(offering=offering.key, until=until, error=error)
+        self._status.unavailable_offerings = list(self._unavailable.values())
+
+    @staticmethod
+    def _time_left(deadline: datetime) -> timedelta:
+        return max(deadline - workflow.now(), timedelta(seconds=1))
+
+    @staticmethod
+    def _replacement_failure(replacement: ReplacementStatus, err: BaseException, timeout: timedelta) -> str:
+        where = [f"nodepool {replacement.nodepool}"]
+        if replacement.offering:
+            where.append(replacement.offering.key)
+        if replacement.instance_id:
+            where.append(f"instance {replacement.instance_id}")
+        if replacement.node:
+            where.append(f"node {replacement.node}")
+        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        if isinstance(cause, TemporalTimeoutError):
+            details = cause.last_heartbeat_details
+            waiting = (
+                (details[0] or {}).get("waiting_for") if details and isinstance(details[0], dict) else None
+            )
+            what = {
+                "Launched": "no node registered",
+                "Registered": "the node did not initialize",
+            }.get(replacement.state, "it was not ready")
+            reason = f"{what} within {timeout}" + (f" (still waiting for: {waiting})" if waiting else "")
+        else:
+            reason = str(cause)
+        return (
+            f"replacement {replacement.index} ({', '.join(where)}) failed while {replacement.state}: {reason}"
+        )
+
+    # -- 4. compensation --------------------------------------------------------------------------
+
+    async def _roll_back(self, err: BaseException) -> None:
+        """Undo steps 1-3. Activities started here run even when the workflow was cancelled."""
+        cancelled = is_cancelled_exception(err)
+        failure = "canceled" if cancelled else self._failure_text(err)
+        self._set_phase("RollingBack")
+        problems: list[str] = []
+        untainted = await self._compensate(problems, "untainting candidates", self._untaint_candidates())
+        discarded = await self._compensate(problems, "discarding replacements", self._discard_replacements())
+        kept = [r for r in self._status.replacements if r.state == "Initialized"]
+        summary = (
+            f"rolled back: untainted {untainted or 0} candidate(s), "
+            f"terminated {discarded or 0} replacement instance(s)"
+        )
+        if kept:
+            names = ", ".join(r.node or "" for r in kept)
+            summary += f"; kept {len(kept)} initialized replacement(s) as ordinary nodes ({names})"
+        if problems:
+            summary += f"; compensation problems: {'; '.join(problems)}"
+        self._status.message = f"{failure}; {summary}"
+        if cancelled:
+            self._set_phase("Canceled")
+            return  # the caller re-raises the cancellation: the workflow closes as CANCELED
+        self._set_phase("RolledBack")
+        raise ApplicationError(self._status.message, type="DisruptionFailed", non_retryable=True) from None
+
+    @staticmethod
+    async def _compensate(problems: list[str], what: str, step: Any) -> int | None:
+        try:
+            return await step
+        except Exception as err:  # keep compensating; report what could not be undone
+            cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+            problems.append(f"{what}: {cause}")
+            return None
+
+    async def _untaint_candidates(self) -> int:
+        # Every candidate, not only those known tainted: a cancelled taint call may have tainted some
+        # without telling. Untainting is a no-op on a node without the taint, and skips deleting nodes.
+        untainted = await workflow.execute_activity_method(
+            KubernetesActivities.untaint_disrupted,
+            UntaintRequest(nodes=[c.node for c in self._status.candidates]),
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+        for candidate in self._status.candidates:
+            candidate.tainted = candidate.tainted and candidate.node not in untainted
+        return len(untainted)
+
+    async def _discard_replacements(self) -> int:
+        if not self._status.replacements:
+            return 0
+        # Ask EC2 rather than trust workflow state alone: a launch may have completed after the
+        # workflow stopped waiting for it.
+        instances = await workflow.execute_activity_method(
+            EC2Activities.find_command_instances,
+            self._status.command_id,
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+        keep = {r.instance_id for r in self._status.replacements if r.state == "Initialized"}
+        doomed = [instance for instance in instances if instance.instance_id not in keep]
+        await asyncio.gather(*(self._discard(instance) for instance in doomed))
+        return len(doomed)
+
+    async def _discard(self, instance: LaunchedInstance) -> None:
+        replacement = next(
+            (r for r in self._status.replacements if r.instance_id == instance.instance_id), None
+        )
+        if (
+            replacement is None
+            and instance.index is not None
+            and instance.index < len(self._status.replacements)
+        ):
+            replacement = self._status.replacements[instance.index]
+        node = (replacement.node if replacement else None) or instance.private_dns_name or None
+        await workflow.execute_activity_method(
+            KubernetesActivities.release_node,
+            DiscardRequest(instance_id=instance.instance_id, node=node),
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+        await workflow.execute_activity_method(
+            EC2Activities.terminate_instance,
+            InstanceRequest(instance_id=instance.instance_id, node=node),
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(minutes=1),
+            retry_policy=API_RETRY,
+        )
+        if replacement is not None:
+            replacement.state, replacement.instance_id = "Discarded", instance.instance_id
+
+    # -- 5. terminate the candidates --------------------------------------------------------------
+
+    async def _terminate_candidates(self, command: DisruptionInput) -> None:
+        self._set_phase("Terminating")
+        handles = []
+        for candidate in self._status.candidates:
+            if not candidate.tainted:
+                continue
+            try:
+                handle = await workflow.start_child_workflow(
+                    TerminationWorkflow.run,
+                    TerminationInput(
+                        node=candidate.node,
+                        reason=command.reason,
+                        provider_id=candidate.provider_id,
+                        command_id=self._status.command_id,
+                        timeouts=command.termination,
+                    ),
+                    id=termination_workflow_id(candidate.node),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                    cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+                )
+            except WorkflowAlreadyStartedError:
+                candidate.termination = "AlreadyRunning"
+                candidate.message = (
+                    "a termination of this node was already running (not started by this command)"
+                )
+                continue
+            candidate.termination = "Running"
+            handles.append((candidate, handle))
+        try:
+            for candidate, handle in handles:
+                try:
+                    await handle
+                    candidate.termination = "Succeeded"
+                except ChildWorkflowError as err:
+                    if is_cancelled_exception(err):  # this workflow was cancelled; the child goes on
+                        raise
+                    candidate.termination = "Failed"
+                    candidate.message = str(err.cause or err)
+        except BaseException as err:
+            if is_cancelled_exception(err):
+                self._status.message = (
+                    "canceled after the candidates were handed to their terminations, which go on"
+                )
+                self._set_phase("Canceled")
+            raise
+        failed = [c for c in self._status.candidates if c.termination == "Failed"]
+        if failed:
+            self._status.message = "termination failed for " + "; ".join(
+                f"{c.node}: {c.message}" for c in failed
+            )
+            self._set_phase("Failed")
+            raise ApplicationError(self._status.message, type="TerminationFailed", non_retryable=True)
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _validate(self, raw: Any) -> DisruptionInput:
+        try:
+            return parse_input(DisruptionInput, raw)
+        except InvalidInput as err:
+            self._status.phase = "Failed"
+            self._status.message = str(err)
+            raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
+
+    def _begin(self, command: DisruptionInput) -> None:
+        info = workflow.info()
+        self._status.command_id = info.workflow_id
+        self._status.reason = command.reason
+        self._status.candidates = [CandidateStatus(node=node) for node in command.nodes]
+        self._status.replacements = [
+            ReplacementStatus(index=index, nodepool=spec.nodepool)
+            for index, spec in enumerate(command.replacements)
+        ]
+        workflow.upsert_search_attributes(
+            [sa.NODES.value_set(list(command.nodes)), sa.REASON.value_set(command.reason)]
+        )
+        workflow.logger.info(
+            "%s: %s -> %d replacement(s)", command.reason, ", ".join(command.nodes), len(command.replacements)
+        )
+
+    def _set_phase(self, phase: DisruptionPhase) -> None:
+        self._status.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+
+    def _failure_text(self, err: BaseException) -> str:
+        if isinstance(err, ReplacementFailed):
+            return str(err)
+        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        if isinstance(cause, ApplicationError):
+            return cause.message
+        return str(cause)
+
+    def _finish(self) -> DisruptionStatus:
+        replaced = [r.node for r in self._status.replacements if r.node]
+        self._status.message = f"disrupted {len(self._status.candidates)} node(s)" + (
+            f", replaced by {', '.join(replaced)}" if replaced else ""
+        )
+        self._set_phase("Succeeded")
+        return self.status()

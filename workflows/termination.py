@@ -1,0 +1,236 @@
+"""TerminationWorkflow: take one node out of the cluster gracefully, then end its instance.
+
+Workflow id `termination/<node>`. Started by a disruption (as a child), by expiration or
+interruption, and by a person (`kubectl delete node`, through the node-deletion watcher). The
+runbook (karpenter-behavior.md §5):
+
+0. Begin: make sure the node is deleting, with the `karpenter.sh/termination` finalizer on it, and
+   stamp the deadline (deletion time + terminationGracePeriod). If the node is NotReady and its
+   instance is already gone, just release the finalizer.
+1. Taint `karpenter.sh/disrupted:NoSchedule`, label exclude-from-external-load-balancers.
+2. Drain in four tiers through the Eviction API (one heartbeating activity; PDBs respected until
+   the deadline, then pods are deleted so their own grace ends by it).
+3. Wait for the volumes of drained pods to detach (skipped once the deadline has passed).
+4. Terminate the instance, only if this cluster owns it.
+5. Remove the finalizer: the API server then deletes the node.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from activities.ec2 import EC2Activities
+    from activities.errors import NON_RETRYABLE_TYPES
+    from activities.kubernetes import KubernetesActivities
+    from api import search_attributes as sa
+    from api.activity_io import (
+        BeginTerminationRequest,
+        DrainRequest,
+        InstanceRequest,
+        NodeInfo,
+        VolumeRequest,
+    )
+    from api.workflow_io import (
+        InvalidInput,
+        TerminationInput,
+        TerminationPhase,
+        TerminationStatus,
+        TerminationTimeouts,
+        parse_input,
+    )
+
+# Short API calls: retried with backoff for as long as the error is retryable.
+API_CALL = timedelta(seconds=60)
+API_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+
+
+def termination_workflow_id(node: str) -> str:
+    return f"termination/{node}"
+
+
+@workflow.defn(name="TerminationWorkflow")
+class TerminationWorkflow:
+    def __init__(self) -> None:
+        self._status = TerminationStatus()
+
+    @workflow.query
+    def status(self) -> TerminationStatus:
+        return self._status
+
+    @workflow.query
+    def phase(self) -> str:
+        return self._status.phase
+
+    @workflow.run
+    async def run(self, raw: Any) -> TerminationStatus:
+        request = self._validate(raw)
+        timeouts = request.timeouts
+        self._status.node, self._status.reason = request.node, request.reason
+        workflow.upsert_search_attributes(
+            [
+                sa.NODES.value_set([request.node]),
+                sa.REASON.value_set(request.reason),
+                sa.PHASE.value_set("Starting"),
+            ]
+        )
+        try:
+            # 0. The node is deleting, holds the finalizer, and its deadline is written down.
+            node = await workflow.execute_activity_method(
+                KubernetesActivities.begin_termination,
+                BeginTerminationRequest(
+                    node=request.node,
+                    reason=request.reason,
+                    provider_id=request.provider_id,
+                    termination_grace_period=request.termination_grace_period,
+                ),
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+            )
+            self._record(node)
+            if not node.found:
+                return await self._node_already_gone(node, timeouts.instance_terminate)
+            if await self._instance_already_gone(node):
+                await self._remove_finalizer(request.node)
+                return self._finish("instance already gone; finalizer released without draining")
+
+            # 1. Nothing new lands here; load balancers let go.
+            self._set_phase("Tainting")
+            await workflow.execute_activity_method(
+                KubernetesActivities.taint_for_termination,
+                request.node,
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+            )
+
+            # 2. Drain: one long activity that heartbeats, so the history stays small however long it takes.
+            self._set_phase("Draining")
+            drained = await workflow.execute_activity_method(
+                KubernetesActivities.drain_node,
+                DrainRequest(node=request.node, reason=request.reason, deadline=node.deadline),
+                start_to_close_timeout=timeouts.drain_attempt,
+                heartbeat_timeout=timeouts.heartbeat,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=30),
+                    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+                ),
+            )
+            self._status.pods_evicted, self._status.pods_deleted = drained.evicted, drained.deleted
+
+            # 3. Volumes of drained pods detach before the instance goes, unless the deadline is past.
+            if node.deadline is None or workflow.now() < node.deadline:
+                await self._await_volumes(request.node, node, timeouts)
+
+            # 4. The instance, if this cluster owns it (checked in the activity; refusal is final).
+            if node.instance_id:
+                await self._terminate_instance(node, timeouts.instance_terminate)
+
+            # 5. Let the API server delete the node.
+            await self._remove_finalizer(request.node)
+        except BaseException as err:
+            self._fail(err)
+            raise
+        return self._finish(f"drained ({drained.evicted} evicted, {drained.deleted} deleted at the deadline)")
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    async def _node_already_gone(self, node: NodeInfo, limit: timedelta) -> TerminationStatus:
+        if node.instance_id:
+            await self._terminate_instance(node, limit)
+            return self._finish("node already gone; its instance is terminated")
+        return self._finish("node already gone")
+
+    async def _instance_already_gone(self, node: NodeInfo) -> bool:
+        """Step 0 (Karpenter): a NotReady node whose instance EC2 no longer has needs no drain. While the
+        node is Ready its kubelet is alive, so EC2 saying "not found" is not trusted."""
+        if node.ready or not node.instance_id:
+            return False
+        state = await workflow.execute_activity_method(
+            EC2Activities.describe_instance,
+            InstanceRequest(instance_id=node.instance_id, node=node.node),
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+        return not state.found or state.state in ("shutting-down", "terminated")
+
+    async def _await_volumes(self, name: str, node: NodeInfo, timeouts: TerminationTimeouts) -> None:
+        self._set_phase("WaitingForVolumes")
+        try:
+            await workflow.execute_activity_method(
+                KubernetesActivities.await_volumes_detached,
+                VolumeRequest(node=name, deadline=node.deadline),
+                schedule_to_close_timeout=timeouts.volume_detach,
+                heartbeat_timeout=timeouts.heartbeat,
+                retry_policy=API_RETRY,
+            )
+        except ActivityError as err:
+            # Volumes that never detach must not keep an instance (and its bill) forever.
+            if not isinstance(err.cause, TimeoutError):
+                raise
+            workflow.logger.warning(
+                "node %s: volumes still attached after %s; terminating anyway", name, timeouts.volume_detach
+            )
+
+    async def _terminate_instance(self, node: NodeInfo, limit: timedelta) -> None:
+        self._set_phase("TerminatingInstance")
+        await workflow.execute_activity_method(
+            EC2Activities.terminate_instance,
+            InstanceRequest(instance_id=node.instance_id or "", node=node.node),
+            start_to_close_timeout=limit,
+            heartbeat_timeout=timedelta(minutes=1),
+            retry_policy=API_RETRY,
+        )
+
+    async def _remove_finalizer(self, node: str) -> None:
+        self._set_phase("RemovingFinalizer")
+        await workflow.execute_activity_method(
+            KubernetesActivities.remove_finalizer,
+            node,
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _validate(self, raw: Any) -> TerminationInput:
+        try:
+            return parse_input(TerminationInput, raw)
+        except InvalidInput as err:
+            raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
+
+    def _record(self, node: NodeInfo) -> None:
+        self._status.instance_id = node.instance_id
+        self._status.deadline = node.deadline
+        if node.nodepool:
+            workflow.upsert_search_attributes([sa.NODEPOOL.value_set(node.nodepool)])
+
+    def _set_phase(self, phase: TerminationPhase) -> None:
+        self._status.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+
+    def _finish(self, message: str) -> TerminationStatus:
+        self._status.message = message
+        self._set_phase("Succeeded")
+        workflow.logger.info("node %s terminated: %s", self._status.node, message)
+        return self._status
+
+    def _fail(self, err: BaseException) -> None:
+        if is_cancelled_exception(err):
+            self._status.message = (
+                f"canceled while {self._status.phase}; the node stays deleting with its finalizer"
+            )
+            self._set_phase("Canceled")
+            return
+        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        self._status.message = f"{self._status.phase}: {cause}"
+        self._set_phase("Failed")
