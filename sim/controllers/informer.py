@@ -81,18 +81,22 @@ class Informer:
             self._apply(event)
         return len(events)
 
-    async def wait(self, seconds: float | None = None) -> None:
-        """Until at least one event is queued (then `sync()` to apply it), or `seconds` passed."""
+    async def wait(self) -> None:
+        """Until at least one event is queued; it is applied (call `sync()` for the rest)."""
         if self._sub is None:
-            await asyncio.sleep(seconds or 0)
+            await self.changed.wait()
             return
+        # No timeout here on purpose: on Python 3.11 `asyncio.wait_for` can drop an item that
+        # arrives just as the timeout fires, and a lost event is a cache that never heals.
         try:
-            event = await self._sub.get(seconds)
+            event = await self._sub.__anext__()
         except Gone:
             self.sync()  # re-lists
             return
-        if event is not None:
-            self._apply(event)
+        except StopAsyncIteration:
+            await asyncio.sleep(0.05)  # closed by stop(); the pump is being cancelled
+            return
+        self._apply(event)
 
     def _apply(self, event: WatchEvent) -> None:
         rt = event.resource

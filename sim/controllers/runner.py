@@ -55,6 +55,7 @@ class SimSettings:
     node_timings: NodeTimings = field(default_factory=NodeTimings)
     pod_start_seconds: float = 2.0  # bound to a Ready node → Running and Ready
     pdb_resync_seconds: float = 10.0  # real seconds; expires disruptedPods entries
+    pod_gc_sweep_seconds: float = 10.0  # real seconds; orphaned-pod sweep period
 
 
 def sim_ec2_client(endpoint: str, region: str) -> Any:
@@ -87,6 +88,7 @@ class SimControllers:
         node_timings: NodeTimings | None = None,
         pod_start_seconds: float = 2.0,
         pdb_resync_seconds: float = 10.0,
+        pod_gc_sweep_seconds: float = 10.0,
         ec2_client: Any = None,
     ) -> None:
         chosen = frozenset(CONTROLLERS if enabled is None else enabled)
@@ -101,6 +103,7 @@ class SimControllers:
             node_timings=node_timings or NodeTimings(),
             pod_start_seconds=pod_start_seconds,
             pdb_resync_seconds=pdb_resync_seconds,
+            pod_gc_sweep_seconds=pod_gc_sweep_seconds,
         )
         if "nodes" in chosen and ec2_client is None and ec2_endpoint is None:
             raise ValueError("the nodes controller needs ec2_endpoint (moto's URL) or ec2_client")
@@ -143,7 +146,7 @@ class SimControllers:
         if "kubelet" in s.enabled:
             built["kubelet"] = Kubelets(self.store, informer, s.timescale, s.pod_start_seconds)
         if "podgc" in s.enabled:
-            built["podgc"] = PodGC(self.store, informer)
+            built["podgc"] = PodGC(self.store, informer, s.pod_gc_sweep_seconds)
         if "replicasets" in s.enabled:
             built["replicasets"] = ReplicaSetController(self.store, informer)
         if "deployments" in s.enabled:
@@ -183,7 +186,7 @@ class SimControllers:
     async def _pump(self) -> None:
         assert self.informer is not None
         while True:
-            await self.informer.wait(1.0)
+            await self.informer.wait()
             self.informer.sync()
 
     async def _guard(self, name: str, controller: Any) -> None:

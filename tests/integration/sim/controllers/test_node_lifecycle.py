@@ -1,0 +1,153 @@
+"""EC2 instances in moto become Nodes, seen through the official kubernetes client and kubectl."""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
+from planner.catalog import bundled_catalog
+from sim.controllers.nodes import NodeTimings
+
+from .conftest import REGION, node_ready, wait_for
+
+pytestmark = pytest.mark.integration
+
+# Startup taints and deletion are slowed down (0.5 s) so the tests can see the state in between.
+SLOW_STEPS = NodeTimings(startup_taints=50, delete=50)
+
+
+def taint_keys(node):
+    return [(t.key, t.effect) for t in node.spec.taints or []]
+
+
+def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_cluster_factory):
+    cluster = sim_cluster_factory(SLOW_STEPS)
+    [instance_id] = cluster.launch(
+        "m5.large",
+        tags={
+            TAG_NODEPOOL: "general",
+            TAG_NODE_LABELS: "team=payments,karpenter.sh/nodepool=general",
+            TAG_NODE_TAINTS: "dedicated=payments:NoSchedule",
+            TAG_STARTUP_TAINTS: "agent.example.com/not-ready:NoSchedule",
+        },
+        Placement={"AvailabilityZone": f"{REGION}c"},
+    )
+    node = wait_for(
+        lambda: (n := cluster.node_of(instance_id)) is not None and node_ready(n) == "True" and n,
+        what="a Ready node",
+    )
+    labels = node.metadata.labels
+    described = cluster.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    assert (
+        node.metadata.name
+        == f"ip-{described['PrivateIpAddress'].replace('.', '-')}.{REGION}.compute.internal"
+    )
+    assert node.spec.provider_id == f"aws:///{REGION}c/{instance_id}"
+    assert labels["kubernetes.io/hostname"] == node.metadata.name
+    assert labels["node.kubernetes.io/instance-type"] == "m5.large"
+    assert labels["topology.kubernetes.io/zone"] == f"{REGION}c"
+    assert labels["topology.kubernetes.io/region"] == REGION
+    assert labels["kubernetes.io/arch"] == "amd64"
+    assert labels["kubernetes.io/os"] == "linux"
+    assert labels["karpenter.sh/capacity-type"] == "on-demand"
+    assert labels["karpenter.sh/nodepool"] == "general"
+    assert labels["karpenter.k8s.aws/instance-family"] == "m5"
+    assert labels["team"] == "payments"
+    m5 = bundled_catalog(REGION).get("m5.large")
+    assert node.status.capacity == m5.capacity
+    assert node.status.allocatable == m5.allocatable
+    assert node.status.allocatable["pods"] == "29"
+    # Ready: the not-ready taint is gone, launch and startup taints are there ...
+    assert taint_keys(node) == [("dedicated", "NoSchedule"), ("agent.example.com/not-ready", "NoSchedule")]
+    # ... and the startup taint goes away later, as its agent comes up.
+    wait_for(
+        lambda: taint_keys(cluster.node_of(instance_id)) == [("dedicated", "NoSchedule")],
+        what="the startup taint to be removed",
+    )
+
+    cluster.ec2.terminate_instances(InstanceIds=[instance_id])
+    node = wait_for(
+        lambda: (n := cluster.node_of(instance_id)) is not None and node_ready(n) == "Unknown" and n,
+        what="the node to turn NotReady",
+    )
+    assert ("node.kubernetes.io/unreachable", "NoExecute") in taint_keys(node)
+    wait_for(lambda: cluster.node_of(instance_id) is None, what="the node to be deleted")
+
+
+def test_a_finalizer_keeps_the_node_until_it_is_removed_and_then_its_pods_go(sim_cluster_factory, tmp_path):
+    cluster = sim_cluster_factory(NodeTimings(delete=0))
+    [instance_id] = cluster.launch("c5.large")
+    node = wait_for(lambda: (n := cluster.node_of(instance_id)) is not None and node_ready(n) == "True" and n)
+    name = node.metadata.name
+    kubeconfig = cluster.server.write_kubeconfig(tmp_path / "kubeconfig")
+
+    def kubectl(*args):
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    kubectl(
+        "patch",
+        "node",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        '{"metadata":{"finalizers":["karpenter.sh/termination"]}}',
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pinned", "namespace": "default"},
+        "spec": {"nodeName": name, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+    cluster.core.create_namespaced_pod("default", pod)
+
+    cluster.ec2.terminate_instances(InstanceIds=[instance_id])
+    wait_for(
+        lambda: (n := cluster.node_of(instance_id)) is not None and n.metadata.deletion_timestamp is not None,
+        what="the node to be Terminating",
+    )
+    # Held by the finalizer: still there, NotReady, and its pod still exists.
+    held = json.loads(kubectl("get", "node", name, "-o", "json"))
+    assert held["metadata"]["finalizers"] == ["karpenter.sh/termination"]
+    assert cluster.core.read_namespaced_pod("pinned", "default").spec.node_name == name
+
+    kubectl("patch", "node", name, "--type", "json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    wait_for(lambda: cluster.node_of(instance_id) is None, what="the node to go")
+    wait_for(
+        lambda: (
+            not [p for p in cluster.core.list_namespaced_pod("default").items if p.metadata.name == "pinned"]
+        ),
+        what="pod GC to delete the pod of the deleted node",
+    )
+
+
+def test_spot_instances_are_labelled_spot(sim_cluster):
+    [instance_id] = sim_cluster.launch("m5.xlarge", InstanceMarketOptions={"MarketType": "spot"})
+    node = wait_for(lambda: sim_cluster.node_of(instance_id))
+    assert node.metadata.labels["karpenter.sh/capacity-type"] == "spot"
+    assert node.status.capacity["cpu"] == "4"
+
+
+def test_never_ready_instances_register_but_stay_not_ready(sim_cluster):
+    sim_cluster.faults.add_never_ready(instance_types=["t3.large"])
+    [broken] = sim_cluster.launch("t3.large")
+    [healthy] = sim_cluster.launch("t3.medium")
+    wait_for(lambda: node_ready(sim_cluster.node_of(healthy)) == "True", what="the healthy node")
+    wait_for(lambda: sim_cluster.node_of(broken), what="the broken instance to register")
+    time.sleep(0.5)  # 50 ready-delays at this time scale
+    node = sim_cluster.node_of(broken)
+    assert node_ready(node) == "False"
+    assert ("node.kubernetes.io/not-ready", "NoSchedule") in taint_keys(node)
+
+
+def test_a_node_deleted_by_hand_is_not_registered_again(sim_cluster):
+    [instance_id] = sim_cluster.launch("m5.large")
+    node = wait_for(lambda: sim_cluster.node_of(instance_id))
+    sim_cluster.core.delete_node(node.metadata.name)
+    wait_for(lambda: sim_cluster.node_of(instance_id) is None)
+    time.sleep(0.4)  # several polls
+    assert sim_cluster.node_of(instance_id) is None

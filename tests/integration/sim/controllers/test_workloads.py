@@ -1,0 +1,278 @@
+"""Deployments, DaemonSets, scheduling constraints and PDB status, driven through the kubernetes client."""
+
+import pytest
+from kubernetes import client as k8s
+
+from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS
+
+from .conftest import node_ready, wait_for
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+
+
+def deployment(name, replicas, cpu="500m", memory="256Mi", **pod_spec):
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                        }
+                    ],
+                    **pod_spec,
+                },
+            },
+        },
+    }
+
+
+def pods_of(cluster, app, namespace=NS):
+    return cluster.core.list_namespaced_pod(namespace, label_selector=f"app={app}").items
+
+
+def running(pods):
+    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+
+def ready_nodes(cluster, count):
+    return wait_for(
+        lambda: len([n for n in cluster.core.list_node().items if node_ready(n) == "True"]) >= count,
+        what=f"{count} Ready nodes",
+    )
+
+
+def test_deployment_replicas_run_and_replacements_are_scheduled(sim_cluster):
+    sim_cluster.launch("m5.large", count=2)
+    ready_nodes(sim_cluster, 2)
+    sim_cluster.apps.create_namespaced_deployment(NS, deployment("web", 4))
+    pods = wait_for(lambda: len(r := running(pods_of(sim_cluster, "web"))) == 4 and r, what="4 running pods")
+    nodes = {n.metadata.name: n for n in sim_cluster.core.list_node().items}
+    assert {p.spec.node_name for p in pods} == set(nodes)  # least-allocated spreads them over both nodes
+    for pod in pods:
+        assert pod.status.start_time and pod.status.pod_ip and pod.status.host_ip
+        assert pod.status.container_statuses[0].ready
+        assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+        owner = pod.metadata.owner_references[0]
+        assert owner.kind == "ReplicaSet" and owner.controller and owner.name.startswith("web-")
+    status = wait_for(
+        lambda: (d := sim_cluster.apps.read_namespaced_deployment("web", NS).status).ready_replicas == 4 and d
+    )
+    assert status.available_replicas == 4 and status.updated_replicas == 4
+
+    # A deleted pod is replaced by a new one, which gets scheduled and started.
+    victim = pods[0].metadata.name
+    sim_cluster.core.delete_namespaced_pod(victim, NS)
+    wait_for(
+        lambda: (
+            len(r := running(pods_of(sim_cluster, "web"))) == 4 and victim not in {p.metadata.name for p in r}
+        ),
+        what="a replacement for the deleted pod",
+    )
+    # So is an evicted one (the Eviction API, as karpflow's drain uses it).
+    victim = running(pods_of(sim_cluster, "web"))[0].metadata.name
+    sim_cluster.core.create_namespaced_pod_eviction(
+        victim, NS, k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=victim, namespace=NS))
+    )
+    wait_for(
+        lambda: (
+            len(r := running(pods_of(sim_cluster, "web"))) == 4 and victim not in {p.metadata.name for p in r}
+        ),
+        what="a replacement for the evicted pod",
+    )
+    # Scaling down removes pods; the status follows.
+    sim_cluster.apps.patch_namespaced_deployment("web", NS, {"spec": {"replicas": 1}})
+    wait_for(lambda: len(running(pods_of(sim_cluster, "web"))) == 1, what="scale down to 1")
+    wait_for(lambda: sim_cluster.apps.read_namespaced_deployment("web", NS).status.replicas == 1)
+
+
+def test_a_template_change_moves_the_replicas_to_a_new_replicaset(sim_cluster):
+    sim_cluster.launch("m5.large")
+    ready_nodes(sim_cluster, 1)
+    sim_cluster.apps.create_namespaced_deployment(NS, deployment("api", 2))
+    wait_for(lambda: len(running(pods_of(sim_cluster, "api"))) == 2)
+    sim_cluster.apps.patch_namespaced_deployment(
+        "api", NS, {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    )
+
+    def moved():
+        sets = sim_cluster.apps.list_namespaced_replica_set(NS, label_selector="app=api").items
+        new = [rs for rs in sets if rs.spec.replicas == 2]
+        pods = running(pods_of(sim_cluster, "api"))
+        return (
+            len(sets) == 2
+            and len(new) == 1
+            and len(pods) == 2
+            and all(p.metadata.owner_references[0].name == new[0].metadata.name for p in pods)
+        )
+
+    wait_for(moved, what="the pods to move to the new ReplicaSet")
+
+
+def test_scheduling_honours_resources_selectors_affinity_and_taints(sim_cluster):
+    sim_cluster.launch("m5.large", tags={TAG_NODE_LABELS: "pool=general"})
+    sim_cluster.launch(
+        "c5.large", tags={TAG_NODE_LABELS: "pool=gpu", TAG_NODE_TAINTS: "dedicated=gpu:NoSchedule"}
+    )
+    ready_nodes(sim_cluster, 2)
+    by_pool = {n.metadata.labels["pool"]: n.metadata.name for n in sim_cluster.core.list_node().items}
+
+    # Too big for any node: stays Pending, marked Unschedulable.
+    sim_cluster.apps.create_namespaced_deployment(NS, deployment("huge", 1, cpu="64"))
+    # Needs the tainted node: selects it and tolerates its taint.
+    tolerant = deployment(
+        "tolerant",
+        2,
+        nodeSelector={"pool": "gpu"},
+        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    )
+    sim_cluster.apps.create_namespaced_deployment(NS, tolerant)
+    # Selects the tainted node without tolerating it: never placed.
+    sim_cluster.apps.create_namespaced_deployment(
+        NS, deployment("intolerant", 1, nodeSelector={"pool": "gpu"})
+    )
+    # Required node affinity (NotIn the tainted pool) lands on the general node.
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["gpu"]}]}
+                ]
+            }
+        }
+    }
+    sim_cluster.apps.create_namespaced_deployment(NS, deployment("affine", 2, affinity=affinity))
+
+    wait_for(lambda: len(running(pods_of(sim_cluster, "tolerant"))) == 2, what="tolerant pods running")
+    wait_for(lambda: len(running(pods_of(sim_cluster, "affine"))) == 2, what="affine pods running")
+    assert {p.spec.node_name for p in pods_of(sim_cluster, "tolerant")} == {by_pool["gpu"]}
+    assert {p.spec.node_name for p in pods_of(sim_cluster, "affine")} == {by_pool["general"]}
+
+    def unschedulable(app):
+        pods = pods_of(sim_cluster, app)
+        return pods and all(
+            p.spec.node_name is None
+            and any(
+                c.type == "PodScheduled" and c.reason == "Unschedulable" for c in p.status.conditions or []
+            )
+            for p in pods
+        )
+
+    wait_for(lambda: unschedulable("huge") and unschedulable("intolerant"), what="unschedulable pods marked")
+
+    # Resources count: the c5.large (2 vCPU) takes no third 500m+ pod once it is full.
+    sim_cluster.apps.patch_namespaced_deployment("tolerant", NS, {"spec": {"replicas": 5}})
+    wait_for(lambda: len(running(pods_of(sim_cluster, "tolerant"))) == 3, what="a third tolerant pod")
+    wait_for(lambda: len([p for p in pods_of(sim_cluster, "tolerant") if p.spec.node_name is None]) == 2)
+
+    # A cordoned node takes no new pods.
+    sim_cluster.core.patch_node(by_pool["general"], {"spec": {"unschedulable": True}})
+    sim_cluster.apps.patch_namespaced_deployment("affine", NS, {"spec": {"replicas": 3}})
+    wait_for(
+        lambda: unschedulable_count(sim_cluster, "affine") == 1, what="a pending pod on a cordoned cluster"
+    )
+
+
+def unschedulable_count(cluster, app):
+    return len([p for p in pods_of(cluster, app) if p.spec.node_name is None])
+
+
+def test_daemonset_runs_one_pod_per_matching_node(sim_cluster):
+    sim_cluster.launch("m5.large", count=2, tags={TAG_NODE_LABELS: "agents=yes"})
+    sim_cluster.launch("m5.large", tags={TAG_NODE_LABELS: "agents=no"})
+    sim_cluster.launch(
+        "m5.large", tags={TAG_NODE_LABELS: "agents=yes", TAG_NODE_TAINTS: "special=x:NoSchedule"}
+    )
+    ready_nodes(sim_cluster, 4)
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "nodeSelector": {"agents": "yes"},
+                    "containers": [
+                        {"name": "a", "image": "agent:1", "resources": {"requests": {"cpu": "50m"}}}
+                    ],
+                },
+            },
+        },
+    }
+    sim_cluster.apps.create_namespaced_daemon_set("kube-system", ds)
+    nodes = {n.metadata.name: n for n in sim_cluster.core.list_node().items}
+    eligible = {
+        name for name, n in nodes.items() if n.metadata.labels["agents"] == "yes" and not n.spec.taints
+    }
+    assert len(eligible) == 2
+
+    def placed():
+        pods = running(pods_of(sim_cluster, "agent", "kube-system"))
+        return len(pods) == 2 and {p.spec.node_name for p in pods} == eligible and pods
+
+    pods = wait_for(placed, what="one agent per eligible node")
+    tolerated = {(t.key, t.effect) for t in pods[0].spec.tolerations}
+    assert ("node.kubernetes.io/unschedulable", "NoSchedule") in tolerated
+    assert ("karpenter.sh/disrupted", "NoSchedule") not in tolerated
+    status = wait_for(
+        lambda: (
+            (s := sim_cluster.apps.read_namespaced_daemon_set("agent", "kube-system").status).number_ready
+            == 2
+            and s
+        )
+    )
+    assert status.desired_number_scheduled == 2 and status.current_number_scheduled == 2
+
+    # A cordon does not stop daemon pods; a new matching node gets one; a deleted pod comes back.
+    target = sorted(eligible)[0]
+    sim_cluster.core.patch_node(target, {"spec": {"unschedulable": True}})
+    victim = next(p.metadata.name for p in pods if p.spec.node_name == target)
+    sim_cluster.core.delete_namespaced_pod(victim, "kube-system")
+    sim_cluster.launch("c5.large", tags={TAG_NODE_LABELS: "agents=yes"})
+    wait_for(
+        lambda: (
+            len(r := running(pods_of(sim_cluster, "agent", "kube-system"))) == 3
+            and target in {p.spec.node_name for p in r}
+        ),
+        what="agents on 3 nodes, the cordoned one included",
+    )
+
+
+def test_pdb_status_follows_pod_health(sim_cluster):
+    sim_cluster.launch("c5.large")  # 2 vCPU: room for two 800m pods only
+    ready_nodes(sim_cluster, 1)
+    sim_cluster.apps.create_namespaced_deployment(NS, deployment("db", 3, cpu="800m"))
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db", "namespace": NS},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}},
+    }
+    sim_cluster.policy.create_namespaced_pod_disruption_budget(NS, pdb)
+
+    def pdb_status():
+        return sim_cluster.policy.read_namespaced_pod_disruption_budget("db", NS).status
+
+    status = wait_for(
+        lambda: (s := pdb_status()) and s.current_healthy == 2 and s.expected_pods == 3 and s,
+        what="2 of 3 healthy",
+    )
+    assert status.desired_healthy == 2 and status.disruptions_allowed == 0
+    assert status.observed_generation == 1
+
+    sim_cluster.launch("c5.large")  # room for the third
+    status = wait_for(lambda: (s := pdb_status()).current_healthy == 3 and s, what="3 healthy")
+    assert status.disruptions_allowed == 1
+    assert {c.type: c.status for c in status.conditions}["DisruptionAllowed"] == "True"
