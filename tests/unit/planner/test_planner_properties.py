@@ -1,0 +1,114 @@
+"""Properties of whole planning passes over generated clusters (planner.testing.generate_cluster)."""
+
+from collections import Counter
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.model import EXPIRATION, PlanOptions
+from planner.plan import plan
+from planner.snapshot import Snapshot
+from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
+
+BUDGET_SETS = [
+    [{"nodes": "10%"}],
+    [{"nodes": "1"}],
+    [{"nodes": "0", "reasons": ["Underutilized"]}, {"nodes": "3"}],
+    [{"nodes": "30%", "reasons": ["Empty"]}, {"nodes": "2", "reasons": ["Drifted", "Underutilized"]}],
+    [{"nodes": "100%"}, {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}],
+    [{"nodes": "50%"}, {"nodes": "1", "schedule": "@hourly", "duration": "30m", "reasons": ["Empty"]}],
+]
+
+specs = st.builds(
+    ClusterSpec,
+    nodes=st.integers(3, 30),
+    pods=st.integers(0, 300),
+    pools=st.integers(1, 4),
+    empty_fraction=st.sampled_from([0.0, 0.1, 0.4]),
+    drifted_fraction=st.sampled_from([0.0, 0.1, 0.5]),
+    do_not_disrupt_fraction=st.sampled_from([0.0, 0.1, 0.5]),
+    pdb_fraction=st.sampled_from([0.0, 0.5, 1.0]),
+    blocking_pdb_fraction=st.sampled_from([0.0, 0.5]),
+    not_ready_fraction=st.sampled_from([0.0, 0.1]),
+    expired_fraction=st.sampled_from([0.0, 0.1]),
+    deployment_size=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+    budgets=st.lists(st.sampled_from(BUDGET_SETS), min_size=1, max_size=4),
+)
+hours = st.integers(0, 24 * 7)
+PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def build(spec: ClusterSpec, offset_hours: int):
+    builder = generate_cluster(spec, now=DEFAULT_NOW + timedelta(hours=offset_hours))
+    return builder, builder.snapshot(via_yaml=False)
+
+
+@PROPERTY_SETTINGS
+@given(spec=specs, offset=hours)
+def test_no_plan_exceeds_a_budget(spec, offset):
+    builder, snapshot = build(spec, offset)
+    result = plan(snapshot, builder.catalog, PlanOptions(all_methods=True))
+    spent: Counter = Counter()
+    for command in result.commands:
+        if command.method == EXPIRATION:
+            continue
+        for node in command.nodes:
+            spent[(snapshot.nodes[node].nodepool, command.reason)] += 1
+    for (pool, reason), count in spent.items():
+        assert count <= result.budgets[pool][reason], (pool, reason, count, result.budgets)
+
+
+def _blocking(snapshot: Snapshot, node_name: str) -> str | None:
+    """An independent re-statement of the graceful pod rules: any active do-not-disrupt pod, or an
+    evictable pod under a PDB whose status allows no disruption (or under two PDBs)."""
+    node = snapshot.nodes[node_name]
+    for pod in node.pods:
+        if not pod.is_active:
+            continue
+        if pod.annotations.get("karpenter.sh/do-not-disrupt") == "true":
+            return f"do-not-disrupt {pod.key}"
+        if pod.is_daemonset or pod.is_mirror:
+            continue
+        pdbs = [p for p in snapshot.pdbs if p.namespace == pod.namespace and p.selector.matches(pod.labels)]
+        if len(pdbs) > 1 or any(p.disruptions_allowed == 0 for p in pdbs):
+            return f"pdb on {pod.key}"
+    return None
+
+
+@PROPERTY_SETTINGS
+@given(spec=specs, offset=hours)
+def test_no_graceful_command_takes_a_node_with_a_do_not_disrupt_pod_or_blocking_pdb(spec, offset):
+    builder, snapshot = build(spec, offset)
+    result = plan(snapshot, builder.catalog, PlanOptions(all_methods=True))
+    for command in result.commands:
+        if command.disruption_class == "forceful":
+            continue
+        for node in command.nodes:
+            pool = snapshot.nodepools[snapshot.nodes[node].nodepool]
+            bounded = pool.spec.template.spec.termination_grace_period is not None
+            if command.disruption_class == "eventual" and bounded:
+                continue  # drift with a terminationGracePeriod may take blocked nodes by design
+            assert _blocking(snapshot, node) is None, (command.method, node, _blocking(snapshot, node))
+
+
+@PROPERTY_SETTINGS
+@given(spec=specs, offset=hours)
+def test_every_managed_node_is_in_exactly_one_command_or_has_a_reason(spec, offset):
+    builder, snapshot = build(spec, offset)
+    result = plan(snapshot, builder.catalog, PlanOptions(all_methods=True))
+    named = [n for c in result.commands for n in c.nodes] + [b.node for b in result.blocked]
+    managed = [n for n, node in snapshot.nodes.items() if node.nodepool]
+    assert sorted(named) == sorted(managed)
+    assert all(b.reason for b in result.blocked)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=specs, offset=hours, all_methods=st.booleans())
+def test_plans_are_deterministic_for_the_same_input(spec, offset, all_methods):
+    outputs = set()
+    for _ in range(2):
+        builder, snapshot = build(spec, offset)
+        outputs.add(plan(snapshot, builder.catalog, PlanOptions(all_methods=all_methods)).to_json())
+    assert len(outputs) == 1
