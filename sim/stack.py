@@ -1,0 +1,531 @@
+"""The simulated cluster in one process: moto (EC2), the Kubernetes API emulator, the controllers
+that play kubelets / scheduler / workload controllers, and the invariant checker.
+
+    with SimStack(time_scale=0.01, scenario="sim/scenarios/demo.yaml") as sim:
+        sim.kube_url            # http://127.0.0.1:<port>  (plain HTTP, no auth)
+        sim.kubeconfig_path     # for kubectl and kubernetes.config.load_kube_config
+        sim.ec2_endpoint        # http://127.0.0.1:<port>  (moto; AWS_ENDPOINT_URL)
+        sim.ec2_client()        # boto3 EC2 client for moto
+        sim.store               # sim.apiserver.Store, the objects themselves (no HTTP)
+        sim.invariants.check()  # sim.invariants.InvariantReport
+        sim.faults              # sim.ec2_faults.Ec2Faults (ICE, throttling, never-ready)
+        sim.api_faults          # sim.apiserver.faults.Faults (Kubernetes API errors, latency)
+
+Everything runs on one background thread with its own asyncio loop (`sim.loop`), so a test can
+use the stack from synchronous code or from its own event loop alike. `python -m sim` runs the
+same stack as the dev stack's simulator process, on fixed ports.
+
+moto keeps its backends in module globals, so there is one EC2 per process, shared by every
+stack of the process (and by other tests' moto servers): stacks keep apart by cluster name, since
+every instance carries the ownership tag. EC2 faults are process-wide too, so a process runs one
+SimStack at a time (a second `start()` while one runs is an error). With `moto_port=0` (tests)
+the moto server is started once per process, which keeps a stack's start-up near 0.1-0.3 s after
+the first (moto loads its data once, ~2 s).
+
+HTTP endpoints added to the emulator under `/sim/` (the emulator's own are listed in
+`sim/apiserver/server.py`):
+    GET    /sim/status              ready, endpoints, scenario, controller counters
+    GET    /sim/invariants          the invariant report (?in_flight=node1,node2)
+    POST   /sim/invariants/reset    forget what was recorded so far
+    GET    /sim/ec2/faults          injected EC2 faults and counters; PUT replaces them, DELETE clears
+    POST   /sim/scenario            body: a scenario (YAML or JSON); empties the cluster (objects, and
+                                    terminates its instances), then seeds it
+    DELETE /sim/scenario            empties the cluster
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import boto3
+import orjson
+from aiohttp import web
+
+from sim import ec2_faults
+from sim.apiserver.errors import ApiError, BadRequest
+from sim.apiserver.faults import Faults, RequestLog
+from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.server import ApiServer, parse_path
+from sim.apiserver.store import Store
+from sim.invariants import InvariantBounds, InvariantChecker
+from sim.scenario import Scenario, SeedReport, load_scenario, parse_scenario, seed
+from sim.timescale import TimeScale
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INVARIANT_KINDS = frozenset({"Pod", "Node", "PodDisruptionBudget", "ReplicaSet", "StatefulSet", "Deployment"})
+MOTO_ACCOUNT_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+class SimStackError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# moto, once per process
+
+
+class _Moto:
+    """The process's moto server, started on first use and shared by the stacks of the process.
+
+    It is never reset: moto's state is per process, and other tests in the same process may be
+    using it. Stacks keep apart by cluster name (instances are told apart by the ownership tag).
+    """
+
+    _lock = threading.Lock()
+    server: Any = None
+    port: int = 0
+    host: str = ""
+
+    @classmethod
+    def ensure(cls, host: str, port: int) -> int:
+        with cls._lock:
+            if cls.server is not None and port in (0, cls.port) and host == cls.host:
+                return cls.port
+            if cls.server is not None and port == 0:
+                return cls.port
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)
+            from moto.server import ThreadedMotoServer
+
+            server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+            server.start()
+            _, bound = server.get_host_and_port()
+            if cls.server is None:
+                cls.server, cls.host, cls.port = server, host, bound
+            return bound
+
+
+def ec2_client(endpoint: str, region: str) -> Any:
+    return boto3.client("ec2", endpoint_url=endpoint, region_name=region, **MOTO_ACCOUNT_KEYS)
+
+
+# ----------------------------------------------------------------------------------------------
+# The stack
+
+
+class SimStack:
+    """See the module docstring. `controllers`: None = all, False/() = none, or names from
+    `sim.controllers.runner.CONTROLLERS` ("nodes", "scheduler", "kubelet", "podgc", "replicasets",
+    "deployments", "daemonsets", "pdb")."""
+
+    _active: SimStack | None = None
+    _active_lock = threading.Lock()
+
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        cluster_name: str = "karpflow-sim",
+        region: str = "us-west-2",
+        scenario: str | Path | Scenario | None = None,
+        controllers: Iterable[str] | bool | None = None,
+        host: str = "127.0.0.1",
+        kube_port: int = 0,
+        moto_port: int = 0,
+        kubeconfig_path: str | Path | None = None,
+        invariant_bounds: InvariantBounds | None = None,
+        node_timings: Any = None,
+        pod_start_seconds: float = 2.0,
+    ) -> None:
+        self.scale = TimeScale(time_scale)
+        self.cluster_name = cluster_name
+        self.region = region
+        self.scenario = load_scenario(scenario) if isinstance(scenario, (str, Path)) else scenario
+        if controllers is True or controllers is None:
+            self.enabled: frozenset[str] | None = None
+        elif controllers is False:
+            self.enabled = frozenset()
+        else:
+            self.enabled = frozenset(controllers)
+        self.host = host
+        self._kube_port = kube_port
+        self._moto_port = moto_port
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._kubeconfig = Path(kubeconfig_path) if kubeconfig_path else None
+        self.node_timings = node_timings
+        self.pod_start_seconds = pod_start_seconds
+
+        self.store = Store(self.scale)
+        self.faults = ec2_faults.Ec2Faults()
+        self.api_faults = Faults()
+        self.requests = RequestLog()
+        self.api = ApiServer(self.store, faults=self.api_faults, request_log=self.requests)
+        self.invariants = InvariantChecker(cluster_name, scale=self.scale, bounds=invariant_bounds)
+        self.controllers: Any = None
+        self.seed_report: SeedReport | None = None
+        self.ready = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._remove_listener: Callable[[], None] | None = None
+        self._ec2: Any = None
+        self.kube_port = 0
+        self.moto_port = 0
+        self.started_at = 0.0
+
+    # -- endpoints -----------------------------------------------------------------------------
+
+    @property
+    def kube_url(self) -> str:
+        return f"http://{self.host}:{self.kube_port}"
+
+    @property
+    def ec2_endpoint(self) -> str:
+        return f"http://{self.host}:{self.moto_port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        assert self._kubeconfig is not None, "the stack is not started"
+        return self._kubeconfig
+
+    def ec2_client(self) -> Any:
+        """A new boto3 EC2 client for this stack's moto (what karpflow's activities would use)."""
+        return ec2_client(self.ec2_endpoint, self.region)
+
+    def api_client(self) -> Any:
+        """A sync `kubernetes.client.ApiClient` for the emulator (the kubeconfig serves kubernetes.aio)."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.kube_url
+        return client.ApiClient(configuration)
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a client process (worker, kubectl, aws CLI) pointed at this stack."""
+        return {
+            "KUBECONFIG": str(self.kubeconfig_path),
+            "AWS_ENDPOINT_URL": self.ec2_endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "KARPFLOW_CLUSTER_NAME": self.cluster_name,
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> SimStack:
+        with SimStack._active_lock:
+            if SimStack._active is not None:
+                raise SimStackError(
+                    "a SimStack is already running in this process (moto's state is per process); "
+                    "stop it first"
+                )
+            SimStack._active = self
+        try:
+            self.started_at = time.monotonic()
+            self.moto_port = _Moto.ensure(self.host, self._moto_port)
+            # Seeding is the simulator's own doing: never throttled by injected faults.
+            self._ec2 = ec2_faults.mark_sim_client(ec2_client(self.ec2_endpoint, self.region))
+            ec2_faults.install(self.faults)
+            self.loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run_loop, name="sim-stack", daemon=True)
+            self._thread.start()
+            self.call(self._astart(), timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        loop, thread = self.loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._astop(), loop).result(timeout)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+        if loop is not None and not loop.is_running():
+            loop.close()
+        self.loop = self._thread = None
+        self.ready = False
+        self.faults.clear()
+        if ec2_faults.active() is self.faults:
+            ec2_faults.uninstall()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        with SimStack._active_lock:
+            if SimStack._active is self:
+                SimStack._active = None
+
+    def __enter__(self) -> SimStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> SimStack:
+        """From async code: start without blocking the caller's loop."""
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def call(self, coro: Awaitable[T], timeout: float | None = 30.0) -> T:
+        """Run a coroutine on the stack's loop from another thread and wait for it."""
+        assert self.loop is not None, "the stack is not started"
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
+
+    def _run_loop(self) -> None:
+        assert self.loop is not None
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _astart(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.store.attach_loop(loop)
+        self._remove_listener = self.store.add_listener(self._on_change)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._middleware])
+        app.router.add_route("*", "/{tail:.*}", self.api.handle)
+        # Watches are long-lived: shutdown must not wait a minute for them.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self._kube_port, reuse_address=True)
+        await site.start()
+        self.kube_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.api.server_address = f"{self.host}:{self.kube_port}"
+        if self._kubeconfig is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="karpflow-sim-")
+            self._kubeconfig = Path(self._tmp.name) / "kubeconfig"
+        write_kubeconfig(self._kubeconfig, self.kube_url, name=self.cluster_name)
+        if self.scenario is not None:
+            self.seed_report = await asyncio.to_thread(self._seed, self.scenario)
+        await self._start_controllers()
+        self._tasks.append(asyncio.create_task(self._watch_instances(), name="sim-invariant-poller"))
+        self.ready = True
+        log.info(
+            "simulated cluster ready in %.2fs: Kubernetes %s, EC2 %s",
+            time.monotonic() - self.started_at,
+            self.kube_url,
+            self.ec2_endpoint,
+        )
+
+    async def _start_controllers(self) -> None:
+        if self.enabled is not None and not self.enabled:
+            return
+        from sim.controllers.runner import SimControllers
+
+        kwargs: dict[str, Any] = {}
+        if self.node_timings is not None:
+            kwargs["node_timings"] = self.node_timings
+        self.controllers = SimControllers(
+            self.store,
+            ec2_endpoint=self.ec2_endpoint,
+            cluster_name=self.cluster_name,
+            region=self.region,
+            timescale=self.scale,
+            enabled=self.enabled,
+            faults=self.faults,
+            pod_start_seconds=self.pod_start_seconds,
+            **kwargs,
+        )
+        await self.controllers.start()
+
+    async def _astop(self) -> None:
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.controllers is not None:
+            await self.controllers.stop()
+            self.controllers = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._remove_listener is not None:
+            self._remove_listener()
+            self._remove_listener = None
+
+    # -- scenario ------------------------------------------------------------------------------
+
+    def _seed(self, scenario: Scenario) -> SeedReport:
+        report = seed(scenario, self.store, self._ec2, cluster_name=self.cluster_name)
+        for warning in report.warnings:
+            log.warning("scenario %s: %s", scenario.source, warning)
+        return report
+
+    async def _reload(self, scenario: Scenario | None) -> SeedReport | None:
+        """Empty the cluster and EC2 (and what the checker recorded), then seed `scenario`."""
+        if self.controllers is not None:
+            await self.controllers.stop()
+            self.controllers = None
+        await asyncio.to_thread(self._terminate_instances)
+        self.store.reset()
+        self.invariants.reset()
+        self.faults.clear()
+        self.scenario = scenario
+        self.seed_report = await asyncio.to_thread(self._seed, scenario) if scenario is not None else None
+        await self._start_controllers()
+        return self.seed_report
+
+    def _terminate_instances(self) -> None:
+        """Terminate every instance this cluster owns (moto is shared: no reset)."""
+        filters = [
+            {"Name": f"tag:kubernetes.io/cluster/{self.cluster_name}", "Values": ["owned"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+        ]
+        ids = [
+            i["InstanceId"]
+            for page in self._sim_ec2.get_paginator("describe_instances").paginate(Filters=filters)
+            for r in page.get("Reservations", ())
+            for i in r.get("Instances", ())
+        ]
+        for start in range(0, len(ids), 500):
+            self._sim_ec2.terminate_instances(InstanceIds=ids[start : start + 500])
+
+    def load_scenario(self, scenario: str | Path | Scenario | None) -> SeedReport | None:
+        """Replace the cluster with `scenario` (None: an empty cluster). Clients must re-list."""
+        parsed = load_scenario(scenario) if isinstance(scenario, (str, Path)) else scenario
+        return self.call(self._reload(parsed), timeout=120)
+
+    # -- invariants ----------------------------------------------------------------------------
+
+    def _on_change(self, event: Any) -> None:
+        # Runs inside every store write: only parse what the checker mirrors.
+        if event.resource.kind in INVARIANT_KINDS:
+            self.invariants.observe(event.type, event.object)
+
+    def poll_instances(self) -> None:
+        """Feed the checker one EC2 listing of the cluster's instances (blocking)."""
+        instances: list[dict[str, Any]] = []
+        paginator = self._sim_ec2.get_paginator("describe_instances")
+        filters = [{"Name": f"tag:kubernetes.io/cluster/{self.cluster_name}", "Values": ["owned"]}]
+        for page in paginator.paginate(Filters=filters):
+            for reservation in page.get("Reservations", ()):
+                instances.extend(reservation.get("Instances", ()))
+        self.invariants.observe_instances(instances)
+
+    @property
+    def _sim_ec2(self) -> Any:
+        # The simulator's own client: marked so injected throttling never hits the checker.
+        if not hasattr(self, "_sim_ec2_client"):
+            self._sim_ec2_client = ec2_faults.mark_sim_client(ec2_client(self.ec2_endpoint, self.region))
+        return self._sim_ec2_client
+
+    async def _watch_instances(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.poll_instances)
+                self.invariants.tick()
+            except Exception as err:  # moto resetting under us: try again next period
+                log.debug("invariant poll failed: %s", err)
+            await asyncio.sleep(max(0.05, min(1.0, self.scale.seconds(5.0))))
+
+    def check_invariants(self, in_flight: Iterable[str] | None = None) -> Any:
+        """Poll EC2 once more, then return the report (`sim.invariants.InvariantReport`)."""
+        self.poll_instances()
+        return self.invariants.check(in_flight)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]
+    ) -> Any:
+        path = request.path
+        if path.startswith("/sim/"):
+            try:
+                response = await self._sim_endpoint(request)
+            except ApiError as err:
+                return web.json_response(err.status(), status=err.code)
+            if response is not None:
+                return response
+            return await handler(request)
+        cause = None
+        if request.method in ("DELETE", "POST"):
+            target = parse_path(path)
+            if target is not None and target.rt.kind == "Pod" and target.name:
+                if request.method == "DELETE" and target.subresource is None:
+                    cause = "delete"
+                elif request.method == "POST" and target.subresource == "eviction":
+                    cause = "eviction"
+        if cause is None:
+            return await handler(request)
+        token = self.invariants.announce(target.namespace or "default", target.name, cause)  # type: ignore[union-attr]
+        try:
+            return await handler(request)
+        finally:
+            self.invariants.withdraw(token)
+
+    async def _sim_endpoint(self, request: web.Request) -> web.StreamResponse | None:
+        """Our `/sim/...` endpoints; None lets the emulator answer."""
+        path, method = request.path.rstrip("/"), request.method
+        if path == "/sim/status" and method == "GET":
+            return web.json_response(self.status())
+        if path == "/sim/invariants" and method == "GET":
+            in_flight = request.query.get("in_flight")
+            names = [n for n in in_flight.split(",") if n] if in_flight is not None else None
+            report = await asyncio.to_thread(self.check_invariants, names)
+            return web.json_response(text=report.model_dump_json())
+        if path == "/sim/invariants/reset" and method == "POST":
+            self.invariants.reset()
+            return web.json_response({"reset": True})
+        if path == "/sim/ec2/faults":
+            if method in ("PUT", "POST"):
+                try:
+                    self.faults.replace(orjson.loads(await request.read() or b"{}"))
+                except ValueError as err:
+                    raise BadRequest(f"invalid EC2 fault spec: {err}") from None
+                if self.controllers is not None:
+                    self.controllers.poll_ec2_now()
+            elif method == "DELETE":
+                self.faults.clear()
+            elif method != "GET":
+                return None
+            return web.json_response(self.faults_status())
+        if path == "/sim/scenario":
+            if method == "POST":
+                text = (await request.read()).decode()
+                try:
+                    scenario = parse_scenario(text, "request body")
+                    report = await self._reload(scenario)
+                except ValueError as err:
+                    raise BadRequest(str(err)) from None
+                return web.json_response(_report_json(report))
+            if method == "DELETE":
+                await self._reload(None)
+                return web.json_response({"created": {}, "instances": {}, "warnings": []})
+        return None
+
+    def faults_status(self) -> dict[str, Any]:
+        return {
+            "spec": self.faults.spec().model_dump(mode="json"),
+            "counters": {
+                "insufficient_capacity": self.faults.counters.insufficient_capacity,
+                "throttled": self.faults.counters.throttled,
+            },
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "ready": self.ready,
+            "cluster_name": self.cluster_name,
+            "region": self.region,
+            "kube_url": self.kube_url,
+            "ec2_endpoint": self.ec2_endpoint,
+            "time_scale": self.scale.factor,
+            "scenario": None
+            if self.scenario is None
+            else {"source": self.scenario.source, **_report_json(self.seed_report)},
+            "controllers": self.controllers.status() if self.controllers is not None else None,
+            "invariants": dict(self.invariants.counts),
+        }
+
+
+def _report_json(report: SeedReport | None) -> dict[str, Any]:
+    if report is None:
+        return {"created": {}, "instances": {}, "warnings": []}
+    return {"created": report.created, "instances": report.instances, "warnings": report.warnings}
