@@ -83,6 +83,7 @@ class _Moto:
 
     _lock = threading.Lock()
     server: Any = None
+    extra: list[Any] = []  # servers on explicitly requested ports beside the shared one
     port: int = 0
     host: str = ""
 
@@ -101,7 +102,23 @@ class _Moto:
             _, bound = server.get_host_and_port()
             if cls.server is None:
                 cls.server, cls.host, cls.port = server, host, bound
+            else:
+                cls.extra.append(server)
             return bound
+
+    @classmethod
+    def shutdown(cls) -> None:
+        with cls._lock:
+            for server in [cls.server, *cls.extra]:
+                if server is not None:
+                    server.stop()
+            cls.server, cls.extra, cls.port = None, [], 0
+
+
+def shutdown_moto() -> None:
+    """Stop the process's moto servers (the simulator process does this on exit; its threads would
+    otherwise keep the interpreter alive)."""
+    _Moto.shutdown()
 
 
 def ec2_client(endpoint: str, region: str) -> Any:
@@ -348,6 +365,9 @@ class SimStack:
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
+        # Let EC2 calls still running in worker threads finish while moto is up; a thread left
+        # behind would keep the interpreter from exiting until its call times out.
+        await asyncio.get_running_loop().shutdown_default_executor()
 
     # -- scenario ------------------------------------------------------------------------------
 

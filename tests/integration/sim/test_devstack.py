@@ -1,0 +1,138 @@
+"""`karpflow dev up | status | down` against real processes, on free ports and a temporary state dir
+(so a developer's own stack on the default ports is never touched)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sim.devstack import DevStack, worker_available
+from sim.testing import SMALL
+
+pytestmark = pytest.mark.integration
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def karpflow(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **env},
+        check=False,
+    )
+
+
+def test_dev_up_status_down(tmp_path: Path):
+    temporal, ui, kube, moto = free_ports(4)
+    state = tmp_path / "state"
+    env = {
+        "KARPFLOW_STATE_DIR": str(state),
+        "KARPFLOW_TEMPORAL_PORT": str(temporal),
+        "KARPFLOW_UI_PORT": str(ui),
+        "KARPFLOW_MOTO_PORT": str(moto),
+    }
+    # Flags win over variables: the emulator port comes as a flag.
+    up = karpflow(
+        "dev", "up", "--kube-port", str(kube), "--scenario", str(SMALL), "--time-scale", "0.1", env=env
+    )
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"export KUBECONFIG={state / 'kubeconfig'}" in up.stdout
+        assert f"http://127.0.0.1:{kube}" in up.stdout and f"http://127.0.0.1:{ui}" in up.stdout
+        recorded = json.loads((state / "dev.json").read_text())
+        assert recorded["kube_port"] == kube and recorded["temporal_port"] == temporal
+
+        # Real clients against what it started.
+        nodes = subprocess.run(
+            ["kubectl", "--kubeconfig", str(state / "kubeconfig"), "get", "nodes", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()
+        assert len(nodes) == 3 and all(n.startswith("node/ip-172-31-") for n in nodes)
+        health = subprocess.run(
+            [
+                str(Path(sys.prefix) / "bin" / "temporal"),
+                "operator",
+                "cluster",
+                "health",
+                "--address",
+                f"127.0.0.1:{temporal}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "SERVING" in health.stdout
+        attributes = subprocess.run(
+            [
+                str(Path(sys.prefix) / "bin" / "temporal"),
+                "operator",
+                "search-attribute",
+                "list",
+                "--address",
+                f"127.0.0.1:{temporal}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert "KarpflowNodes" in attributes and "KeywordList" in attributes
+        assert urllib.request.urlopen(f"http://127.0.0.1:{ui}", timeout=10).status == 200
+        stack = DevStack.from_state_dir(state)
+        pids = {name: stack.process(name).pid for name in ("temporal", "sim")}
+        assert all((state / f"{name}.pid").is_file() for name in pids)
+        expected = {"temporal", "sim", "worker"} if worker_available() else {"temporal", "sim"}
+
+        status = karpflow("dev", "status", env={"KARPFLOW_STATE_DIR": str(state)})
+        assert status.returncode == 0, status.stdout
+        for name in expected:
+            assert f"{name} " in status.stdout and "healthy" in status.stdout
+
+        # Starting twice is safe: nothing new starts, the same processes keep running.
+        again = karpflow("dev", "up", env={"KARPFLOW_STATE_DIR": str(state)})
+        assert again.returncode == 0 and "already running" in again.stdout
+        assert {name: stack.process(name).pid for name in pids} == pids
+
+        # A port held by someone else is a clear error that names it, and starts nothing.
+        other = tmp_path / "other"
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", 0))
+            squatter.listen()
+            taken = squatter.getsockname()[1]
+            clash = karpflow(
+                "dev", "up", "--no-worker", "--state-dir", str(other), "--temporal-port", str(taken), env={}
+            )
+        assert clash.returncode == 1
+        assert f"port {taken} (Temporal frontend)" in " ".join(clash.stdout.split())
+        assert not DevStack.from_state_dir(other).running()
+    finally:
+        down = karpflow("dev", "down", env={"KARPFLOW_STATE_DIR": str(state)})
+    assert down.returncode == 0 and "Stopped" in down.stdout
+    assert all(DevStack.from_state_dir(state).process(name) is None for name in ("temporal", "sim", "worker"))
+    assert (state / "temporal.db").is_file()  # kept without --purge
+    status = karpflow("dev", "status", env={"KARPFLOW_STATE_DIR": str(state)})
+    assert status.returncode == 1 and "stopped" in status.stdout
+    purged = karpflow("dev", "down", "--purge", env={"KARPFLOW_STATE_DIR": str(state)})
+    assert purged.returncode == 0 and "Nothing was running" in purged.stdout
+    assert not (state / "temporal.db").exists()
