@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,13 @@ def parse_time(value: Any) -> datetime | None:
         return None
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
-    parsed = datetime.fromisoformat(str(value))
+    return _parse_time_text(str(value))
+
+
+@lru_cache(maxsize=65536)
+def _parse_time_text(text: str) -> datetime:
+    # Timestamps have one-second resolution and pods of a rollout share them: memoise.
+    parsed = datetime.fromisoformat(text)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -256,19 +263,29 @@ class Pod:
         return _latest(self.scheduled_time, self.start_time, self.deletion_timestamp, self.finished_at)
 
 
+_REQUEST_CACHE: dict[tuple, Resources] = {}
+
+
 def _container_request(container: Mapping[str, Any]) -> Resources:
     resources = container.get("resources")
     if not resources:
         return ZERO
     requests = resources.get("requests") or _EMPTY
-    limits = resources.get("limits")
-    if limits:
-        # The API server defaults a missing request to the limit; kubectl output already shows it,
-        # but hand-written or generated snapshots may not.
-        missing = {k: v for k, v in limits.items() if k not in requests}
-        if missing:
-            requests = {**requests, **missing}
-    return Resources.from_kube(requests)
+    limits = resources.get("limits") or _EMPTY
+    # Replicas repeat the same few request/limit pairs: parse each distinct pair once.
+    key = (tuple(requests.items()), tuple(limits.items()))
+    cached = _REQUEST_CACHE.get(key)
+    if cached is None:
+        if limits:
+            # The API server defaults a missing request to the limit; kubectl output already shows
+            # it, but hand-written or generated snapshots may not.
+            missing = {k: v for k, v in limits.items() if k not in requests}
+            if missing:
+                requests = {**requests, **missing}
+        cached = Resources.from_kube(requests)
+        if len(_REQUEST_CACHE) < 100_000:
+            _REQUEST_CACHE[key] = cached
+    return cached
 
 
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
@@ -296,6 +313,23 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     if overhead:
         total = total + Resources.from_kube(overhead)
     return total + _ONE_POD
+
+
+_TOLERATION_CACHE: dict[tuple, tuple[Toleration, ...]] = {}
+
+
+def _tolerations(raw: list[Mapping[str, Any]]) -> tuple[Toleration, ...]:
+    """Parsed tolerations, shared between pods with identical lists (most pods have the same two)."""
+    try:
+        key = tuple([tuple(t.items()) for t in raw])
+    except (AttributeError, TypeError):
+        key = None
+    cached = _TOLERATION_CACHE.get(key) if key is not None else None
+    if cached is None:
+        cached = tuple(Toleration.from_dict(t, f"tolerations[{i}]") for i, t in enumerate(raw))
+        if key is not None and len(_TOLERATION_CACHE) < 10_000:
+            _TOLERATION_CACHE[key] = cached
+    return cached
 
 
 def _parse_affinity(pod: Pod, affinity: Mapping[str, Any] | None) -> None:
@@ -362,11 +396,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod.priority_class_name = spec.get("priorityClassName")
     pod.requests = pod_requests(spec)
     tolerations = spec.get("tolerations")
-    pod.tolerations = (
-        tuple(Toleration.from_dict(t, f"tolerations[{i}]") for i, t in enumerate(tolerations))
-        if tolerations
-        else ()
-    )
+    pod.tolerations = _tolerations(tolerations) if tolerations else ()
     pod.node_selector = spec.get("nodeSelector") or _EMPTY
     _parse_affinity(pod, spec.get("affinity"))
     spread = spec.get("topologySpreadConstraints")
@@ -853,6 +883,7 @@ class Snapshot:
     budget_errors: dict[str, list[str]] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
+    _pdb_index: dict[str, tuple[PDB, ...]] | None = field(default=None, repr=False)
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -937,6 +968,7 @@ class Snapshot:
             if node is not None:
                 node.nodeclaim = claim
         self._pdb_cache.clear()
+        self._pdb_index = None
         if self.pdbs:
             matching: dict[str, list[Pod]] = defaultdict(list)
             for pod in self.pods:
@@ -955,7 +987,13 @@ class Snapshot:
         key = (pod.namespace, tuple(sorted(labels.items())) if labels else ())
         cached = self._pdb_cache.get(key)
         if cached is None:
-            cached = tuple(p for p in self.pdbs if p.selects(pod))
+            if self._pdb_index is None:
+                index: dict[str, list[PDB]] = defaultdict(list)
+                for pdb in self.pdbs:
+                    index[pdb.namespace].append(pdb)
+                self._pdb_index = {k: tuple(v) for k, v in index.items()}
+            candidates = self._pdb_index.get(pod.namespace, ())
+            cached = tuple(p for p in candidates if p.selects(pod))
             self._pdb_cache[key] = cached
         return cached
 
@@ -990,6 +1028,7 @@ class Snapshot:
             sources=self.sources,
         )
         clone._pdb_cache = self._pdb_cache
+        clone._pdb_index = self._pdb_index
         return clone
 
     def age(self, when: datetime | None) -> timedelta:

@@ -32,6 +32,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.nodepool import NodePool
+from api.quantity import millicores, to_int
 from planner.catalog import Catalog, bundled_catalog
 from planner.drift import nodepool_hash_annotations
 from planner.model import PlanContext, PlanOptions, Simulate
@@ -481,6 +482,9 @@ class ClusterSpec:
     deployment_size: int = 10
     seed: int = 0
     budgets: list[list[dict[str, Any]]] | None = None  # per pool, cycled
+    # Instance types per pool kind (general, compute, memory, arm) and (cpu, memory) request choices.
+    pool_types: dict[str, list[str]] | None = None
+    requests: list[tuple[str, str]] | None = None
 
 
 def generate_cluster(
@@ -523,14 +527,12 @@ def generate_cluster(
             ],
             labels={"workload": kind},
         )
-        pools.append((name, _POOL_TYPES[kind]))
+        pools.append((name, (spec.pool_types or _POOL_TYPES)[kind]))
     zones = catalog.zones
     # Nodes: free room tracked so pods never exceed allocatable.
     free: dict[str, list[int]] = {}
     node_names = []
-    daemon = catalog.get("m5.large")  # only to size the daemon overhead below
-    assert daemon is not None
-    ds_cpu, ds_mem = 125, 128 << 20
+    ds_cpu, ds_mem = 125, 128 << 20  # the two DaemonSet pods below
     empties = set()
     for index in range(spec.nodes):
         pool, types = pools[index % len(pools)]
@@ -541,7 +543,7 @@ def generate_cluster(
         drifted = roll < spec.drifted_fraction
         expired = spec.drifted_fraction <= roll < spec.drifted_fraction + spec.expired_fraction
         not_ready = rng.random() < spec.not_ready_fraction
-        node = b.node(
+        b.node(
             name,
             pool=pool,
             instance_type=itype.name,
@@ -558,7 +560,6 @@ def generate_cluster(
         free[name] = [alloc.cpu - ds_cpu, alloc.memory - ds_mem, alloc.pods - 2]
         if rng.random() < spec.empty_fraction:
             empties.add(name)
-        del node
     fillable = [n for n in node_names if n not in empties]
     # Workloads.
     placed = 0
@@ -568,9 +569,7 @@ def generate_cluster(
         app = f"app-{workload}"
         workload += 1
         namespace = f"team-{workload % 7}"
-        cpu, memory = rng.choice(_REQUESTS)
-        from api.quantity import millicores, to_int
-
+        cpu, memory = rng.choice(spec.requests or _REQUESTS)
         need_cpu, need_mem = millicores(cpu), to_int(memory)
         replicas = min(
             spec.pods - placed, max(1, int(rng.gauss(spec.deployment_size, spec.deployment_size / 3)))

@@ -1,0 +1,139 @@
+"""How long one planning pass takes, and how much memory it needs, on large synthetic clusters.
+
+    python bench/bench_planner.py                 # 1,000 nodes / 20,000 pods and 5,000 / 100,000
+    python bench/bench_planner.py --sizes 200x4000 --yaml
+
+For each size the cluster is generated (bench/gen_cluster.py), written as kubectl-style JSON, then
+measured in fresh processes so peak memory is the pass's own:
+- in-process: `load_snapshot` then `plan(..., all_methods=True)`, wall and CPU time of each step and
+  the peak RSS after loading and after planning;
+- CLI: `karpflow plan --snapshot FILE --output json --all-methods`, wall time and peak RSS.
+CPU time is printed beside wall time because the machine is shared: wall time includes waiting for
+the other processes. Goals: 1,000-node pass < 5 s, 5,000-node pass < 30 s, < 1 GB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+HERE = Path(__file__).resolve().parent
+AT = "2026-11-22T10:00:00Z"
+
+_CHILD = r"""
+import json, resource, sys, time
+from datetime import datetime
+from planner.catalog import bundled_catalog
+from planner.model import PlanOptions
+from planner.plan import plan
+from planner.snapshot import load_snapshot
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+path, at = sys.argv[1], datetime.fromisoformat(sys.argv[2])
+w0, c0 = time.perf_counter(), time.process_time()
+snapshot = load_snapshot(path, now=at)
+w1, c1 = time.perf_counter(), time.process_time()
+load_peak = peak_mb()
+result = plan(snapshot, bundled_catalog(snapshot.region() or "us-west-2"), PlanOptions(all_methods=True))
+w2, c2 = time.perf_counter(), time.process_time()
+methods = {}
+for command in result.commands:
+    methods[command.method] = methods.get(command.method, 0) + 1
+print(json.dumps({
+    "load_wall": w1 - w0, "load_cpu": c1 - c0, "load_peak_mb": load_peak,
+    "plan_wall": w2 - w1, "plan_cpu": c2 - c1, "peak_mb": peak_mb(),
+    "nodes": len(snapshot.nodes), "pods": len(snapshot.pods), "commands": methods,
+    "blocked": len(result.blocked),
+}))
+"""
+
+
+def run_in_process(path: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), AT], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cli_with_rusage(path: Path) -> dict:
+    """Wall time and the child's own peak RSS (wait4 reports it per child)."""
+    karpflow = Path(sys.executable).with_name("karpflow")
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # child: become the CLI, output discarded
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.execv(
+            str(karpflow),
+            [str(karpflow), "plan", "--snapshot", str(path), "--output", "json", "--all-methods", "--at", AT],
+        )
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"karpflow plan exited with {os.waitstatus_to_exitcode(status)}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024}
+
+
+@click.command()
+@click.option("--sizes", default="1000x20000,5000x100000", show_default=True, help="NODESxPODS,...")
+@click.option("--yaml", "with_yaml", is_flag=True, help="Also time loading the same cluster from YAML.")
+@click.option("--keep", type=click.Path(file_okay=False), help="Keep the generated files in this directory.")
+def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
+    sys.path.insert(0, str(HERE))
+    from gen_cluster import generate
+
+    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="karpflow-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for size in sizes.split(","):
+        nodes, pods = (int(x) for x in size.lower().split("x"))
+        start = time.perf_counter()
+        builder = generate(nodes, pods)
+        path = builder.write(workdir / f"cluster-{nodes}.json")
+        generated = time.perf_counter() - start
+        mb = path.stat().st_size / 1e6
+        click.echo(
+            f"== {nodes} nodes / {pods} pods: {path.name} ({mb:.0f} MB), generated in {generated:.1f}s"
+        )
+        inproc = run_in_process(path)
+        click.echo(
+            f"   in-process: load {inproc['load_wall']:.2f}s wall / {inproc['load_cpu']:.2f}s cpu "
+            f"(peak {inproc['load_peak_mb']:.0f} MB), plan {inproc['plan_wall']:.2f}s wall / "
+            f"{inproc['plan_cpu']:.2f}s cpu, total peak {inproc['peak_mb']:.0f} MB"
+        )
+        click.echo(
+            f"   snapshot: {inproc['nodes']} nodes, {inproc['pods']} pods; commands {inproc['commands']}, "
+            f"{inproc['blocked']} nodes left alone with a reason"
+        )
+        cli = cli_with_rusage(path)
+        click.echo(
+            f"   CLI:        {cli['wall']:.2f}s wall / {cli['cpu']:.2f}s cpu, peak {cli['peak_mb']:.0f} MB"
+        )
+        row = {"nodes": nodes, "pods": pods, "file_mb": mb, "in_process": inproc, "cli": cli}
+        if with_yaml:
+            yaml_path = builder.write(workdir / f"cluster-{nodes}.yaml")
+            yaml_run = run_in_process(yaml_path)
+            click.echo(
+                f"   YAML load:  {yaml_run['load_wall']:.2f}s wall / {yaml_run['load_cpu']:.2f}s cpu "
+                f"({yaml_path.stat().st_size / 1e6:.0f} MB)"
+            )
+            row["yaml_load"] = yaml_run
+        rows.append(row)
+        del builder
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "bench_planner.json").write_text(json.dumps(rows, indent=2))
+    click.echo(f"figures saved to {results / 'bench_planner.json'}")
+
+
+if __name__ == "__main__":
+    main()
