@@ -22,6 +22,7 @@ import random
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,7 +59,10 @@ class FaultRule(BaseModel):
         return self.name is None or self.name == name
 
 
-class FaultDecision(BaseModel):
+@dataclass(slots=True)
+class FaultDecision:
+    """What the matching rules do to one request (made per request: a plain dataclass)."""
+
     latency_s: float = 0.0
     status: int | None = None
     message: str | None = None
@@ -100,6 +104,8 @@ class Faults:
     def decide(self, verb: str, resource: str, namespace: str | None, name: str | None) -> FaultDecision:
         """What to do to this request: the combined effect of every matching rule."""
         out = FaultDecision()
+        if not self._rules:  # the common case: no faults configured, no lock, no loop
+            return out
         with self._lock:
             for rule in self._rules:
                 if rule.times is not None and rule.fired >= rule.times:
@@ -122,7 +128,10 @@ class Faults:
         return out
 
 
-class RequestRecord(BaseModel):
+@dataclass(slots=True)
+class RequestRecord:
+    """One served request. A plain dataclass: one is made per request, so it must be cheap."""
+
     seq: int
     time: float  # unix seconds
     method: str
@@ -148,7 +157,7 @@ class RequestLog:
 
     def record(self, **fields: Any) -> RequestRecord:
         with self._lock:
-            rec = RequestRecord(seq=next(self._seq), time=time.time(), **fields)
+            rec = RequestRecord(next(self._seq), time.time(), **fields)
             self._records.append(rec)
             return rec
 

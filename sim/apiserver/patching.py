@@ -17,7 +17,7 @@ applied (a failing JSON-patch `test`, a missing path), as kube-apiserver does.
 
 from __future__ import annotations
 
-import copy
+import copy as _copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,7 +38,7 @@ PATCH_TYPES = {"merge": MERGE_PATCH, "json": JSON_PATCH, "strategic": STRATEGIC_
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386. Returns a new document; `target` is not modified."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -46,7 +46,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
         elif isinstance(value, dict):
             result[key] = merge_patch(result.get(key), value)
         else:
-            result[key] = copy.deepcopy(value)
+            result[key] = _copy.deepcopy(value)
     return result
 
 
@@ -75,11 +75,15 @@ _DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
 _ORDER = "$setElementOrder/"
 
 
-def strategic_merge_patch(original: Any, patch: Any, rules: Mapping[Path, MergeRule]) -> Any:
-    """Apply a strategic-merge patch with the given merge rules. Returns a new document."""
+def strategic_merge_patch(
+    original: Any, patch: Any, rules: Mapping[Path, MergeRule], *, copy: bool = True
+) -> Any:
+    """Apply a strategic-merge patch with the given merge rules. Returns a new document, or with
+    `copy=False` edits `original` in place (the store passes a fresh parse)."""
     if not isinstance(patch, dict):
         raise BadRequest("a strategic merge patch must be a JSON object")
-    result = _merge_map(copy.deepcopy(original) if isinstance(original, dict) else {}, patch, (), rules)
+    base = (_copy.deepcopy(original) if copy else original) if isinstance(original, dict) else {}
+    result = _merge_map(base, patch, (), rules)
     return {} if result is None else result
 
 
@@ -88,7 +92,7 @@ def _merge_map(orig: dict[str, Any], patch: dict[str, Any], path: Path, rules: M
     if directive == "delete":
         return None
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
+        return {k: _copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
     if directive not in (None, "merge"):
         raise BadRequest(f"unknown patch directive {directive!r} at {'.'.join(path) or '<root>'}")
 

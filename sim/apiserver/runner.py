@@ -55,7 +55,7 @@ class EmulatorServer:
         self.api = ApiServer(
             self.store, faults=faults, request_log=request_log, bookmark_interval=bookmark_interval
         )
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -83,8 +83,19 @@ class EmulatorServer:
         """Serve in the running loop; returns when the port is bound (`self.port` is then real)."""
         self._loop = asyncio.get_running_loop()
         self.store.attach_loop(self._loop)
+        loop = self._loop
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            # /sim/state loads whole clusters (100k pods is ~200 MB of JSON).
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=1 << 30)
+
+        # aiohttp's low-level server: the API does its own routing, so the Application machinery
+        # (router, middlewares) would only add per-request cost.
+        server = web.Server(self.api.handle, request_factory=make_request, access_log=None)
         # Watches are long-lived: do not let shutdown wait on them for the default minute.
-        self._runner = web.AppRunner(self.api.app(), access_log=None, shutdown_timeout=0.5)
+        self._runner = web.ServerRunner(server, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()

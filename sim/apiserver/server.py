@@ -13,7 +13,8 @@ when kubectl asks for them, watch as a stream of JSON lines with bookmarks, and 
 protobuf and server-side apply are 415.
 
 Everything outside the Kubernetes URL space lives under `/sim/`:
-  GET  /sim/state            every object (the store's dump); POST /sim/state loads one
+  GET  /sim/state            every object (the store's dump); POST /sim/state loads one, or
+                             objects as NDJSON (Content-Type: application/x-ndjson, one per line)
   POST /sim/reset            empty the store (initial namespaces only), clear faults and the log
   GET|POST|DELETE /sim/faults, DELETE /sim/faults/{id}     fault rules (see faults.py)
   GET|DELETE /sim/requests   the request log (?verb=&resource=&namespace=&name=&status=&since=&limit=)
@@ -23,6 +24,7 @@ Everything outside the Kubernetes URL space lives under `/sim/`:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -160,7 +162,8 @@ class ApiServer:
         self.server_address = "127.0.0.1:6443"
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        # /sim/state loads whole clusters (100k pods is ~200 MB of JSON).
+        app = web.Application(client_max_size=1024 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -297,7 +300,7 @@ class ApiServer:
                 return _json(self._bind(ns, name, body), status=201)  # type: ignore[arg-type]
             if name is not None:
                 raise MethodNotAllowed(f"POST is not supported on {target.resource} objects")
-            return _json(store.create(rt, body, ns, dry_run=dry_run), status=201)
+            return _raw(store.create(rt, body, ns, dry_run=dry_run, copy=False, raw=True), status=201)
         if verb == "update":
             body = await self._body(request)
             if sub not in (None, "status"):
@@ -307,8 +310,8 @@ class ApiServer:
             if (body.get("metadata") or {}).get("name") not in (None, name):
                 raise BadRequest("the name of the object does not match the name on the URL")
             if sub == "status":
-                return _json(store.update_status(rt, body, ns, dry_run=dry_run))
-            return _json(store.update(rt, body, ns, dry_run=dry_run))
+                return _raw(store.update_status(rt, body, ns, dry_run=dry_run, copy=False, raw=True))
+            return _raw(store.update(rt, body, ns, dry_run=dry_run, copy=False, raw=True))
         if verb == "patch":
             if name is None or sub not in (None, "status"):
                 raise MethodNotAllowed(f"PATCH is not supported on {target.resource}")
@@ -326,8 +329,10 @@ class ApiServer:
                     f"media types include: {accepted}"
                 )
             patch = self._parse(await request.read(), JSON)
-            return _json(
-                store.patch(rt, name, patch, ns, patch_type=patch_type, subresource=sub, dry_run=dry_run)
+            return _raw(
+                store.patch(
+                    rt, name, patch, ns, patch_type=patch_type, subresource=sub, dry_run=dry_run, raw=True
+                )
             )
         if verb == "delete":
             if sub is not None:
@@ -586,8 +591,18 @@ class ApiServer:
         if what == "state" and method == "GET":
             return _json(self.store.dump())
         if what == "state" and method in ("POST", "PUT"):
-            self.store.load(self._parse(await request.read(), JSON))
-            return _json({"resourceVersion": self.store.resource_version})
+            body = await request.read()
+            if request.headers.get("Content-Type", "").startswith("application/x-ndjson"):
+                # One object per line, parsed one at a time: a 100k-pod cluster loads without
+                # ever holding its whole parse tree.
+                count = self.store.load_objects(
+                    orjson.loads(line) for line in body.splitlines() if line.strip()
+                )
+            else:
+                dump = self._parse(body, JSON)
+                self.store.load(dump)
+                count = sum(len(v) for v in (dump.get("objects") or {}).values())
+            return _json({"resourceVersion": self.store.resource_version, "objects": count})
         if what == "reset" and method == "POST":
             self.store.reset()
             self.faults.clear()
@@ -622,7 +637,7 @@ class ApiServer:
                     since_seq=_int_param(q, "since"),
                     limit=_int_param(q, "limit"),
                 )
-                return _json({"items": [r.model_dump() for r in records]})
+                return _json({"items": [dataclasses.asdict(r) for r in records]})
             if method == "DELETE":
                 self.requests.clear()
                 return _json({"deleted": "all"})
