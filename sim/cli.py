@@ -1,0 +1,310 @@
+"""`karpflow sim ...`: operate a running simulator (the dev stack's, or any `python -m sim`).
+
+    karpflow sim status                              what it runs, scenario, controller counters
+    karpflow sim invariants [--in-flight n1,n2]      the invariant report (exit 1 on a violation)
+    karpflow sim instances                           the cluster's EC2 instances in moto
+    karpflow sim faults show | clear
+    karpflow sim faults ice m5.large [--zone us-west-2a] [--capacity-type spot]
+    karpflow sim faults throttle --probability 0.3 [--rps 5] [--action RunInstances]
+    karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
+    karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
+    karpflow sim dump [-o cluster.yaml]              every object, as a kubectl List (a scenario/snapshot)
+    karpflow sim load FILE                           replace the cluster with a scenario
+
+The simulator is found with `--url`, else `KARPFLOW_SIM_URL`, else the dev stack's state directory
+(`--state-dir` / `KARPFLOW_STATE_DIR`, default `.state/`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from sim.devstack import DevStack
+
+console = Console()
+
+
+class SimClient:
+    """The simulator's `/sim/...` HTTP endpoints."""
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = json.loads(detail).get("message", detail)
+            raise click.ClickException(f"{method} {path}: HTTP {err.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise click.ClickException(
+                f"no simulator answers at {self.url} ({getattr(err, 'reason', err)}); "
+                "start one with `karpflow dev up`"
+            ) from None
+
+
+def _client(ctx: click.Context) -> SimClient:
+    return ctx.obj["client"]
+
+
+@click.group()
+@click.option("--url", envvar="KARPFLOW_SIM_URL", help="The simulator's Kubernetes emulator URL.")
+@click.option("--state-dir", type=click.Path(path_type=Path), help="The dev stack whose simulator to use.")
+@click.pass_context
+def sim(ctx: click.Context, url: str | None, state_dir: Path | None) -> None:
+    """Inspect and steer the simulated cluster: invariants, EC2 and API faults, scenarios."""
+    stack = DevStack.from_state_dir(state_dir)
+    ctx.obj = {"client": SimClient(url or stack.settings.kube_url), "stack": stack}
+
+
+@sim.command()
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """What the simulator runs: endpoints, scenario, controller counters."""
+    console.print_json(data=_client(ctx).request("GET", "/sim/status"))
+
+
+@sim.command()
+@click.option(
+    "--in-flight", help="Comma-separated nodes with a disruption in flight (their taint is expected)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def invariants(ctx: click.Context, in_flight: str | None, as_json: bool) -> None:
+    """The invariant report (PDB violations, do-not-disrupt evictions, lost pods, leaks); exit 1 on one."""
+    query = f"?in_flight={in_flight}" if in_flight is not None else ""
+    report = _client(ctx).request("GET", f"/sim/invariants{query}")
+    if as_json:
+        console.print_json(data=report)
+    else:
+        print_report(report)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    observed = ", ".join(f"{n} {what}" for what, n in report["observed"].items())
+    if report["ok"]:
+        console.print(f"[green]No invariant violations[/green] (observed: {observed})")
+        return
+    table = Table(title="Invariant violations", header_style="bold")
+    for column in ("Invariant", "Subject", "What happened", "At"):
+        table.add_column(column)
+    for v in report["violations"]:
+        table.add_row(v["invariant"], v["subject"], v["message"], v["at"])
+    console.print(table)
+    console.print(f"(observed: {observed})")
+
+
+@sim.command()
+@click.pass_context
+def instances(ctx: click.Context) -> None:
+    """The cluster's EC2 instances in moto (every state)."""
+    status = _client(ctx).request("GET", "/sim/status")
+    console.print(instances_table(status["ec2_endpoint"], status["region"], status["cluster_name"]))
+
+
+def instances_table(ec2_endpoint: str, region: str, cluster_name: str) -> Table:
+    """The instances carrying the cluster's ownership tag, through boto3 against moto."""
+    import boto3
+
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=ec2_endpoint,
+        region_name=region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    tag = f"kubernetes.io/cluster/{cluster_name}"
+    table = Table(title=f"EC2 instances of cluster {cluster_name} ({ec2_endpoint})", header_style="bold")
+    for column in ("Instance", "Type", "Zone", "Capacity", "State", "Private IP", "NodePool", "Name"):
+        table.add_column(column)
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{tag}", "Values": ["owned"]}]
+    )
+    rows = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    for i in sorted(rows, key=lambda i: (i["Placement"]["AvailabilityZone"], i.get("PrivateIpAddress", ""))):
+        tags = {t["Key"]: t["Value"] for t in i.get("Tags") or []}
+        table.add_row(
+            i["InstanceId"],
+            i["InstanceType"],
+            i["Placement"]["AvailabilityZone"],
+            i.get("InstanceLifecycle", "on-demand"),
+            i["State"]["Name"],
+            i.get("PrivateIpAddress", ""),
+            tags.get("karpenter.sh/nodepool", ""),
+            tags.get("Name", ""),
+        )
+    return table
+
+
+# -- faults -------------------------------------------------------------------------------------
+
+
+@sim.group()
+def faults() -> None:
+    """EC2 faults (capacity, throttling, nodes that never become ready) and Kubernetes API faults."""
+
+
+def _print_faults(state: dict[str, Any]) -> None:
+    console.print_json(data=state)
+
+
+@faults.command("show")
+@click.pass_context
+def faults_show(ctx: click.Context) -> None:
+    """Injected EC2 faults and counters, and the Kubernetes API fault rules."""
+    client = _client(ctx)
+    _print_faults(
+        {"ec2": client.request("GET", "/sim/ec2/faults"), "api": client.request("GET", "/sim/faults")}
+    )
+
+
+@faults.command("clear")
+@click.pass_context
+def faults_clear(ctx: click.Context) -> None:
+    """Remove every EC2 and API fault."""
+    client = _client(ctx)
+    client.request("DELETE", "/sim/ec2/faults")
+    client.request("DELETE", "/sim/faults")
+    console.print("All faults cleared.")
+
+
+def _update_ec2(ctx: click.Context, change: Any) -> None:
+    client = _client(ctx)
+    spec = client.request("GET", "/sim/ec2/faults")["spec"]
+    change(spec)
+    _print_faults(client.request("PUT", "/sim/ec2/faults", spec))
+
+
+@faults.command("ice")
+@click.argument("instance_type")
+@click.option("--zone", help="Only this zone (default: every zone).")
+@click.option("--capacity-type", type=click.Choice(["on-demand", "spot"]), help="Only this capacity type.")
+@click.option("--remove", is_flag=True, help="Make the pool available again.")
+@click.pass_context
+def faults_ice(
+    ctx: click.Context, instance_type: str, zone: str | None, capacity_type: str | None, remove: bool
+) -> None:
+    """InsufficientInstanceCapacity for INSTANCE_TYPE (RunInstances fails, CreateFleet reports Errors[])."""
+    pool = {"instance_type": instance_type, "zone": zone, "capacity_type": capacity_type}
+
+    def change(spec: dict[str, Any]) -> None:
+        pools = [p for p in spec["insufficient_capacity"] if p != pool]
+        spec["insufficient_capacity"] = pools if remove else [*pools, pool]
+
+    _update_ec2(ctx, change)
+
+
+@faults.command("throttle")
+@click.option(
+    "--probability", type=float, default=0.0, help="Chance that a call fails with RequestLimitExceeded."
+)
+@click.option("--rps", type=float, help="Token bucket: calls per second per action before throttling.")
+@click.option("--burst", type=int, default=10, help="Token bucket size.")
+@click.option("--action", "actions", multiple=True, help="Only these EC2 actions (repeatable; default all).")
+@click.pass_context
+def faults_throttle(
+    ctx: click.Context, probability: float, rps: float | None, burst: int, actions: tuple[str, ...]
+) -> None:
+    """Throttle karpflow's EC2 calls (the simulator's own are exempt). `--probability 0` turns it off."""
+
+    def change(spec: dict[str, Any]) -> None:
+        spec["throttle"] = {
+            "probability": probability,
+            "requests_per_second": rps,
+            "burst": burst,
+            "actions": list(actions),
+        }
+
+    _update_ec2(ctx, change)
+
+
+@faults.command("never-ready")
+@click.option("--instance-type", "types", multiple=True, help="Nodes of this type never become Ready.")
+@click.option("--instance-id", "ids", multiple=True, help="This instance's node never becomes Ready.")
+@click.pass_context
+def faults_never_ready(ctx: click.Context, types: tuple[str, ...], ids: tuple[str, ...]) -> None:
+    """Launched instances whose node registers but never becomes Ready."""
+    if not types and not ids:
+        raise click.UsageError("give --instance-type or --instance-id")
+
+    def change(spec: dict[str, Any]) -> None:
+        never = spec["never_ready"]
+        never["instance_types"] = sorted({*never.get("instance_types", []), *types})
+        never["instance_ids"] = sorted({*never.get("instance_ids", []), *ids})
+
+    _update_ec2(ctx, change)
+
+
+@faults.command("api")
+@click.option("--verb", default="*", help="Kubernetes verb: get, list, watch, create, update, patch, delete.")
+@click.option("--resource", default="*", help='Plural, with subresource: "pods/eviction", "nodes".')
+@click.option("--namespace")
+@click.option("--name")
+@click.option("--status", type=int, help="HTTP status to answer (429, 500, 409, 503...).")
+@click.option("--rate", type=float, default=1.0, help="Fraction of matching requests that fail.")
+@click.option("--latency-ms", type=float, default=0.0, help="Added latency.")
+@click.option("--times", type=int, help="Fire at most this many times.")
+@click.pass_context
+def faults_api(ctx: click.Context, rate: float, **rule: Any) -> None:
+    """Add a Kubernetes API fault rule (the emulator's `/sim/faults`)."""
+    body = {key: value for key, value in rule.items() if value is not None}
+    body["error_rate"] = rate
+    _print_faults(_client(ctx).request("POST", "/sim/faults", body))
+
+
+# -- state --------------------------------------------------------------------------------------
+
+
+def dump_as_list(state: dict[str, Any]) -> dict[str, Any]:
+    """The emulator's `/sim/state` as a kubectl-style List: a scenario or a planner snapshot."""
+    items = [obj for objects in state.get("objects", {}).values() for obj in objects]
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+
+
+@sim.command()
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default stdout)."
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
+@click.pass_context
+def dump(ctx: click.Context, output: Path | None, as_json: bool) -> None:
+    """Every object of the cluster as a kubectl List (usable by `karpflow plan --snapshot` and `sim load`)."""
+    document = dump_as_list(_client(ctx).request("GET", "/sim/state"))
+    text = json.dumps(document, indent=1) if as_json else yaml.safe_dump(document, sort_keys=False)
+    if output is None:
+        click.echo(text)
+    else:
+        output.write_text(text)
+        console.print(f"Wrote {len(document['items'])} objects to {output}")
+
+
+@sim.command()
+@click.argument("scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def load(ctx: click.Context, scenario: Path) -> None:
+    """Replace the cluster with SCENARIO (its instances are terminated, the new ones launched)."""
+    report = _client(ctx).request("POST", "/sim/scenario", raw=scenario.read_bytes())
+    created = ", ".join(f"{n} {kind}" for kind, n in report["created"].items())
+    console.print(f"Loaded {scenario}: {created}")
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
