@@ -15,6 +15,7 @@ Reading (every call returns fresh dicts the caller may modify freely)::
                field_selector="spec.nodeName=n1", limit=500, continue_token=None)
     store.pods_on_node("n1")                              -> list[dict]   (index lookup, no scan)
     store.count("pods")  store.resource_version            (int, the global counter)
+    store.get_raw(...) / store.list_raw(...)              the same as stored JSON bytes (no parse)
 
 Writing (each returns the object as stored, with metadata filled)::
 
@@ -36,6 +37,13 @@ Writing (each returns the object as stored, with metadata filled)::
     store.evict("default", "p", preconditions=None, dry_run=False)  the policy/v1 Eviction API,
                                            PDB aware (TooManyRequests 429, InternalError 500)
 
+    Like kube-apiserver: create drops `status` for types with a status subresource (nodes keep
+    theirs; `keep_status=True` keeps it for seeding); a pod's spec is immutable but for images,
+    tolerations (additions), activeDeadlineSeconds and the grace period, so a scheduler binds with
+    `bind()`, not by setting spec.nodeName; finalizers may not be added once deletion started; an
+    update that changes nothing writes nothing (same resourceVersion, no event). `copy=False` hands
+    the body over (no defensive copy) and `raw=True` returns stored bytes: what the HTTP layer uses.
+
 Deletion semantics: an object with finalizers gets `deletionTimestamp` and stays until an update
 empties its finalizers. A pod bound to a node with a grace period (DeleteOptions, else
 spec.terminationGracePeriodSeconds, default 30) becomes Terminating and disappears once the grace
@@ -52,6 +60,8 @@ Watching::
                                      # event.object (dict, private to this subscriber),
                                      # event.old_object (previous state, None for ADDED)
                                      # event.resource (ResourceType), event.resource_version (int)
+    sub.pending() -> list[WatchEvent]  # what is queued, without waiting (an informer's sync)
+    sub.closed, sub.error              # error is Gone when the subscriber fell 200k events behind
     sub.close()
     resources=None subscribes to every resource. `since=rv` replays the kept history after rv
     (Gone if older than the window); `initial=True` starts with synthetic ADDED events for what
@@ -66,7 +76,8 @@ Kubernetes Status object. All methods are thread-safe (one re-entrant lock); sub
 to their own event loop thread-safely. Objects are kept serialized (orjson bytes), so a read never
 aliases stored state and an HTTP list is a join of stored bytes.
 
-Administration: `store.reset()`, `store.dump()` / `store.load(dump)`, `store.attach_loop(loop)`
+Administration: `store.reset()`, `store.dump()` / `store.load(dump)` / `store.load_objects(objs)`
+(bulk load as given, no events), `store.attach_loop(loop)`
 (where grace-period timers run; attached by the server), `store.process_due()` (finish grace
 periods that have ended, also done lazily on every call).
 """
