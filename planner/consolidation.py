@@ -82,7 +82,9 @@ def compute_consolidation(
     prepared = prepared or snapshot_simulation(ctx)
     candidates = list(candidates)
     proposal = Proposal(candidates)
-    result = prepared.run([c.name for c in candidates], max_new_claims=1, stop_on_failure=True)
+    result = prepared.run(
+        [c.name for c in candidates], gone=ctx.marked_for_deletion, max_new_claims=1, stop_on_failure=True
+    )
     proposal.simulation = result
     if not result.all_non_pending_scheduled:
         if result.aborted and "new node" in result.aborted:

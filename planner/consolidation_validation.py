@@ -48,7 +48,9 @@ def validate_consolidation(ctx: PlanContext, command: Command) -> ValidationResu
         if not budgets.take(candidate.pool_name):
             return ValidationResult(False, None, f"budget: {budgets.exhausted_message(candidate.pool_name)}")
 
-    result = snapshot_simulation(ctx).run([c.name for c in kept], max_new_claims=1, stop_on_failure=True)
+    result = snapshot_simulation(ctx).run(
+        [c.name for c in kept], gone=ctx.marked_for_deletion, max_new_claims=1, stop_on_failure=True
+    )
     if not result.all_non_pending_scheduled:
         return ValidationResult(False, None, f"scheduling: {result.non_pending_errors()}")
     needed = result.replacements

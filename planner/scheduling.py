@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from api import constants as k
@@ -221,6 +221,9 @@ class _Eff:
     static_key: tuple
     labelset: tuple[str, tuple[tuple[str, str], ...]]
     hostname_reqs: tuple[Reqs, ...]  # per term: requirements on the hostname label
+    # Only rules that get stricter as pods are added (resources, ports, anti-affinity): a claim that
+    # refused this signature once in a probe refuses it for the rest of the probe.
+    monotone: bool = True
 
 
 @dataclass(slots=True)
@@ -272,8 +275,10 @@ class _Probe:
         "free",
         "inv_delta",
         "limits",
+        "on_node",
         "ports",
         "ptr",
+        "refused",
         "removed",
         "removed_names",
     )
@@ -290,6 +295,20 @@ class _Probe:
         self.limits: dict[str, Vec] = {}
         self.excluded: dict[str, tuple[Vec, frozenset[str]]] = {}
         self.background = False  # placing background pods (their claims do not count)
+        self.refused: set[tuple[str, int]] = set()  # (claim, pod signature) that cannot join
+        self.on_node: dict[int, list[tuple[SimPod, _Eff]]] = {}  # background pods placed per node
+
+
+@dataclass(slots=True)
+class _Base:
+    """The cluster after the background pods are placed (nodes in `gone` removed): every probe with
+    the same background forks from it instead of placing those pods again."""
+
+    probe: _Probe
+    placements: dict[str, str]
+    unschedulable: dict[str, str]
+    pending: frozenset[str]
+    keys: frozenset[str]  # the background pods placed
 
 
 def _fits(v: Vec, f: Vec) -> bool:
@@ -344,6 +363,7 @@ class Simulator:
         self._tolerates_pool: dict[tuple, bool] = {}
         self._domains_cache: dict[tuple, frozenset[str]] = {}
         self._compat_cache: dict[tuple[str, Reqs], bool] = {}
+        self._bases: dict[tuple, _Base] = {}
         pods_by_node: dict[str, list[BoundPod]] = {}
         for pod in bound:
             pods_by_node.setdefault(pod.node_name, []).append(pod)
@@ -372,11 +392,19 @@ class Simulator:
         self.node_index: dict[str, int] = {}
         for idx, n in enumerate(live):
             alloc = self._vec_dict(n.allocatable)
-            used = self._zero
             ports: list[tuple[int, str, str]] = []
+            # Replicas share requests: sum per distinct request, then scale.
+            per_request: dict[Resources, int] = {}
             for p in pods_by_node.get(n.name, ()):
-                used = _add(used, self._vec(p.requests) or self._zero)
-                ports.extend(p.host_ports)
+                per_request[p.requests] = per_request.get(p.requests, 0) + 1
+                if p.host_ports:
+                    ports.extend(p.host_ports)
+            used_list = [0] * len(self._zero)
+            for requests, count in per_request.items():
+                for i, value in enumerate(self._vec(requests) or self._zero):
+                    if value:
+                        used_list[i] += value * count
+            used = tuple(used_list)
             self.nodes.append(
                 _Node(
                     idx,
@@ -396,15 +424,21 @@ class Simulator:
         self._reclassify()
 
         # Bound pods by (namespace, labels): topology groups count over these, not over 100k pods.
-        self._labelsets: dict[tuple, Counter[int]] = {}
+        self._labelsets: dict[tuple, dict[int, int]] = {}
         self._inv_terms: dict[PodAffinityTerm, Counter[int]] = {}
+        labelsets = self._labelsets
         for n in self.nodes:
+            idx = n.idx
             for p in pods_by_node.get(n.name, ()):
                 if p.terminating:
                     continue  # terminating pods do not count for topology
-                self._labelsets.setdefault((p.namespace, p.labels), Counter())[n.idx] += 1
+                key = (p.namespace, p.labels)
+                per_node = labelsets.get(key)
+                if per_node is None:
+                    per_node = labelsets[key] = {}
+                per_node[idx] = per_node.get(idx, 0) + 1
                 for term in p.anti_affinity:
-                    self._inv_terms.setdefault(term, Counter())[n.idx] += 1
+                    self._inv_terms.setdefault(term, Counter())[idx] += 1
         self._inv_base: dict[PodAffinityTerm, dict[str, int]] = {}
         self._inv_version = 0
         self._inv_cache: dict[tuple, tuple[int, list[PodAffinityTerm]]] = {}
@@ -746,6 +780,7 @@ class Simulator:
             static_key=static_key,
             labelset=(sig.namespace, sig.labels),
             hostname_reqs=hostname_reqs,
+            monotone=all(self._groups[g].kind == ANTI for g in groups),
         )
         self._eff_cache[(sig, level)] = eff
         return eff
@@ -930,33 +965,45 @@ class Simulator:
         pods: Sequence[SimPod],
         *,
         background: Sequence[SimPod] = (),
+        gone: Collection[str] = (),
+        from_deleting: Collection[str] = (),
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
     ) -> SimulationResult:
-        """Place `pods` on the cluster without the `remove` nodes, opening new NodeClaims as needed.
+        """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
+        as needed.
 
-        `background` pods (pending pods, pods of nodes already being deleted) are placed first: they
+        `background` pods (pending pods, pods of nodes being deleted or `gone`) are placed first: they
         take room before the moved pods, and the NodeClaims they open stand for capacity the
         provisioner launches anyway, so they are marked `background`, do not count against
         `max_new_claims`, and do not take moved pods (like Karpenter's in-flight, uninitialized nodes).
+        The background placement is computed once per (`gone`, `background`) and reused by every
+        probe; only background pods sitting on a probe's `remove` nodes are placed again.
 
         `max_new_claims` and `stop_on_failure` let a caller that will reject the answer anyway
         (consolidation needs 0 or 1 new node and every non-pending pod placed) stop early; the
-        result then has `aborted` set. Pods whose current node is being deleted may land on
-        uninitialized nodes.
+        result then has `aborted` set. Pods whose current node is being deleted, or named in
+        `from_deleting` (ns/name), may land on uninitialized nodes.
         """
-        removed_names = frozenset(remove)
-        probe = _Probe({self.node_index[n] for n in removed_names if n in self.node_index}, removed_names)
-        self._limits_start(probe)
-        result = SimulationResult(pending=frozenset(p.key for p in (*pods, *background) if p.pending))
-        deleting_keys = {
+        deleting_keys = set(from_deleting) | {
             p.key
             for p in (*pods, *background)
             if p.node_name is not None and p.node_name in self.deleting_nodes
         }
+        base = self._base(frozenset(gone), background, deleting_keys)
+        probe, displaced = self._fork(base, frozenset(remove))
+        result = SimulationResult(
+            placements={k: v for k, v in base.placements.items() if k not in displaced},
+            unschedulable=dict(base.unschedulable),
+            pending=base.pending | frozenset(p.key for p in pods if p.pending),
+        )
         try:
+            if stop_on_failure:
+                for key, why in sorted(result.unschedulable.items()):
+                    if key not in result.pending:
+                        raise SimulationAborted(f"pod {key} cannot be placed: {why}")
             probe.background = True
-            for pod in sorted(background, key=self._pod_order):
+            for pod in sorted(displaced.values(), key=self._pod_order):
                 self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
             probe.background = False
             for pod in sorted(pods, key=self._pod_order):
@@ -965,6 +1012,87 @@ class Simulator:
             result.aborted = str(stop)
         result.new_claims = [self._finalize(c) for c in probe.claims]
         return result
+
+    def _base(self, gone: frozenset[str], background: Sequence[SimPod], deleting_keys: set[str]) -> _Base:
+        keys = tuple(p.key for p in background)
+        cached = self._bases.get((gone, keys))
+        if cached is not None:
+            return cached
+        # Within a pass the gone nodes and the background only grow (each method marks more nodes):
+        # start from the largest base this one contains and place only what is new.
+        key_set = frozenset(keys)
+        parent = max(
+            (b for (g, k), b in self._bases.items() if g <= gone and b.keys <= key_set),
+            key=lambda b: (len(b.probe.removed_names), len(b.keys)),
+            default=None,
+        )
+        if parent is None:
+            probe = _Probe({self.node_index[n] for n in gone if n in self.node_index}, gone)
+            self._limits_start(probe)
+            result = SimulationResult()
+            todo = list(background)
+        else:
+            probe, displaced = self._fork(parent, gone)
+            result = SimulationResult(
+                placements={k: v for k, v in parent.placements.items() if k not in displaced},
+                unschedulable=dict(parent.unschedulable),
+            )
+            todo = [*displaced.values(), *(p for p in background if p.key not in parent.keys)]
+        probe.background = True
+        for pod in sorted(todo, key=self._pod_order):
+            self._place(probe, pod, result, deleting_keys, None, False)
+        probe.background = False
+        pending = frozenset(p.key for p in background if p.pending)
+        base = _Base(probe, result.placements, result.unschedulable, pending, key_set)
+        if len(self._bases) >= 8:
+            self._bases.pop(next(iter(self._bases)))
+        self._bases[(gone, keys)] = base
+        return base
+
+    def _fork(self, base: _Base, remove: frozenset[str]) -> tuple[_Probe, dict[str, SimPod]]:
+        """A probe starting from `base` with the `remove` nodes gone too; returns the background pods
+        those nodes held (they must be placed again)."""
+        b = base.probe
+        extra = {self.node_index[n] for n in remove if n in self.node_index} - b.removed
+        probe = _Probe(b.removed | extra, b.removed_names | remove)
+        probe.free = dict(b.free)
+        probe.ports = {i: list(v) for i, v in b.ports.items()}
+        probe.ptr = dict(b.ptr)
+        probe.claims = [replace(c, pods=list(c.pods), ports=list(c.ports)) for c in b.claims]
+        probe.refused = set(b.refused)
+        probe.on_node = {i: list(v) for i, v in b.on_node.items() if i not in extra}
+        probe.limits = dict(b.limits)
+        for idx in extra:
+            node = self.nodes[idx]
+            if node.nodepool in probe.limits:
+                probe.limits[node.nodepool] = _add(
+                    probe.limits[node.nodepool], self._node_capacity[node.name]
+                )
+        for gid, counts in b.delta.items():
+            counts = dict(counts)
+            g = self._groups[gid]
+            for idx in extra:
+                c = g.per_node.get(idx)
+                d = self.nodes[idx].labels.get(g.key)
+                if c and d is not None:
+                    counts[d] = counts.get(d, 0) - c
+            probe.delta[gid] = counts
+        for term, counts in b.inv_delta.items():
+            counts = dict(counts)
+            owners = self._inv_terms.get(term, {})
+            for idx in extra:
+                c = owners.get(idx)
+                d = self.nodes[idx].labels.get(term.topology_key)
+                if c and d is not None:
+                    counts[d] = counts.get(d, 0) - c
+            probe.inv_delta[term] = counts
+        displaced: dict[str, SimPod] = {}
+        for idx in sorted(extra):
+            node = self.nodes[idx]
+            for pod, eff in b.on_node.get(idx, ()):
+                self._record(probe, eff, self._node_domains(node), self._node_filter(node), -1)
+                displaced[pod.key] = pod
+        return probe, displaced
 
     def reprice(self, claim: NewNodeClaim, extra: Iterable[Req] = ()) -> tuple[ClaimOption, ...]:
         """The claim's options under extra requirements (e.g. capacity type pinned to spot), re-priced."""
@@ -1018,7 +1146,7 @@ class Simulator:
             dest = self._try_existing(probe, eff)
             if dest is not None:
                 node = self.nodes[dest]
-                self._commit_node(probe, eff, node)
+                self._commit_node(probe, eff, node, pod)
                 result.placements[pod.key] = node.name
                 if not node.initialized and pod.key not in deleting_keys:
                     self._fail(
@@ -1108,16 +1236,21 @@ class Simulator:
         probe.ptr[eff.fitkey] = pos
         return found
 
-    def _commit_node(self, probe: _Probe, eff: _Eff, node: _Node) -> None:
+    def _commit_node(self, probe: _Probe, eff: _Eff, node: _Node, pod: SimPod) -> None:
         probe.free[node.idx] = _sub(probe.free.get(node.idx, node.free), eff.vec)
         if eff.ports:
             probe.ports.setdefault(node.idx, []).extend(eff.ports)
-        self._record(
-            probe,
-            eff,
-            lambda key: frozenset((node.labels[key],)) if key in node.labels else frozenset(),
-            lambda g: any(labels_match(t, node.labels) for t in g.filter_terms) if g.filter_terms else True,
-        )
+        if probe.background:
+            probe.on_node.setdefault(node.idx, []).append((pod, eff))
+        self._record(probe, eff, self._node_domains(node), self._node_filter(node))
+
+    @staticmethod
+    def _node_domains(node: _Node) -> Callable[[str], frozenset[str]]:
+        return lambda key: frozenset((node.labels[key],)) if key in node.labels else frozenset()
+
+    @staticmethod
+    def _node_filter(node: _Node) -> Callable[[_Group], bool]:
+        return lambda g: any(labels_match(t, node.labels) for t in g.filter_terms) if g.filter_terms else True
 
     def _record(
         self,
@@ -1125,7 +1258,9 @@ class Simulator:
         eff: _Eff,
         domains_for: Callable[[str], frozenset[str]],
         filter_ok: Callable[[_Group], bool],
+        sign: int = 1,
     ) -> None:
+        """Count a placed pod (sign -1: uncount it) in every topology group that selects it."""
         for g in self._selecting(eff.labelset):
             domains = domains_for(g.key)
             if not domains or not filter_ok(g):
@@ -1136,14 +1271,14 @@ class Simulator:
             if delta is None:
                 delta = self._start_delta(probe, g)
             for d in domains:
-                delta[d] = delta.get(d, 0) + 1
+                delta[d] = delta.get(d, 0) + sign
         for term in eff.owned_anti:
             if term not in self._inv_terms:
                 self._inv_terms[term] = Counter()
                 self._inv_version += 1
             delta = self._inv_delta(probe, term)
             for d in domains_for(term.topology_key):
-                delta[d] = delta.get(d, 0) + 1
+                delta[d] = delta.get(d, 0) + sign
 
     # -- new NodeClaims -------------------------------------------------------------------------
     def _limits_start(self, probe: _Probe) -> None:
@@ -1283,8 +1418,9 @@ class Simulator:
     def _try_claims(self, probe: _Probe, eff: _Eff, pod_key: str) -> _Claim | None:
         # Like Karpenter: the claims with the fewest pods first. Moved pods never join background
         # claims (in flight, not initialized).
+        refused = probe.refused
         for claim in sorted(probe.claims, key=lambda c: len(c.pods)):
-            if claim.background != probe.background:
+            if claim.background != probe.background or (claim.name, id(eff)) in refused:
                 continue
             reqs = self._claim_try(
                 probe, eff, claim.pool, claim.reqs, claim.used, claim.name, claim.ports, claim.excluded
@@ -1292,6 +1428,8 @@ class Simulator:
             if reqs is not None:
                 self._claim_commit(probe, claim, eff, reqs, pod_key)
                 return claim
+            if eff.monotone:
+                refused.add((claim.name, id(eff)))
         return None
 
     def _open_claim(

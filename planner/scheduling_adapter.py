@@ -1,10 +1,11 @@
 """From the planner's `Snapshot` and `Catalog` to the scheduling simulation, and back to model types.
 
-A `SnapshotSimulation` prepares one `Simulator` per (snapshot, catalog, preference policy, nodes
-treated as gone) and keeps it while the snapshot lives, so every method of a pass (drift, multi- and
-single-node consolidation) probes the same prepared cluster. Bound pods are reduced to what they
-contribute (used room, topology labels, anti-affinity); only the pods that move are converted in full,
-once each.
+A `SnapshotSimulation` prepares one `Simulator` per (snapshot, catalog, preference policy) and keeps
+it while the snapshot lives, so every method of a pass (drift, multi- and single-node consolidation)
+and every probe share one prepared cluster. Nodes a pass has already decided to remove
+(`ctx.marked_for_deletion`) are removed per probe, with their pods moving in the background, so they
+do not force a rebuild. Bound pods are reduced to what they contribute (used room, topology labels,
+anti-affinity); only the pods that move are converted in full, once each.
 """
 
 from __future__ import annotations
@@ -60,13 +61,22 @@ class _Converter:
     """Memoised conversions: a 100,000-pod snapshot repeats a few hundred distinct values."""
 
     def __init__(self) -> None:
-        self._resources: dict[KubeResources, Resources] = {}
+        self._resources: dict[tuple, Resources] = {}
+        self._labels: dict[tuple, tuple[tuple[str, str], ...]] = {}
         self._reqs: dict[tuple, Req] = {}
         self._tolerations: dict[tuple, Toleration] = {}
         self._selectors: dict[int, LabelSelector] = {}
 
     def resources(self, res: KubeResources) -> Resources:
-        cached = self._resources.get(res)
+        # Keyed on the plain fields: hashing the Resources object itself costs several times more.
+        key = (
+            res.cpu,
+            res.memory,
+            res.pods,
+            res.ephemeral_storage,
+            tuple(res.extended.items()) if res.extended else (),
+        )
+        cached = self._resources.get(key)
         if cached is None:
             pairs = [
                 ("cpu", res.cpu),
@@ -76,7 +86,7 @@ class _Converter:
                 *res.extended.items(),
             ]
             cached = tuple(sorted((n, v) for n, v in pairs if v))
-            self._resources[res] = cached
+            self._resources[key] = cached
         return cached
 
     def req(self, r: selectors.Requirement) -> Req:
@@ -175,10 +185,16 @@ class _Converter:
                 for t in pod.pod_anti_affinity
                 if not t.weight
             )
+        labels = ()
+        if pod.labels:
+            raw = tuple(pod.labels.items())
+            labels = self._labels.get(raw)
+            if labels is None:
+                labels = self._labels[raw] = tuple(sorted(raw))
         return BoundPod(
             node_name=pod.node_name or "",
             namespace=pod.namespace,
-            labels=tuple(sorted(pod.labels.items())) if pod.labels else (),
+            labels=labels,
             requests=self.resources(pod.requests),
             host_ports=pod.host_ports,
             anti_affinity=anti,
@@ -196,7 +212,7 @@ def _resources_dict(res: KubeResources) -> dict[str, int]:
     }
 
 
-def sim_node(node: Node, gone: frozenset[str], conv: _Converter) -> SimNode:
+def sim_node(node: Node, conv: _Converter) -> SimNode:
     labels = dict(node.labels)
     labels.setdefault(k.HOSTNAME_LABEL, node.name)
     taints = conv.taints(node.taints)
@@ -212,7 +228,7 @@ def sim_node(node: Node, gone: frozenset[str], conv: _Converter) -> SimNode:
         # Unmanaged nodes have no karpenter.sh/initialized label: Ready is the best signal.
         initialized=node.initialized if managed else node.ready,
         managed=managed,
-        deleting=node.is_deleting or node.name in gone,
+        deleting=node.is_deleting,
     )
 
 
@@ -234,13 +250,12 @@ class SnapshotSimulation:
         snapshot: Snapshot,
         catalog: Catalog,
         preference_policy: PreferencePolicy = RESPECT,
-        gone: frozenset[str] = frozenset(),
     ) -> None:
         self.snapshot = snapshot
         self.catalog = catalog
-        self.gone = frozenset(n for n in snapshot.nodes if n in gone or snapshot.nodes[n].is_deleting)
+        self.deleting = frozenset(n for n, node in snapshot.nodes.items() if node.is_deleting)
         self._conv = _Converter()
-        nodes = [sim_node(n, gone, self._conv) for n in snapshot.nodes.values()]
+        nodes = [sim_node(n, self._conv) for n in snapshot.nodes.values()]
         nodes.extend(self._in_flight(snapshot, catalog))
         bound = [
             self._conv.bound(p)
@@ -260,7 +275,7 @@ class SnapshotSimulation:
         )
         self._sim_pods: dict[int, SimPod] = {}
         self._pending: list[Pod] | None = None
-        self._deleting: dict[str, list[Pod]] | None = None
+        self._leaving: dict[str, list[Pod]] = {}
         self._interned: dict[PodConstraints, PodConstraints] = {}
 
     @staticmethod
@@ -317,26 +332,30 @@ class SnapshotSimulation:
             self._pending = [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
         return self._pending
 
-    def deleting_pods(self, exclude: Iterable[str] = ()) -> list[Pod]:
-        """Reschedulable pods of nodes already going away: they move too (§2.6)."""
-        if self._deleting is None:
-            self._deleting = {
-                name: [p for p in self.snapshot.nodes[name].pods if p.is_reschedulable]
-                for name in sorted(self.gone)
-            }
-        skip = set(exclude)
-        return [p for name, pods in self._deleting.items() if name not in skip for p in pods]
+    def leaving_pods(self, node_names: Iterable[str]) -> list[Pod]:
+        """Reschedulable pods of nodes going away anyway (being deleted, or marked by this pass)."""
+        out = []
+        for name in sorted(node_names):
+            pods = self._leaving.get(name)
+            if pods is None:
+                node = self.snapshot.nodes.get(name)
+                pods = [p for p in node.pods if p.is_reschedulable] if node is not None else []
+                self._leaving[name] = pods
+            out.extend(pods)
+        return out
 
     def pods_of(self, node_names: Sequence[str]) -> list[Pod]:
         """The pods that move when these nodes go."""
         return self.moving_pods([self.snapshot.nodes[n] for n in node_names if n in self.snapshot.nodes])
 
-    def background_pods(self, node_names: Sequence[str] = ()) -> list[Pod]:
-        """Pods that need a place whatever the decision: pending ones and those of nodes going away."""
-        return [*self.pending_pods(), *self.deleting_pods(node_names)]
+    def background_pods(self, node_names: Sequence[str] = (), gone: Iterable[str] = ()) -> list[Pod]:
+        """Pods that need a place whatever the decision (§2.6): the pending ones, and those of nodes
+        already being deleted or in `gone` (removed by an earlier decision of this pass)."""
+        leaving = (self.deleting | frozenset(gone)) - frozenset(node_names)
+        return [*self.pending_pods(), *self.leaving_pods(leaving)]
 
-    def default_pods(self, node_names: Sequence[str]) -> list[Pod]:
-        return [*self.pods_of(node_names), *self.background_pods(node_names)]
+    def default_pods(self, node_names: Sequence[str], gone: Iterable[str] = ()) -> list[Pod]:
+        return [*self.pods_of(node_names), *self.background_pods(node_names, gone)]
 
     # -- running ------------------------------------------------------------------------------
     def run(
@@ -345,17 +364,21 @@ class SnapshotSimulation:
         pods: Sequence[Pod] | None = None,
         *,
         background: Sequence[Pod] | None = None,
+        gone: Iterable[str] = (),
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
     ) -> SimulationResult:
-        """Simulate removing `node_names`. Defaults: their moving pods, with the pending pods and those
-        of nodes already going away in the background (§2.6)."""
+        """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
+        the pending pods and those of nodes going away anyway in the background (§2.6)."""
+        gone = frozenset(gone) - frozenset(node_names)
         moving = self.pods_of(node_names) if pods is None else pods
-        extra = self.background_pods(node_names) if background is None else background
+        extra = self.background_pods(node_names, gone) if background is None else background
         return self.simulator.simulate(
             node_names,
             [self.sim_pod(p) for p in moving],
             background=[self.sim_pod(p) for p in extra],
+            gone=gone,
+            from_deleting=[p.key for p in self.leaving_pods(gone)],
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
         )
@@ -408,12 +431,11 @@ _CACHE: weakref.WeakKeyDictionary[Snapshot, dict[tuple, SnapshotSimulation]] = w
 
 def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     """The prepared simulation for this context's snapshot (built once, then reused)."""
-    gone = frozenset(ctx.marked_for_deletion)
-    key = (id(ctx.catalog), ctx.options.preference_policy, gone)
+    key = (id(ctx.catalog), ctx.options.preference_policy)
     per_snapshot = _CACHE.setdefault(ctx.snapshot, {})
     prepared = per_snapshot.get(key)
     if prepared is None or prepared.catalog is not ctx.catalog:
-        prepared = SnapshotSimulation(ctx.snapshot, ctx.catalog, ctx.options.preference_policy, gone)
+        prepared = SnapshotSimulation(ctx.snapshot, ctx.catalog, ctx.options.preference_policy)
         per_snapshot[key] = prepared
     return prepared
 
@@ -424,9 +446,10 @@ def simulate_for(
     """The `Simulate` protocol of planner.model (see `planner.scheduling.simulate`)."""
     prepared = snapshot_simulation(ctx)
     names = [c.name for c in candidates]
+    gone = ctx.marked_for_deletion
     if pods is None:
-        moving, background = prepared.pods_of(names), prepared.background_pods(names)
+        moving, background = prepared.pods_of(names), prepared.background_pods(names, gone)
     else:
         moving, background = list(pods), []
-    result = prepared.run(names, moving, background=background)
+    result = prepared.run(names, moving, background=background, gone=gone)
     return prepared.scheduling_result(result, [*moving, *background])

@@ -239,10 +239,8 @@ def snapshot(*objects: dict | Iterable[dict], now: datetime = NOW) -> Snapshot:
     return snap
 
 
-def simulation(
-    snap: Snapshot, catalog: Catalog = CATALOG, policy: str = "Respect", gone: Iterable[str] = ()
-) -> SnapshotSimulation:
-    return SnapshotSimulation(snap, catalog, policy, frozenset(gone))  # type: ignore[arg-type]
+def simulation(snap: Snapshot, catalog: Catalog = CATALOG, policy: str = "Respect") -> SnapshotSimulation:
+    return SnapshotSimulation(snap, catalog, policy)  # type: ignore[arg-type]
 
 
 def context(snap: Snapshot, catalog: Catalog = CATALOG, **options: Any) -> PlanContext:

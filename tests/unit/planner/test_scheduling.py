@@ -787,3 +787,16 @@ status: {phase: Running}
     snap = snapshot(nodepool(), objects)
     claim = run(snap, ["lone"]).new_claims[0]
     assert claim.pods == ["shop/api"] and claim.instance_types[0] == "m6g.large"  # cheapest 2-cpu type
+
+
+def test_background_pods_on_a_removed_node_are_placed_again():
+    # The pending pod lands on b in the background placement; a probe removing b must move it.
+    snap = snapshot(
+        nodepool(), node("a"), node("b"), pod("fill", "a", cpu="3"), pod("waiting", None, cpu="2")
+    )
+    sim = simulation(snap)
+    assert sim.run([]).placements["default/waiting"] == "b"
+    moved = sim.run(["b"])
+    assert moved.placements["default/waiting"] == "new-nodeclaim-0"
+    assert [c.background for c in moved.new_claims] == [True]
+    assert sim.run([]).placements["default/waiting"] == "b"  # the shared background state is intact

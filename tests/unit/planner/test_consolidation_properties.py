@@ -1,0 +1,123 @@
+"""Properties of consolidation over generated clusters, checked with arithmetic independent of the
+simulation (planner-core's Resources and selector code, not the simulator's vectors and caches)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.consolidation import MultiNodeConsolidation, SingleNodeConsolidation
+from planner.model import PlanOptions
+from planner.plan import plan
+from planner.resources import ZERO
+from planner.scheduling_adapter import SnapshotSimulation
+from planner.selectors import terms_match, tolerates_all
+from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
+
+specs = st.builds(
+    ClusterSpec,
+    nodes=st.integers(2, 24),
+    pods=st.integers(0, 240),
+    pools=st.integers(1, 3),
+    empty_fraction=st.sampled_from([0.0, 0.1]),
+    drifted_fraction=st.just(0.0),
+    do_not_disrupt_fraction=st.sampled_from([0.0, 0.1]),
+    pdb_fraction=st.sampled_from([0.0, 0.3]),
+    blocking_pdb_fraction=st.sampled_from([0.0, 0.5]),
+    not_ready_fraction=st.just(0.0),
+    expired_fraction=st.sampled_from([0.0, 0.1]),
+    deployment_size=st.integers(1, 10),
+    seed=st.integers(0, 2**16),
+    budgets=st.just([[{"nodes": "100%"}]]),
+)
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def consolidation_plan(spec: ClusterSpec, spot_to_spot: bool = False, hours: int = 0):
+    builder = generate_cluster(spec, now=DEFAULT_NOW + timedelta(hours=hours))
+    snapshot = builder.snapshot(via_yaml=False)
+    options = PlanOptions(all_methods=True, spot_to_spot=spot_to_spot)
+    result = plan(
+        snapshot, builder.catalog, options, methods=[MultiNodeConsolidation(), SingleNodeConsolidation()]
+    )
+    return builder, snapshot, result
+
+
+@SETTINGS
+@given(spec=specs, hours=st.integers(0, 48))
+def test_every_moved_pod_fits_where_the_simulation_puts_it(spec, hours):
+    builder, snapshot, result = consolidation_plan(spec, hours=hours)
+    sim = SnapshotSimulation(snapshot, builder.catalog)
+    gone: set[str] = {n for c in result.commands_ if c.method == "expiration" for n in c.nodes}
+    for command in result.commands_:
+        if command.method == "expiration":
+            continue
+        outcome = sim.run(command.nodes, gone=gone)
+        moved = {p.key: p for p in sim.pods_of(command.nodes)}
+        assert outcome.all_non_pending_scheduled
+        assert len(outcome.replacements) == len(command.replacements)
+        placed_on: dict[str, list] = defaultdict(list)
+        for key, pod in moved.items():
+            target = outcome.placements[key]
+            assert target not in command.nodes
+            placed_on[target].append(pod)
+        for target, pods in placed_on.items():
+            node = snapshot.nodes.get(target)
+            if node is None:
+                continue  # a new node: checked against instance types below
+            used = ZERO
+            for p in node.pods:
+                if not p.is_terminal:
+                    used = used + p.requests
+            for p in pods:
+                used = used + p.requests
+                labels = node.labels
+                assert all(labels.get(k) == v for k, v in p.node_selector.items())
+                assert terms_match(p.node_affinity, labels)
+                assert tolerates_all(p.tolerations, node.taints)
+            assert used.fits(node.allocatable), (target, used, node.allocatable)
+        for replacement, claim in zip(command.replacements, outcome.replacements, strict=True):
+            need = ZERO
+            for ds in snapshot.daemonsets:  # generated DaemonSets tolerate everything and select no nodes
+                need = need + ds.pod.requests
+            for key in claim.pods:
+                need = need + moved[key].requests
+            for it in replacement.instance_types:
+                assert need.fits(it.allocatable_resources), (it.name, need)
+        gone.update(command.nodes)
+
+
+@SETTINGS
+@given(spec=specs, spot_to_spot=st.booleans())
+def test_every_replacement_is_strictly_cheaper(spec, spot_to_spot):
+    builder, snapshot, result = consolidation_plan(spec, spot_to_spot)
+    for command in result.commands_:
+        if command.decision != "replace":
+            continue
+        [replacement] = command.replacements
+        source = sum(
+            builder.catalog.get(n.instance_type).price(n.zone, n.capacity_type)  # type: ignore[union-attr]
+            for n in (snapshot.nodes[name] for name in command.nodes)
+        )
+        assert replacement.instance_types
+        for it in replacement.instance_types:
+            launch = [
+                o.price
+                for o in it.offerings
+                if o.available
+                and o.capacity_type == replacement.capacity_type
+                and o.zone in replacement.zones
+            ]
+            assert launch and max(launch) < source, (it.name, launch, source)
+        assert command.savings_per_hour > 0
+
+
+@SETTINGS
+@given(spec=specs)
+def test_plans_are_deterministic(spec):
+    first = consolidation_plan(spec)[2]
+    second = consolidation_plan(spec)[2]
+    assert first.to_json() == second.to_json()
