@@ -100,18 +100,19 @@ def invariants(ctx: click.Context, in_flight: str | None, as_json: bool) -> None
         sys.exit(1)
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: dict[str, Any], out: Console | None = None) -> None:
+    out = out or console
     observed = ", ".join(f"{n} {what}" for what, n in report["observed"].items())
     if report["ok"]:
-        console.print(f"[green]No invariant violations[/green] (observed: {observed})")
+        out.print(f"[green]No invariant violations[/green] (observed: {observed})")
         return
     table = Table(title="Invariant violations", header_style="bold")
     for column in ("Invariant", "Subject", "What happened", "At"):
         table.add_column(column)
     for v in report["violations"]:
         table.add_row(v["invariant"], v["subject"], v["message"], v["at"])
-    console.print(table)
-    console.print(f"(observed: {observed})")
+    out.print(table)
+    out.print(f"(observed: {observed})")
 
 
 @sim.command()

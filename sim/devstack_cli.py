@@ -31,13 +31,14 @@ _OVERRIDES = (
 )
 
 
-def _with_overrides(command: Any) -> Any:
+def stack_options(command: Any) -> Any:
+    """The state directory and port options, shared by `dev up` and `demo`."""
     for option in reversed(_OVERRIDES):
         command = option(command)
     return command
 
 
-def _settings(**flags: Any) -> DevSettings:
+def settings_from_flags(**flags: Any) -> DevSettings:
     """Environment and defaults, then the flags that were given."""
     return DevSettings(**{name: value for name, value in flags.items() if value is not None})
 
@@ -76,7 +77,7 @@ def dev() -> None:
 
 
 @dev.command()
-@_with_overrides
+@stack_options
 @click.option(
     "--scenario",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -95,7 +96,7 @@ def up(empty: bool, no_worker: bool, **flags: Any) -> None:
     """Start the stack in the background (idempotent: what already runs is left alone)."""
     if empty:
         flags["scenario"] = None
-    settings = _settings(**flags)
+    settings = settings_from_flags(**flags)
     if empty:
         settings.scenario = None
     if no_worker:

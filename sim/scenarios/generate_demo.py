@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from api import constants as k
+from api.quantity import format_bytes, format_millicores
 from planner.catalog import bundled_catalog
 
 CLUSTER = "karpflow-dev"
@@ -158,7 +159,31 @@ NODEPOOL_HASHES = {name: template_hash(spec["template"]) for name, spec in NODEP
 NODECLASS_HASHES = {name: template_hash(spec) for name, spec in NODECLASS_SPECS.items()}
 
 
-def nodepool(name: str) -> dict[str, Any]:
+def nodepool(name: str, nodes: list[DemoNode]) -> dict[str, Any]:
+    """A NodePool with the status Karpenter keeps: what its nodes add up to, and Ready."""
+    members = [n for n in nodes if n.pool == name]
+    capacity = [CATALOG.get(n.instance_type).capacity_resources for n in members]  # type: ignore[union-attr]
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ready",
+        "lastTransitionTime": ts(timedelta(days=60)),
+    }
+    status = {
+        "resources": {
+            "cpu": format_millicores(sum(c.cpu for c in capacity)),
+            "memory": format_bytes(sum(c.memory for c in capacity)),
+            "ephemeral-storage": format_bytes(sum(c.ephemeral_storage for c in capacity)),
+            "nodes": str(len(members)),
+            "pods": str(sum(c.pods for c in capacity)),
+        },
+        "conditions": [
+            {**ready, "type": "ValidationSucceeded"},
+            {**ready, "type": "NodeClassReady"},
+            {**ready, "type": "NodeRegistrationHealthy"},
+            ready,
+        ],
+    }
     return {
         "apiVersion": f"{k.KARPENTER_GROUP}/{k.KARPENTER_VERSION}",
         "kind": "NodePool",
@@ -172,6 +197,7 @@ def nodepool(name: str) -> dict[str, Any]:
             },
         },
         "spec": NODEPOOL_SPECS[name],
+        "status": status,
     }
 
 
@@ -710,7 +736,7 @@ def scenario_list(nodes: list[DemoNode], workloads: list[Workload]) -> dict[str,
     daemonsets = daemonset_objects(nodes)
     items = (
         [nodeclass(name) for name in classes]
-        + [nodepool(name) for name in pools]
+        + [nodepool(name, nodes) for name in pools]
         + [node(n) for n in nodes]
         + [o for o in workload_items if o["kind"] != "Pod"]
         + [o for o in daemonsets if o["kind"] != "Pod"]
