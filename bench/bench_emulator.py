@@ -347,10 +347,11 @@ def main() -> None:
 
         rss_final = emulator.memory_info().rss
         print("\nEmulator memory (RSS)")
+        objects = args.pods + args.nodes + args.writes
         print(
-            f"  empty {rss_empty / 2**20:.0f} MiB, loaded {rss_loaded / 2**20:.0f} MiB, "
-            f"after the run {rss_final / 2**20:.0f} MiB "
-            f"(~{(rss_loaded - rss_empty) / (args.pods + args.nodes) / 1024:.1f} KiB per object)"
+            f"  empty {rss_empty / 2**20:.0f} MiB; just after loading {rss_loaded / 2**20:.0f} MiB "
+            f"(the load's transient buffers included); after the run {rss_final / 2**20:.0f} MiB, "
+            f"~{(rss_final - rss_empty) / objects / 1024:.1f} KiB per object"
         )
     finally:
         proc.terminate()
