@@ -309,3 +309,17 @@ def test_bounds_are_simulated_seconds(clock):
     checker.observe_instances([instance("i-1")])
     clock.t += 9.1  # 900 simulated seconds at 1/100
     assert not checker.check().ok
+
+
+def test_announced_requests_give_the_store_event_its_cause(checker):
+    pods = seed(checker, minAvailable=3)
+    token = checker.announce("default", "web-0", "eviction")
+    terminating = {**pods[0], "metadata": {**pods[0]["metadata"], "deletionTimestamp": NOW.isoformat()}}
+    checker.observe("MODIFIED", terminating)  # what the store emits inside the eviction request
+    checker.withdraw(token)
+    report = checker.check()
+    assert [(v.invariant, v.details["cause"]) for v in report.violations] == [("pdb-violation", "eviction")]
+    assert report.observed["evictions"] == 1
+    # Without an announcement the same change is a controller's doing on a live node: not judged.
+    checker.observe("MODIFIED", {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}})
+    assert len(checker.check().violations) == 1
