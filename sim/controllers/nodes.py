@@ -1,8 +1,9 @@
 """Node lifecycle tied to EC2: what kubelets, CNI agents and the cloud node lifecycle controller do.
 
-Every poll lists the cluster's instances once (DescribeInstances filtered on the ownership tag
-`kubernetes.io/cluster/<name>=owned`, terminated ones excluded, paginated) and diffs the result
-against what it tracks, so the cost is one paginated call per period whatever the node count.
+Every poll lists the cluster's instances once (those with the ownership tag
+`kubernetes.io/cluster/<name>=owned`, terminated ones excluded; see `ec2_view.py` for the two ways
+of listing) and diffs the result against what it tracks: one listing per period whatever the node
+count, never a call per node.
 
 An instance's life as a Node (all delays are base seconds scaled by the TimeScale):
 
@@ -30,9 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from api.constants import cluster_tag
 from sim.apiserver.errors import AlreadyExists, NotFound
 from sim.apiserver.store import Store
+from sim.controllers.ec2_view import InstanceSource
 from sim.controllers.informer import Informer
 from sim.controllers.instance_types import InstanceTypes
 from sim.controllers.kubelet_flags import FlagSyntaxError
@@ -53,7 +54,6 @@ from sim.timescale import TimeScale
 log = logging.getLogger(__name__)
 
 LIVE_STATES = ("pending", "running")
-LISTED_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 UNREACHABLE_TAINTS = (
     {"key": UNREACHABLE_TAINT_KEY, "effect": "NoSchedule"},
     {"key": UNREACHABLE_TAINT_KEY, "effect": "NoExecute"},
@@ -107,7 +107,7 @@ class NodeLifecycleController:
         self,
         store: Store,
         informer: Informer,
-        ec2: Any,
+        source: InstanceSource,
         *,
         cluster_name: str,
         region: str,
@@ -118,7 +118,7 @@ class NodeLifecycleController:
     ) -> None:
         self.store = store
         self.informer = informer
-        self.ec2 = ec2
+        self.source = source
         self.cluster_name = cluster_name
         self.region = region
         self.scale = timescale
@@ -134,27 +134,18 @@ class NodeLifecycleController:
 
     # --- EC2 side -------------------------------------------------------------------------------
 
-    def _describe(self) -> list[dict[str, Any]]:
+    def _list(self) -> list[dict[str, Any]]:
         """All listed instances of this cluster (blocking: runs in a worker thread)."""
-        filters = [
-            {"Name": f"tag:{cluster_tag(self.cluster_name)}", "Values": ["owned"]},
-            {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
-        ]
-        out: list[dict[str, Any]] = []
-        for page in self.ec2.get_paginator("describe_instances").paginate(
-            Filters=filters, PaginationConfig={"PageSize": 1000}
-        ):
-            for reservation in page.get("Reservations", ()):
-                out.extend(reservation.get("Instances", ()))
-        self.types.fill({i.get("InstanceType", "") for i in out if i.get("InstanceType")})
-        return out
+        instances = self.source.list_instances()
+        self.types.fill({i.get("InstanceType", "") for i in instances if i.get("InstanceType")})
+        return instances
 
     async def run(self) -> None:
         self._adopt_existing_nodes()
         while True:
             started = time.monotonic()
             try:
-                instances = await asyncio.to_thread(self._describe)
+                instances = await asyncio.to_thread(self._list)
             except Exception as err:  # moto restarting, a throttle storm: keep the last view
                 log.warning("DescribeInstances failed (%s); retrying next period", err)
             else:

@@ -5,8 +5,8 @@ resources). Scoring is kube-scheduler's default **LeastAllocated** (the mean fre
 memory after placing the pod), ties broken by node name, so a run is deterministic and pods spread
 the way they do on a real cluster (which is what leaves nodes for consolidation to find).
 
-Efficiency with many pending pods: pods are ordered by priority then age and grouped by their
-scheduling signature (requests, selector, affinity, tolerations — a ReplicaSet's pods share one).
+Efficiency with many pending pods: pods are ordered by priority, then kept together by scheduling
+signature (requests, selector, affinity, tolerations — a ReplicaSet's pods share one), oldest first.
 A group evaluates the static predicates once per node per pass and keeps a max-heap of node scores.
 Within a pass usage only grows, so scores only fall: a popped entry whose recomputed score is lower
 is pushed back (lazy greedy), and a node too full for a group is dropped from that group's heap.
@@ -223,12 +223,29 @@ class Scheduler:
             return name
         return None
 
+    def _queue_order(self) -> list[Key]:
+        """Priority first; within a priority, pods of one signature together (the group whose oldest
+        pod is oldest first), oldest first inside a group. Keeping a group's pods together keeps its
+        heap exact, which spares re-scoring nodes that another group has just filled."""
+        by_age = sorted(self.pending, key=lambda k: self.pods[k].order)
+        first_seen: dict[tuple[int, bytes], int] = {}
+        for index, key in enumerate(by_age):
+            info = self.pods[key]
+            first_seen.setdefault((info.order[0], info.signature), index)
+        return sorted(
+            by_age,
+            key=lambda k: (
+                self.pods[k].order[0],
+                first_seen[(self.pods[k].order[0], self.pods[k].signature)],
+            ),
+        )
+
     async def schedule_pass(self) -> int:
         """Try every pending pod once; returns how many were bound."""
         self.informer.sync()
         if not self.pending:
             return 0
-        order = sorted(self.pending, key=lambda k: self.pods[k].order)
+        order = self._queue_order()
         groups: dict[bytes, _Group] = {}
         unschedulable: list[tuple[Key, _Group]] = []
         bound = 0

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 _SAFE_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # kube's rand.SafeEncodeString alphabet
 YIELD_EVERY = 200
+RETRY_SECONDS = 1.0
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:
@@ -151,9 +152,9 @@ class _Controller:
             try:
                 await self.reconcile(key)
             except ApiError as err:
-                log.warning("%s %s/%s: %s; retrying", self.name, key[0], key[1], err)
-                self.dirty.add(key)
-                await asyncio.sleep(0.05)
+                # E.g. a template the API refuses: retry later, without holding up other objects.
+                log.warning("%s %s/%s: %s; retrying in %.0f s", self.name, key[0], key[1], err, RETRY_SECONDS)
+                asyncio.get_running_loop().call_later(RETRY_SECONDS, self.mark, key)
             self.informer.sync()
 
     async def run(self) -> None:

@@ -154,7 +154,10 @@ def sim_cluster_factory(moto_endpoint: str, cluster_name: str):
     active = ec2_faults.install(ec2_faults.Ec2Faults())
 
     def make(
-        timings: NodeTimings | None = None, enabled: Any = None, pod_start_seconds: float = 2.0
+        timings: NodeTimings | None = None,
+        enabled: Any = None,
+        pod_start_seconds: float = 2.0,
+        ec2_source: str = "api",
     ) -> SimCluster:
         server = EmulatorServer(timescale=FAST).start_in_thread()
         controllers = SimControllers(
@@ -167,6 +170,7 @@ def sim_cluster_factory(moto_endpoint: str, cluster_name: str):
             node_timings=timings,
             enabled=enabled,
             pod_start_seconds=pod_start_seconds,
+            ec2_source=ec2_source,
         )
         server.run_coroutine(controllers.start()).result(timeout=30)
         started.append((server, controllers))

@@ -22,8 +22,9 @@ def taint_keys(node):
     return [(t.key, t.effect) for t in node.spec.taints or []]
 
 
-def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_cluster_factory):
-    cluster = sim_cluster_factory(SLOW_STEPS)
+@pytest.mark.parametrize("ec2_source", ["api", "moto"])
+def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_cluster_factory, ec2_source):
+    cluster = sim_cluster_factory(SLOW_STEPS, ec2_source=ec2_source)
     [instance_id] = cluster.launch(
         "m5.large",
         tags={
@@ -151,3 +152,13 @@ def test_a_node_deleted_by_hand_is_not_registered_again(sim_cluster):
     wait_for(lambda: sim_cluster.node_of(instance_id) is None)
     time.sleep(0.4)  # several polls
     assert sim_cluster.node_of(instance_id) is None
+
+
+def test_auto_source_finds_moto_in_this_process(ec2):
+    from sim.controllers.ec2_view import MotoInstanceSource, detect_source, moto_serves_this_process
+
+    assert moto_serves_this_process(ec2, REGION)
+    assert isinstance(detect_source(ec2, "any", REGION, "auto"), MotoInstanceSource)
+    assert not [
+        k for k in ec2.describe_key_pairs()["KeyPairs"] if k["KeyName"].startswith("karpflow-sim-probe")
+    ]
