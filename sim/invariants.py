@@ -625,3 +625,19 @@ class InvariantChecker:
         return InvariantReport(
             ok=not violations, violations=violations, checked_at=self._wall(), observed=observed
         )
+
+
+async def nodes_in_flight(client: Any, query: str = "ExecutionStatus = 'Running'") -> set[str]:
+    """Nodes named (search attribute `KarpflowNodes`) by the open karpflow workflows of `client`'s
+    namespace: the in-flight source for the disrupted-taint rule, e.g.
+
+        report = stack.check_invariants(in_flight=await nodes_in_flight(temporal_client))
+
+    `client` is a `temporalio.client.Client`; narrow `query` to a task queue when tests share one.
+    """
+    from api.search_attributes import NODES
+
+    nodes: set[str] = set()
+    async for execution in client.list_workflows(query):
+        nodes.update(execution.typed_search_attributes.get(NODES) or [])
+    return nodes

@@ -13,7 +13,8 @@ Loading (`seed`) makes the cluster consistent with EC2 (moto):
   resolves selectors: subnets and security groups of the cluster's VPC matching
   `subnetSelectorTerms` / `securityGroupSelectorTerms` (by `id`, `tags` or `name`; when none carries
   the tags yet, the VPC's subnets in the scenario's zones and its default group are tagged with
-  them), AMIs
+  them), the instance profile (created in moto's IAM with its role, and given to the seeded
+  instances), AMIs
   from `amiSelectorTerms` (`id`, `name`, or an `alias` such as `al2023@latest`, matched by name
   among moto's images, one per architecture). Whatever status the file had is replaced.
 - **Each Node gets a new instance** of the same type, zone and capacity type (spot through
@@ -30,7 +31,9 @@ Loading (`seed`) makes the cluster consistent with EC2 (moto):
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import ipaddress
 import json
 from collections.abc import Iterable
@@ -187,6 +190,10 @@ TIME_FIELDS = frozenset(
         "finishedAt",
     }
 )
+EC2_ASSUME_ROLE = (
+    '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},'
+    '"Action":"sts:AssumeRole"}]}'
+)
 # Tag naming the cluster a simulated VPC belongs to.
 CLUSTER_VPC_TAG = "karpflow.io/cluster"
 # amiSelectorTerms aliases → name patterns of moto's bundled images ({arch}: x86_64 / arm64).
@@ -253,6 +260,7 @@ class _Ec2:
         self.cluster_name = cluster_name
         self.zones = zones
         self._vpc: str | None = None
+        self._iam: Any = None
         self.new_vpc = False
         self.ips_in_use: set[str] = set()
 
@@ -367,6 +375,42 @@ class _Ec2:
             raise ScenarioError(f"{where}: no security group matches securityGroupSelectorTerms {terms}")
         return sorted(found.values(), key=lambda g: g["GroupId"])
 
+    def instance_profile(self, nodeclass: Obj) -> str | None:
+        """The EC2NodeClass's instance profile, made to exist in moto's IAM (moto checks it at
+        launch). As Karpenter does, a class with only `spec.role` gets a profile of its own."""
+        spec, status = nodeclass.get("spec") or {}, nodeclass.get("status") or {}
+        role = spec.get("role")
+        name = status.get("instanceProfile") or spec.get("instanceProfile")
+        if not name and role:
+            digest = hashlib.sha256(f"{self.cluster_name}/{role}".encode()).hexdigest()[:16]
+            name = f"{self.cluster_name}_{digest}"
+        if not name:
+            return None
+        iam = self.iam()
+        with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+            iam.create_instance_profile(InstanceProfileName=name)
+        if role:
+            with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+                iam.create_role(RoleName=role, AssumeRolePolicyDocument=EC2_ASSUME_ROLE)
+            with contextlib.suppress(
+                iam.exceptions.LimitExceededException, iam.exceptions.EntityAlreadyExistsException
+            ):
+                iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role)
+        return name
+
+    def iam(self) -> Any:
+        if self._iam is None:
+            import boto3
+
+            self._iam = boto3.client(
+                "iam",
+                endpoint_url=self.ec2.meta.endpoint_url,
+                region_name=self.ec2.meta.region_name,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+        return self._iam
+
     def _describe(self, call: str, key: str, **kwargs: Any) -> list[Obj]:
         try:
             return getattr(self.ec2, call)(**kwargs)[key]
@@ -454,6 +498,8 @@ class _Ec2:
         }
         if groups:
             request["SecurityGroupIds"] = groups
+        if (nodeclass_status or {}).get("instanceProfile"):
+            request["IamInstanceProfile"] = {"Name": nodeclass_status["instanceProfile"]}
         if labels.get(k.CAPACITY_TYPE_LABEL) == k.CAPACITY_SPOT:
             request["InstanceMarketOptions"] = {"MarketType": "spot"}
         ip = next(
@@ -652,6 +698,9 @@ def seed(
         ]
         status["securityGroups"] = [{"id": g["GroupId"], "name": g.get("GroupName", "")} for g in groups]
         status["amis"] = ec2_side.amis(spec.get("amiSelectorTerms") or [], where, warnings)
+        profile = ec2_side.instance_profile(nodeclass)
+        if profile:
+            status["instanceProfile"] = profile
         nodeclass["status"] = statuses[name] = status
         for subnet in subnets:
             zone_subnets.setdefault(name, {}).setdefault(subnet["AvailabilityZone"], subnet)

@@ -102,6 +102,8 @@ def test_the_scenario_seeds_nodes_with_matching_instances(sim_stack):
     subnets = {s["id"] for s in nodeclass["status"]["subnets"]}
     assert {i["SubnetId"] for i in instances.values()} <= subnets
     assert {i["ImageId"] for i in instances.values()} <= {a["id"] for a in nodeclass["status"]["amis"]}
+    profile = nodeclass["status"]["instanceProfile"]
+    assert all(i["IamInstanceProfile"]["Arn"].endswith(f"/{profile}") for i in instances.values())
     # Pods stay bound and keep working owner references.
     pods = core.list_pod_for_all_namespaces().items
     assert pods and all(p.spec.node_name for p in pods)
