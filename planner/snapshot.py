@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -898,6 +899,7 @@ class Snapshot:
         return snapshot
 
     def _add_objects(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
+        """Parse objects into the snapshot (`objects` may be a stream: nothing is kept of it)."""
         for obj in objects:
             if not isinstance(obj, Mapping):
                 self.problems.append(f"{source}: skipped an item that is not an object")
@@ -1070,36 +1072,150 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
 CAPTURED_AT_ANNOTATION = "karpflow.io/captured-at"
 
 
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(text: str, index: int) -> int:
+    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
+
+
+def _stream_json_object(text: str) -> Iterator[tuple[str, Any]]:
+    """Decode a top-level JSON object one value at a time: yields ("item", obj) for each element of
+    its "items" array and (key, value) for every other key. A 100,000-pod List is then never held
+    decoded in full: each item can be turned into a slim object and dropped. Raises ValueError."""
+    try:
+        index = _skip(text, 0)
+        if text[index] != "{":
+            raise ValueError("expected a JSON object")
+        index = _skip(text, index + 1)
+        if text[index] == "}":
+            return
+        while True:
+            key, index = _DECODER.raw_decode(text, index)
+            index = _skip(text, index)
+            if text[index] != ":":
+                raise ValueError(f"expected ':' at offset {index}")
+            index = _skip(text, index + 1)
+            if key == "items" and text[index] == "[":
+                index = _skip(text, index + 1)
+                if text[index] == "]":
+                    index += 1
+                else:
+                    while True:
+                        item, index = _DECODER.raw_decode(text, index)
+                        yield "item", item
+                        index = _skip(text, index)
+                        char, index = text[index], index + 1
+                        if char == "]":
+                            break
+                        if char != ",":
+                            raise ValueError(f"expected ',' or ']' at offset {index - 1}")
+                        index = _skip(text, index)
+            else:
+                value, index = _DECODER.raw_decode(text, index)
+                yield key, value
+            index = _skip(text, index)
+            char, index = text[index], index + 1
+            if char == "}":
+                break
+            if char != ",":
+                raise ValueError(f"expected ',' or '}}' at offset {index - 1}")
+            index = _skip(text, index)
+        if _skip(text, index) != len(text):
+            raise ValueError(f"extra data at offset {index}")
+    except IndexError:
+        raise ValueError("unexpected end of JSON") from None
+
+
+class _Document:
+    """One snapshot file: its objects (streamed for a JSON List) and its capture time, known once
+    the objects have been read (a List's metadata may follow its items)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.captured: datetime | None = None
+        try:
+            self._data: bytes | None = self.path.read_bytes()
+        except OSError as err:
+            raise SnapshotError(f"{self.path}: cannot read snapshot ({err.strerror or err})") from None
+
+    def objects(self) -> Iterator[Mapping[str, Any]]:
+        data, self._data = self._data, None
+        assert data is not None, "objects() can be read once"
+        head = data.lstrip()[:1]
+        try:
+            if head == b"{":
+                yield from self._stream(data.decode("utf-8"))
+                return
+            documents = (
+                [_json_loads(data)] if head == b"[" else list(yaml.load_all(data, Loader=_YAML_LOADER))
+            )
+        except (ValueError, yaml.YAMLError) as err:
+            raise SnapshotError(f"{self.path}: not valid YAML/JSON: {err}") from None
+        del data
+        for document in documents:
+            if isinstance(document, Mapping):
+                self._note_metadata(document.get("metadata"))
+        try:
+            items = [item for doc in documents for item in _items_of(doc)]
+        except SnapshotError as err:
+            raise SnapshotError(f"{self.path}: {err}") from None
+        yield from items
+
+    def _stream(self, text: str) -> Iterator[Mapping[str, Any]]:
+        fields: dict[str, Any] = {}
+        waiting: list[Any] = []  # items without kind, until the list's kind is known
+        has_items = False
+        for key, value in _stream_json_object(text):
+            if key != "item":
+                fields[key] = value
+                continue
+            has_items = True
+            if isinstance(value, Mapping) and "kind" not in value:
+                kind = fields.get("kind")
+                if kind is None:
+                    waiting.append(value)
+                    continue
+                value = _with_list_kind(value, kind)
+            yield value
+        self._note_metadata(fields.get("metadata"))
+        if not has_items and "items" not in fields:
+            if "kind" not in fields:
+                raise SnapshotError(f"{self.path}: expected Kubernetes objects (a List or objects with kind)")
+            yield fields  # a single object
+            return
+        for value in waiting:
+            yield _with_list_kind(value, fields.get("kind"))
+
+    def _note_metadata(self, metadata: Any) -> None:
+        if not isinstance(metadata, Mapping):
+            return
+        value = (metadata.get("annotations") or {}).get(CAPTURED_AT_ANNOTATION)
+        try:
+            self.captured = _latest(self.captured, parse_time(value))
+        except ValueError:
+            raise SnapshotError(
+                f"{self.path}: annotation {CAPTURED_AT_ANNOTATION}={value!r} is not RFC 3339"
+            ) from None
+
+
+def _with_list_kind(item: Mapping[str, Any], list_kind: Any) -> Mapping[str, Any]:
+    kind = str(list_kind or "")
+    if kind.endswith("List") and kind != "List":
+        return {**item, "kind": kind[: -len("List")]}
+    return item
+
+
 def read_document(path: str | Path) -> tuple[list[Mapping[str, Any]], datetime | None]:
     """Kubernetes objects from a YAML (single or multi-document) or JSON file, and the capture time
     named by a List's `karpflow.io/captured-at` annotation (None when absent)."""
-    path = Path(path)
+    document = _Document(path)
     try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise SnapshotError(f"{path}: cannot read snapshot ({err.strerror or err})") from None
-    head = data.lstrip()[:1]
-    try:
-        if head in (b"{", b"["):
-            documents = [_json_loads(data)]
-        else:
-            documents = list(yaml.load_all(data, Loader=_YAML_LOADER))
-    except (ValueError, yaml.YAMLError) as err:
-        raise SnapshotError(f"{path}: not valid YAML/JSON: {err}") from None
-    captured = None
-    for document in documents:
-        if isinstance(document, Mapping):
-            value = ((document.get("metadata") or {}).get("annotations") or {}).get(CAPTURED_AT_ANNOTATION)
-            try:
-                captured = _latest(captured, parse_time(value))
-            except ValueError:
-                raise SnapshotError(
-                    f"{path}: annotation {CAPTURED_AT_ANNOTATION}={value!r} is not RFC 3339"
-                ) from None
-    try:
-        return [item for doc in documents for item in _items_of(doc)], captured
-    except SnapshotError as err:
-        raise SnapshotError(f"{path}: {err}") from None
+        objects = list(document.objects())
+    except ValueError as err:
+        raise SnapshotError(f"{document.path}: not valid YAML/JSON: {err}") from None
+    return objects, document.captured
 
 
 def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
@@ -1114,15 +1230,19 @@ def load_snapshot(paths: str | Path | Sequence[str | Path], now: datetime | None
     the current time."""
     if isinstance(paths, str | Path):
         paths = [paths]
-    loaded = []
+    snapshot = Snapshot(now=now or datetime.now(UTC))
     captured = None
     for path in paths:
-        objects, when = read_document(path)
-        loaded.append((str(path), objects))
-        captured = _latest(captured, when)
-    snapshot = Snapshot(now=now or captured or datetime.now(UTC))
-    for source, objects in loaded:
-        snapshot.sources.append(source)
-        snapshot._add_objects(objects, source)
+        document = _Document(path)
+        snapshot.sources.append(str(path))
+        try:
+            snapshot._add_objects(document.objects(), str(path))
+        except SnapshotError:
+            raise
+        except ValueError as err:  # a JSON syntax error found while streaming
+            raise SnapshotError(f"{document.path}: not valid YAML/JSON: {err}") from None
+        captured = _latest(captured, document.captured)
+    if now is None and captured is not None:
+        snapshot.now = captured
     snapshot._index()
     return snapshot

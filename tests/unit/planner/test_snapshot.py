@@ -252,3 +252,32 @@ def test_snapshot_at_another_time_shares_objects():
     snapshot = small_cluster().snapshot()
     later = snapshot.at(DEFAULT_NOW + timedelta(hours=1))
     assert later.nodes is snapshot.nodes and later.now - snapshot.now == timedelta(hours=1)
+
+
+def test_json_lists_are_streamed_whatever_the_key_order(tmp_path):
+    b = small_cluster()
+    pods = [o for o in b.objects if o["kind"] == "Pod"]
+    for pod in pods:
+        del pod["kind"]
+    # kubectl prints keys in this order: the list's kind and metadata come after its items.
+    text = json.dumps(
+        {
+            "apiVersion": "v1",
+            "items": pods,
+            "kind": "PodList",
+            "metadata": {"annotations": {"karpflow.io/captured-at": "2026-11-22T09:00:00Z"}},
+        }
+    )
+    (tmp_path / "pods.json").write_text(text)
+    snapshot = load_snapshot(tmp_path / "pods.json")
+    assert len(snapshot.pods) == 3 and snapshot.now.hour == 9
+    node = next(o for o in b.objects if o["kind"] == "Node")
+    (tmp_path / "node.json").write_text(json.dumps(node, indent=2))
+    assert list(load_snapshot(tmp_path / "node.json").nodes) == ["n1"]
+
+
+def test_a_truncated_json_list_is_a_clear_error(tmp_path):
+    text = json.dumps(small_cluster().as_list())
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    with pytest.raises(SnapshotError, match=r"cut\.json: not valid YAML/JSON"):
+        load_snapshot(tmp_path / "cut.json")
