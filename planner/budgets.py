@@ -160,8 +160,9 @@ def budget_report(ctx: PlanContext) -> dict[str, dict[str, int]]:
 
 
 def budget_problems(ctx: PlanContext) -> dict[str, list[str]]:
-    """pool -> budget errors (parse failures at load time and bad schedules), for reporting."""
-    out: dict[str, list[str]] = {p: list(e) for p, e in ctx.snapshot.budget_errors.items()}
+    """pool -> budgets that fail when evaluated (bad cron or duration), for reporting. Budgets that
+    failed to load are already among the snapshot's problems."""
+    out: dict[str, list[str]] = {}
     for name, pool in ctx.snapshot.nodepools.items():
         for index, budget in enumerate(pool.spec.disruption.budgets):
             try:

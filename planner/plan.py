@@ -189,7 +189,7 @@ def plan(
 
     problems = list(snapshot.problems)
     for pool, errors in budget_problems(ctx).items():
-        problems.extend(f"NodePool {pool}: {e}" for e in errors if f"NodePool {pool}: {e}" not in problems)
+        problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
     result = Plan(
         at=rfc3339(snapshot.now),
         region=catalog.region,

@@ -125,3 +125,16 @@ def test_take_spends_the_budget_and_refuses_beyond_it():
     assert budget.take("default") and budget.take("default")
     assert not budget.take("default")
     assert not budget.take("unknown-pool")
+
+
+def test_budget_problems_are_reported_once_in_the_plan():
+    from planner.plan import plan
+
+    b = pool_with([{"nodes": "many"}], nodes=1)
+    b.nodepool("cron", budgets=[{"nodes": "1", "schedule": "every monday", "duration": "1h"}])
+    result = plan(b.snapshot(), b.catalog, methods=[], simulate=None)
+    budget_lines = [p for p in result.problems if "budgets" in p]
+    assert len(budget_lines) == 2
+    assert any(p.startswith("NodePool default: spec.disruption.budgets[0]: nodes") for p in budget_lines)
+    assert any(p.startswith("NodePool cron:") and "every monday" in p for p in budget_lines)
+    assert result.budgets["default"] == {"Underutilized": 0, "Empty": 0, "Drifted": 0}
