@@ -32,7 +32,7 @@ import json, resource, sys, time
 from datetime import datetime
 from planner.catalog import bundled_catalog
 from planner.model import PlanOptions
-from planner.plan import plan
+from planner.plan import default_methods, plan
 from planner.snapshot import load_snapshot
 
 def peak_mb():
@@ -43,7 +43,17 @@ w0, c0 = time.perf_counter(), time.process_time()
 snapshot = load_snapshot(path, now=at)
 w1, c1 = time.perf_counter(), time.process_time()
 load_peak = peak_mb()
-result = plan(snapshot, bundled_catalog(snapshot.region() or "us-west-2"), PlanOptions(all_methods=True))
+methods, per_method = default_methods(), {}
+for method in methods:  # time each method's compute (the scheduling simulation is built by the first user)
+    def timed(ctx, candidates, budgets, _compute=method.compute, _method=method):
+        a, b = time.perf_counter(), time.process_time()
+        out = _compute(ctx, candidates, budgets)
+        per_method[_method.name] = {"wall": time.perf_counter() - a, "cpu": time.process_time() - b,
+                                    "candidates": len(candidates), "probes": getattr(_method, "probes", None)}
+        return out
+    method.compute = timed
+result = plan(snapshot, bundled_catalog(snapshot.region() or "us-west-2"), PlanOptions(all_methods=True),
+              methods=methods)
 w2, c2 = time.perf_counter(), time.process_time()
 methods = {}
 for command in result.commands:
@@ -52,7 +62,7 @@ print(json.dumps({
     "load_wall": w1 - w0, "load_cpu": c1 - c0, "load_peak_mb": load_peak,
     "plan_wall": w2 - w1, "plan_cpu": c2 - c1, "peak_mb": peak_mb(),
     "nodes": len(snapshot.nodes), "pods": len(snapshot.pods), "commands": methods,
-    "blocked": len(result.blocked),
+    "blocked": len(result.blocked), "methods": per_method,
 }))
 """
 
@@ -114,6 +124,12 @@ def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
             f"   snapshot: {inproc['nodes']} nodes, {inproc['pods']} pods; commands {inproc['commands']}, "
             f"{inproc['blocked']} nodes left alone with a reason"
         )
+        for name, m in inproc.get("methods", {}).items():
+            probes = f", {m['probes']} simulations" if m.get("probes") is not None else ""
+            click.echo(
+                f"     {name:27s} {m['wall']:6.2f}s wall / {m['cpu']:5.2f}s cpu "
+                f"({m['candidates']} candidates{probes})"
+            )
         cli = cli_with_rusage(path)
         click.echo(
             f"   CLI:        {cli['wall']:.2f}s wall / {cli['cpu']:.2f}s cpu, peak {cli['peak_mb']:.0f} MB"
