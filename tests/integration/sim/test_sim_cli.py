@@ -32,6 +32,8 @@ def test_status_and_a_clean_invariant_report(sim_stack):
     assert code == 0 and json.loads(out)["ok"] is True
 
 
+# No ReplicaSet controller: a replacement pod must not restore the budget between the deletes.
+@pytest.mark.sim_stack(controllers=["nodes", "scheduler", "kubelet", "pdb"])
 def test_a_violation_makes_invariants_exit_1(sim_stack):
     core = k8s.CoreV1Api(sim_stack.api_client())
     for pod in core.list_namespaced_pod("shop", label_selector="app=web").items[:2]:
