@@ -27,10 +27,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sim import ec2_faults
 from sim.apiserver.errors import AlreadyExists, NotFound
 from sim.apiserver.store import Store
 from sim.controllers.ec2_view import InstanceSource
@@ -79,7 +80,9 @@ class _Tracked:
     instance_id: str
     node: str
     phase: str  # pending | registered | ready | gone | released
-    never_ready: bool = False
+    instance: dict[str, Any] = field(default_factory=dict)  # the latest listing of it
+    launch: LaunchedNodeSpec | None = None
+    held: bool = False  # registered, kept NotReady (never-ready fault, or adopted mid-boot)
     last_heartbeat: float = 0.0
 
 
@@ -176,7 +179,7 @@ class NodeLifecycleController:
             if instance_id and instance_id not in self.tracked:
                 ready = node_condition(node, "Ready") == "True"
                 self.tracked[instance_id] = _Tracked(
-                    instance_id, node["metadata"]["name"], "ready" if ready else "registered"
+                    instance_id, node["metadata"]["name"], "ready" if ready else "registered", held=not ready
                 )
 
     def observe(self, instances: list[dict[str, Any]]) -> None:
@@ -188,19 +191,39 @@ class NodeLifecycleController:
             if state not in LIVE_STATES:
                 continue
             live.add(instance_id)
-            if instance_id not in self.tracked:
+            tracked = self.tracked.get(instance_id)
+            if tracked is None:
                 self._track(instance)
+                continue
+            tracked.instance = instance
+            if tracked.held and tracked.phase == "registered" and not self._never_ready(instance):
+                self._release_hold(tracked)
         for tracked in list(self.tracked.values()):
             if tracked.instance_id not in live and tracked.phase not in ("gone", "released"):
                 self._instance_gone(tracked)
 
+    def _never_ready(self, instance: dict[str, Any]) -> bool:
+        faults = self.faults or ec2_faults.active()
+        return bool(instance) and faults is not None and faults.is_never_ready(instance)
+
+    def _release_hold(self, tracked: _Tracked) -> None:
+        """The fault was lifted (or a restart found the node booting): carry on towards Ready."""
+        tracked.held = False
+        if tracked.launch is None:
+            try:
+                tracked.launch = LaunchedNodeSpec.from_instance(tracked.instance)
+            except FlagSyntaxError:
+                tracked.launch = LaunchedNodeSpec({}, [], [])
+        self.timers.after(
+            self.scale.seconds(self.t.ready), lambda: self._ready(tracked), f"ready {tracked.node}"
+        )
+
     def _track(self, instance: dict[str, Any]) -> None:
         name = node_name(instance, self.region)
-        never_ready = bool(self.faults and self.faults.is_never_ready(instance))
-        tracked = _Tracked(instance["InstanceId"], name, "pending", never_ready=never_ready)
+        tracked = _Tracked(instance["InstanceId"], name, "pending", instance=instance)
         self.tracked[tracked.instance_id] = tracked
         delay = _launch_epoch(instance) + self.scale.seconds(self.t.register) - time.time()
-        self.timers.after(delay, lambda: self._register(tracked, instance), f"register {name}")
+        self.timers.after(delay, lambda: self._register(tracked), f"register {name}")
 
     def _instance_gone(self, tracked: _Tracked) -> None:
         previous = tracked.phase
@@ -211,9 +234,10 @@ class NodeLifecycleController:
 
     # --- node steps --------------------------------------------------------------------------------
 
-    def _register(self, tracked: _Tracked, instance: dict[str, Any]) -> None:
+    def _register(self, tracked: _Tracked) -> None:
         if tracked.phase != "pending":
             return
+        instance = tracked.instance
         try:
             launch = LaunchedNodeSpec.from_instance(instance)
         except FlagSyntaxError as err:
@@ -239,17 +263,9 @@ class NodeLifecycleController:
                 tracked.phase = "released"
                 return
         tracked.phase = "registered"
-        if tracked.never_ready:
-            log.info(
-                "node %s (%s) registered and will never become ready (fault)",
-                tracked.node,
-                tracked.instance_id,
-            )
-            return
+        tracked.launch = launch
         self.timers.after(
-            self.scale.seconds(self.t.ready),
-            lambda: self._ready(tracked, launch),
-            f"ready {tracked.node}",
+            self.scale.seconds(self.t.ready), lambda: self._ready(tracked), f"ready {tracked.node}"
         )
 
     def _mutate(self, tracked: _Tracked, fn: Callable[[dict[str, Any]], None], status: bool = False) -> bool:
@@ -259,9 +275,15 @@ class NodeLifecycleController:
             return False
         return True
 
-    def _ready(self, tracked: _Tracked, launch: LaunchedNodeSpec) -> None:
-        if tracked.phase != "registered":
+    def _ready(self, tracked: _Tracked) -> None:
+        if tracked.phase != "registered" or tracked.held:
             return
+        if self._never_ready(tracked.instance):
+            # Fault: the kubelet never reports Ready. Re-checked each poll, so lifting it recovers.
+            log.info("node %s (%s) stays NotReady (never-ready fault)", tracked.node, tracked.instance_id)
+            tracked.held = True
+            return
+        launch = tracked.launch or LaunchedNodeSpec({}, [], [])
         at = now_rfc3339()
 
         def set_ready(node: dict[str, Any]) -> None:

@@ -143,6 +143,11 @@ def test_never_ready_instances_register_but_stay_not_ready(sim_cluster):
     node = sim_cluster.node_of(broken)
     assert node_ready(node) == "False"
     assert ("node.kubernetes.io/not-ready", "NoSchedule") in taint_keys(node)
+    # Lifting the fault lets the kubelet recover.
+    sim_cluster.faults.clear()
+    wait_for(
+        lambda: node_ready(sim_cluster.node_of(broken)) == "True", what="recovery once the fault is lifted"
+    )
 
 
 def test_a_node_deleted_by_hand_is_not_registered_again(sim_cluster):
