@@ -334,6 +334,8 @@ class SingleNodeConsolidation(_Consolidation):
                 ctx.explain(candidate.name, self.name, proposal.why)
                 continue
             budgets.take(candidate.pool_name)
+            for later in ordered[index + 1 :]:
+                ctx.explain(later.name, self.name, "not evaluated: one single-node command per pass")
             return [proposal.command]
         return []
 

@@ -990,6 +990,11 @@ class Simulator:
             for p in (*pods, *background)
             if p.node_name is not None and p.node_name in self.deleting_nodes
         }
+        # Topology groups must exist before anything is placed, or pods placed earlier would not be
+        # counted in them (Karpenter builds every group up front too). A new group makes the cached
+        # background placements stale.
+        if self.register({p.constraints for p in (*pods, *background)}):
+            self._bases.clear()
         base = self._base(frozenset(gone), background, deleting_keys)
         probe, displaced = self._fork(base, frozenset(remove))
         result = SimulationResult(
@@ -1012,6 +1017,18 @@ class Simulator:
             result.aborted = str(stop)
         result.new_claims = [self._finalize(c) for c in probe.claims]
         return result
+
+    def register(self, signatures: Iterable[PodConstraints]) -> bool:
+        """Prepare pod signatures (every relaxation level) and their topology groups. Returns whether a
+        new topology group appeared. Cheap for signatures seen before."""
+        before = len(self._groups)
+        for sig in signatures:
+            if sig in self._levels_cache:
+                continue
+            levels = self._levels(sig) if self.preference_policy == RESPECT else 0
+            for level in range(levels + 1):
+                self._eff(sig, level)
+        return len(self._groups) != before
 
     def _base(self, gone: frozenset[str], background: Sequence[SimPod], deleting_keys: set[str]) -> _Base:
         keys = tuple(p.key for p in background)

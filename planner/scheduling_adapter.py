@@ -274,6 +274,7 @@ class SnapshotSimulation:
             preference_policy=preference_policy,
         )
         self._sim_pods: dict[int, SimPod] = {}
+        self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
         self._leaving: dict[str, list[Pod]] = {}
         self._interned: dict[PodConstraints, PodConstraints] = {}
@@ -301,6 +302,22 @@ class SnapshotSimulation:
                 )
             )
         return out
+
+    def _register_topology(self, snapshot: Snapshot) -> None:
+        """Create the topology groups of every workload with spread or pod (anti-)affinity rules now,
+        so no probe meets a new group (which would invalidate the shared background placement).
+        Replicas share a spec: one pod per (namespace, owner, labels) is enough."""
+        seen: set[tuple] = set()
+        signatures = []
+        for pod in snapshot.pods:
+            if not (pod.topology_spread or pod.pod_affinity or pod.pod_anti_affinity) or pod.is_terminal:
+                continue
+            key = (pod.namespace, pod.owner_kind, pod.owner_name, tuple(sorted(pod.labels.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            signatures.append(self._conv.constraints(pod))
+        self.simulator.register(signatures)
 
     # -- pods ---------------------------------------------------------------------------------
     def sim_pod(self, pod: Pod) -> SimPod:

@@ -370,6 +370,14 @@ def test_single_node_interleaves_candidates_across_nodepools():
     assert "a1" in ctx.explanations
 
 
+def test_single_node_explains_the_nodes_it_did_not_reach():
+    _, ctx = single(_two_pool_cluster())
+    assert (
+        "single-node-consolidation",
+        "not evaluated: one single-node command per pass",
+    ) in ctx.explanations["a2"]
+
+
 def test_single_node_skips_pools_without_budget():
     [command], ctx = single(_two_pool_cluster(budget_p2="0"))
     assert command.nodes == ["a2"]

@@ -800,3 +800,34 @@ def test_background_pods_on_a_removed_node_are_placed_again():
     assert moved.placements["default/waiting"] == "new-nodeclaim-0"
     assert [c.background for c in moved.new_claims] == [True]
     assert sim.run([]).placements["default/waiting"] == "b"  # the shared background state is intact
+
+
+def test_spread_counts_background_pods_placed_before_its_group_existed():
+    # a (1a) and b (1b) run one web pod each; the pending web pod lands on a, making 1a hold 2.
+    # The moved pod spreads web over zones with maxSkew 1, so it must go to b, not a. Its group is
+    # new to the simulator when it arrives (the pod is not in the snapshot the simulator was built on).
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    base = [
+        nodepool(),
+        node("a", zone="test-1a"),
+        node("b", zone="test-1b"),
+        node("c", zone="test-1b"),
+        pod("web-a", "a", labels={"app": "web"}, cpu="100m"),
+        pod("web-b", "b", labels={"app": "web"}, cpu="100m"),
+        pod("web-pending", None, labels={"app": "web"}, cpu="100m"),
+    ]
+    spreader = pod("spreader", "c", labels={"app": "web"}, cpu="100m", topologySpreadConstraints=spread)
+    sim = simulation(snapshot(*base))
+    sim.run(["c"])  # computes and caches the background placement
+    [moving] = [p for p in snapshot(*base, spreader).pods if p.name == "spreader"]
+    result = sim.run(["c"], [moving])
+    assert result.placements["default/web-pending"] == "a"
+    assert result.placements["default/spreader"] == "b"
+    assert simulation(snapshot(*base, spreader)).run(["c"]).placements["default/spreader"] == "b"
