@@ -1146,7 +1146,9 @@ class _Document:
         head = data.lstrip()[:1]
         try:
             if head == b"{":
-                yield from self._stream(data.decode("utf-8"))
+                text = data.decode("utf-8")
+                del data  # keep one copy of a large file in memory, not two
+                yield from self._stream(text)
                 return
             documents = (
                 [_json_loads(data)] if head == b"[" else list(yaml.load_all(data, Loader=_YAML_LOADER))
