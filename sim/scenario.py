@@ -261,7 +261,9 @@ class _Ec2:
         self.zones = zones
         self._vpc: str | None = None
         self._iam: Any = None
+        self._images: dict[str, list[Obj]] = {}  # name pattern -> images
         self.new_vpc = False
+        self.new_subnets: list[Obj] = []  # created with a new VPC
         self.ips_in_use: set[str] = set()
 
     def vpc(self) -> str:
@@ -284,25 +286,26 @@ class _Ec2:
         vpc = self.ec2.create_vpc(
             CidrBlock="172.31.0.0/16", TagSpecifications=[{"ResourceType": "vpc", "Tags": tags}]
         )["Vpc"]["VpcId"]
-        zones = self.ec2.describe_availability_zones()["AvailabilityZones"]
-        for zone in sorted(zones, key=lambda z: z["ZoneName"]):
-            index = ord(zone["ZoneName"][-1]) - ord("a")
+        # Subnets in the scenario's zones (every zone of the region for an empty scenario).
+        zones = self.zones or {
+            z["ZoneName"] for z in self.ec2.describe_availability_zones()["AvailabilityZones"]
+        }
+        for zone in sorted(zones):
+            index = ord(zone[-1]) - ord("a")
             if not 0 <= index < 16:
                 continue
-            self.ec2.create_subnet(
+            subnet = self.ec2.create_subnet(
                 VpcId=vpc,
                 CidrBlock=f"172.31.{16 * index}.0/20",
-                AvailabilityZone=zone["ZoneName"],
+                AvailabilityZone=zone,
                 TagSpecifications=[
                     {
                         "ResourceType": "subnet",
-                        "Tags": [
-                            *tags[:1],
-                            {"Key": "Name", "Value": f"{self.cluster_name}-{zone['ZoneName']}"},
-                        ],
+                        "Tags": [*tags[:1], {"Key": "Name", "Value": f"{self.cluster_name}-{zone}"}],
                     }
                 ],
-            )
+            )["Subnet"]
+            self.new_subnets.append(subnet)
         return vpc
 
     def _in_vpc(self) -> dict[str, Any]:
@@ -328,17 +331,17 @@ class _Ec2:
                 subnets = self._describe("describe_subnets", "Subnets", SubnetIds=[term["id"]])
             elif term.get("tags"):
                 filters = [self._in_vpc(), *self._tag_filters(term["tags"])]
-                subnets = self.ec2.describe_subnets(Filters=filters)["Subnets"]
-                if not subnets:  # (always, in a new VPC)
+                # A VPC made just now has no tagged subnet: skip asking.
+                subnets = [] if self.new_vpc else self.ec2.describe_subnets(Filters=filters)["Subnets"]
+                if not subnets:
                     # Tag the cluster's subnets in the scenario's zones, as the cluster's owner would have.
-                    candidates = self.ec2.describe_subnets(Filters=[self._in_vpc()])["Subnets"]
-                    ids = [
-                        c["SubnetId"]
-                        for c in candidates
-                        if not self.zones or c["AvailabilityZone"] in self.zones
-                    ]
-                    self.ec2.create_tags(Resources=ids, Tags=self._tags(term["tags"]))
-                    subnets = self.ec2.describe_subnets(Filters=filters)["Subnets"]
+                    candidates = (
+                        self.new_subnets or self.ec2.describe_subnets(Filters=[self._in_vpc()])["Subnets"]
+                    )
+                    subnets = [c for c in candidates if not self.zones or c["AvailabilityZone"] in self.zones]
+                    self.ec2.create_tags(
+                        Resources=[c["SubnetId"] for c in subnets], Tags=self._tags(term["tags"])
+                    )
             else:
                 subnets = []
             for subnet in subnets:
@@ -354,15 +357,18 @@ class _Ec2:
                 groups = self._describe("describe_security_groups", "SecurityGroups", GroupIds=[term["id"]])
             elif term.get("tags"):
                 filters = [self._in_vpc(), *self._tag_filters(term["tags"])]
-                groups = self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+                groups = (
+                    []
+                    if self.new_vpc
+                    else self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
+                )
                 if not groups:
-                    default = self.ec2.describe_security_groups(
+                    groups = self.ec2.describe_security_groups(
                         Filters=[self._in_vpc(), {"Name": "group-name", "Values": ["default"]}]
                     )["SecurityGroups"]
                     self.ec2.create_tags(
-                        Resources=[g["GroupId"] for g in default], Tags=self._tags(term["tags"])
+                        Resources=[g["GroupId"] for g in groups], Tags=self._tags(term["tags"])
                     )
-                    groups = self.ec2.describe_security_groups(Filters=filters)["SecurityGroups"]
             elif term.get("name"):
                 groups = self.ec2.describe_security_groups(
                     Filters=[self._in_vpc(), {"Name": "group-name", "Values": [term["name"]]}]
@@ -433,9 +439,7 @@ class _Ec2:
                     warnings.append(f"{where}: moto has no {family} images; using al2023 images instead")
                     pattern = AMI_ALIAS_PATTERNS["al2023"]
                 for arch in ("x86_64", "arm64"):
-                    matches = self.ec2.describe_images(
-                        Filters=[{"Name": "name", "Values": [pattern.format(arch=arch)]}]
-                    )["Images"]
+                    matches = self._images_named(pattern.format(arch=arch))
                     if matches:
                         images.append(max(matches, key=lambda i: i.get("Name", "")))
             elif term.get("name"):
@@ -531,6 +535,13 @@ class _Ec2:
                 for instance in reservation.get("Instances", ()):
                     if instance.get("PrivateIpAddress"):
                         self.ips_in_use.add(instance["PrivateIpAddress"])
+
+    def _images_named(self, pattern: str) -> list[Obj]:
+        if pattern not in self._images:
+            self._images[pattern] = self.ec2.describe_images(Filters=[{"Name": "name", "Values": [pattern]}])[
+                "Images"
+            ]
+        return self._images[pattern]
 
     def _image_exists(self, image_id: str) -> bool:
         try:
