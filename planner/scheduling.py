@@ -86,6 +86,18 @@ BASE_WELL_KNOWN = frozenset(
     }
 )
 
+# Deprecated label names that still mean the GA ones when matched against an instance type.
+_TYPE_LABEL_ALIASES = {
+    "beta.kubernetes.io/instance-type": k.INSTANCE_TYPE_LABEL,
+    "beta.kubernetes.io/arch": k.ARCH_LABEL,
+    "beta.kubernetes.io/os": k.OS_LABEL,
+    "failure-domain.beta.kubernetes.io/zone": ZONE,
+}
+# Labels a new node gets from where it runs, not from its instance type: never a reason to rule out a type.
+_NOT_FROM_TYPE = frozenset(
+    {k.NODEPOOL_LABEL, HOSTNAME, k.REGION_LABEL, "failure-domain.beta.kubernetes.io/region"}
+)
+
 SPREAD, AFFINITY, ANTI = 0, 1, 2
 Vec = tuple[int, ...]
 
@@ -563,20 +575,21 @@ class Simulator:
         ok = True
         zone_req = ct_req = None
         for r in reqs:
-            if r.key == ZONE:
-                zone_req = r
+            key_name = _TYPE_LABEL_ALIASES.get(r.key, r.key)
+            if key_name == ZONE:
+                zone_req = r if zone_req is None else zone_req.intersect(r)
                 continue
-            if r.key == CAPACITY_TYPE:
+            if key_name == CAPACITY_TYPE:
                 ct_req = r
                 continue
-            if r.key in (k.NODEPOOL_LABEL, HOSTNAME):
+            if key_name in _NOT_FROM_TYPE:
                 continue
-            if r.key == k.INSTANCE_TYPE_LABEL:
+            if key_name == k.INSTANCE_TYPE_LABEL:
                 if not r.has(it.name):
                     ok = False
                     break
                 continue
-            value = labels.get(r.key)
+            value = labels.get(key_name)
             if value is not None:
                 if not r.has(value):
                     ok = False

@@ -831,3 +831,18 @@ def test_spread_counts_background_pods_placed_before_its_group_existed():
     assert result.placements["default/web-pending"] == "a"
     assert result.placements["default/spreader"] == "b"
     assert simulation(snapshot(*base, spreader)).run(["c"]).placements["default/spreader"] == "b"
+
+
+def test_region_and_deprecated_labels_do_not_rule_out_instance_types():
+    region = snapshot(
+        nodepool(requirements=[]),
+        node("a"),
+        pod("app", "a", cpu="100m", nodeSelector={"topology.kubernetes.io/region": "test-1"}),
+    )
+    assert run(region, ["a"]).new_claims[0].instance_types
+    beta_arch = snapshot(
+        nodepool(requirements=[]),
+        node("a"),
+        pod("app", "a", cpu="100m", nodeSelector={"beta.kubernetes.io/arch": "arm64"}),
+    )
+    assert run(beta_arch, ["a"]).new_claims[0].instance_types == ("m6g.large",)
