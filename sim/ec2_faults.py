@@ -25,7 +25,8 @@ else its (or the launch template's) subnet's zone. moto places fleet instances b
 launchers should pass `SubnetId` overrides (Karpenter does).
 
 moto keeps one backend per process, so there is one active `Ec2Faults` per process too:
-`install(faults)` wraps moto once and makes `faults` the active set; an empty set changes nothing.
+`install(faults)` wraps moto once and makes `faults` the active set (installs nest, see
+`uninstall`); an empty set changes nothing.
 """
 
 from __future__ import annotations
@@ -258,30 +259,36 @@ class Ec2Faults:
 # --- wiring into moto -------------------------------------------------------------------------
 
 _install_lock = threading.Lock()
-_active: Ec2Faults | None = None
+_installed: list[Ec2Faults] = []  # a stack: the last installed set is the active one
 _originals: dict[str, Any] = {}
 
 
 def active() -> Ec2Faults | None:
-    return _active
+    return _installed[-1] if _installed else None
 
 
 def install(faults: Ec2Faults) -> Ec2Faults:
-    """Make `faults` the process's active fault set, wrapping moto's handlers on first use."""
-    global _active
+    """Make `faults` the process's active fault set, wrapping moto's handlers on first use.
+
+    Installs nest: `uninstall(faults)` makes the previously installed set active again, and moto's
+    own handlers come back when the last one is uninstalled.
+    """
     with _install_lock:
         if not _originals:
             _patch_moto()
-        _active = faults
+        _installed.append(faults)
     return faults
 
 
-def uninstall() -> None:
-    """Restore moto's own handlers."""
-    global _active
+def uninstall(faults: Ec2Faults | None = None) -> None:
+    """Remove `faults` (default: the active set); restore moto's handlers when none is left."""
     with _install_lock:
-        _active = None
-        if not _originals:
+        target = faults if faults is not None else (_installed[-1] if _installed else None)
+        for index in range(len(_installed) - 1, -1, -1):
+            if _installed[index] is target:
+                del _installed[index]
+                break
+        if _installed or not _originals:
             return
         from moto.core.responses import BaseResponse
         from moto.ec2.responses.fleets import Fleets
@@ -345,7 +352,7 @@ def _run_instances_pool(response: Any) -> tuple[str, str | None, str]:
 
 
 def _patched_run_instances(self: Any) -> Any:
-    faults = _active
+    faults = active()
     if faults is not None:
         instance_type, zone, capacity_type = _run_instances_pool(self)
         if faults.exhausted(instance_type, zone, capacity_type):
@@ -404,7 +411,7 @@ def _split_fleet_configs(
 
 
 def _patched_create_fleet(self: Any) -> Any:
-    faults = _active
+    faults = active()
     original = _originals["create_fleet"]
     if faults is None or not faults.spec().insufficient_capacity:
         return original(self)
@@ -440,7 +447,7 @@ def _patched_create_fleet(self: Any) -> Any:
 
 
 def _patched_call_action(self: Any) -> Any:
-    faults = _active
+    faults = active()
     original = _originals["call_action"]
     if faults is None or getattr(self, "service_name", None) != "ec2":
         return original(self)

@@ -63,7 +63,7 @@ def faults() -> Iterator[ec2_faults.Ec2Faults]:
     try:
         yield active
     finally:
-        ec2_faults.uninstall()
+        ec2_faults.uninstall(active)
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def sim_cluster_factory(moto_endpoint: str, cluster_name: str):
         for server, controllers in started:
             server.run_coroutine(controllers.stop()).result(timeout=30)
             server.stop_thread()
-        ec2_faults.uninstall()
+        ec2_faults.uninstall(active)
 
 
 @pytest.fixture

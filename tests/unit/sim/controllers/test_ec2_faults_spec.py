@@ -1,6 +1,7 @@
 import pydantic
 import pytest
 
+from sim import ec2_faults
 from sim.ec2_faults import NEVER_READY_TAG, Ec2Faults, Ec2FaultSpec
 
 
@@ -63,3 +64,21 @@ def test_throttle_token_bucket_allows_the_burst_then_refuses():
     results = [faults.should_throttle("CreateFleet") for _ in range(5)]
     assert results == [False, False, False, True, True]
     assert not faults.should_throttle("TerminateInstances")  # one bucket per action
+
+
+def test_installs_nest_and_moto_is_restored_at_the_end():
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original = InstanceResponse.run_instances
+    outer, inner = Ec2Faults(), Ec2Faults()
+    ec2_faults.install(outer)
+    ec2_faults.install(inner)
+    try:
+        assert ec2_faults.active() is inner
+        assert InstanceResponse.run_instances is not original
+        ec2_faults.uninstall(inner)
+        assert ec2_faults.active() is outer
+    finally:
+        ec2_faults.uninstall(outer)
+    assert ec2_faults.active() is None
+    assert InstanceResponse.run_instances is original
