@@ -34,6 +34,7 @@ specs = st.builds(
     budgets=st.just([[{"nodes": "100%"}]]),
 )
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEWER = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def consolidation_plan(spec: ClusterSpec, spot_to_spot: bool = False, hours: int = 0):
@@ -115,7 +116,7 @@ def test_every_replacement_is_strictly_cheaper(spec, spot_to_spot):
         assert command.savings_per_hour > 0
 
 
-@SETTINGS
+@FEWER
 @given(spec=specs)
 def test_plans_are_deterministic(spec):
     first = consolidation_plan(spec)[2]
