@@ -13,8 +13,9 @@
     def test_two_phases(make_sim_stack):
         stack = make_sim_stack(scenario=None)        # started now, stopped at teardown
 
-Each test gets its own stack (a fresh store, EC2 reset, no faults); start-up is ~0.1-0.3 s once
-moto has loaded in the process (~2 s, the first time). At teardown the stack is stopped even when
+Each test gets its own stack (a fresh store, a cluster name and VPC of its own in the process's
+moto, no faults); start-up is ~0.3-0.8 s with small.yaml once moto has loaded (~2 s, the first
+time in a process). At teardown the stack is stopped even when
 the test failed; `assert_no_violations(stack)` is the usual last line of a scenario test.
 """
 
