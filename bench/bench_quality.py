@@ -223,7 +223,9 @@ def describe_nodes(builder: ClusterBuilder) -> None:
         )
 
 
-def run(nodes: int, seed: int, scenario: str, max_passes: int, verbose: bool = False) -> None:
+def run(
+    nodes: int, seed: int, scenario: str, max_passes: int, verbose: bool = False, spot_to_spot: bool = False
+) -> None:
     builder = fragmented_cluster(nodes, seed, scenario)
     catalog = builder.catalog
     assert catalog is not None
@@ -239,7 +241,7 @@ def run(nodes: int, seed: int, scenario: str, max_passes: int, verbose: bool = F
     for _ in range(max_passes):
         snapshot = builder.snapshot(via_yaml=False)
         started = time.perf_counter()
-        result = plan(snapshot, catalog, PlanOptions())
+        result = plan(snapshot, catalog, PlanOptions(spot_to_spot=spot_to_spot))
         plan_seconds += time.perf_counter() - started
         chosen = [c for c in result.commands_ if c.method != "expiration"]
         if not chosen:
@@ -272,9 +274,12 @@ def main() -> None:
     parser.add_argument("--scenario", choices=["on-demand", "spot", "both"], default="both")
     parser.add_argument("--max-passes", type=int, default=500)
     parser.add_argument("--verbose", action="store_true", help="list the final nodes and their use")
+    parser.add_argument(
+        "--spot-to-spot", action="store_true", help="turn the SpotToSpotConsolidation gate on"
+    )
     args = parser.parse_args()
     for scenario in ["on-demand", "spot"] if args.scenario == "both" else [args.scenario]:
-        run(args.nodes, args.seed, scenario, args.max_passes, args.verbose)
+        run(args.nodes, args.seed, scenario, args.max_passes, args.verbose, args.spot_to_spot)
 
 
 if __name__ == "__main__":
