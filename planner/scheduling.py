@@ -18,6 +18,16 @@ Placement follows Karpenter's scheduler (behaviour notes §2.6):
   relaxed one at a time under `Respect`, or dropped under `Ignore`;
 - a pod that lands on an uninitialized node fails (unless it comes from a node already deleting).
 
+Deliberate differences from Karpenter, each for a reason:
+- Pods that move whatever is decided (pending pods, pods of nodes being deleted or already removed
+  by this pass) are placed first, as "background"; the NodeClaims they open are capacity the
+  provisioner launches anyway (Karpenter sees them as in-flight nodes), so they neither count as
+  replacements nor take moved pods. Their placement is computed once per pass and shared by every
+  probe; only those sitting on a probe's removed nodes are placed again.
+- Required node-affinity terms are ORed on existing nodes (as the kube-scheduler does) and tried in
+  order for new nodes; a relaxed preference is retried at once rather than after the queue.
+- DaemonSet overhead is computed per NodePool and instance type, not per NodePool only.
+
 Speed comes from signatures: pods of one workload share a `PodConstraints`, so compatibility with a
 node class, the list of nodes with baseline room for a request, requirement merges and instance-type
 lists are computed once per signature and reused across probes. Within a probe, a node that is too
