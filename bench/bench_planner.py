@@ -93,22 +93,38 @@ def cli_with_rusage(path: Path) -> dict:
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024}
 
 
+def generate_file(nodes: int, pods: int, out: Path) -> Path:
+    """Generate in a separate process: a forked child inherits its parent's peak RSS on Linux, so
+    the parent of the measured processes must stay small."""
+    subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "gen_cluster.py"),
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
 @click.command()
 @click.option("--sizes", default="1000x20000,5000x100000", show_default=True, help="NODESxPODS,...")
 @click.option("--yaml", "with_yaml", is_flag=True, help="Also time loading the same cluster from YAML.")
 @click.option("--keep", type=click.Path(file_okay=False), help="Keep the generated files in this directory.")
 def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
-    sys.path.insert(0, str(HERE))
-    from gen_cluster import generate
-
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="karpflow-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in sizes.split(","):
         nodes, pods = (int(x) for x in size.lower().split("x"))
         start = time.perf_counter()
-        builder = generate(nodes, pods)
-        path = builder.write(workdir / f"cluster-{nodes}.json")
+        path = generate_file(nodes, pods, workdir / f"cluster-{nodes}.json")
         generated = time.perf_counter() - start
         mb = path.stat().st_size / 1e6
         click.echo(
@@ -136,7 +152,7 @@ def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
         )
         row = {"nodes": nodes, "pods": pods, "file_mb": mb, "in_process": inproc, "cli": cli}
         if with_yaml:
-            yaml_path = builder.write(workdir / f"cluster-{nodes}.yaml")
+            yaml_path = generate_file(nodes, pods, workdir / f"cluster-{nodes}.yaml")
             yaml_run = run_in_process(yaml_path)
             click.echo(
                 f"   YAML load:  {yaml_run['load_wall']:.2f}s wall / {yaml_run['load_cpu']:.2f}s cpu "
@@ -144,7 +160,6 @@ def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
             )
             row["yaml_load"] = yaml_run
         rows.append(row)
-        del builder
     results = HERE / "results"
     results.mkdir(exist_ok=True)
     (results / "bench_planner.json").write_text(json.dumps(rows, indent=2))

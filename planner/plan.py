@@ -24,7 +24,6 @@ from types import ModuleType
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
-from api.constants import BUDGET_REASONS
 from planner.budgets import budget_problems, budget_report, build_budget_map
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
@@ -345,7 +344,6 @@ def validate_command(
 
 
 __all__ = [
-    "BUDGET_REASONS",
     "BlockedOut",
     "CommandOut",
     "Plan",
