@@ -99,6 +99,9 @@ class WorkerSettings(BaseSettings):
     graceful_shutdown: float = Field(
         default=30.0, ge=0, description="seconds running activities get on SIGTERM"
     )
+    sticky_queue_timeout: float = Field(
+        default=10.0, gt=0, description="seconds before a dead worker's cached workflows move to another"
+    )
     node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
     node_watcher_resync: float = Field(default=300.0, gt=0)
     # Operations
@@ -409,6 +412,7 @@ class KarpflowWorker:
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             graceful_shutdown_timeout=timedelta(seconds=settings.graceful_shutdown),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout),
         )
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:

@@ -1,0 +1,247 @@
+"""Acceptance tests of the workflows: the real Temporal dev server, the Kubernetes emulator, moto,
+karpflow's real worker (in process, or as a subprocess where a test kills it).
+
+Scenarios are built with the simulator's own generator (`sim.scenarios.generate_demo`), so nodes,
+pods, PDBs and NodePools look exactly like the demo's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import pytest_asyncio
+import yaml
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.kube_api import KubeApi
+from sim.scenario import parse_scenario
+from sim.scenarios import generate_demo as gen
+from sim.stack import SimStack
+from sim.testing import make_sim_stack, pytest_configure, sim_stack  # noqa: F401
+from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DemoNode, Workload = gen.DemoNode, gen.Workload
+
+
+def node(
+    ip: str, instance_type: str = "m5.large", zone: str = "us-west-2a", capacity: str = "on-demand"
+) -> Any:
+    return DemoNode(ip, instance_type, zone, capacity, "default", timedelta(days=3), "test")
+
+
+def scenario(nodes: list[Any], workloads: list[Any], termination_grace_period: str | None = None) -> Any:
+    """A scenario in the demo's shape; the NodePool gets a terminationGracePeriod when asked."""
+    nodes = [replace(n, pods=[]) for n in nodes]
+    listing = copy.deepcopy(gen.scenario_list(nodes, workloads))  # the generator shares its NodePool specs
+    if termination_grace_period:
+        for item in listing["items"]:
+            if item["kind"] == "NodePool":
+                item["spec"]["template"]["spec"]["terminationGracePeriod"] = termination_grace_period
+    return parse_scenario(yaml.safe_dump(listing), "test scenario")
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_client(dev_server_env: WorkflowEnvironment) -> Client:
+    config = dev_server_env.client.config()
+    config["data_converter"] = pydantic_data_converter
+    client = Client(**config)
+    assert await ensure_search_attributes(client)
+    return client
+
+
+@pytest.fixture(scope="session")
+def temporal_address(dev_server_env: WorkflowEnvironment) -> str:
+    return dev_server_env.client.service_client.config.target_host
+
+
+def create_instance_profiles(stack: SimStack) -> None:
+    """The AWS account has the instance profiles its EC2NodeClasses name (moto checks them)."""
+    iam = boto3.client(
+        "iam",
+        endpoint_url=stack.ec2_endpoint,
+        region_name=stack.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    for obj in stack.scenario.objects if stack.scenario else ():
+        profile = (
+            (obj.get("status") or {}).get("instanceProfile") if obj.get("kind") == "EC2NodeClass" else None
+        )
+        if profile:
+            with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+                iam.create_instance_profile(InstanceProfileName=profile)
+
+
+@dataclass
+class Karpflow:
+    """One test's world: a simulated cluster, a worker on a task queue of its own, and helpers."""
+
+    stack: SimStack
+    client: Client
+    kube: KubeApi
+    task_queue: str
+    temporal_address: str
+    log_dir: Path
+
+    def settings(self, **overrides: Any) -> WorkerSettings:
+        values: dict[str, Any] = {
+            "cluster_name": self.stack.cluster_name,
+            "task_queue": self.task_queue,
+            "temporal_address": self.temporal_address,
+            "kube_api_server": self.stack.kube_url,
+            "aws_endpoint_url": self.stack.ec2_endpoint,
+            "aws_region": self.stack.region,
+            "poll_interval": 0.05,
+            "ec2_poll_interval": 0.05,
+            "health": False,
+            "register_search_attributes": False,
+            "graceful_shutdown": 0,
+            **overrides,
+        }
+        return WorkerSettings(**values)
+
+    @contextlib.asynccontextmanager
+    async def worker(self, **overrides: Any) -> AsyncIterator[KarpflowWorker]:
+        async with KarpflowWorker(
+            self.settings(**overrides), client=self.client, ec2=self.stack.ec2_client()
+        ) as w:
+            yield w
+
+    def worker_process(self, **env: str) -> subprocess.Popen[bytes]:
+        """`karpflow worker` as a real process, configured only through the environment; its log
+        goes to `log_dir/worker-<pid>.log`."""
+        environment = {
+            **os.environ,
+            **self.stack.client_env(),
+            "KARPFLOW_TEMPORAL_ADDRESS": self.temporal_address,
+            "KARPFLOW_TASK_QUEUE": self.task_queue,
+            "KARPFLOW_POLL_INTERVAL": "0.05",
+            "KARPFLOW_EC2_POLL_INTERVAL": "0.05",
+            "KARPFLOW_HEALTH_PORT": "0",
+            "KARPFLOW_REGISTER_SEARCH_ATTRIBUTES": "false",
+            "KARPFLOW_STICKY_QUEUE_TIMEOUT": "1",
+            **env,
+        }
+        log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - handed to the child process
+            "wb", dir=self.log_dir, prefix="worker-", suffix=".log", delete=False
+        )
+        with log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "cli", "worker"], cwd=REPO, env=environment, stdout=log, stderr=log
+            )
+
+    def worker_logs(self) -> str:
+        return "\n".join(
+            f"== {p.name}\n{p.read_text()[-4000:]}" for p in sorted(self.log_dir.glob("worker-*.log"))
+        )
+
+    # -- looking at the world -----------------------------------------------------------------
+
+    def instances(self, states: tuple[str, ...] = ("pending", "running")) -> list[dict[str, Any]]:
+        ec2 = self.stack.ec2_client()
+        response = ec2.describe_instances(
+            Filters=[
+                {"Name": f"tag:kubernetes.io/cluster/{self.stack.cluster_name}", "Values": ["owned"]},
+                {"Name": "instance-state-name", "Values": list(states)},
+            ]
+        )
+        return [i for r in response["Reservations"] for i in r["Instances"]]
+
+    async def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in (await self.kube.list_nodes())["items"]}
+
+    async def pods(self) -> list[dict[str, Any]]:
+        return (await self.kube.request("GET", "/api/v1/pods"))["items"]
+
+    async def run(self, *argv: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        """A real command (temporal, kubectl) without blocking the worker that runs in this loop."""
+        environment = {**os.environ, **env}
+        result = await asyncio.to_thread(
+            subprocess.run,
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=environment,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    async def eventually(
+        self, check: Callable[[], Awaitable[Any]], within: float = 30, what: str | Callable[[], str] = ""
+    ) -> Any:
+        deadline = time.monotonic() + within
+        while True:
+            value = await check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                text = what() if callable(what) else what
+                raise AssertionError(f"timed out after {within}s waiting for {text or check}")
+            await asyncio.sleep(0.05)
+
+    def workflow_id(self, prefix: str) -> str:
+        return f"{prefix}/{uuid.uuid4().hex[:8]}"
+
+    async def cleanup(self) -> None:
+        """Terminate what this test left running: workflow ids (`termination/<node>`) are shared."""
+        query = f'TaskQueue="{self.task_queue}" AND ExecutionStatus="Running"'
+        async for execution in self.client.list_workflows(query):
+            with contextlib.suppress(Exception):
+                await self.client.get_workflow_handle(execution.id, run_id=execution.run_id).terminate(
+                    "test over"
+                )
+
+
+@pytest_asyncio.fixture
+async def karpflow(
+    make_sim_stack,  # noqa: F811 - the fixture imported above
+    dev_client,
+    temporal_address,
+    request,
+    tmp_path,
+) -> AsyncIterator[Karpflow]:
+    """Configure the stack with `@pytest.mark.sim_stack(scenario=..., ...)` (time scale 0.01: the
+    invariant checker's bounds are simulated time, so they need a non-zero scale)."""
+    marker = request.node.get_closest_marker("sim_stack")
+    kwargs = {"time_scale": 0.01, **(marker.kwargs if marker else {})}
+    stack = await asyncio.to_thread(make_sim_stack, **kwargs)
+    await asyncio.to_thread(create_instance_profiles, stack)
+    kube = KubeApi.for_host(stack.kube_url)
+    world = Karpflow(stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path)
+    try:
+        yield world
+    finally:
+        await world.cleanup()
+        await kube.close()
+
+
+async def wait_closed(client: Client, workflow_id: str, within: float = 30) -> WorkflowExecutionStatus:
+    deadline = time.monotonic() + within
+    while True:
+        status = (await client.get_workflow_handle(workflow_id).describe()).status
+        if status != WorkflowExecutionStatus.RUNNING:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{workflow_id} still running after {within}s")
+        await asyncio.sleep(0.05)

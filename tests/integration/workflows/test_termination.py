@@ -1,0 +1,249 @@
+"""TerminationWorkflow end to end: PDB pacing, do-not-disrupt against the deadline, kubectl delete,
+a worker killed mid-drain, a malformed input through the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+from api.constants import DO_NOT_DISRUPT_ANNOTATION, TERMINATION_TIMESTAMP_ANNOTATION
+from api.workflow_io import (
+    DisruptionInput,
+    ReplacementSpec,
+    TerminationInput,
+    TerminationTimeouts,
+)
+from sim.binaries import temporal_cli
+from sim.testing import assert_no_violations
+from tests.integration.workflows.conftest import Workload, node, scenario, wait_closed
+from workflows.disruption import DisruptionWorkflow
+from workflows.termination import TerminationWorkflow
+
+pytestmark = pytest.mark.integration
+
+A, B, C = node("172.31.1.10"), node("172.31.2.20"), node("172.31.3.30")
+# Five replicas on A guarded by a PDB that allows one disruption at a time; B and C have room.
+PACED = [Workload("shop", "web", "100m", "128Mi", ["10"] * 5, pdb={"maxUnavailable": 1})]
+
+
+async def pods_on(karpflow, node_name: str) -> list[dict]:
+    return [p for p in await karpflow.pods() if p["spec"].get("nodeName") == node_name]
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B, C], PACED), time_scale=0.05)
+async def test_a_pdb_allowing_one_disruption_paces_the_drain(karpflow):
+    available: list[int] = []  # web pods Ready and not terminating, sampled through the drain
+
+    async def sample() -> None:
+        while True:
+            web = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+            available.append(sum(1 for p in web if _ready(p) and not p["metadata"].get("deletionTimestamp")))
+            await asyncio.sleep(0.01)
+
+    async with karpflow.worker():
+        sampler = asyncio.create_task(sample())
+        status = await karpflow.client.execute_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=A.name, reason="Drifted"),
+            id=f"termination/{A.name}",
+            task_queue=karpflow.task_queue,
+        )
+        sampler.cancel()
+
+    assert status.phase == "Succeeded" and status.pods_evicted == 5 and status.pods_deleted == 0
+    # maxUnavailable 1 of 5: the drain ran at the limit and never past it
+    assert min(available) == 4, available
+    assert A.name not in await karpflow.nodes()
+    web = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert len(web) == 5 and {p["spec"]["nodeName"] for p in web} <= {B.name, C.name}
+    assert_no_violations(karpflow.stack)
+
+
+def _ready(pod: dict) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+HELD = [
+    Workload(
+        "ml", "trainer", "100m", "128Mi", ["10"], annotations={DO_NOT_DISRUPT_ANNOTATION: "true"}, grace=1
+    ),
+    Workload("shop", "web", "100m", "128Mi", ["10", "10"], grace=1),
+]
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], HELD, termination_grace_period="4s"))
+async def test_a_do_not_disrupt_pod_holds_the_drain_until_the_grace_period_deadline(karpflow):
+    async with karpflow.worker():
+        handle = await karpflow.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=A.name, reason="Drifted"),
+            id=f"termination/{A.name}",
+            task_queue=karpflow.task_queue,
+        )
+        # The web pods go at once; the trainer stays while the deadline is more than its grace away.
+        await karpflow.eventually(
+            lambda: _only_trainer_left(karpflow), within=10, what="web pods evicted, trainer waited for"
+        )
+        deadline = (await karpflow.nodes())[A.name]["metadata"]["annotations"][
+            TERMINATION_TIMESTAMP_ANNOTATION
+        ]
+        status = await handle.result()
+        finished = time.time()
+
+    assert status.pods_evicted == 2 and status.pods_deleted == 1
+    deadline_at = status.deadline.timestamp()
+    assert deadline.startswith(status.deadline.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert finished >= deadline_at - 1  # the trainer was deleted with its 1 s grace before the deadline
+    assert A.name not in await karpflow.nodes()
+    trainers = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "ml"]
+    assert [p["spec"].get("nodeName") for p in trainers] == [B.name]  # recreated elsewhere
+    assert_no_violations(karpflow.stack)  # deleted at the deadline, never evicted
+
+
+async def _only_trainer_left(karpflow) -> bool:
+    pods = await pods_on(karpflow, A.name)
+    active = [
+        p
+        for p in pods
+        if p["metadata"]["namespace"] != "monitoring" and not p["metadata"].get("deletionTimestamp")
+    ]
+    return [p["metadata"]["namespace"] for p in active] == ["ml"]
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], PACED))
+async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
+    instance = next(i["InstanceId"] for i in karpflow.instances() if i["PrivateIpAddress"] == "172.31.1.10")
+    async with karpflow.worker():
+        await karpflow.run(
+            "kubectl",
+            "--kubeconfig",
+            str(karpflow.stack.kubeconfig_path),
+            "delete",
+            "node",
+            A.name,
+            "--wait=false",
+        )
+        status = await wait_closed(karpflow.client, f"termination/{A.name}")
+
+    assert status == WorkflowExecutionStatus.COMPLETED
+    assert A.name not in await karpflow.nodes()
+    assert instance not in {i["InstanceId"] for i in karpflow.instances()}
+    web = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert len(web) == 5 and {p["spec"]["nodeName"] for p in web} == {B.name}
+    assert_no_violations(karpflow.stack)
+
+
+# Twelve pods per candidate, evicted one at a time: a drain long enough to be interrupted.
+SLOW = [Workload("shop", "web", "50m", "64Mi", ["10"] * 12 + ["20"] * 12, pdb={"maxUnavailable": 1}, grace=2)]
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B, C], SLOW), time_scale=0.1)
+async def test_a_worker_killed_while_draining_resumes_without_launching_twice(karpflow):
+    """SIGKILL the worker process in the middle of a drain; a new process finishes the command."""
+    command = DisruptionInput(
+        reason="Drifted",
+        nodes=[A.name, B.name],
+        replacements=[
+            ReplacementSpec(nodepool="default", instance_types=["m5.xlarge"], zones=["us-west-2a"])
+        ],
+        termination=TerminationTimeouts(heartbeat="2s"),
+    )
+    command.timeouts.heartbeat = command.termination.heartbeat
+    workflow_id = karpflow.workflow_id("disruption/default/Drifted")
+    first = karpflow.worker_process()
+    try:
+        handle = await karpflow.client.start_workflow(
+            DisruptionWorkflow.run, command, id=workflow_id, task_queue=karpflow.task_queue
+        )
+        child = karpflow.client.get_workflow_handle(f"termination/{A.name}")
+        await karpflow.eventually(
+            lambda: _draining_with_evictions(child),
+            within=60,
+            what=lambda: f"a drain under way\n{karpflow.worker_logs()}",
+        )
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        killed_with = len(await pods_on(karpflow, A.name))
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = karpflow.worker_process()
+    try:
+        status = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+
+    assert killed_with > 0, "the kill did not land during the drain"
+    assert status.phase == "Succeeded"
+    launched = [i for i in karpflow.instances(("pending", "running")) if i["InstanceType"] == "m5.xlarge"]
+    assert [i["InstanceId"] for i in launched] == [status.replacements[0].instance_id]  # launched once
+    assert {i["PrivateIpAddress"] for i in karpflow.instances()} == {
+        "172.31.3.30",
+        launched[0]["PrivateIpAddress"],
+    }
+    nodes = await karpflow.nodes()
+    assert A.name not in nodes and B.name not in nodes
+    assert_no_violations(karpflow.stack)
+
+
+async def _draining_with_evictions(child) -> bool:
+    """The termination is in its drain activity, which has heartbeated progress."""
+    try:
+        described = await child.describe()
+    except Exception:  # not started yet
+        return False
+    # Only this test's run: an earlier test may have left a closed run under the same id.
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return False
+    pending = described.raw_description.pending_activities
+    return any(a.activity_type.name == "drain_node" and a.heartbeat_details.payloads for a in pending)
+
+
+@pytest.mark.parametrize(
+    ("workflow_type", "payload", "field"),
+    [
+        ("DisruptionWorkflow", {"reason": "Bored", "nodes": ["a"]}, "reason"),
+        (
+            "DisruptionWorkflow",
+            {"reason": "Drifted", "nodes": ["a"], "replacements": [{"instance_types": ["m5.large"]}]},
+            "replacements.0.nodepool",
+        ),
+        ("TerminationWorkflow", {"nodes": ["a"]}, "node"),
+    ],
+)
+async def test_a_malformed_input_from_the_cli_fails_in_seconds_naming_the_field(
+    karpflow, workflow_type, payload, field
+):
+    workflow_id = karpflow.workflow_id("malformed")
+    cli = [temporal_cli(), "--address", karpflow.temporal_address]
+    async with karpflow.worker():
+        started = time.monotonic()
+        await karpflow.run(
+            *cli,
+            "workflow",
+            "start",
+            "--type",
+            workflow_type,
+            "--task-queue",
+            karpflow.task_queue,
+            "--workflow-id",
+            workflow_id,
+            "--input",
+            json.dumps(payload),
+        )
+        await wait_closed(karpflow.client, workflow_id, within=10)
+        elapsed = time.monotonic() - started
+        with pytest.raises(WorkflowFailureError) as failure:
+            await karpflow.client.get_workflow_handle(workflow_id).result()
+        shown = await karpflow.run(*cli, "workflow", "describe", "--workflow-id", workflow_id)
+
+    assert elapsed < 10
+    assert failure.value.cause.type == "InvalidInput" and field in failure.value.cause.message
+    assert "FAILED" in shown.stdout.upper() and field in shown.stdout
