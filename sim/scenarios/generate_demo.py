@@ -23,7 +23,6 @@ shifts them to "now" (annotation `karpflow.io/captured-at` on the List).
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import uuid
 from dataclasses import dataclass, field, replace
@@ -34,8 +33,10 @@ from typing import Any
 import yaml
 
 from api import constants as k
+from api.nodepool import EC2NodeClass, NodePool
 from api.quantity import format_bytes, format_millicores
 from planner.catalog import bundled_catalog
+from planner.drift import nodeclass_hash_annotations, nodepool_hash_annotations
 
 CLUSTER = "karpflow-dev"
 REGION = "us-west-2"
@@ -57,9 +58,6 @@ def short_hash(*parts: str, length: int = 10) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
 
 
-def template_hash(template: dict[str, Any]) -> str:
-    """A stable decimal digest of a template, shaped like Karpenter's hash annotations."""
-    return str(int(hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:15], 16))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -155,8 +153,15 @@ NODECLASS_SPECS: dict[str, dict[str, Any]] = {
     }.items()
 }
 
-NODEPOOL_HASHES = {name: template_hash(spec["template"]) for name, spec in NODEPOOL_SPECS.items()}
-NODECLASS_HASHES = {name: template_hash(spec) for name, spec in NODECLASS_SPECS.items()}
+# Nodes carry the hashes karpflow itself stamps on the nodes it launches, so drift sees them as current.
+NODEPOOL_STAMPS = {
+    name: nodepool_hash_annotations(NodePool.model_validate({"metadata": {"name": name}, "spec": spec}))
+    for name, spec in NODEPOOL_SPECS.items()
+}
+NODECLASS_STAMPS = {
+    name: nodeclass_hash_annotations(EC2NodeClass.model_validate({"metadata": {"name": name}, "spec": spec}))
+    for name, spec in NODECLASS_SPECS.items()
+}
 
 
 def nodepool(name: str, nodes: list[DemoNode]) -> dict[str, Any]:
@@ -191,10 +196,7 @@ def nodepool(name: str, nodes: list[DemoNode]) -> dict[str, Any]:
             "name": name,
             "uid": uid("nodepool", name),
             "creationTimestamp": ts(timedelta(days=60)),
-            "annotations": {
-                k.NODEPOOL_HASH_ANNOTATION: NODEPOOL_HASHES[name],
-                k.NODEPOOL_HASH_VERSION_ANNOTATION: "v3",
-            },
+            "annotations": NODEPOOL_STAMPS[name],
         },
         "spec": NODEPOOL_SPECS[name],
         "status": status,
@@ -210,10 +212,7 @@ def nodeclass(name: str) -> dict[str, Any]:
             "uid": uid("ec2nodeclass", name),
             "creationTimestamp": ts(timedelta(days=60)),
             "finalizers": ["karpenter.k8s.aws/termination"],
-            "annotations": {
-                k.NODECLASS_HASH_ANNOTATION: NODECLASS_HASHES[name],
-                k.NODECLASS_HASH_VERSION_ANNOTATION: "v6",
-            },
+            "annotations": NODECLASS_STAMPS[name],
         },
         "spec": NODECLASS_SPECS[name],
         # Placeholder: the loader resolves amis, subnets and security groups against moto.
@@ -325,9 +324,9 @@ def node(n: DemoNode) -> dict[str, Any]:
     }
     created = ts(n.age)
     # A drifted node still carries the hash of an older template (its NodePool was edited since).
-    pool_hash = (
-        template_hash({"previous": NODEPOOL_SPECS[n.pool]}) if n.stale_hash else NODEPOOL_HASHES[n.pool]
-    )
+    pool_stamp = dict(NODEPOOL_STAMPS[n.pool])
+    if n.stale_hash:
+        pool_stamp[k.NODEPOOL_HASH_ANNOTATION] = "0" + pool_stamp[k.NODEPOOL_HASH_ANNOTATION][1:][::-1]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -337,10 +336,8 @@ def node(n: DemoNode) -> dict[str, Any]:
             "creationTimestamp": created,
             "labels": dict(sorted(labels.items())),
             "annotations": {
-                k.NODEPOOL_HASH_ANNOTATION: pool_hash,
-                k.NODEPOOL_HASH_VERSION_ANNOTATION: "v3",
-                k.NODECLASS_HASH_ANNOTATION: NODECLASS_HASHES[n.nodeclass],
-                k.NODECLASS_HASH_VERSION_ANNOTATION: "v6",
+                **pool_stamp,
+                **NODECLASS_STAMPS[n.nodeclass],
                 "node.alpha.kubernetes.io/ttl": "0",
                 "karpflow.io/demo-note": n.note,
             },
