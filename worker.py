@@ -339,9 +339,7 @@ def ec2_client(settings: WorkerSettings) -> Any:
 
 def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Any]:
     """Every activity, bound to its clients."""
-    kubernetes = KubernetesActivities(
-        kube, poll_interval=settings.poll_interval, nodepool_hash=nodepool_hash()
-    )
+    kubernetes = KubernetesActivities(kube, poll_interval=settings.poll_interval)
     aws = EC2Activities(
         ec2,
         settings.cluster_name,
@@ -357,15 +355,6 @@ def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[An
         and callable(method)
         and hasattr(method, "__temporal_activity_definition")
     ]
-
-
-def nodepool_hash() -> Any:
-    """The planner's drift hash, stamped on every replacement so drift detection sees it as current."""
-    try:
-        from planner.drift import nodepool_hash_annotations
-    except ImportError:
-        return None
-    return nodepool_hash_annotations
 
 
 # -- the process ---------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from api.constants import (
 )
 from api.nodepool import EC2NodeClass, NodePool
 from api.workflow_io import TaintSpec
+from planner.drift import nodeclass_hash_annotations, nodepool_hash_annotations
 
 log = logging.getLogger(__name__)
 
@@ -178,11 +179,9 @@ def _heartbeat(details: Any) -> None:
 class KubernetesActivities:
     """Activities that act on the Kubernetes API. `poll_interval` paces the waits (seconds)."""
 
-    def __init__(self, kube: KubeApi, poll_interval: float = 1.0, nodepool_hash: Any = None) -> None:
+    def __init__(self, kube: KubeApi, poll_interval: float = 1.0) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
-        # (NodePool) -> {annotation: value} stamped on new nodes for drift detection; planner-provided.
-        self.nodepool_hash = nodepool_hash
 
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
@@ -308,9 +307,13 @@ class KubernetesActivities:
             NODEPOOL_LABEL: pool.name,
             EC2NODECLASS_LABEL: nodeclass_name,
         }
-        annotations = {**template.metadata.annotations, **spec.annotations}
-        if self.nodepool_hash is not None:
-            annotations.update(self.nodepool_hash(pool))
+        # The drift hashes of the templates the node is built from: drift detection sees it as current.
+        annotations = {
+            **template.metadata.annotations,
+            **spec.annotations,
+            **nodepool_hash_annotations(pool),
+            **nodeclass_hash_annotations(nodeclass),
+        }
         return LaunchTemplate(
             nodepool=pool.name,
             nodeclass=nodeclass_name,

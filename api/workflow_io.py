@@ -287,3 +287,32 @@ def parse_input(model: type[M], raw: Any) -> M:
         return model.model_validate(raw)
     except ValidationError as err:
         raise InvalidInput(f"invalid {model.__name__}: {describe_validation_error(err)}") from None
+
+
+# -- From the planner ------------------------------------------------------------------------------
+
+
+def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
+    """The DisruptionWorkflow input for a planner `Command` (planner/model.py; duck-typed so this
+    module stays free of the planner): its reason, candidate names and replacements, instance types
+    cheapest first."""
+    return DisruptionInput(
+        reason=command.reason,
+        nodes=list(command.nodes),
+        replacements=[
+            ReplacementSpec(
+                nodepool=replacement.nodepool,
+                instance_types=list(replacement.instance_type_names),
+                zones=list(replacement.zones),
+                capacity_type=[replacement.capacity_type],
+            )
+            for replacement in command.replacements
+        ],
+        **overrides,
+    )
+
+
+def disruption_workflow_id(command: Any) -> str:
+    """`disruption/<pool>/<reason>/<short-hash>`: readable, and stable for the same decision."""
+    pools = "+".join(command.nodepools) or "none"
+    return f"disruption/{pools}/{command.reason}/{command.id}"

@@ -1,0 +1,160 @@
+"""EC2 activities against moto in process: idempotent launch, capacity errors, the ownership check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+from temporalio.exceptions import ApplicationError
+
+from activities import errors
+from activities.ec2 import EC2Activities, client_token, launch_tags
+from api.activity_io import AmiChoice, InstanceRequest, LaunchRequest, LaunchTemplate
+from api.constants import TAG_COMMAND_ID, TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_STARTUP_TAINTS
+from api.workflow_io import Offering, TaintSpec
+
+REGION = "us-west-2"
+
+
+@pytest.fixture
+def ec2() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("ec2", region_name=REGION)
+
+
+def template(ec2: Any) -> LaunchTemplate:
+    subnet = ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": ["us-west-2a"]}])[
+        "Subnets"
+    ][0]
+    return LaunchTemplate(
+        nodepool="default",
+        nodeclass="default",
+        subnets={"us-west-2a": subnet["SubnetId"]},
+        security_group_ids=[],
+        amis=[
+            AmiChoice(id="ami-arm", architectures=["arm64"]),
+            AmiChoice(id="ami-x86", architectures=["amd64"]),
+        ],
+        labels={"karpenter.sh/nodepool": "default", "team": "web"},
+        taints=[TaintSpec(key="dedicated", value="web", effect="NoSchedule")],
+        startup_taints=[TaintSpec(key="agent-not-ready", effect="NoExecute")],
+    )
+
+
+def request(
+    ec2: Any, index: int = 0, instance_type: str = "m5.large", command: str = "disruption/x"
+) -> LaunchRequest:
+    offering = Offering(instance_type=instance_type, zone="us-west-2a")
+    return LaunchRequest(command_id=command, index=index, offering=offering, template=template(ec2))
+
+
+def tags(ec2: Any, instance_id: str) -> dict[str, str]:
+    instance = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return {t["Key"]: t["Value"] for t in instance["Tags"]}
+
+
+async def test_a_retried_launch_adopts_the_instance_it_already_launched(ec2):
+    activities = EC2Activities(ec2, "prod")
+    first = await activities.launch_instance(request(ec2))
+    again = await activities.launch_instance(request(ec2))
+    other = await activities.launch_instance(request(ec2, index=1))
+
+    assert again.instance_id == first.instance_id and again.adopted and not first.adopted
+    assert other.instance_id != first.instance_id
+    assert first.provider_id == f"aws:///us-west-2a/{first.instance_id}"
+    assert [i.index for i in await activities.find_command_instances("disruption/x")] == [0, 1]
+
+
+async def test_launch_tags_carry_ownership_provenance_and_kubelet_flags(ec2):
+    launched = await EC2Activities(ec2, "prod").launch_instance(request(ec2))
+    found = tags(ec2, launched.instance_id)
+
+    assert found["kubernetes.io/cluster/prod"] == "owned"
+    assert found[TAG_COMMAND_ID] == "disruption/x" and found["karpflow.io/replacement-index"] == "0"
+    assert (
+        found[TAG_NODE_LABELS]
+        == "karpenter.sh/capacity-type=on-demand,karpenter.sh/nodepool=default,team=web"
+    )
+    assert found[TAG_NODE_TAINTS] == "dedicated=web:NoSchedule,karpenter.sh/unregistered:NoExecute"
+    assert found[TAG_STARTUP_TAINTS] == "agent-not-ready:NoExecute"
+    image = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0][
+        "ImageId"
+    ]
+    assert image == "ami-x86"  # m5.large is x86_64
+
+
+def test_the_client_token_is_stable_and_short():
+    offering = Offering(instance_type="m5.large", zone="us-west-2a")
+    token = client_token("disruption/default/Drifted/abc", 0, offering)
+    assert token == client_token("disruption/default/Drifted/abc", 0, offering) and len(token) <= 64
+    assert token != client_token("disruption/default/Drifted/abc", 1, offering)
+
+
+def test_labels_too_long_for_a_tag_are_refused_with_the_nodepool_named(ec2):
+    launch = request(ec2)
+    launch.template.labels = {f"example.com/label-{i}": "x" * 30 for i in range(10)}
+    with pytest.raises(ApplicationError) as refused:
+        launch_tags("prod", launch)
+    assert refused.value.non_retryable and "NodePool default" in refused.value.message
+
+
+async def test_insufficient_capacity_is_final_and_remembered(ec2, monkeypatch):
+    activities = EC2Activities(ec2, "prod", unavailable_ttl_seconds=60)
+    calls = []
+
+    def run_instances(**kwargs: Any) -> Any:
+        calls.append(kwargs["InstanceType"])
+        raise ClientError(
+            {"Error": {"Code": "InsufficientInstanceCapacity", "Message": "none left"}}, "RunInstances"
+        )
+
+    monkeypatch.setattr(activities.ec2, "run_instances", run_instances)
+    with pytest.raises(ApplicationError) as first:
+        await activities.launch_instance(request(ec2))
+    with pytest.raises(ApplicationError) as second:
+        await activities.launch_instance(request(ec2))
+
+    assert first.value.type == errors.INSUFFICIENT_CAPACITY and first.value.non_retryable
+    assert second.value.type == errors.OFFERING_UNAVAILABLE  # skipped without asking EC2 again
+    assert calls == ["m5.large"]
+
+
+async def test_a_zone_without_a_subnet_is_an_unavailable_offering(ec2):
+    launch = request(ec2)
+    launch.offering = Offering(instance_type="m5.large", zone="us-west-2c")
+    with pytest.raises(ApplicationError) as refused:
+        await EC2Activities(ec2, "prod").launch_instance(launch)
+    assert (
+        refused.value.type == errors.OFFERING_UNAVAILABLE
+        and "no subnet in zone us-west-2c" in refused.value.message
+    )
+
+
+async def test_terminate_refuses_an_instance_of_another_cluster(ec2):
+    launched = await EC2Activities(ec2, "other").launch_instance(request(ec2))
+    with pytest.raises(ApplicationError) as refused:
+        await EC2Activities(ec2, "prod").terminate_instance(
+            InstanceRequest(instance_id=launched.instance_id, node="n1")
+        )
+
+    assert refused.value.type == errors.NOT_OWNED and refused.value.non_retryable
+    assert f"instance {launched.instance_id} of node n1" in refused.value.message
+    assert "kubernetes.io/cluster/prod" in refused.value.message
+    state = await EC2Activities(ec2, "other").describe_instance(
+        InstanceRequest(instance_id=launched.instance_id)
+    )
+    assert state.state == "running" and state.owned
+
+
+async def test_terminate_is_idempotent(ec2):
+    activities = EC2Activities(ec2, "prod", poll_interval=0.01)
+    launched = await activities.launch_instance(request(ec2))
+    first = await activities.terminate_instance(InstanceRequest(instance_id=launched.instance_id))
+    again = await activities.terminate_instance(InstanceRequest(instance_id=launched.instance_id))
+    gone = await activities.terminate_instance(InstanceRequest(instance_id="i-0123456789abcdef0"))
+    assert first.state == again.state == "terminated" and not gone.found
+    assert await activities.find_command_instances("disruption/x") == []
