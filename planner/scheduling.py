@@ -467,6 +467,15 @@ class Simulator:
         self._groups: list[_Group] = []
         self._group_ids: dict[tuple, int] = {}
         self._selecting_cache: dict[tuple, tuple[int, list[_Group]]] = {}
+        # Indexes so that thousands of workloads with topology rules stay cheap: label sets by label,
+        # groups by their first matchLabels pair (groups without matchLabels are always checked).
+        self._labelset_index: dict[tuple[str, str], list[tuple]] = {}
+        for ns_labels in self._labelsets:
+            for pair in ns_labels[1]:
+                self._labelset_index.setdefault(pair, []).append(ns_labels)
+        self._groups_by_label: dict[tuple[str, str], list[int]] = {}
+        self._groups_scan: list[int] = []
+        self._universes: dict[tuple, frozenset[str]] = {}
 
         self.instance_types = {it.name: it for it in instance_types}
         self._pools: list[_Pool] = []
@@ -847,12 +856,14 @@ class Simulator:
             frozenset(),
         )
 
-        def node_passes(n: _Node) -> bool:
-            return kind != SPREAD or any(labels_match(t, n.labels) for t in filter_terms)
+        unfiltered = kind != SPREAD or EMPTY_REQS in filter_terms  # no node affinity: every node counts
 
-        for (ns, labels), per_node in self._labelsets.items():
+        def node_passes(n: _Node) -> bool:
+            return unfiltered or any(labels_match(t, n.labels) for t in filter_terms)
+
+        for ns, labels in self._labelsets_for(selector):
             if probe.selects(ns, dict(labels)):
-                for idx, count in per_node.items():
+                for idx, count in self._labelsets[(ns, labels)].items():
                     if node_passes(self.nodes[idx]):
                         probe.per_node[idx] = probe.per_node.get(idx, 0) + count
         for idx, count in probe.per_node.items():
@@ -860,27 +871,63 @@ class Simulator:
             if domain is not None:
                 probe.baseline[domain] = probe.baseline.get(domain, 0) + count
         if kind == SPREAD and key != HOSTNAME:
-            universe = {n.labels[key] for n in self.nodes if key in n.labels and node_passes(n)}
-            for pool in self._pools:
-                if not self._pool_tolerated(pool, owner.tolerations):
-                    continue
-                for term in filter_terms:
-                    merged = self._merge(pool.base, pool.base_keys, term)
-                    if merged is not None:
-                        universe |= self._pool_domains(pool, merged, key, frozenset())
-            probe.universe = frozenset(universe)
+            probe.universe = self._universe(key, filter_terms, owner.tolerations, node_passes)
         self._groups.append(probe)
         self._group_ids[gkey] = gid
-        self._selecting_cache.clear()
+        match_labels = getattr(selector, "match_labels", ())
+        if getattr(selector, "nothing", False):
+            pass  # selects no pod: never counts anything
+        elif match_labels:
+            self._groups_by_label.setdefault(match_labels[0], []).append(gid)
+        else:
+            self._groups_scan.append(gid)
         return gid
 
+    def _universe(
+        self,
+        key: str,
+        filter_terms: tuple[Reqs, ...],
+        tolerations: tuple,
+        node_passes: Callable[[_Node], bool],
+    ) -> frozenset[str]:
+        """The domains a spread may use: those of existing nodes its pods may run on, and those new
+        nodes from the pools they tolerate could get. Shared by every group with the same inputs."""
+        ck = (key, filter_terms, tolerations)
+        cached = self._universes.get(ck)
+        if cached is not None:
+            return cached
+        universe = {n.labels[key] for n in self.nodes if key in n.labels and node_passes(n)}
+        for pool in self._pools:
+            if not self._pool_tolerated(pool, tolerations):
+                continue
+            for term in filter_terms:
+                merged = self._merge(pool.base, pool.base_keys, term)
+                if merged is not None:
+                    universe |= self._pool_domains(pool, merged, key, frozenset())
+        result = self._universes[ck] = frozenset(universe)
+        return result
+
+    def _labelsets_for(self, selector: object) -> Iterable[tuple]:
+        """Bound-pod label sets a selector may match: through the label index when it has matchLabels."""
+        if getattr(selector, "nothing", False):
+            return ()
+        match_labels = getattr(selector, "match_labels", ())
+        if not match_labels:
+            return list(self._labelsets)
+        lists = [self._labelset_index.get(pair, ()) for pair in match_labels]
+        return min(lists, key=len)
+
     def _selecting(self, labelset: tuple) -> list[_Group]:
+        """Groups whose selector selects pods with these (namespace, labels)."""
         cached = self._selecting_cache.get(labelset)
         if cached is not None and cached[0] == len(self._groups):
             return cached[1]
         ns, labels = labelset
         lm = dict(labels)
-        out = [g for g in self._groups if g.selects(ns, lm)]
+        gids = set(self._groups_scan)
+        for pair in labels:
+            gids.update(self._groups_by_label.get(pair, ()))
+        out = [self._groups[g] for g in sorted(gids) if self._groups[g].selects(ns, lm)]
         self._selecting_cache[labelset] = (len(self._groups), out)
         return out
 
@@ -1290,7 +1337,11 @@ class Simulator:
 
     @staticmethod
     def _node_filter(node: _Node) -> Callable[[_Group], bool]:
-        return lambda g: any(labels_match(t, node.labels) for t in g.filter_terms) if g.filter_terms else True
+        return lambda g: (
+            not g.filter_terms
+            or EMPTY_REQS in g.filter_terms
+            or any(labels_match(t, node.labels) for t in g.filter_terms)
+        )
 
     def _record(
         self,

@@ -846,3 +846,22 @@ def test_region_and_deprecated_labels_do_not_rule_out_instance_types():
         pod("app", "a", cpu="100m", nodeSelector={"beta.kubernetes.io/arch": "arm64"}),
     )
     assert run(beta_arch, ["a"]).new_claims[0].instance_types == ("m6g.large",)
+
+
+def test_selectors_without_match_labels_still_count_pods():
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [{"key": "app", "operator": "In", "values": ["cache"]}]
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    snap = snapshot(
+        nodepool(), node("a"), node("c"), node("b"), replicas("cache", [("a", 1), ("b", 1)], affinity=anti)
+    )
+    assert run(snap, ["b"]).placements["default/cache-1"] == "c"
