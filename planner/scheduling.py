@@ -464,6 +464,10 @@ class Simulator:
         self._inv_base: dict[PodAffinityTerm, dict[str, int]] = {}
         self._inv_version = 0
         self._inv_cache: dict[tuple, tuple[int, list[PodAffinityTerm]]] = {}
+        self._inv_by_label: dict[tuple[str, str], list[PodAffinityTerm]] = {}
+        self._inv_scan: list[PodAffinityTerm] = []
+        for term in self._inv_terms:
+            self._index_inverse(term)
         self._groups: list[_Group] = []
         self._group_ids: dict[tuple, int] = {}
         self._selecting_cache: dict[tuple, tuple[int, list[_Group]]] = {}
@@ -931,13 +935,26 @@ class Simulator:
         self._selecting_cache[labelset] = (len(self._groups), out)
         return out
 
+    def _index_inverse(self, term: PodAffinityTerm) -> None:
+        selector = term.selector
+        if selector.nothing:
+            return
+        if selector.match_labels:
+            self._inv_by_label.setdefault(selector.match_labels[0], []).append(term)
+        else:
+            self._inv_scan.append(term)
+
     def _inverse_terms(self, labelset: tuple) -> list[PodAffinityTerm]:
+        """Required anti-affinity terms of placed pods that select pods with these (namespace, labels)."""
         cached = self._inv_cache.get(labelset)
         if cached is not None and cached[0] == self._inv_version:
             return cached[1]
         ns, labels = labelset
         lm = dict(labels)
-        out = [t for t in self._inv_terms if t.selects(ns, lm)]
+        candidates = list(self._inv_scan)
+        for pair in labels:
+            candidates.extend(self._inv_by_label.get(pair, ()))
+        out = [t for t in dict.fromkeys(candidates) if t.selects(ns, lm)]
         self._inv_cache[labelset] = (self._inv_version, out)
         return out
 
@@ -1366,6 +1383,7 @@ class Simulator:
         for term in eff.owned_anti:
             if term not in self._inv_terms:
                 self._inv_terms[term] = Counter()
+                self._index_inverse(term)
                 self._inv_version += 1
             delta = self._inv_delta(probe, term)
             for d in domains_for(term.topology_key):
