@@ -125,6 +125,7 @@ class DisruptionWorkflow:
             # A cancellation must not let a taint land after the compensation removed it.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+        self._stop_if_cancelled()
         by_node = {result.node: result for result in results}
         for candidate in self._status.candidates:
             result = by_node[candidate.node]
@@ -228,7 +229,7 @@ class DisruptionWorkflow:
                 tried.append(f"{offering.key}: skipped, {self._unavailable[offering.key].error}")
                 continue
             try:
-                return await workflow.execute_activity_method(
+                launched = await workflow.execute_activity_method(
                     EC2Activities.launch_instance,
                     LaunchRequest(
                         command_id=self._status.command_id, index=index, offering=offering, template=template
@@ -238,6 +239,8 @@ class DisruptionWorkflow:
                     # A launch in flight must finish before compensation looks for instances to terminate.
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 )
+                self._stop_if_cancelled()
+                return launched
             except ActivityError as err:
                 cause = err.cause
                 if not (isinstance(cause, ApplicationError) and cause.type in OFFERING_ERRORS):
@@ -256,6 +259,13 @@ class DisruptionWorkflow:
             type="NoOfferingAvailable",
             non_retryable=True,
         )
+
+    @staticmethod
+    def _stop_if_cancelled() -> None:
+        """An activity awaited with WAIT_CANCELLATION_COMPLETED that finishes anyway returns its result
+        and swallows the cancellation: look for it explicitly."""
+        if workflow.cancellation_reason() is not None:
+            raise asyncio.CancelledError("workflow cancellation requested")
 
     def _is_unavailable(self, offering: Offering) -> bool:
         entry = self._unavailable.get(offering.key)
