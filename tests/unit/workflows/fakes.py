@@ -54,6 +54,7 @@ class FakeCluster:
         self.owned = True
         self.tgp: timedelta | None = None
         self.drain_blocks = False
+        self.taint_seconds = 0.0  # a slow taint call, to cancel during it
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -89,6 +90,7 @@ class FakeCluster:
     @activity.defn(name="taint_disrupted")
     async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
         self.calls.append(("taint_disrupted", request.nodes))
+        await asyncio.sleep(self.taint_seconds)
         return [
             CandidateNode(node=n, ok=True, provider_id=f"aws:///zone-a/i-{n}", nodepool="default")
             if n in self.nodes and n not in self.deleting

@@ -174,6 +174,20 @@ async def test_cancel_while_waiting_for_a_replacement_compensates(harness):
     assert "begin_termination" not in harness.cluster.names()
 
 
+async def test_a_cancel_during_a_taint_call_that_completes_is_not_lost(harness):
+    harness.cluster.taint_seconds = 0.5
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    await wait_for_phase(handle, "Tainting")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert isinstance(failure.value.cause, CancelledError)
+    assert "launch_instance" not in harness.cluster.names()
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+
+
 async def test_cancel_after_the_terminations_started_lets_them_finish(harness):
     harness.cluster.drain_blocks = True
     candidates = nodes(harness, 1)
