@@ -40,7 +40,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
 from activities.kube_api import KubeApi
@@ -86,6 +86,7 @@ class WorkerSettings(BaseSettings):
     # AWS
     aws_region: str | None = Field(default=None, description="default: the AWS SDK's (AWS_REGION, profile)")
     aws_endpoint_url: str | None = Field(default=None, description="EC2 endpoint override, e.g. moto")
+    ec2_threads: int = Field(default=32, ge=1, description="concurrent EC2 calls (boto3 is synchronous)")
     # Behaviour
     max_concurrent_activities: int = Field(default=200, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=100, ge=1)
@@ -331,7 +332,9 @@ def ec2_client(settings: WorkerSettings) -> Any:
     from botocore.config import Config
 
     # botocore's own retries ride out throttling inside one activity attempt before Temporal's.
-    config = Config(retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=50)
+    config = Config(
+        retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=max(10, settings.ec2_threads)
+    )
     return boto3.client(
         "ec2", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url, config=config
     )
@@ -345,6 +348,7 @@ def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[An
         settings.cluster_name,
         unavailable_ttl_seconds=settings.unavailable_offering_ttl,
         poll_interval=settings.ec2_poll_interval,
+        threads=settings.ec2_threads,
     )
     return [
         method
@@ -402,6 +406,9 @@ class KarpflowWorker:
             max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             graceful_shutdown_timeout=timedelta(seconds=settings.graceful_shutdown),
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout),
+            # Pollers follow the backlog: many terminations at once get picked up in parallel.
+            workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
+            activity_task_poller_behavior=PollerBehaviorAutoscaling(),
         )
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:

@@ -12,16 +12,18 @@ RunInstances and the activity completing must not launch twice). The ClientToken
 retried request idempotent on real EC2; it also covers the offering, because EC2 refuses a token
 reused with different parameters.
 
-boto3 is synchronous: calls run in a thread (`asyncio.to_thread`) so the worker's event loop,
-which also runs workflows and heartbeats, never blocks on AWS.
+boto3 is synchronous: calls run in a thread pool of their own so the worker's event loop, which
+also runs workflows and heartbeats, never blocks on AWS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from temporalio import activity
@@ -140,15 +142,19 @@ class EC2Activities:
         cluster_name: str,
         unavailable_ttl_seconds: float = 180.0,
         poll_interval: float = 5.0,
+        threads: int = 32,
     ) -> None:
         self.ec2 = ec2
         self.cluster = cluster_name
         self.unavailable = UnavailableOfferings(unavailable_ttl_seconds)
         self.poll_interval = poll_interval
         self._architectures: dict[str, str | None] = {}
+        # Its own threads: asyncio's default pool has cpu+4 threads, too few for fifty terminations.
+        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ec2")
 
     async def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
-        return await asyncio.to_thread(getattr(self.ec2, method), **kwargs)
+        call = functools.partial(getattr(self.ec2, method), **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     # -- launch -----------------------------------------------------------------------------------
 
