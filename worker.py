@@ -419,11 +419,12 @@ class KarpflowWorker:
         if settings.health:
             await self._serve_health()
         log.info(
-            "worker running: task queue %s on %s/%s, cluster %s",
+            "worker running: task queue %s on %s/%s, cluster %s%s",
             settings.task_queue,
-            settings.temporal_address,
-            settings.temporal_namespace,
+            self.client.service_client.config.target_host,
+            self.client.namespace,
             settings.cluster_name,
+            f", health on port {self.health_port}" if self.health_port else "",
         )
         return self
 

@@ -107,7 +107,7 @@ def set_annotations(node: Json, annotations: dict[str, str]) -> bool:
     return changed
 
 
-def add_finalizer(node: Json) -> bool:
+def ensure_finalizer(node: Json) -> bool:
     finalizers = node.setdefault("metadata", {}).setdefault("finalizers", [])
     if TERMINATION_FINALIZER in finalizers:
         return False
@@ -115,7 +115,7 @@ def add_finalizer(node: Json) -> bool:
     return True
 
 
-def remove_finalizer(node: Json) -> bool:
+def drop_finalizer(node: Json) -> bool:
     finalizers = (node.get("metadata") or {}).get("finalizers") or []
     if TERMINATION_FINALIZER not in finalizers:
         return False
@@ -379,7 +379,7 @@ class KubernetesActivities:
             for taint in template.taints:
                 changed |= add_taint(node, taint.model_dump(exclude_none=True))
         changed |= remove_taint(node, UNREGISTERED_TAINT_KEY)
-        changed |= add_finalizer(node)
+        changed |= ensure_finalizer(node)
         return changed
 
     @activity.defn(name="await_node_initialized")
@@ -427,7 +427,7 @@ class KubernetesActivities:
             if node is None:
                 return
             name = node["metadata"]["name"]
-            await self.kube.update_node(name, remove_finalizer)
+            await self.kube.update_node(name, drop_finalizer)
             await self.kube.delete_node(name)
         except KubeError as err:
             if err.status == 404:
@@ -454,7 +454,7 @@ class KubernetesActivities:
                     instance_id=instance_id_of(request.provider_id),
                 )
             if not node["metadata"].get("deletionTimestamp"):
-                await self.kube.update_node(name, add_finalizer)
+                await self.kube.update_node(name, ensure_finalizer)
                 await self.kube.delete_node(name)
                 node = await self.kube.find_node(name)
                 if node is None:  # gone at once: someone removed the finalizer meanwhile
@@ -604,7 +604,7 @@ class KubernetesActivities:
     async def remove_finalizer(self, node: str) -> None:
         """The last step: once the finalizer is gone the API server removes the node."""
         try:
-            await self.kube.update_node(node, remove_finalizer)
+            await self.kube.update_node(node, drop_finalizer)
         except KubeError as err:
             if err.status != 404:
                 raise classify_kube(err, f"removing the finalizer of node {node}") from None

@@ -22,7 +22,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
@@ -175,7 +176,7 @@ class TerminationWorkflow:
             )
         except ActivityError as err:
             # Volumes that never detach must not keep an instance (and its bill) forever.
-            if not isinstance(err.cause, TimeoutError):
+            if not isinstance(err.cause, TemporalTimeoutError):
                 raise
             workflow.logger.warning(
                 "node %s: volumes still attached after %s; terminating anyway", name, timeouts.volume_detach

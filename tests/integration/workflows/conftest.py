@@ -22,7 +22,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import pytest_asyncio
 import yaml
@@ -70,24 +69,6 @@ async def dev_client(dev_server_env: WorkflowEnvironment) -> Client:
 @pytest.fixture(scope="session")
 def temporal_address(dev_server_env: WorkflowEnvironment) -> str:
     return dev_server_env.client.service_client.config.target_host
-
-
-def create_instance_profiles(stack: SimStack) -> None:
-    """The AWS account has the instance profiles its EC2NodeClasses name (moto checks them)."""
-    iam = boto3.client(
-        "iam",
-        endpoint_url=stack.ec2_endpoint,
-        region_name=stack.region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    for obj in stack.scenario.objects if stack.scenario else ():
-        profile = (
-            (obj.get("status") or {}).get("instanceProfile") if obj.get("kind") == "EC2NodeClass" else None
-        )
-        if profile:
-            with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
-                iam.create_instance_profile(InstanceProfileName=profile)
 
 
 @dataclass
@@ -226,7 +207,6 @@ async def karpflow(
     marker = request.node.get_closest_marker("sim_stack")
     kwargs = {"time_scale": 0.01, **(marker.kwargs if marker else {})}
     stack = await asyncio.to_thread(make_sim_stack, **kwargs)
-    await asyncio.to_thread(create_instance_profiles, stack)
     kube = KubeApi.for_host(stack.kube_url)
     world = Karpflow(stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path)
     try:
