@@ -35,9 +35,15 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+USER_AGENT = "karpflow-worker/0.1"
+
+
 class KubeApi:
-    def __init__(self, api_client: kclient.ApiClient, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: kclient.ApiClient, request_timeout: float = 30.0, user_agent: str = USER_AGENT
+    ) -> None:
         self._client = api_client
+        self._client.user_agent = user_agent  # audit logs tell karpflow's calls apart
         self._timeout = request_timeout
 
     # -- construction -----------------------------------------------------------------------------
@@ -65,11 +71,17 @@ class KubeApi:
         return cls(kclient.ApiClient(configuration), request_timeout)
 
     @classmethod
-    def for_host(cls, host: str, request_timeout: float = 30.0, connection_pool: int = 200) -> KubeApi:
+    def for_host(
+        cls,
+        host: str,
+        request_timeout: float = 30.0,
+        connection_pool: int = 200,
+        user_agent: str = USER_AGENT,
+    ) -> KubeApi:
         """A plain-HTTP API server without authentication (the local emulator)."""
         configuration = kclient.Configuration(host=host)
         configuration.connection_pool_maxsize = connection_pool
-        return cls(kclient.ApiClient(configuration), request_timeout)
+        return cls(kclient.ApiClient(configuration), request_timeout, user_agent)
 
     async def close(self) -> None:
         await self._client.close()
@@ -227,6 +239,3 @@ class KubeApi:
 
     async def get_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Json:
         return await self.request("GET", f"/apis/{group}/{version}/{plural}/{_q(name)}")
-
-    async def create_event(self, namespace: str, event: Json) -> None:
-        await self.request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", body=event)

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,10 @@ import pytest_asyncio
 import yaml
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kube_api import KubeApi
+from activities.kube_api import USER_AGENT, KubeApi
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
@@ -207,7 +208,7 @@ async def karpflow(
     marker = request.node.get_closest_marker("sim_stack")
     kwargs = {"time_scale": 0.01, **(marker.kwargs if marker else {})}
     stack = await asyncio.to_thread(make_sim_stack, **kwargs)
-    kube = KubeApi.for_host(stack.kube_url)
+    kube = KubeApi.for_host(stack.kube_url, user_agent="karpflow-tests")
     world = Karpflow(stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path)
     try:
         yield world
@@ -216,12 +217,42 @@ async def karpflow(
         await kube.close()
 
 
-async def wait_closed(client: Client, workflow_id: str, within: float = 30) -> WorkflowExecutionStatus:
+def worker_requests(stack: SimStack) -> set[tuple[str, str]]:
+    """(verb, resource) of every Kubernetes request karpflow's worker made (by its user agent)."""
+    return {
+        (r.verb or "", r.resource or "")
+        for r in stack.requests.query()
+        if (r.user_agent or "").startswith(USER_AGENT)
+    }
+
+
+def assert_rbac_allows(requests: set[tuple[str, str]]) -> None:
+    """deploy/base/rbac.yaml grants every call the worker made, so the manifests stay honest."""
+    documents = yaml.safe_load_all(Path(REPO, "deploy", "base", "rbac.yaml").read_text())
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    granted = {
+        (verb, resource) for rule in role["rules"] for verb in rule["verbs"] for resource in rule["resources"]
+    }
+    missing = sorted(request for request in requests if request not in granted)
+    assert requests and not missing, f"deploy/base/rbac.yaml does not grant {missing}"
+
+
+async def wait_closed(
+    client: Client, workflow_id: str, within: float = 30, since: datetime | None = None
+) -> WorkflowExecutionStatus:
+    """The status of the latest run of `workflow_id` once closed; with `since`, only a run started
+    after it counts (a test may reuse a node name, hence a workflow id, of an earlier test)."""
     deadline = time.monotonic() + within
     while True:
-        status = (await client.get_workflow_handle(workflow_id).describe()).status
-        if status != WorkflowExecutionStatus.RUNNING:
-            return status
+        try:
+            described = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            described = None
+        fresh = described is not None and (since is None or described.start_time >= since)
+        if fresh and described.status != WorkflowExecutionStatus.RUNNING:
+            return described.status
         if time.monotonic() > deadline:
-            raise AssertionError(f"{workflow_id} still running after {within}s")
+            raise AssertionError(f"{workflow_id} not closed after {within}s")
         await asyncio.sleep(0.05)

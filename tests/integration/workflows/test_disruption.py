@@ -9,7 +9,7 @@ from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
 from api.workflow_io import DisruptionInput, DisruptionTimeouts, ReplacementSpec
 from sim.binaries import temporal_cli
 from sim.testing import assert_no_violations
-from tests.integration.workflows.conftest import Workload, node, scenario
+from tests.integration.workflows.conftest import Workload, assert_rbac_allows, node, scenario, worker_requests
 from workflows.disruption import DisruptionWorkflow
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,9 @@ async def test_two_nodes_are_replaced_by_one_and_every_pod_moves(karpflow):
     assert running == {replacement.instance_id} and not running & before
     assert len(karpflow.instances(("pending", "running", "shutting-down", "terminated"))) == 3
     assert_no_violations(karpflow.stack)
+    calls = worker_requests(karpflow.stack)
+    assert {("create", "pods/eviction"), ("update", "nodes"), ("get", "nodepools")} <= calls
+    assert_rbac_allows(calls)
 
 
 @pytest.mark.sim_stack(scenario=scenario([A, B], TWENTY_PODS))

@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import time
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
@@ -20,7 +21,14 @@ from api.workflow_io import (
 )
 from sim.binaries import temporal_cli
 from sim.testing import assert_no_violations
-from tests.integration.workflows.conftest import Workload, node, scenario, wait_closed
+from tests.integration.workflows.conftest import (
+    Workload,
+    assert_rbac_allows,
+    node,
+    scenario,
+    wait_closed,
+    worker_requests,
+)
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 
@@ -104,6 +112,9 @@ async def test_a_do_not_disrupt_pod_holds_the_drain_until_the_grace_period_deadl
     trainers = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "ml"]
     assert [p["spec"].get("nodeName") for p in trainers] == [B.name]  # recreated elsewhere
     assert_no_violations(karpflow.stack)  # deleted at the deadline, never evicted
+    calls = worker_requests(karpflow.stack)
+    assert ("delete", "pods") in calls
+    assert_rbac_allows(calls)
 
 
 async def _only_trainer_left(karpflow) -> bool:
@@ -120,6 +131,7 @@ async def _only_trainer_left(karpflow) -> bool:
 async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
     instance = next(i["InstanceId"] for i in karpflow.instances() if i["PrivateIpAddress"] == "172.31.1.10")
     async with karpflow.worker():
+        since = datetime.now(UTC)
         await karpflow.run(
             "kubectl",
             "--kubeconfig",
@@ -129,7 +141,7 @@ async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
             A.name,
             "--wait=false",
         )
-        status = await wait_closed(karpflow.client, f"termination/{A.name}")
+        status = await wait_closed(karpflow.client, f"termination/{A.name}", since=since)
 
     assert status == WorkflowExecutionStatus.COMPLETED
     assert A.name not in await karpflow.nodes()
@@ -137,6 +149,9 @@ async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
     web = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
     assert len(web) == 5 and {p["spec"]["nodeName"] for p in web} == {B.name}
     assert_no_violations(karpflow.stack)
+    calls = worker_requests(karpflow.stack)
+    assert ("list", "nodes") in calls  # the watcher (its watch is recorded when it ends)
+    assert_rbac_allows(calls)
 
 
 # Twelve pods per candidate, evicted one at a time: a drain long enough to be interrupted.
