@@ -192,6 +192,9 @@ class TemporalContextFilter(logging.Filter):
                 "workflow_type": wf.get("workflow_type"),
             }
         record.karpflow = {k: v for k, v in context.items() if v is not None}  # type: ignore[attr-defined]
+        # Text lines: workflow.logger / activity.logger already appended their context to the message.
+        sdk_context = hasattr(record, "temporal_workflow") or hasattr(record, "temporal_activity")
+        record.karpflow_text = "" if sdk_context or not record.karpflow else f" {record.karpflow}"  # type: ignore[attr-defined]
         return True
 
 
@@ -216,7 +219,7 @@ def configure_logging(settings: WorkerSettings) -> None:
         formatter: logging.Formatter = JsonFormatter()
         formatter.converter = time.gmtime
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s %(karpflow)s")
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s%(karpflow_text)s")
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -101,7 +101,7 @@ class NodeDeletionWatcher:
         )
         self.started.add(uid)
         log.info(
-            "node %s is being deleted: termination workflow %s (run %s)",
+            "node %s is being deleted: its termination is %s (run %s)",
             name,
             handle.id,
             handle.result_run_id,

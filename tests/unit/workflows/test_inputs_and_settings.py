@@ -23,7 +23,7 @@ from api.workflow_io import (
 )
 from planner.catalog import bundled_catalog
 from planner.model import Command, Replacement
-from worker import JsonFormatter, TemporalContextFilter, WorkerSettings, cli
+from worker import JsonFormatter, TemporalContextFilter, WorkerSettings, cli, configure_logging
 
 
 def test_a_hand_typed_disruption_validates_with_go_durations_and_defaults():
@@ -161,3 +161,22 @@ def test_log_lines_are_json_with_the_workflow_ids():
     TemporalContextFilter().filter(record)
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "taint a" and line["workflow_id"] == "termination/a" and line["run_id"] == "r1"
+
+
+def test_text_log_lines_carry_the_context_once():
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    configure_logging(WorkerSettings(cluster_name="c", log_format="text"))
+    try:
+        handler = logging.getLogger().handlers[0]
+        plain = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", (), None)
+        handler.filter(plain)
+        assert handler.format(plain).endswith("INFO x hello")
+        from_sdk = logging.LogRecord(
+            "temporalio.workflow", logging.INFO, __file__, 1, "hi ({'workflow_id': 'w'})", (), None
+        )
+        from_sdk.temporal_workflow = {"workflow_id": "w"}
+        handler.filter(from_sdk)
+        assert handler.format(from_sdk).count("'workflow_id'") == 1
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
