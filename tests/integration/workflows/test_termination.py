@@ -262,3 +262,41 @@ async def test_a_malformed_input_from_the_cli_fails_in_seconds_naming_the_field(
     assert elapsed < 10
     assert failure.value.cause.type == "InvalidInput" and field in failure.value.cause.message
     assert "FAILED" in shown.stdout.upper() and field in shown.stdout
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], [Workload("shop", "web", "100m", "128Mi", ["10"])]))
+async def test_the_instance_waits_for_volumes_to_detach(karpflow):
+    attachment = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-0123"},
+        "spec": {
+            "attacher": "ebs.csi.aws.com",
+            "nodeName": A.name,
+            "source": {"persistentVolumeName": "pv-data"},
+        },
+    }
+    await karpflow.kube.request("POST", "/apis/storage.k8s.io/v1/volumeattachments", body=attachment)
+    instance = next(i["InstanceId"] for i in karpflow.instances() if i["PrivateIpAddress"] == "172.31.1.10")
+    async with karpflow.worker():
+        handle = await karpflow.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=A.name, reason="Drifted"),
+            id=f"termination/{A.name}",
+            task_queue=karpflow.task_queue,
+        )
+        await karpflow.eventually(lambda: _phase(handle, "WaitingForVolumes"), what="the volume wait")
+        await asyncio.sleep(0.5)
+        assert await _phase(handle, "WaitingForVolumes")
+        assert instance in {i["InstanceId"] for i in karpflow.instances()}  # not before the detach
+        # the attach-detach controller's part
+        await karpflow.kube.request("DELETE", "/apis/storage.k8s.io/v1/volumeattachments/csi-0123")
+        status = await handle.result()
+
+    assert status.phase == "Succeeded"
+    assert instance not in {i["InstanceId"] for i in karpflow.instances()}
+    assert_rbac_allows(worker_requests(karpflow.stack))
+
+
+async def _phase(handle, phase: str) -> bool:
+    return (await handle.query(TerminationWorkflow.status)).phase == phase

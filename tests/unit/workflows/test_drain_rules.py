@@ -234,3 +234,33 @@ async def test_the_drain_deletes_a_held_pod_when_the_deadline_comes():
         api, "n", NOW + timedelta(seconds=10), poll_interval=0.001, clock=lambda: next(clock)
     ).run()
     assert api.evictions == [] and api.deleted == [("held", 1)] and progress.deleted == 1
+
+
+class VolumeApi:
+    """Attachments on a node; one belongs to a pod that is not drained (it tolerates the taint)."""
+
+    async def volume_attachments(self) -> list[dict[str, Any]]:
+        def attachment(volume: str | None, node: str = "n") -> dict[str, Any]:
+            source = {"persistentVolumeName": volume} if volume else {"inlineVolumeSpec": {}}
+            return {"spec": {"nodeName": node, "source": source}}
+
+        return [
+            attachment("pv-app"),
+            attachment("pv-agent"),
+            attachment(None),
+            attachment("pv-elsewhere", "m"),
+        ]
+
+    async def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        agent = pod("agent", tolerations=[{"operator": "Exists"}]).raw
+        agent["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "agent-data"}}]
+        return [agent]
+
+    async def pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"spec": {"volumeName": "pv-agent"}} if name == "agent-data" else None
+
+
+async def test_only_volumes_of_drained_pods_hold_the_termination():
+    from activities.kubernetes import KubernetesActivities
+
+    assert await KubernetesActivities(VolumeApi())._blocking_attachments("n") == ["pv-app"]
