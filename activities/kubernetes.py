@@ -408,8 +408,9 @@ class KubernetesActivities:
 
     @activity.defn(name="release_node")
     async def release_node(self, request: DiscardRequest) -> None:
-        """Compensation for a replacement that never initialized: drop karpflow's finalizer and delete its
-        Node (there is nothing to drain on a node that never initialized). Missing node: nothing to do."""
+        """Compensation for a replacement that never initialized, once its instance is terminated: drop
+        karpflow's finalizer and delete its Node (nothing to drain on a node that never initialized).
+        Missing node: nothing to do."""
         try:
             node = await self.kube.find_node(request.node) if request.node else None
             if (

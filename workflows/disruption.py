@@ -9,7 +9,7 @@ The runbook (karpenter-behavior.md §3, with the durability Karpenter lacks):
 3. Await each replacement: a Node with its providerID registers (labels, taints, finalizer
    synced), then initializes (Ready, no startup or ephemeral taint).
 4. On failure or cancellation in 1-3, compensate: untaint the candidates, terminate the replacement
-   instances that never initialized (their nodes are released first). Replacements that did
+   instances that never initialized, then release their nodes. Replacements that did
    initialize stay as ordinary nodes: they are healthy capacity, and later consolidation may
    remove them; deleting them could evict pods that already moved there.
 5. Start one TerminationWorkflow per candidate (`termination/<node>`, parent-close ABANDON), which
@@ -382,17 +382,18 @@ class DisruptionWorkflow:
         ):
             replacement = self._status.replacements[instance.index]
         node = (replacement.node if replacement else None) or instance.private_dns_name or None
-        await workflow.execute_activity_method(
-            KubernetesActivities.release_node,
-            DiscardRequest(instance_id=instance.instance_id, node=node),
-            start_to_close_timeout=API_CALL,
-            retry_policy=API_RETRY,
-        )
+        # The instance first: a kubelet still running would register its Node again after a delete.
         await workflow.execute_activity_method(
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=instance.instance_id, node=node),
             start_to_close_timeout=timedelta(minutes=10),
             heartbeat_timeout=timedelta(minutes=1),
+            retry_policy=API_RETRY,
+        )
+        await workflow.execute_activity_method(
+            KubernetesActivities.release_node,
+            DiscardRequest(instance_id=instance.instance_id, node=node),
+            start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
         )
         if replacement is not None:
