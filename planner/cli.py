@@ -73,6 +73,15 @@ def _fail(message: str) -> None:
     help="Preferred affinities and ScheduleAnyway spreads in the simulation.",
 )
 @click.option("--instance-type-drift", is_flag=True, help="Drift nodes whose type left the catalog.")
+@click.option(
+    "--max-replacements",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="karpflow extension: let multi-node consolidation replace its nodes with up to N cheaper new "
+    "nodes (strictly cheaper in total). 1 is Karpenter's rule: at most one.",
+)
 def plan(
     snapshots: tuple[str, ...],
     catalog_path: str | None,
@@ -83,6 +92,7 @@ def plan(
     spot_to_spot: bool,
     preference_policy: str,
     instance_type_drift: bool,
+    max_replacements: int,
 ) -> None:
     """Show what one disruption pass would do, and why every other managed node is left alone."""
     try:
@@ -106,6 +116,7 @@ def plan(
         spot_to_spot=spot_to_spot,
         preference_policy=preference_policy,  # type: ignore[arg-type]
         instance_type_drift=instance_type_drift,
+        max_replacements=max_replacements,
     )
     result = run_plan(snapshot, catalog, options)
     if output == "json":

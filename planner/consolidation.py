@@ -17,6 +17,17 @@ and a single node needs at least 15 cheaper types and launches with the 15 cheap
 - Both spend the Underutilized budget per candidate, stop at their timeout (1 min / 3 min by default,
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
   in `planner.consolidation_validation`.
+
+karpflow extension, opt-in (`PlanOptions.max_replacements` > 1, `karpflow plan --max-replacements`):
+multi-node consolidation may replace its candidates with up to that many new nodes. The rules stay
+Karpenter's, applied to the total: every pod must be placed, the worst case of all launches together
+must be strictly below what the candidates cost, spot/on-demand replacements are pinned to spot, an
+all-spot set needs spot-to-spot, and `filter_out_same_instance_type` applies to each new node. The new
+nodes are packed two ways (Karpenter's, and the cost-aware packing of planner.scheduling_packing) and
+the cheaper is kept. With spot-to-spot off the candidates are searched spot nodes last (`spot_last`).
+Why: with one replacement, the end state keeps nodes that are full on CPU with memory idle next to
+replacements that are full on memory (bench/bench_quality.py); several new nodes sized for what they
+hold close most of that gap.
 """
 
 from __future__ import annotations
@@ -38,7 +49,14 @@ from planner.model import (
     PlanContext,
     ValidationResult,
 )
-from planner.scheduling import ClaimOption, NewNodeClaim, SimulationResult
+from planner.scheduling import (
+    COST_PACKING,
+    KARPENTER_PACKING,
+    ClaimOption,
+    NewNodeClaim,
+    Packing,
+    SimulationResult,
+)
 from planner.scheduling_adapter import SnapshotSimulation, launch_capacity_type, snapshot_simulation
 from planner.scheduling_requirements import Req
 
@@ -54,7 +72,8 @@ class Proposal:
     candidates: list[Candidate]
     command: Command | None = None
     why: str = ""
-    options: list[ClaimOption] = field(default_factory=list)  # the replacement's options, cheapest first
+    # Per replacement, its launch options (cheapest first), in the order of command.replacements.
+    options: list[list[ClaimOption]] = field(default_factory=list)
     simulation: SimulationResult | None = None
 
 
@@ -77,50 +96,154 @@ def compute_consolidation(
     *,
     method: str,
     prepared: SnapshotSimulation | None = None,
+    max_replacements: int = 1,
 ) -> Proposal:
-    """Karpenter's computeConsolidation for one candidate set (see the module docstring)."""
+    """Karpenter's computeConsolidation for one candidate set (see the module docstring).
+
+    With `max_replacements` > 1 (the karpflow extension, multi-node only) the pods may need up to that
+    many new nodes. Two packings are simulated: Karpenter's (each new node grows until no instance
+    type holds more) and the cost-aware one of planner.scheduling_packing (each new node sized for
+    the instance type that hosts its pods at the lowest price per share). The cheaper valid answer is
+    kept; a delete always wins.
+    """
     prepared = prepared or snapshot_simulation(ctx)
     candidates = list(candidates)
-    proposal = Proposal(candidates)
-    result = prepared.run(
-        [c.name for c in candidates], gone=ctx.marked_for_deletion, max_new_claims=1, stop_on_failure=True
-    )
-    proposal.simulation = result
-    if not result.all_non_pending_scheduled:
-        if result.aborted and "new node" in result.aborted:
-            proposal.why = "can't remove without creating more than one new node"
-        else:
-            proposal.why = f"pods cannot be rescheduled: {result.non_pending_errors()}"
+    free = _simulate(ctx, prepared, candidates, max_replacements)
+    proposal = _proposal(ctx, candidates, free, method, prepared)
+    if max_replacements <= 1 or (proposal.command is not None and not proposal.command.replacements):
         return proposal
-    replacements = result.replacements
-    if not replacements:
-        proposal.command = _command(method, candidates, [], prepared, None, "")
-        return proposal
-
-    claim = replacements[0]
-    price = source_price(candidates)
-    if all(c.capacity_type == CAPACITY_SPOT for c in candidates) and CAPACITY_SPOT in claim.capacity_types:
-        return _spot_to_spot(ctx, proposal, claim, price, method, prepared)
-
-    pin_spot = CAPACITY_SPOT in claim.capacity_types and CAPACITY_ON_DEMAND in claim.capacity_types
-    # Priced as it would launch: spot when spot is allowed. Pinning to spot afterwards keeps an
-    # unavailable spot launch from falling back to a more expensive on-demand node.
-    options = prepared.simulator.reprice(claim, [_SPOT]) if pin_spot else claim.options
-    cheaper = [o for o in options if o.worst_price < price]
-    missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
-    if missing:
-        proposal.why = f"Filtering by price: {missing}"
-        return proposal
-    if not cheaper:
-        proposal.why = f"Can't replace with a cheaper node (current ${price:.4f}/h)"
-        return proposal
-    capacity_type = CAPACITY_SPOT if pin_spot else launch_capacity_type(claim.capacity_types)
-    proposal.options = cheaper
-    proposal.command = _command(method, candidates, cheaper, prepared, claim, capacity_type)
+    cost = _simulate(ctx, prepared, candidates, max_replacements, COST_PACKING)
+    return _cheaper(proposal, _proposal(ctx, candidates, cost, method, prepared))
     return proposal
 
 
+def _simulate(
+    ctx: PlanContext,
+    prepared: SnapshotSimulation,
+    candidates: Sequence[Candidate],
+    max_replacements: int,
+    packing: Packing = KARPENTER_PACKING,
+) -> SimulationResult:
+    return prepared.run(
+        [c.name for c in candidates],
+        gone=ctx.marked_for_deletion,
+        max_new_claims=max_replacements,
+        stop_on_failure=True,
+        packing=packing,
+    )
+
+
+def _cheaper(a: Proposal, b: Proposal) -> Proposal:
+    """The proposal with a command that launches less (expected price), then fewer nodes; ties keep `a`."""
+    if a.command is None or b.command is None:
+        return a if b.command is None else b
+    key_a = (round(a.command.replacement_price, 6), len(a.command.replacements))
+    key_b = (round(b.command.replacement_price, 6), len(b.command.replacements))
+    return b if key_b < key_a else a
+
+
+def _proposal(
+    ctx: PlanContext,
+    candidates: list[Candidate],
+    result: SimulationResult,
+    method: str,
+    prepared: SnapshotSimulation,
+) -> Proposal:
+    proposal = Proposal(candidates, simulation=result)
+    if not result.all_non_pending_scheduled:
+        if result.aborted and "new node" in result.aborted:
+            proposal.why = _too_many_nodes(ctx, method)
+        else:
+            proposal.why = f"pods cannot be rescheduled: {result.non_pending_errors()}"
+        return proposal
+    claims = result.replacements
+    if not claims:
+        proposal.command = _command(method, candidates, [], prepared, result)
+        return proposal
+    price = source_price(candidates)
+    all_spot = all(c.capacity_type == CAPACITY_SPOT for c in candidates)
+    if len(claims) == 1:
+        claim = claims[0]
+        if all_spot and CAPACITY_SPOT in claim.capacity_types:
+            return _spot_to_spot(ctx, proposal, claim, price, method, prepared)
+        options, capacity_type = _launch_options(prepared, claim)
+        cheaper = [o for o in options if o.worst_price < price]
+        missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
+        if missing:
+            proposal.why = f"Filtering by price: {missing}"
+            return proposal
+        if not cheaper:
+            proposal.why = f"Can't replace with a cheaper node (current ${price:.4f}/h)"
+            return proposal
+        proposal.options = [cheaper]
+        proposal.command = _command(method, candidates, [(claim, cheaper, capacity_type)], prepared, result)
+        return proposal
+    return _several(ctx, proposal, claims, price, method, prepared)
+
+
+def _too_many_nodes(ctx: PlanContext, method: str) -> str:
+    if method == MULTI_NODE_CONSOLIDATION and ctx.options.max_replacements > 1:
+        return f"can't remove without creating more than {ctx.options.max_replacements} new nodes"
+    return "can't remove without creating more than one new node"
+
+
 _SPOT = Req.equals(CAPACITY_TYPE_LABEL, CAPACITY_SPOT)
+
+
+def _launch_options(prepared: SnapshotSimulation, claim: NewNodeClaim) -> tuple[list[ClaimOption], str]:
+    """The claim's options as it would launch, and the capacity type. A claim that may be spot or
+    on-demand is priced as spot and pinned to spot, so an unavailable spot launch cannot fall back to
+    a dearer on-demand node (§2.4)."""
+    if CAPACITY_SPOT in claim.capacity_types and CAPACITY_ON_DEMAND in claim.capacity_types:
+        return list(prepared.simulator.reprice(claim, [_SPOT])), CAPACITY_SPOT
+    return list(claim.options), launch_capacity_type(claim.capacity_types)
+
+
+def _several(
+    ctx: PlanContext,
+    proposal: Proposal,
+    claims: list[NewNodeClaim],
+    price: float,
+    method: str,
+    prepared: SnapshotSimulation,
+) -> Proposal:
+    """Replace with two or more new nodes (the `max_replacements` extension): the same rules as one
+    replacement, applied to the total. The worst case of all launches together must be strictly below
+    what the candidates cost; the saving left over is shared equally, so each replacement lists every
+    option whose worst-case price stays within its share."""
+    all_spot = all(c.capacity_type == CAPACITY_SPOT for c in proposal.candidates)
+    launches: list[tuple[NewNodeClaim, list[ClaimOption], str]] = []
+    for claim in claims:
+        if all_spot and CAPACITY_SPOT in claim.capacity_types:
+            if not ctx.options.spot_to_spot:
+                proposal.why = "SpotToSpotConsolidation is disabled, can't replace spot nodes with spot nodes"
+                return proposal
+            options, capacity_type = list(prepared.simulator.reprice(claim, [_SPOT])), CAPACITY_SPOT
+        else:
+            options, capacity_type = _launch_options(prepared, claim)
+        if not options:
+            proposal.why = f"no instance type can launch new node {len(launches) + 1} of {len(claims)}"
+            return proposal
+        launches.append((claim, options, capacity_type))
+    floors = [min(o.worst_price for o in options) for _, options, _ in launches]
+    if sum(floors) >= price:
+        proposal.why = (
+            f"Can't replace with {len(claims)} cheaper nodes (current ${price:.4f}/h, "
+            f"the new nodes cost at least ${sum(floors):.4f}/h)"
+        )
+        return proposal
+    share = (price - sum(floors)) / len(launches)
+    kept = []
+    for (claim, options, capacity_type), floor in zip(launches, floors, strict=True):
+        cheaper = [o for o in options if o.worst_price < floor + share]
+        missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
+        if missing:
+            proposal.why = f"Filtering by price: {missing}"
+            return proposal
+        kept.append((claim, cheaper, capacity_type))
+    proposal.options = [options for _, options, _ in kept]
+    proposal.command = _command(method, proposal.candidates, kept, prepared, proposal.simulation)
+    return proposal
 
 
 def _spot_to_spot(
@@ -156,26 +279,33 @@ def _spot_to_spot(
         while keep < len(cheaper) and prepared.simulator.min_values_met(claim, names[:keep]):
             keep += 1
         cheaper = cheaper[:keep]
-    proposal.options = cheaper
-    proposal.command = _command(method, proposal.candidates, cheaper, prepared, claim, CAPACITY_SPOT)
+    proposal.options = [cheaper]
+    proposal.command = _command(
+        method, proposal.candidates, [(claim, cheaper, CAPACITY_SPOT)], prepared, proposal.simulation
+    )
     return proposal
 
 
 def _command(
     method: str,
     candidates: list[Candidate],
-    options: Sequence[ClaimOption],
+    launches: Sequence[tuple[NewNodeClaim, Sequence[ClaimOption], str]],
     prepared: SnapshotSimulation,
-    claim: NewNodeClaim | None,
-    capacity_type: str,
+    result: SimulationResult | None,
 ) -> Command:
-    replacements = []
-    if claim is not None:
-        moved = [p for c in candidates for p in c.reschedulable_pods]
-        replacements.append(
-            prepared.replacement(claim, moved, [o.instance_type for o in options], capacity_type)
-        )
+    moved = prepared.pods_of([c.name for c in candidates])
+    replacements = [
+        prepared.replacement(claim, moved, [o.instance_type for o in options], capacity_type)
+        for claim, options, capacity_type in launches
+    ]
     command = Command(method, REASON_UNDERUTILIZED, candidates, replacements, DisruptionClass.GRACEFUL)
+    if result is not None:
+        claim_names = {c.name for c in result.new_claims}
+        command.placements = {
+            p.key: target
+            for p in moved
+            if (target := result.placements.get(p.key)) is not None and target not in claim_names
+        }
     command.message = describe(command)
     return command
 
@@ -183,13 +313,27 @@ def _command(
 def describe(command: Command) -> str:
     if not command.replacements:
         target = "pods fit on the remaining nodes"
-    else:
+    elif len(command.replacements) == 1:
         r = command.replacements[0]
         names = r.instance_type_names
         more = f" (+{len(names) - 1} more options)" if len(names) > 1 else ""
         target = f"1 {r.capacity_type} {names[0]}{more}"
+    else:
+        shapes = ", ".join(f"{r.capacity_type} {r.instance_type_names[0]}" for r in command.replacements)
+        target = f"{len(command.replacements)} new nodes ({shapes})"
     count = len(command.candidates)
     return f"{command.decision}: {count} node(s) -> {target} (saves ${command.savings_per_hour:.4f}/h)"
+
+
+def spot_last(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The `max_replacements` extension's order for multi-node consolidation when spot-to-spot is off:
+    the cost order, with spot nodes moved after the others. Freshly launched spot replacements hold
+    few pods, so they lead the cost order; a prefix made only of them may only be deleted, which stops
+    the prefix search before it reaches on-demand nodes that could be repacked onto cheaper spot
+    nodes. Behind the others they can still be deleted or repacked along with on-demand nodes."""
+    return [c for c in candidates if c.capacity_type != CAPACITY_SPOT] + [
+        c for c in candidates if c.capacity_type == CAPACITY_SPOT
+    ]
 
 
 def filter_out_same_instance_type(
@@ -242,6 +386,8 @@ class MultiNodeConsolidation(_Consolidation):
         self.probes = 0
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        if ctx.options.max_replacements > 1 and not ctx.options.spot_to_spot:
+            candidates = spot_last(candidates)
         # Keep order, drop candidates whose pool budget is spent, so the search never considers more
         # nodes than it may disrupt. Budgets are only really spent for the chosen command.
         trial = budgets.copy()
@@ -275,22 +421,23 @@ class MultiNodeConsolidation(_Consolidation):
         return [best.command]
 
     def probe(self, ctx: PlanContext, prefix: list[Candidate], prepared: SnapshotSimulation) -> Proposal:
-        proposal = compute_consolidation(ctx, prefix, method=self.name, prepared=prepared)
+        proposal = compute_consolidation(
+            ctx, prefix, method=self.name, prepared=prepared, max_replacements=ctx.options.max_replacements
+        )
         command = proposal.command
-        if command is not None and command.replacements:
-            options = filter_out_same_instance_type(proposal.options, prefix)
-            if not options:
-                proposal.command = None
-                proposal.why = (
-                    "the replacement would be no cheaper than a node of the same type being removed"
-                )
-                return proposal
-            if len(options) != len(proposal.options):
+        if command is None or not command.replacements:
+            return proposal
+        filtered = [filter_out_same_instance_type(options, prefix) for options in proposal.options]
+        if not all(filtered):
+            proposal.command = None
+            proposal.why = "the replacement would be no cheaper than a node of the same type being removed"
+            return proposal
+        if filtered != proposal.options:
+            for replacement, options in zip(command.replacements, filtered, strict=True):
                 kept = {o.instance_type for o in options}
-                replacement = command.replacements[0]
                 replacement.instance_types = [t for t in replacement.instance_types if t.name in kept]
-                proposal.options = options
-                command.message = describe(command)
+            proposal.options = filtered
+            command.message = describe(command)
         return proposal
 
 
@@ -347,4 +494,5 @@ __all__ = [
     "SingleNodeConsolidation",
     "compute_consolidation",
     "filter_out_same_instance_type",
+    "spot_last",
 ]

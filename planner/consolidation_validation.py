@@ -8,7 +8,9 @@ only if, on the fresh state:
 2. all of them fit a freshly computed Underutilized budget: otherwise "budget";
 3. re-simulating their removal places every non-pending pod ("scheduling" otherwise) and needs what
    the command planned: no new node for a delete; exactly one for a replace, whose options still
-   include every instance type the command would launch (so the replacement is no more expensive).
+   include every instance type the command would launch (so the replacement is no more expensive);
+   for a command of the `max_replacements` extension, exactly as many new nodes, each still allowing
+   every type planned for it, with either packing.
 Karpenter's nomination check (a pod about to land on a node) has no equivalent in a snapshot; the
 controller should observe after the delay, which is when a nominated pod would show up as bound.
 """
@@ -20,6 +22,7 @@ from planner.budgets import build_budget_map
 from planner.candidates import build_candidates, consolidation_block
 from planner.consolidation import consolidation_policy_block
 from planner.model import Candidate, Command, PlanContext, ValidationResult
+from planner.scheduling import COST_PACKING, KARPENTER_PACKING
 from planner.scheduling_adapter import snapshot_simulation
 
 
@@ -48,6 +51,8 @@ def validate_consolidation(ctx: PlanContext, command: Command) -> ValidationResu
         if not budgets.take(candidate.pool_name):
             return ValidationResult(False, None, f"budget: {budgets.exhausted_message(candidate.pool_name)}")
 
+    if len(command.replacements) > 1:
+        return _validate_several(ctx, command, kept)
     result = snapshot_simulation(ctx).run(
         [c.name for c in kept], gone=ctx.marked_for_deletion, max_new_claims=1, stop_on_failure=True
     )
@@ -71,3 +76,40 @@ def validate_consolidation(ctx: PlanContext, command: Command) -> ValidationResu
             f"scheduling: the replacement can no longer be {', '.join(missing)}; it would cost more",
         )
     return ValidationResult(True, command)
+
+
+def _validate_several(ctx: PlanContext, command: Command, kept: list[Candidate]) -> ValidationResult:
+    """A command of the `max_replacements` extension stands if one of the two packings still needs
+    exactly its number of new nodes and each new node, in order, may still be every instance type the
+    command would launch it as (so no launch can cost more than planned)."""
+    prepared = snapshot_simulation(ctx)
+    planned = [set(r.instance_type_names) for r in command.replacements]
+    why = ""
+    for packing in (KARPENTER_PACKING, COST_PACKING):
+        result = prepared.run(
+            [c.name for c in kept],
+            gone=ctx.marked_for_deletion,
+            max_new_claims=len(planned),
+            stop_on_failure=True,
+            packing=packing,
+        )
+        if not result.all_non_pending_scheduled:
+            why = f"scheduling: {result.non_pending_errors()}"
+            continue
+        needed = result.replacements
+        if len(needed) < len(planned):
+            why = (
+                f"scheduling: the pods now need {len(needed)} new node(s), not {len(planned)}; "
+                "a better command exists"
+            )
+            continue
+        for index, (types, claim) in enumerate(zip(planned, needed, strict=True), 1):
+            missing = sorted(types - set(claim.instance_types))
+            if missing:
+                why = (
+                    f"scheduling: new node {index} can no longer be {', '.join(missing)}; it would cost more"
+                )
+                break
+        else:
+            return ValidationResult(True, command)
+    return ValidationResult(False, None, why)

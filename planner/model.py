@@ -125,6 +125,10 @@ class PlanOptions(BaseModel):
     instance_type_drift: bool = False
     # NodePools a previous single-node pass never reached because it timed out: they go first.
     single_node_priority_pools: list[str] = Field(default_factory=list)
+    # karpflow extension, off by default: multi-node consolidation may replace its candidates with
+    # up to this many new nodes (strictly cheaper in total, worst case) instead of at most one.
+    # 1 is Karpenter's rule (§2.4: "consolidation never turns m nodes into 2 or more").
+    max_replacements: int = Field(default=1, ge=1, le=100)
 
 
 # --- Candidates -----------------------------------------------------------------------------------
@@ -251,6 +255,9 @@ class Command:
     disruption_class: DisruptionClass = DisruptionClass.GRACEFUL
     # Free text for people: why this command (e.g. the drift detail or the consolidation savings).
     message: str = ""
+    # Where the simulation put moved pods that stay on existing nodes (pod key -> node name); the
+    # pods for each replacement are in `Replacement.pods`. A prediction: the kube-scheduler decides.
+    placements: dict[str, str] = field(default_factory=dict)
 
     @property
     def decision(self) -> Literal["delete", "replace"]:

@@ -68,6 +68,10 @@ if TYPE_CHECKING:
 PreferencePolicy = Literal["Respect", "Ignore"]
 RESPECT: PreferencePolicy = "Respect"
 IGNORE: PreferencePolicy = "Ignore"
+# How moved pods that no existing node takes are packed onto new NodeClaims (see Simulator.simulate).
+Packing = Literal["karpenter", "cost"]
+KARPENTER_PACKING: Packing = "karpenter"
+COST_PACKING: Packing = "cost"
 
 ZONE = k.ZONE_LABEL
 CAPACITY_TYPE = k.CAPACITY_TYPE_LABEL
@@ -341,6 +345,17 @@ def _fits(v: Vec, f: Vec) -> bool:
     return True
 
 
+def _share(v: Vec, alloc: Vec) -> float:
+    """The largest fraction of any resource of `alloc` that `v` takes (inf when `alloc` lacks one)."""
+    share = 0.0
+    for x, a in zip(v, alloc, strict=True):
+        if x:
+            if a <= 0:
+                return float("inf")
+            share = max(share, x / a)
+    return share
+
+
 def _add(a: Vec, b: Vec) -> Vec:
     return tuple(x + y for x, y in zip(a, b, strict=True))
 
@@ -386,6 +401,7 @@ class Simulator:
         self._domains_cache: dict[tuple, frozenset[str]] = {}
         self._compat_cache: dict[tuple[str, Reqs], bool] = {}
         self._bases: dict[tuple, _Base] = {}
+        self._fair_cache: dict[Vec, float] = {}
         pods_by_node: dict[str, list[BoundPod]] = {}
         for pod in bound:
             pods_by_node.setdefault(pod.node_name, []).append(pod)
@@ -1056,6 +1072,7 @@ class Simulator:
         from_deleting: Collection[str] = (),
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
+        packing: Packing = KARPENTER_PACKING,
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
         as needed.
@@ -1071,6 +1088,14 @@ class Simulator:
         (consolidation needs 0 or 1 new node and every non-pending pod placed) stop early; the
         result then has `aborted` set. Pods whose current node is being deleted, or named in
         `from_deleting` (ns/name), may land on uninitialized nodes.
+
+        `packing` decides how `pods` that no existing node takes fill new NodeClaims:
+        - "karpenter": pod by pod, largest first, each joins the open claim with the fewest pods that
+          can take it or opens one, and a claim grows until no instance type holds more;
+        - "cost" (for callers that may launch several nodes, planner.scheduling_packing): every pod
+          first tries the existing nodes; the rest fill one new node at a time, each sized for the
+          instance type that hosts its pods at the lowest price per share. Pods it cannot pack fall
+          back to the "karpenter" way.
         """
         deleting_keys = set(from_deleting) | {
             p.key
@@ -1098,7 +1123,12 @@ class Simulator:
             for pod in sorted(displaced.values(), key=self._pod_order):
                 self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
             probe.background = False
-            for pod in sorted(pods, key=self._pod_order):
+            ordered = sorted(pods, key=self._pod_order)
+            if packing == COST_PACKING:
+                ordered = self._place_cost(
+                    probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
+                )
+            for pod in ordered:
                 self._place(probe, pod, result, deleting_keys, max_new_claims, stop_on_failure)
         except SimulationAborted as stop:
             result.aborted = str(stop)
@@ -1249,13 +1279,9 @@ class Simulator:
                 break
             dest = self._try_existing(probe, eff)
             if dest is not None:
-                node = self.nodes[dest]
-                self._commit_node(probe, eff, node, pod)
-                result.placements[pod.key] = node.name
-                if not node.initialized and pod.key not in deleting_keys:
-                    self._fail(
-                        result, pod, f"would schedule to uninitialized node {node.name}", stop_on_failure
-                    )
+                self._commit_existing(
+                    probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure
+                )
                 return
             claim = self._try_claims(probe, eff, pod.key)
             if claim is not None:
@@ -1266,6 +1292,99 @@ class Simulator:
                 result.placements[pod.key] = claim.name
                 return
         self._fail(result, pod, self._explain(probe, pod), stop_on_failure)
+
+    def _commit_existing(
+        self,
+        probe: _Probe,
+        eff: _Eff,
+        node: _Node,
+        pod: SimPod,
+        result: SimulationResult,
+        deleting_keys: set[str],
+        stop_on_failure: bool,
+    ) -> None:
+        self._commit_node(probe, eff, node, pod)
+        result.placements[pod.key] = node.name
+        if not node.initialized and pod.key not in deleting_keys:
+            self._fail(result, pod, f"would schedule to uninitialized node {node.name}", stop_on_failure)
+
+    def _place_cost(
+        self,
+        probe: _Probe,
+        pods: list[SimPod],
+        result: SimulationResult,
+        deleting_keys: set[str],
+        max_new_claims: int | None,
+        stop_on_failure: bool,
+    ) -> list[SimPod]:
+        """The "cost" packing: existing nodes first (strict constraints), then new nodes one at a time
+        (planner.scheduling_packing). Returns the pods left for the usual pod-by-pod placement."""
+        from planner.scheduling_packing import pack_new_nodes
+
+        rest: list[SimPod] = []
+        leftover: list[tuple[SimPod, _Eff]] = []
+        for pod in pods:
+            eff = self._eff(pod.constraints, 0)
+            if eff.vec is None:
+                rest.append(pod)
+                continue
+            dest = self._try_existing(probe, eff)
+            if dest is not None:
+                self._commit_existing(
+                    probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure
+                )
+            else:
+                leftover.append((pod, eff))
+        rest.extend(pack_new_nodes(self, probe, leftover, result, max_new_claims))
+        return sorted(rest, key=self._pod_order)
+
+    # -- what planner.scheduling_packing uses ---------------------------------------------------
+    @property
+    def pools(self) -> list[_Pool]:
+        """NodePools in the order new claims try them (highest weight first)."""
+        return self._pools
+
+    def pool_tolerates(self, pool: _Pool, eff: _Eff) -> bool:
+        return self._pool_tolerated(pool, eff.tolerations)
+
+    def pool_types(self, pool: _Pool, probe: _Probe | None = None) -> list[_TypeEntry]:
+        """Instance types a new node of the pool may be (within the limits left in `probe`), cheapest
+        first, each priced at its cheapest offering the pool allows, allocatable net of DaemonSets."""
+        excluded = self._excluded(probe, pool) if probe is not None else frozenset()
+        return self._typeset(pool, pool.base, excluded).entries
+
+    def fair_price(self, vec: Vec) -> float:
+        """What a pod with these requests costs on the instance type that suits it best: price x the
+        largest share of any resource it takes there (inf when no type of any pool holds it)."""
+        cached = self._fair_cache.get(vec)
+        if cached is None:
+            cached = min(
+                (
+                    e.price * _share(vec, e.alloc)
+                    for pool in self._pools
+                    for e in self._typeset(pool, pool.base, frozenset()).entries
+                    if _fits(vec, e.alloc)
+                ),
+                default=float("inf"),
+            )
+            self._fair_cache[vec] = cached
+        return cached
+
+    def open_claim(
+        self, probe: _Probe, eff: _Eff, pod_key: str, max_new_claims: int | None, pool: _Pool
+    ) -> _Claim | None:
+        """Open a new claim in `pool` holding this pod (None when the pod may not go there)."""
+        return self._open_claim(probe, eff, pod_key, max_new_claims, [pool])
+
+    def join_claim(self, probe: _Probe, claim: _Claim, eff: _Eff, pod_key: str) -> bool:
+        """Add the pod to `claim` if the claim rules allow it."""
+        reqs = self._claim_try(
+            probe, eff, claim.pool, claim.reqs, claim.used, claim.name, claim.ports, claim.excluded
+        )
+        if reqs is None:
+            return False
+        self._claim_commit(probe, claim, eff, reqs, pod_key)
+        return True
 
     def _fail(self, result: SimulationResult, pod: SimPod, why: str, stop: bool) -> None:
         result.unschedulable[pod.key] = why
@@ -1542,10 +1661,15 @@ class Simulator:
         return None
 
     def _open_claim(
-        self, probe: _Probe, eff: _Eff, pod_key: str, max_new_claims: int | None
+        self,
+        probe: _Probe,
+        eff: _Eff,
+        pod_key: str,
+        max_new_claims: int | None,
+        pools: Sequence[_Pool] | None = None,
     ) -> _Claim | None:
         name = f"new-nodeclaim-{len(probe.claims)}"
-        for pool in self._pools:
+        for pool in self._pools if pools is None else pools:
             excluded = self._excluded(probe, pool)
             reqs = self._claim_try(probe, eff, pool, pool.base, self._zero, name, [], excluded)
             if reqs is None:

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 from api import constants as k
 from planner.model import Replacement, SchedulingResult
 from planner.scheduling import (
+    KARPENTER_PACKING,
     LAUNCH_PRECEDENCE,
     RESPECT,
     NewNodeClaim,
+    Packing,
     PreferencePolicy,
     SimulationResult,
     Simulator,
@@ -384,6 +386,7 @@ class SnapshotSimulation:
         gone: Iterable[str] = (),
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
+        packing: Packing = KARPENTER_PACKING,
     ) -> SimulationResult:
         """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
         the pending pods and those of nodes going away anyway in the background (§2.6)."""
@@ -398,6 +401,7 @@ class SnapshotSimulation:
             from_deleting=[p.key for p in self.leaving_pods(gone)],
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
+            packing=packing,
         )
 
     def replacement(

@@ -12,8 +12,11 @@ from planner.catalog import catalog_from_dict
 from planner.consolidation import (
     MultiNodeConsolidation,
     SingleNodeConsolidation,
+    compute_consolidation,
     filter_out_same_instance_type,
+    spot_last,
 )
+from planner.model import PlanOptions
 from planner.plan import plan
 from planner.scheduling import ClaimOption, simulate
 from tests.unit.planner.sched_fixtures import (
@@ -434,3 +437,101 @@ def test_consolidation_runs_in_the_planning_pass():
         ("multi-node-consolidation", "replace", ["a", "b"])
     ]
     assert result.summary.ended_by == "multi-node-consolidation"
+
+
+# --- the max_replacements extension (karpflow, opt-in) --------------------------------------------
+
+
+def lopsided_pair(capacity_type: str = "on-demand", pool=None):
+    """Two m5.4xlarge: a runs 2 CPU-heavy pods (3.5 cpu, 1Gi), b 2 memory-heavy ones (1 cpu, 14Gi).
+    Together they need 9 cpu: one new node would be another m5.4xlarge, no cheaper than keeping one."""
+    return snapshot(
+        pool or nodepool(requirements=AMD64_ON_DEMAND),
+        node("a", "m5.4xlarge", capacity_type=capacity_type),
+        node("b", "m5.4xlarge", capacity_type=capacity_type),
+        replicas("cpu", [("a", 2)], cpu="3500m", memory="1Gi"),
+        replicas("mem", [("b", 2)], cpu="1", memory="14Gi"),
+    )
+
+
+def worst_case(replacement) -> float:
+    return max(
+        o.price
+        for t in replacement.instance_types
+        for o in t.offerings
+        if o.available and o.capacity_type == replacement.capacity_type and o.zone in replacement.zones
+    )
+
+
+def test_max_replacements_defaults_to_karpenters_single_replacement():
+    assert PlanOptions().max_replacements == 1
+    assert multi(lopsided_pair())[0] == []
+    proposal = compute_consolidation(
+        context(lopsided_pair()),
+        build_candidates(context(lopsided_pair()))[0],
+        method="multi-node-consolidation",
+    )
+    assert proposal.command is not None and len(proposal.command.replacements) == 1  # filtered later
+
+
+def test_multi_node_replaces_with_several_cheaper_nodes_when_allowed():
+    [command], _ = multi(lopsided_pair(), max_replacements=3)
+    assert command.decision == "replace" and command.nodes == ["a", "b"]
+    assert sorted(r.instance_type_names[0] for r in command.replacements) == ["c5.xlarge", "m5.2xlarge"]
+    assert sum(worst_case(r) for r in command.replacements) < command.source_price
+    assert command.savings_per_hour == pytest.approx(2 * 0.768 - 0.384 - 0.170)
+    moved = sorted(p.key for r in command.replacements for p in r.pods)
+    assert moved == ["default/cpu-0", "default/cpu-1", "default/mem-0", "default/mem-1"]
+    assert "2 new nodes" in command.message
+
+
+def test_each_new_node_drops_options_no_cheaper_than_a_removed_node_of_that_type():
+    [command], _ = multi(lopsided_pair(), max_replacements=3)
+    assert all("m5.4xlarge" not in r.instance_type_names for r in command.replacements)
+
+
+def test_several_new_nodes_must_be_strictly_cheaper_in_total():
+    # Two c5.large each running 1.5 cpu: two new c5.large cost exactly what they do now.
+    snap = snapshot(
+        nodepool(requirements=AMD64_ON_DEMAND),
+        node("a", "c5.large"),
+        node("b", "c5.large"),
+        pod("one", "a", cpu="1500m"),
+        pod("two", "b", cpu="1500m"),
+    )
+    ctx = context(snap, max_replacements=3)
+    candidates = build_candidates(ctx)[0]
+    proposal = compute_consolidation(ctx, candidates, method="multi-node-consolidation", max_replacements=3)
+    assert proposal.command is None
+    assert "cheaper" in proposal.why
+
+
+def test_several_new_nodes_for_spot_nodes_need_spot_to_spot():
+    pool = nodepool(
+        requirements=[
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]
+    )
+    assert multi(lopsided_pair("spot", pool), max_replacements=3)[0] == []
+    [command], _ = multi(lopsided_pair("spot", pool), max_replacements=3, spot_to_spot=True)
+    assert len(command.replacements) == 2
+    assert {r.capacity_type for r in command.replacements} == {"spot"}
+
+
+def test_spot_last_moves_spot_candidates_behind_the_others_keeping_order():
+    snap = snapshot(
+        nodepool(),
+        node("s1", capacity_type="spot"),
+        node("o1"),
+        node("s2", capacity_type="spot"),
+        node("o2"),
+    )
+    candidates = build_candidates(context(snap))[0]
+    assert [c.name for c in spot_last(candidates)] == ["o1", "o2", "s1", "s2"]
+
+
+def test_command_records_where_moved_pods_land_on_existing_nodes():
+    snap = snapshot(nodepool(), node("a"), node("b"), pod("one", "a"), pod("two", "b"))
+    [command], _ = single(snap)
+    assert command.placements == {"default/one": "b"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from planner.consolidation import MultiNodeConsolidation, SingleNodeConsolidation
+from planner.model import PlanOptions
 from planner.plan import command_out, plan, validate_command
 from tests.unit.planner.sched_fixtures import (
     CATALOG,
@@ -120,3 +121,25 @@ def test_multi_node_commands_validate_through_plan_validate_command():
     crowded = [*objects, pod("newcomer", "c", cpu="1")]
     again = validate_command(snapshot(*crowded), CATALOG, out, methods=[MultiNodeConsolidation()])
     assert not again.valid and "can no longer be c5.xlarge" in again.reason
+
+
+def test_a_command_with_several_new_nodes_stands_on_an_unchanged_cluster():
+    objects = [
+        nodepool(requirements=[{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]),
+        node("a", "m5.4xlarge"),
+        node("b", "m5.4xlarge"),
+        pod("cpu-0", "a", cpu="3500m"),
+        pod("cpu-1", "a", cpu="3500m"),
+        pod("mem-0", "b", cpu="1", memory="14Gi"),
+        pod("mem-1", "b", cpu="1", memory="14Gi"),
+    ]
+    options = PlanOptions(max_replacements=3)
+    result = plan(snapshot(*objects), CATALOG, options, methods=[MultiNodeConsolidation()])
+    [out] = result.commands
+    assert len(out.replacements) == 2
+    checked = validate_command(snapshot(*objects), CATALOG, out, options, methods=[MultiNodeConsolidation()])
+    assert checked.valid, checked.reason
+    # A pod landed on b during the delay: the planned new nodes no longer hold everything.
+    crowded = [*objects, pod("newcomer", "b", cpu="3", memory="20Gi")]
+    again = validate_command(snapshot(*crowded), CATALOG, out, options, methods=[MultiNodeConsolidation()])
+    assert not again.valid and again.reason.startswith("scheduling:")

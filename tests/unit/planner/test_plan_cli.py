@@ -139,3 +139,32 @@ def test_the_capture_time_of_a_snapshot_is_the_default_plan_time(tmp_path):
     path.write_text(json.dumps(data))
     result = invoke("--snapshot", str(path), "-o", "json")
     assert json.loads(result.output)["at"] == "2026-11-22T10:00:00Z"
+
+
+def test_max_replacements_lets_multi_node_consolidation_launch_several_nodes(tmp_path):
+    b = ClusterBuilder(region="us-east-1")
+    b.nodeclass()
+    b.nodepool(
+        "default",
+        budgets=[{"nodes": "100%"}],
+        requirements=[
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5", "c5", "r5"]},
+        ],
+    )
+    b.node("a", instance_type="m5.4xlarge")
+    b.node("b", instance_type="m5.4xlarge")
+    for i in range(2):
+        b.pod(f"cpu-{i}", "a", cpu="3500m", memory="1Gi", app="cpu")
+        b.pod(f"mem-{i}", "b", cpu="1", memory="14Gi", app="mem")
+    path = b.write(tmp_path / "lopsided.yaml")
+    args = ["--snapshot", str(path), "--at", "2026-11-22T10:00:00Z", "--output", "json"]
+
+    [karpenter] = json.loads(invoke(*args).output)["commands"]
+    assert karpenter["method"] == "single-node-consolidation" and karpenter["decision"] == "delete"
+    [several] = json.loads(invoke(*args, "--max-replacements", "3").output)["commands"]
+    assert several["method"] == "multi-node-consolidation" and several["nodes"] == ["a", "b"]
+    assert 2 <= len(several["replacements"]) <= 3
+    assert several["savingsPerHour"] > karpenter["savingsPerHour"]
+    bad = invoke(*args, "--max-replacements", "0")
+    assert bad.exit_code == 2 and "--max-replacements" in bad.output

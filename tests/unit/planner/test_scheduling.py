@@ -865,3 +865,67 @@ def test_selectors_without_match_labels_still_count_pods():
         nodepool(), node("a"), node("c"), node("b"), replicas("cache", [("a", 1), ("b", 1)], affinity=anti)
     )
     assert run(snap, ["b"]).placements["default/cache-1"] == "c"
+
+
+# --- cost-aware packing of new nodes (the max_replacements extension) ------------------------------
+
+AMD64_ON_DEMAND = [
+    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+]
+
+
+def lopsided_pair(*extra):
+    """Two m5.4xlarge: a runs 2 CPU-heavy pods (3.5 cpu, 1Gi), b 2 memory-heavy ones (1 cpu, 14Gi)."""
+    return snapshot(
+        nodepool(requirements=AMD64_ON_DEMAND),
+        node("a", "m5.4xlarge"),
+        node("b", "m5.4xlarge"),
+        replicas("cpu", [("a", 2)], cpu="3500m", memory="1Gi"),
+        replicas("mem", [("b", 2)], cpu="1", memory="14Gi"),
+        *extra,
+    )
+
+
+def launch_price(result):
+    return sum(claim.options[0].price for claim in result.replacements)
+
+
+def test_cost_packing_sizes_each_new_node_for_what_it_holds():
+    # Karpenter's packing grows one claim to 9 cpu: only an m5.4xlarge ($0.768) holds it. Sized one
+    # node at a time, the pods fit an m5.2xlarge and a c5.xlarge ($0.554 together).
+    snap = lopsided_pair()
+    karpenter = run(snap, ["a", "b"], max_new_claims=5)
+    cost = run(snap, ["a", "b"], max_new_claims=5, packing="cost")
+    assert [c.options[0].instance_type for c in karpenter.replacements] == ["m5.4xlarge"]
+    assert cost.all_non_pending_scheduled
+    assert sorted(c.options[0].instance_type for c in cost.replacements) == ["c5.xlarge", "m5.2xlarge"]
+    assert launch_price(cost) == pytest.approx(0.554)
+    assert launch_price(karpenter) == pytest.approx(0.768)
+    placed = {key for claim in cost.replacements for key in claim.pods}
+    assert placed == {"default/cpu-0", "default/cpu-1", "default/mem-0", "default/mem-1"}
+
+
+def test_cost_packing_fills_existing_nodes_before_new_ones():
+    snap = lopsided_pair(node("c", "m5.xlarge"))
+    result = run(snap, ["a", "b"], max_new_claims=5, packing="cost")
+    assert result.placements["default/cpu-0"] == "c"  # 3.5 cpu fit c's 4; the rest go to new nodes
+    assert all(key != "default/cpu-0" for claim in result.replacements for key in claim.pods)
+
+
+def test_cost_packing_keeps_the_claim_rules():
+    # Required anti-affinity on the hostname: three replicas need three new nodes in any packing.
+    snap = snapshot(
+        nodepool(),
+        node("a"),
+        node("b"),
+        replicas("cache", [("a", 2), ("b", 1)], affinity=ANTI_HOST, cpu="100m", memory="128Mi"),
+    )
+    result = run(snap, ["a", "b"], max_new_claims=5, packing="cost")
+    assert result.all_non_pending_scheduled
+    assert len({result.placements[f"default/cache-{i}"] for i in range(3)}) == 3
+
+
+def test_cost_packing_stops_past_the_new_node_limit():
+    result = run(lopsided_pair(), ["a", "b"], max_new_claims=1, packing="cost", stop_on_failure=True)
+    assert result.aborted and "more than 1 new node" in result.aborted
