@@ -6,8 +6,9 @@
   hit lies within `duration` of now; an inactive budget imposes no limit.
 - Allowed for a reason = the minimum over the active budgets that apply to it (no budget: 10%).
 - Counting: total = the pool's initialized nodes (NodeClaims already InstanceTerminating excluded);
-  disrupting = those NotReady, being deleted, tainted `karpenter.sh/disrupted`, or marked for deletion
-  earlier in this pass. Remaining = max(allowed - disrupting, 0).
+  disrupting = those NotReady, being deleted, tainted `karpenter.sh/disrupted` (already in flight when
+  the pass starts), plus those marked for deletion earlier in this pass. Remaining = max(allowed -
+  disrupting, 0).
 - A budget that fails to parse (bad nodes, bad cron, bad duration) fails closed: 0 for every reason
   of that pool, and the error is reported. Budgets never gate expiration.
 """
@@ -108,30 +109,37 @@ def _counts_toward_total(node: Node) -> bool:
     return node.initialized and not (node.nodeclaim is not None and node.nodeclaim.instance_terminating)
 
 
-def _is_disrupting(node: Node, marked: set[str]) -> bool:
-    return not node.ready or node.is_deleting or node.has_disrupted_taint or node.name in marked
+def _in_flight(node: Node) -> bool:
+    return not node.ready or node.is_deleting or node.has_disrupted_taint
 
 
-def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int]]:
-    """(total, disrupting) node counts per NodePool."""
+def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Per NodePool: the nodes budgets count, those already disrupting when the pass started, and
+    those this pass has marked for deletion since (`ctx.marked_for_deletion`, not already counted)."""
     total: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
-    disrupting: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
+    in_flight: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
+    planned: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
     for node in ctx.snapshot.nodes.values():
         pool = node.nodepool
         if pool not in total or not _counts_toward_total(node):
             continue
         total[pool] += 1
-        if _is_disrupting(node, ctx.marked_for_deletion):
-            disrupting[pool] += 1
-    return total, disrupting
+        if _in_flight(node):
+            in_flight[pool] += 1
+        elif node.name in ctx.marked_for_deletion:
+            planned[pool] += 1
+    return total, in_flight, planned
 
 
 def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
     """Remaining disruptions per NodePool for `reason` right now."""
     if reason not in BUDGET_REASONS:
         raise ValueError(f"budgets only apply to {', '.join(BUDGET_REASONS)}, not {reason!r}")
-    total, disrupting = pool_counts(ctx)
-    budget_map = BudgetMap(reason=reason, remaining={}, total=total, disrupting=disrupting, errors={})
+    total, in_flight, planned = pool_counts(ctx)
+    disrupting = {pool: in_flight[pool] + planned[pool] for pool in total}
+    budget_map = BudgetMap(
+        reason=reason, remaining={}, total=total, disrupting=disrupting, planned=planned, errors={}
+    )
     for name, pool in ctx.snapshot.nodepools.items():
         errors = list(ctx.snapshot.budget_errors.get(name, ()))
         allowed = 0
@@ -151,7 +159,8 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
 
 
 def budget_report(ctx: PlanContext) -> dict[str, dict[str, int]]:
-    """pool -> reason -> disruptions still allowed now (what `karpflow plan` prints)."""
+    """pool -> reason -> disruptions still allowed, counting the nodes this pass has marked so far
+    (`karpflow plan` calls it before the first command and after the last)."""
     maps = {reason: build_budget_map(ctx, reason) for reason in BUDGET_REASONS}
     return {
         pool: {reason: maps[reason].remaining[pool] for reason in BUDGET_REASONS}

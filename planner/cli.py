@@ -5,6 +5,8 @@
 
 Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
 cannot be used at all (missing or unparseable file, bad catalog, bad --at).
+Budgets are reported at the start of the pass (`budgetsAtStart`) and after its commands (`budgets`,
+what the next pass could still start); see `karpflow plan --help`.
 JSON snapshots load several times faster than YAML; prefer `-o json` for large clusters.
 """
 
@@ -94,7 +96,17 @@ def plan(
     instance_type_drift: bool,
     max_replacements: int,
 ) -> None:
-    """Show what one disruption pass would do, and why every other managed node is left alone."""
+    """Show what one disruption pass would do, and why every other managed node is left alone.
+
+    \b
+    Disruption budgets are shown per NodePool and reason twice (JSON keys in brackets):
+      allowed when the pass starts, before any of its commands   [budgetsAtStart]
+      still allowed after all of this plan's commands, i.e. what [budgets]
+        the next pass could start while these are in flight
+    and the node counts behind them [budgetNodes]: nodes the budgets count, those already
+    disrupting (NotReady, deleting, tainted karpenter.sh/disrupted) and those this plan disrupts.
+    Expiration is never stopped by a budget but its nodes count as disrupting.
+    """
     try:
         now = parse_at(at) if at else None  # the files' capture time, else the current time
     except click.BadParameter as err:
@@ -122,7 +134,7 @@ def plan(
     if output == "json":
         click.echo(result.to_json())
     else:
-        print_table(result, snapshot)
+        print_table(result, snapshot, all_methods)
 
 
 def _hint_json(paths: tuple[str, ...]) -> None:
@@ -151,7 +163,34 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
 
 
-def print_table(result: Plan, snapshot: Snapshot) -> None:
+def print_budgets(console: Console, result: Plan) -> None:
+    """One row per NodePool: the nodes its budgets count, those already disrupting, those this plan
+    disrupts, and per reason "allowed when the pass starts -> still allowed after this plan"."""
+    console.print(
+        "[bold]Disruption budgets[/bold] per NodePool and reason: "
+        "allowed when this pass starts → still allowed after its commands"
+    )
+    table = Table(show_edge=True)
+    reasons = sorted({r for b in result.budgets.values() for r in b})
+    table.add_column("nodepool")
+    for column in ("nodes", "disrupting", "this plan"):
+        table.add_column(column, justify="right")
+    for reason in reasons:
+        table.add_column(reason, justify="right")
+    for pool, after in result.budgets.items():
+        start = result.budgets_at_start.get(pool, {})
+        counts = result.budget_nodes.get(pool)
+        numbers = [str(counts.nodes), str(counts.disrupting), str(counts.this_plan)] if counts else ["-"] * 3
+        table.add_row(pool, *numbers, *(f"{start.get(r, 0)} → {after.get(r, 0)}" for r in reasons))
+    console.print(table)
+    console.print(
+        "  disrupting: NotReady, deleting or tainted at the start. "
+        "this plan: nodes its commands disrupt (expiration too: budgets count it, never stop it)",
+        markup=False,
+    )
+
+
+def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> None:
     console = _console()
     summary = result.summary
     console.print(
@@ -159,6 +198,11 @@ def print_table(result: Plan, snapshot: Snapshot) -> None:
         f"{summary.nodes} nodes, {summary.managed} managed, {summary.candidates} candidates; "
         f"methods: {', '.join(summary.methods)}"
         + (f"; the pass ends after [bold]{summary.ended_by}[/bold]" if summary.ended_by else "")
+        + (
+            "; [bold]--all-methods[/bold]: every method ran, later ones counting earlier commands"
+            if all_methods
+            else ""
+        )
     )
     if result.commands:
         table = Table(title="Commands", title_justify="left")
@@ -177,20 +221,13 @@ def print_table(result: Plan, snapshot: Snapshot) -> None:
                 command.decision,
                 "\n".join(command.nodes),
                 replacements or "-",
-                _money(command.savings_per_hour),
+                "-" if command.method == "expiration" else _money(command.savings_per_hour),
             )
         console.print(table)
     else:
         console.print("No commands: nothing to disrupt in this pass.")
     if result.budgets:
-        table = Table(title="Disruptions allowed now (per NodePool and reason)", title_justify="left")
-        reasons = sorted({r for b in result.budgets.values() for r in b})
-        table.add_column("nodepool")
-        for reason in reasons:
-            table.add_column(reason, justify="right")
-        for pool, budgets in result.budgets.items():
-            table.add_row(pool, *(str(budgets.get(r, 0)) for r in reasons))
-        console.print(table)
+        print_budgets(console, result)
     if result.blocked:
         table = Table(title="Left alone", title_justify="left")
         table.add_column("node")

@@ -325,10 +325,13 @@ class BudgetMap:
     reason: str
     remaining: dict[str, int]
     # For reporting: per pool, the allowed count before in-flight disruptions were subtracted, the
-    # node total the percentages were computed on, the nodes already disrupting, and parse errors.
+    # node total the percentages were computed on, the nodes disrupting (those already in flight
+    # when the pass started plus `planned`), those this pass's earlier commands disrupt, and parse
+    # errors.
     allowed: dict[str, int] = field(default_factory=dict)
     total: dict[str, int] = field(default_factory=dict)
     disrupting: dict[str, int] = field(default_factory=dict)
+    planned: dict[str, int] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
 
     def available(self, pool: str) -> int:
@@ -349,6 +352,7 @@ class BudgetMap:
             dict(self.allowed),
             dict(self.total),
             dict(self.disrupting),
+            dict(self.planned),
             self.errors,
         )
 
@@ -357,12 +361,19 @@ class BudgetMap:
         if self.errors.get(pool):
             first = self.errors[pool][0]
             return f"nodepool {pool} has an invalid disruption budget ({first}); budgets fail closed"
-        allowed, disrupting = self.allowed.get(pool, 0), self.disrupting.get(pool, 0)
+        allowed, planned = self.allowed.get(pool, 0), self.planned.get(pool, 0)
         if allowed == 0:
             return f"nodepool {pool} budget allows no {self.reason} disruptions now"
+        disrupting = self.disrupting.get(pool, 0)
+        in_flight = disrupting - planned
+        # Spent by the commands of this plan: earlier ones (planned) and this method's own (taken).
+        by_plan = planned + max(allowed - disrupting, 0) - self.remaining.get(pool, 0)
+        parts = [f"{in_flight} already disrupting"] if in_flight or not by_plan else []
+        if by_plan:
+            parts.append(f"{by_plan} by this plan's commands")
         return (
             f"nodepool {pool} budget for {self.reason} is used up "
-            f"({allowed} allowed, {disrupting} already disrupting, {self.remaining.get(pool, 0)} left)"
+            f"({allowed} allowed: {', '.join(parts)}; {self.remaining.get(pool, 0)} left)"
         )
 
 

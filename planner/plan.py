@@ -12,6 +12,9 @@ The order of a pass (behaviour notes §1.1, §1.2, §7.1):
 
 The result is a pydantic `Plan` (what `karpflow plan --output json` prints and what an activity
 returns to the controller workflow). The rich `Command` objects stay available as `plan.commands_`.
+Budgets are reported twice: `budgetsAtStart` (allowed when the pass starts, before any command,
+expiration included) and `budgets` (still allowed after all of this plan's commands: what the next
+pass could start), with the node counts behind them in `budgetNodes`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from types import ModuleType
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
-from planner.budgets import budget_problems, budget_report, build_budget_map
+from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
 from planner.drift import Drift
@@ -86,6 +89,12 @@ class BlockedOut(_Out):
     details: list[Explanation] = Field(default_factory=list)
 
 
+class BudgetNodesOut(_Out):
+    nodes: int = Field(description="nodes the pool's budgets count (initialized, not terminating)")
+    disrupting: int = Field(description="of those, already disrupting when the pass starts")
+    this_plan: int = Field(description="of those, disrupted by this plan's commands (expiration included)")
+
+
 class PlanSummary(_Out):
     nodes: int
     managed: int
@@ -100,7 +109,17 @@ class Plan(_Out):
     catalog: str
     commands: list[CommandOut]
     blocked: list[BlockedOut]
-    budgets: dict[str, dict[str, int]]
+    budgets: dict[str, dict[str, int]] = Field(
+        description="pool -> reason -> disruptions still allowed after this plan's commands: what the "
+        "next pass could start"
+    )
+    budgets_at_start: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="pool -> reason -> disruptions allowed when the pass starts, before any of its commands",
+    )
+    budget_nodes: dict[str, BudgetNodesOut] = Field(
+        default_factory=dict, description="pool -> the node counts behind both budget maps"
+    )
     problems: list[str] = Field(default_factory=list)
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
@@ -168,12 +187,12 @@ def plan(
     )
     methods = list(methods) if methods is not None else default_methods()
 
+    budgets_at_start = budget_report(ctx)
     commands = expiration_commands(ctx)
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
 
     candidates, blocked = build_candidates(ctx)
-    budgets = budget_report(ctx)
     ended_by = None
     for method in methods:
         eligible = [c for c in candidates if _eligible(ctx, method, c)]
@@ -186,6 +205,7 @@ def plan(
             ended_by = method.name
             break
 
+    total, in_flight, planned = pool_counts(ctx)
     problems = list(snapshot.problems)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
@@ -195,7 +215,12 @@ def plan(
         catalog=catalog.source,
         commands=[command_out(c) for c in commands],
         blocked=_blocked_out(ctx, candidates, blocked, methods, ended_by),
-        budgets=budgets,
+        budgets=budget_report(ctx),
+        budgets_at_start=budgets_at_start,
+        budget_nodes={
+            pool: BudgetNodesOut(nodes=total[pool], disrupting=in_flight[pool], this_plan=planned[pool])
+            for pool in sorted(total)
+        },
         problems=problems,
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
@@ -345,6 +370,7 @@ def validate_command(
 
 __all__ = [
     "BlockedOut",
+    "BudgetNodesOut",
     "CommandOut",
     "Plan",
     "ReplacementOut",

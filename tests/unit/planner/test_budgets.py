@@ -138,3 +138,19 @@ def test_budget_problems_are_reported_once_in_the_plan():
     assert any(p.startswith("NodePool default: spec.disruption.budgets[0]: nodes") for p in budget_lines)
     assert any(p.startswith("NodePool cron:") and "every monday" in p for p in budget_lines)
     assert result.budgets["default"] == {"Underutilized": 0, "Empty": 0, "Drifted": 0}
+
+
+def test_used_up_message_separates_nodes_already_disrupting_from_this_plans_commands():
+    b = pool_with([{"nodes": "2"}], nodes=4)
+    b.node("notready", ready=False)
+    ctx = b.context()
+    ctx.marked_for_deletion.add("n00")  # an earlier command of this plan
+    budget = build_budget_map(ctx, "Empty")
+    assert budget.available("default") == 0
+    assert budget.exhausted_message("default") == (
+        "nodepool default budget for Empty is used up "
+        "(2 allowed: 1 already disrupting, 1 by this plan's commands; 0 left)"
+    )
+    fresh = build_budget_map(pool_with([{"nodes": "2"}], nodes=4).context(), "Empty")
+    assert fresh.take("default", 2)  # the method's own command spends the rest
+    assert "(2 allowed: 2 by this plan's commands; 0 left)" in fresh.exhausted_message("default")

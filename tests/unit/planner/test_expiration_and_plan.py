@@ -178,7 +178,29 @@ def test_plan_json_has_the_documented_shape():
             "details": [],
         }
     ]
-    assert data["budgets"] == {"default": {"Underutilized": 1, "Empty": 1, "Drifted": 1}}
+    # 2 nodes, default budget 10% rounded up: 1 allowed when the pass starts, 0 once "empty" goes.
+    assert data["budgetsAtStart"] == {"default": {"Underutilized": 1, "Empty": 1, "Drifted": 1}}
+    assert data["budgets"] == {"default": {"Underutilized": 0, "Empty": 0, "Drifted": 0}}
+    assert data["budgetNodes"] == {"default": {"nodes": 2, "disrupting": 0, "thisPlan": 1}}
+
+
+def test_budgets_are_reported_at_the_start_of_the_pass_and_after_its_commands():
+    b = ClusterBuilder()
+    b.nodepool("default", expire_after="24h", budgets=[{"nodes": "3"}])
+    b.node("expired", age=timedelta(days=2))
+    b.pod("web-1", "expired")
+    b.node("notready", ready=False, age=timedelta(hours=2))
+    b.node("empty", age=timedelta(hours=2))
+    b.node("busy", age=timedelta(hours=2))
+    b.pod("web-2", "busy")
+    result = run(b)
+    assert [c.method for c in result.commands] == ["expiration", "emptiness"]
+    # 3 allowed; notready was disrupting before the pass: 2 left at its start, and its two commands
+    # (expired, then empty) spend them.
+    assert result.budgets_at_start["default"] == {"Underutilized": 2, "Empty": 2, "Drifted": 2}
+    assert result.budgets["default"] == {"Underutilized": 0, "Empty": 0, "Drifted": 0}
+    counts = result.budget_nodes["default"]
+    assert (counts.nodes, counts.disrupting, counts.this_plan) == (4, 1, 2)
 
 
 def test_plans_are_deterministic():

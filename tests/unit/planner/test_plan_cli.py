@@ -35,7 +35,14 @@ def test_plan_prints_a_table_by_default(demo):
     assert "Plan at 2026-11-22T10:00:00Z  region us-east-1" in result.output
     assert "expiration" in result.output and "emptiness" in result.output
     assert "pdb default/api prevents pod evictions" in result.output
-    assert "Disruptions allowed now" in result.output
+    assert "Disruption budgets per NodePool and reason: allowed when this pass starts → still allowed" in (
+        result.output
+    )
+    # 4 nodes at 50%: 2 allowed at the start; expiration and emptiness each take one.
+    budget_row = next(line for line in result.output.splitlines() if line.startswith("│ default "))
+    cells = [cell.strip() for cell in budget_row.split("│")[1:-1]]
+    assert cells == ["default", "4", "0", "2", "2 → 0", "2 → 0", "2 → 0"]
+    assert "$0.0000" not in result.output  # expiration saves nothing: shown as "-"
 
 
 def test_plan_json_has_the_documented_keys_and_region_from_node_labels(demo):
