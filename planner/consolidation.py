@@ -167,13 +167,8 @@ def _proposal(
         if all_spot and CAPACITY_SPOT in claim.capacity_types:
             return _spot_to_spot(ctx, proposal, claim, price, method, prepared)
         options, capacity_type = _launch_options(prepared, claim)
-        cheaper = [o for o in options if o.worst_price < price]
-        missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
-        if missing:
-            proposal.why = f"Filtering by price: {missing}"
-            return proposal
-        if not cheaper:
-            proposal.why = f"Can't replace with a cheaper node (current ${price:.4f}/h)"
+        cheaper, proposal.why = _cheaper_than(prepared, claim, options, price)
+        if proposal.why:
             return proposal
         proposal.options = [cheaper]
         proposal.command = _command(method, candidates, [(claim, cheaper, capacity_type)], prepared, result)
@@ -188,6 +183,20 @@ def _too_many_nodes(ctx: PlanContext, method: str) -> str:
 
 
 _SPOT = Req.equals(CAPACITY_TYPE_LABEL, CAPACITY_SPOT)
+
+
+def _cheaper_than(
+    prepared: SnapshotSimulation, claim: NewNodeClaim, options: Sequence[ClaimOption], price: float
+) -> tuple[list[ClaimOption], str]:
+    """The options whose worst-case launch price is strictly below `price` (§2.4), and why they
+    cannot make a replacement ("" when they can): none left, or the claim's minValues no longer met."""
+    cheaper = [o for o in options if o.worst_price < price]
+    missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
+    if missing:
+        return cheaper, f"Filtering by price: {missing}"
+    if not cheaper:
+        return cheaper, f"Can't replace with a cheaper node (current ${price:.4f}/h)"
+    return cheaper, ""
 
 
 def _launch_options(prepared: SnapshotSimulation, claim: NewNodeClaim) -> tuple[list[ClaimOption], str]:
@@ -235,10 +244,8 @@ def _several(
     share = (price - sum(floors)) / len(launches)
     kept = []
     for (claim, options, capacity_type), floor in zip(launches, floors, strict=True):
-        cheaper = [o for o in options if o.worst_price < floor + share]
-        missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
-        if missing:
-            proposal.why = f"Filtering by price: {missing}"
+        cheaper, proposal.why = _cheaper_than(prepared, claim, options, floor + share)
+        if proposal.why:
             return proposal
         kept.append((claim, cheaper, capacity_type))
     proposal.options = [options for _, options, _ in kept]
@@ -257,14 +264,8 @@ def _spot_to_spot(
     if not ctx.options.spot_to_spot:
         proposal.why = "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
         return proposal
-    options = prepared.simulator.reprice(claim, [_SPOT])
-    cheaper = [o for o in options if o.worst_price < price]
-    missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in cheaper])
-    if missing:
-        proposal.why = f"Filtering by price: {missing}"
-        return proposal
-    if not cheaper:
-        proposal.why = f"Can't replace with a cheaper node (current ${price:.4f}/h)"
+    cheaper, proposal.why = _cheaper_than(prepared, claim, prepared.simulator.reprice(claim, [_SPOT]), price)
+    if proposal.why:
         return proposal
     if len(proposal.candidates) == 1:
         if len(cheaper) < MIN_SPOT_TO_SPOT_OPTIONS:

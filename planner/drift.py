@@ -159,12 +159,7 @@ def hash_stamps(ctx: PlanContext) -> dict[str, dict[str, str]]:
     to patch onto them (adoption: from then on, template changes drift them). Drifted nodes are
     left alone, as Karpenter's hash controller does."""
     out: dict[str, dict[str, str]] = {}
-    snapshot = ctx.snapshot
-    for name in sorted(snapshot.nodes):
-        node = snapshot.nodes[name]
-        pool = snapshot.nodepools.get(node.nodepool or "")
-        if pool is None or node.is_deleting:
-            continue
+    for node, pool in ctx.snapshot.live_managed_nodes():
         patch: dict[str, str] = {}
         if node.annotation(NODEPOOL_HASH_VERSION_ANNOTATION) != NODEPOOL_HASH_VERSION:
             patch.update(nodepool_hash_annotations(pool))
@@ -175,7 +170,7 @@ def hash_stamps(ctx: PlanContext) -> dict[str, dict[str, str]]:
         ):
             patch.update(nodeclass_hash_annotations(nodeclass))
         if patch and drift_status(ctx, node, pool) is None:
-            out[name] = patch
+            out[node.name] = patch
     return out
 
 

@@ -32,13 +32,8 @@ def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
 
 def expiration_commands(ctx: PlanContext) -> list[Command]:
     commands = []
-    snapshot = ctx.snapshot
-    for name in sorted(snapshot.nodes):
-        node = snapshot.nodes[name]
-        pool = snapshot.nodepools.get(node.nodepool or "")
-        if pool is None or node.is_deleting:
-            continue
-        when = expired_at(ctx, name)
+    for node, pool in ctx.snapshot.live_managed_nodes():
+        when = expired_at(ctx, node.name)
         if when is None or ctx.now < when:
             continue
         expire_after = node_expire_after(node, pool)

@@ -862,19 +862,7 @@ class Simulator:
         if gid is not None:
             return gid
         gid = len(self._groups)
-        probe = _Group(
-            gid,
-            kind,
-            key,
-            namespaces,
-            selector,
-            max_skew,
-            min_domains,
-            filter_terms if kind == SPREAD else (),
-            {},
-            {},
-            frozenset(),
-        )
+        probe = _Group(gid, *gkey, {}, {}, frozenset())  # the key's fields are _Group's, in order
 
         unfiltered = kind != SPREAD or EMPTY_REQS in filter_terms  # no node affinity: every node counts
 

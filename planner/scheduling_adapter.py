@@ -31,7 +31,6 @@ from planner.scheduling_inputs import (
     UNSCHEDULABLE_TAINT_KEY,
     BoundPod,
     LabelSelector,
-    Offering,
     PodAffinityTerm,
     PodConstraints,
     Resources,
@@ -240,7 +239,7 @@ def sim_instance_type(it: InstanceType) -> SimInstanceType:
         labels=dict(it.labels),
         capacity=_resources_dict(it.capacity_resources),
         allocatable=_resources_dict(it.allocatable_resources),
-        offerings=tuple(Offering(o.zone, o.capacity_type, o.price, o.available) for o in it.offerings),
+        offerings=it.offerings,
     )
 
 

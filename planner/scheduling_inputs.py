@@ -20,6 +20,7 @@ from typing import Any
 from api import constants as k
 from api.nodepool import NodePool
 from api.quantity import QuantityError, millicores, to_int
+from planner.catalog import Offering
 from planner.scheduling_requirements import (
     DOES_NOT_EXIST,
     EXISTS,
@@ -267,14 +268,6 @@ class SimNode:
     @property
     def nodepool(self) -> str | None:
         return self.labels.get(k.NODEPOOL_LABEL)
-
-
-@dataclass(frozen=True, slots=True)
-class Offering:
-    zone: str
-    capacity_type: str
-    price: float
-    available: bool = True
 
 
 @dataclass(slots=True)

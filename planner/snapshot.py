@@ -1003,6 +1003,14 @@ class Snapshot:
     def pending_pods(self) -> list[Pod]:
         return [p for p in self.pods if p.is_pending]
 
+    def live_managed_nodes(self) -> Iterator[tuple[Node, NodePool]]:
+        """Nodes of an existing NodePool that are not being deleted, with their pool, in name order."""
+        for name in sorted(self.nodes):
+            node = self.nodes[name]
+            pool = self.nodepools.get(node.nodepool or "")
+            if pool is not None and not node.is_deleting:
+                yield node, pool
+
     def region(self) -> str | None:
         """The region named by the nodes' topology labels (the most common one)."""
         counts: dict[str, int] = defaultdict(int)
