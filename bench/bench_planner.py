@@ -38,7 +38,7 @@ from planner.snapshot import load_snapshot
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-path, at = sys.argv[1], datetime.fromisoformat(sys.argv[2])
+path, at, max_replacements = sys.argv[1], datetime.fromisoformat(sys.argv[2]), int(sys.argv[3])
 w0, c0 = time.perf_counter(), time.process_time()
 snapshot = load_snapshot(path, now=at)
 w1, c1 = time.perf_counter(), time.process_time()
@@ -52,8 +52,8 @@ for method in methods:  # time each method's compute (the scheduling simulation 
                                     "candidates": len(candidates), "probes": getattr(_method, "probes", None)}
         return out
     method.compute = timed
-result = plan(snapshot, bundled_catalog(snapshot.region() or "us-west-2"), PlanOptions(all_methods=True),
-              methods=methods)
+result = plan(snapshot, bundled_catalog(snapshot.region() or "us-west-2"),
+              PlanOptions(all_methods=True, max_replacements=max_replacements), methods=methods)
 w2, c2 = time.perf_counter(), time.process_time()
 methods = {}
 for command in result.commands:
@@ -67,14 +67,17 @@ print(json.dumps({
 """
 
 
-def run_in_process(path: Path) -> dict:
+def run_in_process(path: Path, max_replacements: int = 1) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path), AT], check=True, capture_output=True, text=True
+        [sys.executable, "-c", _CHILD, str(path), AT, str(max_replacements)],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def cli_with_rusage(path: Path) -> dict:
+def cli_with_rusage(path: Path, max_replacements: int = 1) -> dict:
     """Wall time and the child's own peak RSS (wait4 reports it per child)."""
     karpflow = Path(sys.executable).with_name("karpflow")
     start = time.perf_counter()
@@ -84,7 +87,11 @@ def cli_with_rusage(path: Path) -> dict:
         os.dup2(devnull, 1)
         os.execv(
             str(karpflow),
-            [str(karpflow), "plan", "--snapshot", str(path), "--output", "json", "--all-methods", "--at", AT],
+            [
+                str(karpflow),
+                *("plan", "--snapshot", str(path), "--output", "json", "--all-methods", "--at", AT),
+                *("--max-replacements", str(max_replacements)),
+            ],
         )
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - start
@@ -117,7 +124,10 @@ def generate_file(nodes: int, pods: int, out: Path) -> Path:
 @click.option("--sizes", default="1000x20000,5000x100000", show_default=True, help="NODESxPODS,...")
 @click.option("--yaml", "with_yaml", is_flag=True, help="Also time loading the same cluster from YAML.")
 @click.option("--keep", type=click.Path(file_okay=False), help="Keep the generated files in this directory.")
-def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
+@click.option(
+    "--max-replacements", default=1, show_default=True, help="PlanOptions.max_replacements (extension)."
+)
+def main(sizes: str, with_yaml: bool, keep: str | None, max_replacements: int) -> None:
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="karpflow-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -130,7 +140,7 @@ def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
         click.echo(
             f"== {nodes} nodes / {pods} pods: {path.name} ({mb:.0f} MB), generated in {generated:.1f}s"
         )
-        inproc = run_in_process(path)
+        inproc = run_in_process(path, max_replacements)
         click.echo(
             f"   in-process: load {inproc['load_wall']:.2f}s wall / {inproc['load_cpu']:.2f}s cpu "
             f"(peak {inproc['load_peak_mb']:.0f} MB), plan {inproc['plan_wall']:.2f}s wall / "
@@ -146,7 +156,7 @@ def main(sizes: str, with_yaml: bool, keep: str | None) -> None:
                 f"     {name:27s} {m['wall']:6.2f}s wall / {m['cpu']:5.2f}s cpu "
                 f"({m['candidates']} candidates{probes})"
             )
-        cli = cli_with_rusage(path)
+        cli = cli_with_rusage(path, max_replacements)
         click.echo(
             f"   CLI:        {cli['wall']:.2f}s wall / {cli['cpu']:.2f}s cpu, peak {cli['peak_mb']:.0f} MB"
         )
