@@ -24,7 +24,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -38,7 +37,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
-    from activities.errors import INSUFFICIENT_CAPACITY, NON_RETRYABLE_TYPES, OFFERING_ERRORS
+    from activities.errors import INSUFFICIENT_CAPACITY, OFFERING_ERRORS
     from activities.kubernetes import KubernetesActivities
     from api import search_attributes as sa
     from api.activity_io import (
@@ -66,20 +65,8 @@ with workflow.unsafe.imports_passed_through():
         UnavailableOffering,
         parse_input,
     )
+    from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow, termination_workflow_id
-
-API_CALL = timedelta(seconds=60)
-API_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
-# Waits for a replacement are bounded by the command's deadline (schedule_to_close), not by attempts.
-WAIT_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
 
 
 class ReplacementFailed(Exception):
@@ -387,7 +374,7 @@ class DisruptionWorkflow:
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=instance.instance_id, node=node),
             start_to_close_timeout=timedelta(minutes=10),
-            heartbeat_timeout=timedelta(minutes=1),
+            heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
         )
         await workflow.execute_activity_method(

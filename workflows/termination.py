@@ -21,13 +21,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
-    from activities.errors import NON_RETRYABLE_TYPES
     from activities.kubernetes import KubernetesActivities
     from api import search_attributes as sa
     from api.activity_io import (
@@ -45,14 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TerminationTimeouts,
         parse_input,
     )
-
-# Short API calls: retried with backoff for as long as the error is retryable.
-API_CALL = timedelta(seconds=60)
-API_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
+    from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
 
 
 def termination_workflow_id(node: str) -> str:
@@ -120,11 +111,7 @@ class TerminationWorkflow:
                 DrainRequest(node=request.node, reason=request.reason, deadline=node.deadline),
                 start_to_close_timeout=timeouts.drain_attempt,
                 heartbeat_timeout=timeouts.heartbeat,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=30),
-                    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-                ),
+                retry_policy=DRAIN_RETRY,
             )
             self._status.pods_evicted, self._status.pods_deleted = drained.evicted, drained.deleted
 
@@ -188,7 +175,7 @@ class TerminationWorkflow:
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=node.instance_id or "", node=node.node),
             start_to_close_timeout=limit,
-            heartbeat_timeout=timedelta(minutes=1),
+            heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
         )
 

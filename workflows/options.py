@@ -1,0 +1,31 @@
+"""Activity options shared by the workflows, named so that each call site says which one it uses.
+
+Imported inside `workflow.unsafe.imports_passed_through()`: plain values, no side effects.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+from activities.errors import NON_RETRYABLE_TYPES
+
+# Short API calls: retried with backoff for as long as the error is retryable.
+API_CALL = timedelta(seconds=60)
+API_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# Waits (for a replacement to register or initialize) retry like API calls; they are bounded by the
+# caller's deadline (schedule_to_close), not by attempts.
+WAIT_RETRY = API_RETRY
+# A drain attempt is long and heartbeats; a retry resumes from the cluster's state, so back off further.
+DRAIN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# Terminating an instance heartbeats while it waits for EC2 to report the instance gone.
+INSTANCE_TERMINATE_HEARTBEAT = timedelta(minutes=1)
