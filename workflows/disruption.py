@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         UnavailableOffering,
         parse_input,
     )
+    from workflows.failures import activity_cause
     from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow, termination_workflow_id
 
@@ -276,7 +277,7 @@ class DisruptionWorkflow:
             where.append(f"instance {replacement.instance_id}")
         if replacement.node:
             where.append(f"node {replacement.node}")
-        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        cause = activity_cause(err)
         if isinstance(cause, TemporalTimeoutError):
             details = cause.last_heartbeat_details
             waiting = (
@@ -325,7 +326,7 @@ class DisruptionWorkflow:
         try:
             return await step
         except Exception as err:  # keep compensating; report what could not be undone
-            cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+            cause = activity_cause(err)
             problems.append(f"{what}: {cause}")
             return None
 
@@ -474,7 +475,7 @@ class DisruptionWorkflow:
     def _failure_text(self, err: BaseException) -> str:
         if isinstance(err, ReplacementFailed):
             return str(err)
-        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        cause = activity_cause(err)
         if isinstance(cause, ApplicationError):
             return cause.message
         return str(cause)

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TerminationTimeouts,
         parse_input,
     )
+    from workflows.failures import activity_cause
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
 
 
@@ -219,6 +220,6 @@ class TerminationWorkflow:
             )
             self._set_phase("Canceled")
             return
-        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        cause = activity_cause(err)
         self._status.message = f"{self._status.phase}: {cause}"
         self._set_phase("Failed")
