@@ -11,13 +11,22 @@ AWS_VERSION = "v1"
 # Taints.
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
+NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
 # Taints the kubelet / cloud provider put on new nodes and remove themselves (not startup taints
 # of the NodePool): a node is not initialized while it carries one.
 KNOWN_EPHEMERAL_TAINT_KEYS = (
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
+    NOT_READY_TAINT_KEY,
+    UNREACHABLE_TAINT_KEY,
     "node.kubernetes.io/network-unavailable",
     "node.cloudprovider.kubernetes.io/uninitialized",
+)
+
+# Tolerations Kubernetes' DefaultTolerationSeconds admission plugin adds to every pod that lacks
+# them: a pod stays 300 s on a node that turned NotReady or unreachable. Copy before changing one.
+DEFAULT_POD_TOLERATIONS = (
+    {"key": NOT_READY_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": UNREACHABLE_TAINT_KEY, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
 )
 
 # Finalizer.

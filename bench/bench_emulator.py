@@ -29,6 +29,8 @@ import orjson
 import psutil
 import urllib3
 
+from api.constants import DEFAULT_POD_TOLERATIONS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -111,20 +113,7 @@ def pod(i: int, node_name: str) -> dict:
             ],
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-            ],
+            "tolerations": [dict(t) for t in DEFAULT_POD_TOLERATIONS],
         },
         "status": {
             "phase": "Running",

@@ -19,6 +19,7 @@ import yaml
 
 from api.constants import (
     CAPACITY_TYPE_LABEL,
+    DEFAULT_POD_TOLERATIONS,
     DO_NOT_DISRUPT_ANNOTATION,
     EC2NODECLASS_LABEL,
     HOSTNAME_LABEL,
@@ -306,20 +307,7 @@ class ClusterBuilder:
             ],
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-            ],
+            "tolerations": [dict(t) for t in DEFAULT_POD_TOLERATIONS],
             **(spec or {}),
         }
         if node:

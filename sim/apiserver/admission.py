@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from api.constants import DEFAULT_POD_TOLERATIONS
 from sim.apiserver.resources import ResourceType
 from sim.apiserver.selectors import label_key_error, label_value_error, selector_from_label_selector
 
@@ -22,21 +23,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 DEFAULT_GRACE_SECONDS = 30
-# The DefaultTolerationSeconds admission plugin adds these to every pod.
-_DEFAULT_TOLERATIONS = (
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-)
 
 
 def name_errors(rt: ResourceType, name: str) -> FieldErrors:
@@ -129,7 +115,7 @@ def _default_pod(obj: dict[str, Any]) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     tolerations = spec.setdefault("tolerations", [])
     if isinstance(tolerations, list):
-        for default in _DEFAULT_TOLERATIONS:
+        for default in DEFAULT_POD_TOLERATIONS:
             if not any(isinstance(t, dict) and t.get("key") == default["key"] for t in tolerations):
                 tolerations.append(dict(default))
     status = obj.setdefault("status", {})

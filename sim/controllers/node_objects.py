@@ -30,17 +30,18 @@ from api.constants import (
     HOSTNAME_LABEL,
     INSTANCE_TYPE_LABEL,
     NODEPOOL_LABEL,
+    NOT_READY_TAINT_KEY,
     OS_LABEL,
     REGION_LABEL,
     TAG_NODE_LABELS,
     TAG_NODE_TAINTS,
     TAG_NODEPOOL,
     TAG_STARTUP_TAINTS,
+    UNREACHABLE_TAINT_KEY,
     ZONE_LABEL,
 )
 from planner.catalog import InstanceType
 from sim.controllers.kubelet_flags import parse_node_labels, parse_taints
-from sim.controllers.predicates import NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY
 
 KUBELET_VERSION = "v1.32.0-eks-sim"
 NOT_READY_TAINT = {"key": NOT_READY_TAINT_KEY, "effect": "NoSchedule"}

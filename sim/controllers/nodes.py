@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from api.constants import NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY
 from sim import ec2_faults
 from sim.apiserver.errors import AlreadyExists, NotFound
 from sim.apiserver.store import Store
@@ -47,7 +48,7 @@ from sim.controllers.node_objects import (
     ready_condition,
     registered_node,
 )
-from sim.controllers.predicates import NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY, node_condition
+from sim.controllers.predicates import node_condition
 from sim.controllers.timers import Timers
 from sim.ec2_faults import Ec2Faults
 from sim.timescale import TimeScale

@@ -16,12 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from api.constants import NOT_READY_TAINT_KEY
 from planner.resources import ZERO, Resources
 
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
-UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
 ONE_POD = Resources(pods=1)
 
 

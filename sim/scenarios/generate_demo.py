@@ -453,21 +453,6 @@ WORKLOADS = [
     ),
 ]
 
-DEFAULT_TOLERATIONS = [
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-]
-
 
 def pod_spec(w: Workload, node_name: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
@@ -481,7 +466,7 @@ def pod_spec(w: Workload, node_name: str | None = None) -> dict[str, Any]:
         "terminationGracePeriodSeconds": w.grace,
         "restartPolicy": "Always",
         "schedulerName": "default-scheduler",
-        "tolerations": w.tolerations + DEFAULT_TOLERATIONS,
+        "tolerations": w.tolerations + list(k.DEFAULT_POD_TOLERATIONS),
     }
     if w.node_selector:
         spec["nodeSelector"] = w.node_selector
