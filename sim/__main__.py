@@ -14,22 +14,12 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 
+from sim.ports import port_is_free
 from sim.scenario import ScenarioError
 from sim.stack import SimStack, shutdown_moto
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("sim")
 
     for label, port in (("Kubernetes emulator", args.kube_port), ("EC2 (moto)", args.moto_port)):
-        if port and not port_free(args.host, port):
+        if port and not port_is_free(args.host, port):
             log.error("port %d (%s) on %s is in use by another process", port, label, args.host)
             return 2
     stack = SimStack(

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api import search_attributes
 from sim.binaries import temporal_cli
+from sim.ports import free_port, port_is_free
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
@@ -157,16 +157,6 @@ class PartStatus:
 # Probes
 
 
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def temporal_serving(address: str, timeout: float = 5.0) -> bool:
     try:
         result = subprocess.run(
@@ -260,12 +250,6 @@ def worker_available() -> bool:
         ):
             return True
     return False
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:

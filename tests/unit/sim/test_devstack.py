@@ -9,7 +9,8 @@ import sys
 import time
 
 from sim import devstack
-from sim.devstack import DevSettings, DevStack, _owned_process, port_is_free
+from sim.devstack import DevSettings, DevStack, _owned_process
+from sim.ports import port_is_free
 
 
 def test_flags_and_environment(monkeypatch, tmp_path):
