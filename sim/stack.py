@@ -59,6 +59,7 @@ from sim.apiserver.server import ApiServer, parse_path
 from sim.apiserver.store import Store
 from sim.invariants import InvariantBounds, InvariantChecker
 from sim.scenario import Scenario, SeedReport, load_scenario, parse_scenario, seed
+from sim.tasks import cancel_and_wait
 from sim.timescale import TimeScale
 
 log = logging.getLogger(__name__)
@@ -352,12 +353,8 @@ class SimStack:
 
     async def _astop(self) -> None:
         self.ready = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        tasks, self._tasks = self._tasks, []
+        await cancel_and_wait(tasks)
         if self.controllers is not None:
             await self.controllers.stop()
             self.controllers = None

@@ -18,7 +18,6 @@ threads, never on the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from sim.controllers.pdb import PdbStatusController
 from sim.controllers.podgc import PodGC
 from sim.controllers.scheduler import Scheduler
 from sim.controllers.workloads import DeploymentController, ReplicaSetController
+from sim.tasks import cancel_and_wait
 from sim.timescale import TimeScale
 
 log = logging.getLogger(__name__)
@@ -180,11 +180,7 @@ class SimControllers:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(tasks)
         for controller in self.controllers.values():
             stop = getattr(controller, "stop", None)
             if stop is not None:
