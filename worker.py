@@ -283,6 +283,14 @@ async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Inte
     )
 
 
+def with_karpflow_converter(client: Client) -> Client:
+    """A client on `client`'s connection that speaks karpflow's payloads (pydantic models), e.g. for
+    a `WorkflowEnvironment`'s client, which comes with the default converter."""
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    return Client(**config)
+
+
 async def ensure_search_attributes(client: Client) -> bool:
     """Register karpflow's search attributes (idempotent). False when the operator API refuses
     (Temporal Cloud, missing permission): they must then be registered by an administrator."""

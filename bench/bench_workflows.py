@@ -38,14 +38,13 @@ from typing import Any
 import psutil
 import yaml
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from sim.binaries import temporal_cli
 from sim.scenarios import generate_demo as gen
-from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes
+from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes, with_karpflow_converter
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 
@@ -316,9 +315,7 @@ async def main() -> None:
         dev_server_extra_args=["--dynamic-config-value", "frontend.enableServerVersionCheck=false"],
     )
     try:
-        config = env.client.config()
-        config["data_converter"] = pydantic_data_converter
-        client = Client(**config)
+        client = with_karpflow_converter(env.client)
         await ensure_search_attributes(client)
         sim = Simulator(f"bench-{uuid.uuid4().hex[:6]}")
         await asyncio.to_thread(sim.start)

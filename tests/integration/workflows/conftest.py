@@ -26,7 +26,6 @@ import pytest
 import pytest_asyncio
 import yaml
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -35,7 +34,7 @@ from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
 from sim.testing import make_sim_stack, pytest_configure, sim_stack  # noqa: F401
-from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes
+from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes, with_karpflow_converter
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DemoNode, Workload = gen.DemoNode, gen.Workload
@@ -60,9 +59,8 @@ def scenario(nodes: list[Any], workloads: list[Any], termination_grace_period: s
 
 @pytest_asyncio.fixture(scope="session")
 async def dev_client(dev_server_env: WorkflowEnvironment) -> Client:
-    config = dev_server_env.client.config()
-    config["data_converter"] = pydantic_data_converter
-    client = Client(**config)
+    """A client with karpflow's data converter, search attributes registered."""
+    client = with_karpflow_converter(dev_server_env.client)
     assert await ensure_search_attributes(client)
     return client
 

@@ -7,20 +7,17 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.unit.workflows.fakes import FakeCluster
-from worker import WORKFLOWS, ensure_search_attributes
+from worker import WORKFLOWS, ensure_search_attributes, with_karpflow_converter
 
 
 @pytest_asyncio.fixture(scope="session")
 async def ts_client(time_skipping_env: WorkflowEnvironment) -> Client:
     """A client with karpflow's data converter, search attributes registered."""
-    config = time_skipping_env.client.config()
-    config["data_converter"] = pydantic_data_converter
-    client = Client(**config)
+    client = with_karpflow_converter(time_skipping_env.client)
     assert await ensure_search_attributes(client)
     return client
 
