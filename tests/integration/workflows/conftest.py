@@ -25,16 +25,18 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kube_api import USER_AGENT, KubeApi
+from api.workflow_io import TerminationInput
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
 from sim.testing import make_sim_stack, pytest_configure, sim_stack  # noqa: F401
 from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes, with_karpflow_converter
+from workflows.termination import TerminationWorkflow, termination_workflow_id
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DemoNode, Workload = gen.DemoNode, gen.Workload
@@ -179,6 +181,15 @@ class Karpflow:
                 text = what() if callable(what) else what
                 raise AssertionError(f"timed out after {within}s waiting for {text or check}")
             await asyncio.sleep(0.05)
+
+    async def start_termination(self, node: str, reason: str = "Drifted") -> WorkflowHandle[Any, Any]:
+        """A TerminationWorkflow of `node` on this test's task queue, under its real id."""
+        return await self.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=node, reason=reason),
+            id=termination_workflow_id(node),
+            task_queue=self.task_queue,
+        )
 
     def workflow_id(self, prefix: str) -> str:
         return f"{prefix}/{uuid.uuid4().hex[:8]}"

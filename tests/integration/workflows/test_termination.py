@@ -88,12 +88,7 @@ HELD = [
 @pytest.mark.sim_stack(scenario=scenario([A, B], HELD, termination_grace_period="4s"))
 async def test_a_do_not_disrupt_pod_holds_the_drain_until_the_grace_period_deadline(karpflow):
     async with karpflow.worker():
-        handle = await karpflow.client.start_workflow(
-            TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted"),
-            id=f"termination/{A.name}",
-            task_queue=karpflow.task_queue,
-        )
+        handle = await karpflow.start_termination(A.name)
         # The web pods go at once; the trainer stays while the deadline is more than its grace away.
         await karpflow.eventually(
             lambda: _only_trainer_left(karpflow), within=10, what="web pods evicted, trainer waited for"
@@ -279,12 +274,7 @@ async def test_the_instance_waits_for_volumes_to_detach(karpflow):
     await karpflow.kube.request("POST", "/apis/storage.k8s.io/v1/volumeattachments", body=attachment)
     instance = next(i["InstanceId"] for i in karpflow.instances() if i["PrivateIpAddress"] == "172.31.1.10")
     async with karpflow.worker():
-        handle = await karpflow.client.start_workflow(
-            TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted"),
-            id=f"termination/{A.name}",
-            task_queue=karpflow.task_queue,
-        )
+        handle = await karpflow.start_termination(A.name)
         await karpflow.eventually(lambda: _phase(handle, "WaitingForVolumes"), what="the volume wait")
         await asyncio.sleep(0.5)
         assert await _phase(handle, "WaitingForVolumes")

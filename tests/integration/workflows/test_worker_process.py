@@ -13,7 +13,6 @@ import urllib.request
 import pytest
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
-from api.workflow_io import TerminationInput
 from tests.integration.workflows.conftest import Workload, node, scenario
 from workflows.termination import TerminationWorkflow
 
@@ -74,12 +73,7 @@ async def test_sigterm_during_a_drain_lets_the_next_worker_finish_it(karpflow):
     """The drain activity is cancelled by the shutdown, fails its attempt, and is retried by the
     next worker from the cluster's state; traces go to the console exporter meanwhile."""
     first = karpflow.worker_process(KARPFLOW_GRACEFUL_SHUTDOWN="0.5", KARPFLOW_OTEL_EXPORTER="console")
-    handle = await karpflow.client.start_workflow(
-        TerminationWorkflow.run,
-        TerminationInput(node=A.name, reason="Drifted"),
-        id=f"termination/{A.name}",
-        task_queue=karpflow.task_queue,
-    )
+    handle = await karpflow.start_termination(A.name)
     await karpflow.eventually(
         lambda: _phase(handle, "Draining"), within=30, what=lambda: f"draining\n{karpflow.worker_logs()}"
     )
