@@ -333,17 +333,25 @@ def _template_subnet(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _launch_zone(backend: Any, zone: str | None, subnet_id: str | None, template: Mapping[str, Any]) -> str:
+    """The zone an instance lands in, as moto decides: the request's own zone, else its subnet's,
+    else the launch template's subnet's or zone, else the region's first."""
+    return (
+        zone
+        or _subnet_zone(backend, subnet_id)
+        or _subnet_zone(backend, _template_subnet(template))
+        or (template.get("Placement") or {}).get("AvailabilityZone")
+        or f"{backend.region_name}a"
+    )
+
+
 def _run_instances_pool(response: Any) -> tuple[str, str | None, str]:
     """(instance type, zone, capacity type) of a RunInstances request, resolved as moto will."""
     backend = response.ec2_backend
     template = _template_data(backend, response._get_param("LaunchTemplate", {}))
     instance_type = response._get_param("InstanceType") or template.get("InstanceType") or "m1.small"
-    zone = (
-        response._get_param("Placement.AvailabilityZone")
-        or _subnet_zone(backend, response._get_param("SubnetId"))
-        or _subnet_zone(backend, _template_subnet(template))
-        or (template.get("Placement") or {}).get("AvailabilityZone")
-        or f"{backend.region_name}a"
+    zone = _launch_zone(
+        backend, response._get_param("Placement.AvailabilityZone"), response._get_param("SubnetId"), template
     )
     market = response._get_param("InstanceMarketOptions.MarketType") or (
         template.get("InstanceMarketOptions") or {}
@@ -382,13 +390,7 @@ def _split_fleet_configs(
         survivors = []
         for override in overrides:
             instance_type = override.get("InstanceType") or data.get("InstanceType") or ""
-            zone = (
-                override.get("AvailabilityZone")
-                or _subnet_zone(backend, override.get("SubnetId"))
-                or _subnet_zone(backend, _template_subnet(data))
-                or (data.get("Placement") or {}).get("AvailabilityZone")
-                or f"{backend.region_name}a"
-            )
+            zone = _launch_zone(backend, override.get("AvailabilityZone"), override.get("SubnetId"), data)
             if faults.exhausted(instance_type, zone, capacity_type):
                 faults._count_ice()
                 ref = {k: v for k, v in spec.items() if k in _TEMPLATE_REF_KEYS}
