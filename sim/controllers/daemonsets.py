@@ -117,13 +117,9 @@ class DaemonSetController(_Controller):
         self, plural: str, kind: str, new: dict[str, Any] | None, old: dict[str, Any] | None
     ) -> None:
         if plural == "daemonsets":
-            obj = new or old
-            assert obj is not None
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            key = self._track(self.ds_by_uid, new, old)
             if new is None:
-                self.ds_by_uid.pop(obj["metadata"]["uid"], None)
                 return
-            self.ds_by_uid[obj["metadata"]["uid"]] = key
             if old is None or new.get("spec") != old.get("spec"):
                 self.mark(key)
         elif plural == "pods":

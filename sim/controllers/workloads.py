@@ -142,6 +142,19 @@ class _Controller:
         self.dirty.add(key)
         self.wake.set()
 
+    @staticmethod
+    def _track(by_uid: dict[str, Key], new: dict[str, Any] | None, old: dict[str, Any] | None) -> Key:
+        """Keep `by_uid` (the controller's own objects by uid) up to date with one event on one of
+        them (forgotten once deleted, `new` None); the object's key."""
+        obj = new or old
+        assert obj is not None
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if new is None:
+            by_uid.pop(obj["metadata"]["uid"], None)
+        else:
+            by_uid[obj["metadata"]["uid"]] = key
+        return key
+
     async def reconcile(self, key: Key) -> None:
         raise NotImplementedError
 
@@ -199,13 +212,9 @@ class ReplicaSetController(_Controller):
         self, plural: str, kind: str, new: dict[str, Any] | None, old: dict[str, Any] | None
     ) -> None:
         if plural == "replicasets":
-            obj = new or old
-            assert obj is not None
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            key = self._track(self.rs_by_uid, new, old)
             if new is None:
-                self.rs_by_uid.pop(obj["metadata"]["uid"], None)
                 return
-            self.rs_by_uid[obj["metadata"]["uid"]] = key
             if (
                 old is None
                 or new.get("spec") != old.get("spec")
@@ -302,13 +311,9 @@ class DeploymentController(_Controller):
         self, plural: str, kind: str, new: dict[str, Any] | None, old: dict[str, Any] | None
     ) -> None:
         if plural == "deployments":
-            obj = new or old
-            assert obj is not None
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            key = self._track(self.deploy_by_uid, new, old)
             if new is None:
-                self.deploy_by_uid.pop(obj["metadata"]["uid"], None)
                 return
-            self.deploy_by_uid[obj["metadata"]["uid"]] = key
             if old is None or new.get("spec") != old.get("spec"):
                 self.mark(key)
         elif plural == "replicasets":
