@@ -67,6 +67,11 @@ class KubeError(Exception):
         super().__init__(f"{status} {reason}: {self.message}")
 
 
+def not_found(err: BaseException) -> bool:
+    """A Kubernetes 404: the object (or, on a list, its API) does not exist."""
+    return isinstance(err, KubeError) and err.status == 404
+
+
 def classify_kube(err: BaseException, what: str) -> ApplicationError:
     """`what` names the object, e.g. "node ip-10-0-1-7" or "eviction of pod default/web-1"."""
     if isinstance(err, ApplicationError):

@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities import errors
 from activities.drain import Drainer, DrainProgress, Pod, parse_time, wait_until
-from activities.errors import KubeError, classify_kube, permanent
+from activities.errors import KubeError, classify_kube, not_found, permanent
 from activities.kube_api import Json, KubeApi
 from api.activity_io import (
     AmiChoice,
@@ -204,11 +204,9 @@ class KubernetesActivities:
             node = await self.kube.update_node(name, mutate)
         except _Refused as err:
             return CandidateNode(node=name, ok=False, message=str(err))
-        except KubeError as err:
-            if err.status == 404:
-                return CandidateNode(node=name, ok=False, message="node not found")
-            raise classify_kube(err, f"tainting node {name}") from None
         except Exception as err:
+            if not_found(err):
+                return CandidateNode(node=name, ok=False, message="node not found")
             raise classify_kube(err, f"tainting node {name}") from None
         return CandidateNode(
             node=name,
@@ -230,11 +228,9 @@ class KubernetesActivities:
             try:
                 await self.kube.update_node(name, mutate)
                 return name
-            except KubeError as err:
-                if err.status == 404:
-                    return None
-                raise classify_kube(err, f"untainting node {name}") from None
             except Exception as err:
+                if not_found(err):
+                    return None
                 raise classify_kube(err, f"untainting node {name}") from None
 
         return [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
@@ -244,11 +240,9 @@ class KubernetesActivities:
     async def _custom(self, group: str, version: str, plural: str, name: str, kind: str) -> Json:
         try:
             return await self.kube.get_cluster_custom(group, version, plural, name)
-        except KubeError as err:
-            if err.status == 404:
-                raise permanent(f"{kind} {name} not found", errors.INVALID) from None
-            raise classify_kube(err, f"reading {kind} {name}") from None
         except Exception as err:
+            if not_found(err):
+                raise permanent(f"{kind} {name} not found", errors.INVALID) from None
             raise classify_kube(err, f"reading {kind} {name}") from None
 
     async def _nodepool(self, name: str) -> NodePool:
@@ -430,11 +424,9 @@ class KubernetesActivities:
             name = node["metadata"]["name"]
             await self.kube.update_node(name, drop_finalizer)
             await self.kube.delete_node(name)
-        except KubeError as err:
-            if err.status == 404:
-                return
-            raise classify_kube(err, f"releasing the node of instance {request.instance_id}") from None
         except Exception as err:
+            if not_found(err):
+                return
             raise classify_kube(err, f"releasing the node of instance {request.instance_id}") from None
 
     # -- termination ------------------------------------------------------------------------------
@@ -466,8 +458,6 @@ class KubernetesActivities:
                         instance_id=instance_id_of(request.provider_id),
                     )
             deadline = await self._deadline(node, request)
-        except KubeError as err:
-            raise classify_kube(err, f"beginning termination of node {name}") from None
         except errors.ApplicationError:
             raise
         except Exception as err:
@@ -525,10 +515,9 @@ class KubernetesActivities:
 
         try:
             await self.kube.update_node(node, mutate)
-        except KubeError as err:
-            if err.status != 404:
-                raise classify_kube(err, f"tainting node {node} for termination") from None
         except Exception as err:
+            if not_found(err):
+                return  # the node is gone: nothing left to do
             raise classify_kube(err, f"tainting node {node} for termination") from None
 
     @activity.defn(name="drain_node")
@@ -606,8 +595,7 @@ class KubernetesActivities:
         """The last step: once the finalizer is gone the API server removes the node."""
         try:
             await self.kube.update_node(node, drop_finalizer)
-        except KubeError as err:
-            if err.status != 404:
-                raise classify_kube(err, f"removing the finalizer of node {node}") from None
         except Exception as err:
+            if not_found(err):
+                return  # the node is gone: nothing left to do
             raise classify_kube(err, f"removing the finalizer of node {node}") from None
