@@ -29,7 +29,7 @@ import orjson
 from planner.resources import ZERO, Resources
 from sim.apiserver.errors import ApiError, Conflict, NotFound
 from sim.apiserver.store import Store
-from sim.controllers.informer import Informer, Key
+from sim.controllers.informer import Informer, Key, key_of
 from sim.controllers.node_objects import now_rfc3339
 from sim.controllers.predicates import (
     least_allocated_score,
@@ -131,7 +131,7 @@ class Scheduler:
     def _on_pod(self, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
         obj = new or old
         assert obj is not None
-        key = (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+        key = key_of(obj)
         before = self.pods.pop(key, None)
         if before is not None and before.counts:
             self._charge(before.node, before.requests, -1)

@@ -26,7 +26,7 @@ import orjson
 from api.constants import POD_DELETION_COST_ANNOTATION
 from sim.apiserver.errors import AlreadyExists, ApiError, NotFound
 from sim.apiserver.store import Store
-from sim.controllers.informer import Informer, Key
+from sim.controllers.informer import Informer, Key, key_of
 from sim.controllers.node_objects import now_rfc3339
 from sim.controllers.predicates import pod_is_terminal
 
@@ -106,7 +106,7 @@ class _OwnedPods:
     def update(self, new: dict[str, Any] | None, old: dict[str, Any] | None) -> str | None:
         obj = new or old
         assert obj is not None
-        key = (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+        key = key_of(obj)
         before = self._owner_of.pop(key, None)
         if before is not None:
             keys = self.by_owner.get(before)
@@ -148,7 +148,7 @@ class _Controller:
         them (forgotten once deleted, `new` None); the object's key."""
         obj = new or old
         assert obj is not None
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        key = key_of(obj)
         if new is None:
             by_uid.pop(obj["metadata"]["uid"], None)
         else:
