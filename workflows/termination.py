@@ -25,7 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ec2 import EC2Activities
+    from activities.ec2 import GONE_STATES, EC2Activities
     from activities.kubernetes import KubernetesActivities
     from api import search_attributes as sa
     from api.activity_io import (
@@ -150,7 +150,7 @@ class TerminationWorkflow:
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
         )
-        return not state.found or state.state in ("shutting-down", "terminated")
+        return not state.found or state.state in GONE_STATES
 
     async def _await_volumes(self, name: str, node: NodeInfo, timeouts: TerminationTimeouts) -> None:
         self._set_phase("WaitingForVolumes")

@@ -48,15 +48,14 @@ from sim.apiserver.errors import (
     error_for_code,
 )
 from sim.apiserver.faults import FaultRule, Faults, RequestLog
-from sim.apiserver.patching import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from sim.apiserver.resources import ResourceType, by_gvr
 from sim.apiserver.store import Store
 
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
-_PATCH_TYPES = {MERGE_PATCH: "merge", JSON_PATCH: "json", STRATEGIC_MERGE_PATCH: "strategic"}
-_NO_BODY_VERBS = frozenset({"get", "list", "watch"})
+_PATCH_TYPES = {content_type: short for short, content_type in PATCH_TYPES.items()}
 
 
 @dataclass
