@@ -27,7 +27,6 @@ Json = dict[str, Any]
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
-PDBS = "/apis/policy/v1/poddisruptionbudgets"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 
 

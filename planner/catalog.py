@@ -290,10 +290,6 @@ def bundled_catalog(region: str = DEFAULT_REGION) -> Catalog:
     return Catalog(region=region, types=types, source="bundled table (on-demand 2026-01, spot estimated)")
 
 
-def bundled_regions() -> list[str]:
-    return sorted(_bundled_data()["regions"])
-
-
 # --- The override file format ---------------------------------------------------------------------
 
 

@@ -65,15 +65,6 @@ class Resources:
                 extended[name] = to_int(value)
         return cls(cpu, memory, pods, storage, extended)
 
-    def to_kube(self) -> dict[str, str]:
-        """The Kubernetes resource list; zero entries are left out, except cpu/memory/pods."""
-        out = {CPU: format_millicores(self.cpu), MEMORY: format_bytes(self.memory), PODS: str(self.pods)}
-        if self.ephemeral_storage:
-            out[EPHEMERAL_STORAGE] = format_bytes(self.ephemeral_storage)
-        for name, value in sorted(self.extended.items()):
-            out[name] = str(value)
-        return out
-
     def __add__(self, other: Resources) -> Resources:
         extended = self.extended
         if other.extended:
@@ -125,26 +116,6 @@ class Resources:
         ):
             return False
         return all(value <= available.extended.get(name, 0) for name, value in self.extended.items())
-
-    def exceeding(self, available: Resources) -> list[str]:
-        """Names of the resources where self is larger than `available` (for readable reasons)."""
-        out = [
-            name
-            for name, mine, theirs in (
-                (CPU, self.cpu, available.cpu),
-                (MEMORY, self.memory, available.memory),
-                (PODS, self.pods, available.pods),
-                (EPHEMERAL_STORAGE, self.ephemeral_storage, available.ephemeral_storage),
-            )
-            if mine > theirs
-        ]
-        out.extend(n for n, v in sorted(self.extended.items()) if v > available.extended.get(n, 0))
-        return out
-
-    def is_zero(self) -> bool:
-        return not (
-            self.cpu or self.memory or self.pods or self.ephemeral_storage or any(self.extended.values())
-        )
 
     def _key(self) -> tuple:
         return (

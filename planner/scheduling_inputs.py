@@ -53,10 +53,6 @@ def resources_from(mapping: Mapping[str, Any] | None, where: str) -> dict[str, i
     return out
 
 
-def freeze_resources(mapping: Mapping[str, int]) -> Resources:
-    return tuple(sorted((n, v) for n, v in mapping.items() if v))
-
-
 # --------------------------------------------------------------------------------------------
 # Taints, tolerations, selectors
 # --------------------------------------------------------------------------------------------
@@ -207,15 +203,6 @@ class PodConstraints:
     @property
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
-
-    @property
-    def has_preferences(self) -> bool:
-        return bool(
-            self.preferred_node_terms
-            or self.preferred_affinity
-            or self.preferred_anti_affinity
-            or any(not s.hard for s in self.spreads)
-        )
 
 
 @dataclass(slots=True)

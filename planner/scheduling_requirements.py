@@ -196,15 +196,7 @@ def freeze(reqs: Iterable[Req]) -> Reqs:
     return tuple(by_key[k] for k in sorted(by_key))
 
 
-def as_dict(reqs: Reqs) -> dict[str, Req]:
-    return {r.key: r for r in reqs}
-
-
 def labels_match(reqs: Reqs, labels: Mapping[str, str]) -> bool:
     """Every requirement holds for a node with these labels (Kubernetes semantics)."""
     get = labels.get
     return all(r.matches(get(r.key)) for r in reqs)
-
-
-def labels_as_reqs(labels: Mapping[str, str]) -> Reqs:
-    return freeze(Req.equals(k, v) for k, v in labels.items())

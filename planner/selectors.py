@@ -190,12 +190,6 @@ class Taint:
         except (KeyError, TypeError):
             raise ValueError(f"{field}: needs key and effect") from None
 
-    def to_dict(self) -> dict[str, str]:
-        out = {"key": self.key, "effect": self.effect}
-        if self.value is not None:
-            out["value"] = self.value
-        return out
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Taint) and (self.key, self.value, self.effect) == (
             other.key,

@@ -37,7 +37,6 @@ from api.constants import (
     TAG_NODE_TAINTS,
     TAG_NODEPOOL,
     TAG_STARTUP_TAINTS,
-    UNREACHABLE_TAINT_KEY,
     ZONE_LABEL,
 )
 from planner.catalog import InstanceType
@@ -45,7 +44,6 @@ from sim.controllers.kubelet_flags import parse_node_labels, parse_taints
 
 KUBELET_VERSION = "v1.32.0-eks-sim"
 NOT_READY_TAINT = {"key": NOT_READY_TAINT_KEY, "effect": "NoSchedule"}
-UNREACHABLE_TAINT = {"key": UNREACHABLE_TAINT_KEY, "effect": "NoSchedule"}
 _ARCH = {"x86_64": "amd64", "arm64": "arm64", "amd64": "amd64"}
 
 
