@@ -62,6 +62,23 @@ def endpoints_table(stack: DevStack) -> Table:
     return table
 
 
+def bring_up(stack: DevStack) -> list[str]:
+    """`stack.up()` with one progress line per part; the names of the parts it started."""
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+    ) as progress:
+        tasks: dict[str, Any] = {}
+
+        def report(part: str, message: str) -> None:
+            if part not in tasks:
+                tasks[part] = progress.add_task(f"{part}: {message}", total=1)
+            progress.update(tasks[part], description=f"{part}: {message}")
+            if message in ("ready", "already running"):
+                progress.update(tasks[part], completed=1)
+
+        return stack.up(report)
+
+
 def print_exports(stack: DevStack) -> None:
     console.print("\nPoint your shell at it:")
     console.print(f"  export KUBECONFIG={stack.settings.kubeconfig_path}", highlight=False, soft_wrap=True)
@@ -104,23 +121,7 @@ def up(empty: bool, no_worker: bool, **flags: Any) -> None:
     stack = DevStack(settings)
     was_running = stack.running()
     try:
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            tasks: dict[str, Any] = {}
-
-            def report(part: str, message: str) -> None:
-                if part not in tasks:
-                    tasks[part] = progress.add_task(f"{part}: {message}", total=1)
-                progress.update(tasks[part], description=f"{part}: {message}")
-                if message in ("ready", "already running"):
-                    progress.update(tasks[part], completed=1)
-
-            started = stack.up(report)
+        started = bring_up(stack)
     except DevStackError as err:
         console.print(f"[red]dev up failed:[/red] {err}", highlight=False)
         sys.exit(1)
