@@ -1,16 +1,35 @@
-"""`karpflow demo` end to end (what `make demo` runs), on free ports and a temporary state dir."""
+"""`karpflow demo` end to end (what `make demo` runs), on free ports and a temporary state dir.
+
+The demo is run as a user runs it (with `--keep`), then the cluster it leaves is checked with
+clients of the test's own: the `temporal` CLI for the workflows, the real kubectl for the nodes, boto3
+against moto for the instances, the simulator's invariant endpoint. Which stack the demo picks (never
+a running dev stack, busy ports replaced) is unit-tested in tests/unit/sim/test_demo_stack.py; here a
+"dev stack" (a live process with its pid file) and a busy port check it end to end.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
+from planner.catalog import bundled_catalog
+from planner.plan import plan
+from planner.snapshot import load_snapshot
+from sim.binaries import temporal_cli
 from sim.devstack import DevStack
-from sim.scenario import load_scenario
 from sim.testing import DEMO
 
 from .test_devstack import free_ports
@@ -18,44 +37,136 @@ from .test_devstack import free_ports
 pytestmark = pytest.mark.integration
 
 
-def test_the_demo_shows_the_cluster_and_cleans_up(tmp_path):
-    temporal, ui, kube, moto = free_ports(4)
-    state = tmp_path / "state"
-    started = time.monotonic()
-    ports = [
-        "--temporal-port",
-        str(temporal),
-        "--ui-port",
-        str(ui),
-        "--kube-port",
-        str(kube),
-        "--moto-port",
-        str(moto),
-    ]
-    result = subprocess.run(
-        [sys.executable, "-m", "cli", "demo", "--state-dir", str(state), *ports],
+def karpflow(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
-        timeout=240,
-        env={**os.environ, "COLUMNS": "200"},
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **env},
         check=False,
     )
-    elapsed = time.monotonic() - started
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
-    # Every scenario node, through the real kubectl, and its instance in moto.
-    for node in load_scenario(DEMO).of_kind("Node"):
-        assert out.count(node["metadata"]["name"]) >= 2, node["metadata"]["name"]
-    for section in (
-        "$ kubectl get nodes -o wide",
-        "$ kubectl get pdb -A",
-        "$ kubectl get nodepools",
-        "EC2 instances",
-    ):
-        assert section in out
-    assert out.count(" running ") >= 13 or out.count("│ running") >= 13
-    assert "No invariant violations" in out
-    assert f"http://127.0.0.1:{ui}" in out
-    assert "Stopped" in out and "Demo finished" in out
-    assert not DevStack.from_state_dir(state).running()
-    print(f"demo took {elapsed:.1f}s")
+
+
+def list_workflows(address: str, query: str) -> list[dict[str, Any]]:
+    """Workflows in the demo's Temporal, through the temporal CLI."""
+    result = subprocess.run(
+        [temporal_cli(), "workflow", "list", "--address", address, "-o", "json", "--query", query],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout or "[]")
+
+
+def search_attribute(execution: dict[str, Any], name: str) -> Any:
+    payload = execution["searchAttributes"]["indexedFields"][name]
+    return json.loads(base64.b64decode(payload["data"]))
+
+
+def kubectl_nodes(kubeconfig: Path) -> set[str]:
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return {item["metadata"]["name"] for item in json.loads(result.stdout)["items"]}
+
+
+def instance_states(endpoint: str, cluster: str) -> dict[str, str]:
+    """Node name (the instance's Name tag) -> EC2 state, for the cluster's own instances."""
+    ec2 = boto3.client(
+        "ec2", endpoint_url=endpoint, region_name="us-west-2",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    response = ec2.describe_instances(
+        Filters=[{"Name": f"tag:kubernetes.io/cluster/{cluster}", "Values": ["owned"]}]
+    )
+    states = {}
+    for reservation in response["Reservations"]:
+        for instance in reservation["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+            states[tags.get("Name", instance["InstanceId"])] = instance["State"]["Name"]
+    return states
+
+
+def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: Path):
+    temporal, kube, moto = free_ports(3)
+    # A "dev stack" that runs (one live process with its pid file) in the state dir the demo is
+    # pointed at: the demo must leave it alone and run in <state dir>/demo.
+    dev_dir = tmp_path / "state"
+    dev_dir.mkdir()
+    dev_process = subprocess.Popen(["sleep", "120"])
+    time.sleep(0.05)  # the pid file must be younger than the process (see devstack._owned_process)
+    (dev_dir / "temporal.pid").write_text(f"{dev_process.pid}\n")
+    # A busy UI port given through the environment (not as a flag): the demo takes another one.
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    busy_port = busy.getsockname()[1]
+    env = {"KARPFLOW_STATE_DIR": str(dev_dir), "KARPFLOW_UI_PORT": str(busy_port)}
+    ports = ["--temporal-port", str(temporal), "--kube-port", str(kube), "--moto-port", str(moto)]
+    demo_dir = dev_dir / "demo"
+    started = time.monotonic()
+    try:
+        result = karpflow("demo", "--keep", *ports, env=env)
+        elapsed = time.monotonic() - started
+        out = result.stdout
+        assert result.returncode == 0, out + result.stderr
+        assert f"A dev stack runs in {dev_dir}" in out and str(demo_dir) in out
+        assert dev_process.poll() is None and (dev_dir / "temporal.pid").is_file()
+        ui = int(re.search(rf"Port {busy_port} \(Temporal Web UI\) is in use; the demo uses (\d+)", out)[1])
+        stack = DevStack.from_state_dir(demo_dir)
+        assert stack.running() and stack.settings.ui_port == ui
+        address, kubeconfig = f"127.0.0.1:{temporal}", demo_dir / "kubeconfig"
+
+        # What the demo showed: the cluster, the plan, the workflows it started and where to see them.
+        for section in (
+            "$ kubectl get nodes -o wide",
+            "$ kubectl get pdb -A",
+            "EC2 instances",
+            "$ karpflow plan",
+        ):
+            assert section in out, section
+        assert f"temporal workflow list --address {address}" in out
+        assert "No invariant violations" in out and "Demo finished" in out
+
+        # Temporal: every disruption the demo started completed, and the output names each one.
+        executions = list_workflows(address, "WorkflowType = 'DisruptionWorkflow'")
+        assert executions, out
+        for execution in executions:
+            workflow_id = execution["execution"]["workflowId"]
+            assert execution["status"] == "WORKFLOW_EXECUTION_STATUS_COMPLETED", workflow_id
+            assert workflow_id in out
+        disrupted = {n for e in executions for n in search_attribute(e, "KarpflowNodes")}
+
+        # The Web UI links filter with a visibility query: the first one lists the first pass's
+        # disruptions and the terminations they started.
+        url = re.search(rf"http://127\.0\.0\.1:{ui}/namespaces/default/workflows\?query=(\S+)", out)
+        assert url, out
+        listed = list_workflows(address, urllib.parse.unquote(url[1]))
+        types = {w["type"]["name"] for w in listed}
+        assert types == {"DisruptionWorkflow", "TerminationWorkflow"}, listed
+
+        # The first pass is what the planner decides on the scenario: those nodes were disrupted too.
+        scenario = load_snapshot(DEMO)
+        first_pass = {n for c in plan(scenario, bundled_catalog("us-west-2")).commands_ for n in c.nodes}
+        assert first_pass and first_pass <= disrupted
+
+        # kubectl: the disrupted nodes are gone, every other scenario node is still there.
+        nodes = kubectl_nodes(kubeconfig)
+        assert not disrupted & nodes
+        assert set(scenario.nodes) - disrupted <= nodes
+
+        # moto: their instances are terminated; every remaining node's instance runs.
+        states = instance_states(f"http://127.0.0.1:{moto}", stack.settings.cluster_name)
+        assert {node: states.get(node) for node in disrupted} == dict.fromkeys(disrupted, "terminated")
+        assert all(states.get(node) == "running" for node in nodes), states
+
+        # The invariant checker, with nothing in flight any more.
+        with urllib.request.urlopen(f"http://127.0.0.1:{kube}/sim/invariants?in_flight=", timeout=30) as r:
+            with_nothing_in_flight = json.loads(r.read())
+        assert with_nothing_in_flight["ok"], with_nothing_in_flight["violations"]
+        print(f"demo took {elapsed:.1f}s: {len(executions)} disruptions, {len(disrupted)} nodes")
+    finally:
+        karpflow("dev", "down", "--state-dir", str(demo_dir), env={}, timeout=60)
+        dev_process.kill()
+        dev_process.wait()
+        busy.close()
