@@ -246,17 +246,20 @@ class EC2Activities:
             self._architectures[instance_type] = ARCH.get(archs[0]) if archs else None
         return self._architectures[instance_type]
 
+    async def _command_instances(self, command_id: str, index: int | None = None) -> list[dict[str, Any]]:
+        """This cluster's live instances launched by the command (for one replacement, with `index`)."""
+        filters = [{"Name": f"tag:{TAG_COMMAND_ID}", "Values": [command_id]}]
+        if index is not None:
+            filters.append({"Name": f"tag:{TAG_REPLACEMENT_INDEX}", "Values": [str(index)]})
+        filters += [
+            {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
+            {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+        ]
+        response = await self._call("describe_instances", Filters=filters)
+        return [i for r in response.get("Reservations") or () for i in r.get("Instances") or ()]
+
     async def _launched(self, command_id: str, index: int) -> dict[str, Any] | None:
-        response = await self._call(
-            "describe_instances",
-            Filters=[
-                {"Name": f"tag:{TAG_COMMAND_ID}", "Values": [command_id]},
-                {"Name": f"tag:{TAG_REPLACEMENT_INDEX}", "Values": [str(index)]},
-                {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
-                {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
-            ],
-        )
-        instances = [i for r in response.get("Reservations") or () for i in r.get("Instances") or ()]
+        instances = await self._command_instances(command_id, index)
         return min(instances, key=lambda i: i["InstanceId"]) if instances else None
 
     def _launched_instance(self, instance: dict[str, Any], adopted: bool) -> LaunchedInstance:
@@ -280,21 +283,10 @@ class EC2Activities:
         """Every live instance this command launched (compensation must not miss one a cancelled launch
         created after the workflow stopped waiting for it)."""
         try:
-            response = await self._call(
-                "describe_instances",
-                Filters=[
-                    {"Name": f"tag:{TAG_COMMAND_ID}", "Values": [command_id]},
-                    {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
-                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
-                ],
-            )
+            instances = await self._command_instances(command_id)
         except Exception as err:
             raise classify_ec2(err, f"listing the instances of command {command_id}") from None
-        return [
-            self._launched_instance(i, adopted=True)
-            for r in response.get("Reservations") or ()
-            for i in r.get("Instances") or ()
-        ]
+        return [self._launched_instance(i, adopted=True) for i in instances]
 
     # -- describe / terminate ---------------------------------------------------------------------
 
