@@ -2,8 +2,9 @@
 
 Using `planner.catalog` keeps the simulated nodes and the planner in agreement to the byte. A type the
 catalog lacks is built from DescribeInstanceTypes (vCPUs, memory, ENIs x IPv4 per ENI → EKS max
-pods) with the catalog's own `InstanceType`, so its allocatable follows the same formula. A type
-neither knows (moto accepts any string) gets a generic 2 vCPU / 8 GiB shape and a warning.
+pods) by the live catalog's own `instance_type_from_describe`, so its allocatable follows the same
+formula. A type neither knows (moto accepts any string) gets a generic 2 vCPU / 8 GiB shape and a
+warning.
 """
 
 from __future__ import annotations
@@ -12,27 +13,12 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from planner.catalog import GIB, MIB, Catalog, InstanceType, eks_max_pods
+from planner.catalog import GIB, Catalog, InstanceType
+from planner.catalog_live import instance_type_from_describe
 
 log = logging.getLogger(__name__)
 
-_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
-
 DescribeTypes = Callable[[list[str]], list[Mapping[str, Any]]]
-
-
-def from_describe_instance_types(entry: Mapping[str, Any]) -> InstanceType:
-    network = entry.get("NetworkInfo") or {}
-    arches = (entry.get("ProcessorInfo") or {}).get("SupportedArchitectures") or ["x86_64"]
-    return InstanceType(
-        name=str(entry["InstanceType"]),
-        cpu=int((entry.get("VCpuInfo") or {}).get("DefaultVCpus", 2)) * 1000,
-        memory=int((entry.get("MemoryInfo") or {}).get("SizeInMiB", 8192)) * MIB,
-        pods=eks_max_pods(
-            int(network.get("MaximumNetworkInterfaces", 3)), int(network.get("Ipv4AddressesPerInterface", 10))
-        ),
-        arch=_ARCH.get(arches[0], "amd64"),
-    )
 
 
 def generic(name: str) -> InstanceType:
@@ -72,7 +58,7 @@ class InstanceTypes:
                         except Exception:
                             continue
                 for entry in entries:
-                    itype = from_describe_instance_types(entry)
+                    itype = instance_type_from_describe(entry)
                     found[itype.name] = itype
         for name in wanted:
             if name not in found:

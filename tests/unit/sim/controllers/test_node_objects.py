@@ -2,7 +2,8 @@ import pytest
 
 from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
 from planner.catalog import bundled_catalog
-from sim.controllers.instance_types import InstanceTypes, from_describe_instance_types
+from planner.catalog_live import instance_type_from_describe
+from sim.controllers.instance_types import InstanceTypes
 from sim.controllers.kubelet_flags import FlagSyntaxError
 from sim.controllers.node_objects import (
     LaunchedNodeSpec,
@@ -101,4 +102,4 @@ def test_types_outside_the_catalog_come_from_describe_instance_types():
     assert calls == [["x9.huge"]]
     huge = types.get("x9.huge")
     assert (huge.cpu, huge.pods, huge.arch) == (8000, 58, "arm64")
-    assert huge == from_describe_instance_types(describe(["x9.huge"])[0])
+    assert huge == instance_type_from_describe(describe(["x9.huge"])[0])
