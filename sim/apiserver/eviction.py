@@ -43,6 +43,7 @@ MORE_THAN_ONE_PDB = (
 EVICTION_BLOCKED = "Cannot evict pod as it would violate the pod's disruption budget."
 
 ScaleOf = Callable[[dict[str, Any]], tuple[str, int] | None]
+_SCALED_KINDS = {"ReplicaSet": "replicasets", "Deployment": "deployments"}
 
 
 class PdbSyncError(ValueError):
@@ -215,18 +216,18 @@ def _condition(
 # --- using the store ---------------------------------------------------------------------------------
 
 
-def scale_finder(store: Store) -> ScaleOf:
-    """`scale_of` backed by the store: ReplicaSet (or its owning Deployment), Deployment."""
+def scale_finder(get: Callable[[str, str, str], Mapping[str, Any] | None]) -> ScaleOf:
+    """`scale_of` reading workloads through `get(plural, name, namespace)` (None when absent): a
+    ReplicaSet counts its owning Deployment's scale when it has one, else its own; a Deployment, its own.
+    Shared by the Eviction API (over the store) and the PDB status controller (over its informer)."""
 
     def find(ref: dict[str, Any]) -> tuple[str, int] | None:
-        kind, name, ns = ref.get("kind"), ref.get("name"), ref.get("namespace")
-        if kind not in ("ReplicaSet", "Deployment"):
+        kind, name, ns = ref.get("kind"), ref.get("name"), ref.get("namespace") or ""
+        plural = _SCALED_KINDS.get(str(kind))
+        if plural is None:
             return None
-        try:
-            obj = store.get("replicasets" if kind == "ReplicaSet" else "deployments", name, ns)
-        except NotFound:
-            return None
-        if obj["metadata"]["uid"] != ref.get("uid"):
+        obj = get(plural, str(name), ns)
+        if obj is None or obj["metadata"]["uid"] != ref.get("uid"):
             return None
         if kind == "ReplicaSet":
             owner = controller_ref(obj)
@@ -239,6 +240,16 @@ def scale_finder(store: Store) -> ScaleOf:
     return find
 
 
+def _store_get(store: Store) -> Callable[[str, str, str], dict[str, Any] | None]:
+    def get(plural: str, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return store.get(plural, name, namespace)
+        except NotFound:
+            return None
+
+    return get
+
+
 def matching_pdbs(store: Store, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     ns = pod["metadata"]["namespace"]
     return [pdb for pdb in store.list("poddisruptionbudgets", ns).items if pdb_selects(pdb, pod)]
@@ -248,7 +259,7 @@ def refresh_pdb_status(store: Store, pdb: dict[str, Any], now: datetime | None =
     """Recompute one PDB's status from the store and write it if it changed. Returns the PDB."""
     ns = pdb["metadata"]["namespace"]
     pods = store.list("pods", ns).items
-    status = compute_pdb_status(pdb, pods, scale_finder(store), now)
+    status = compute_pdb_status(pdb, pods, scale_finder(_store_get(store)), now)
     if status == pdb.get("status"):
         return pdb
     return store.update_status("poddisruptionbudgets", {**pdb, "status": status}, ns)

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from sim.apiserver.errors import NotFound
-from sim.apiserver.eviction import compute_pdb_status, controller_ref, pdb_selects
+from sim.apiserver.eviction import compute_pdb_status, pdb_selects, scale_finder
 from sim.apiserver.store import Store
 from sim.controllers.informer import Informer, Key
 from sim.controllers.workloads import _Controller
@@ -35,6 +35,8 @@ class PdbStatusController(_Controller):
         self.resync_seconds = resync_seconds
         self.writes = 0
         super().__init__(store, informer)
+        # (uid, replicas) of the workload owning a pod's scale, from the informer cache.
+        self._scale_of = scale_finder(informer.get)
 
     def _on_event(
         self, plural: str, kind: str, new: dict[str, Any] | None, old: dict[str, Any] | None
@@ -63,23 +65,6 @@ class PdbStatusController(_Controller):
         elif plural in ("replicasets", "deployments") and _replicas(new) != _replicas(old):
             for pdb_name in self.pdbs_by_ns.get(ns, ()):
                 self.mark((ns, pdb_name))  # expectedPods follows the workload's scale
-
-    def _scale_of(self, ref: dict[str, Any]) -> tuple[str, int] | None:
-        """(uid, replicas) of the workload owning a pod's scale, from the informer cache."""
-        kind, name, ns = ref.get("kind"), ref.get("name"), ref.get("namespace") or ""
-        plural = {"ReplicaSet": "replicasets", "Deployment": "deployments"}.get(str(kind))
-        if plural is None:
-            return None
-        obj = self.informer.get(plural, str(name), ns)
-        if obj is None or obj["metadata"]["uid"] != ref.get("uid"):
-            return None
-        if kind == "ReplicaSet":
-            owner = controller_ref(obj)
-            if owner and owner.get("kind") == "Deployment":
-                found = self._scale_of(owner | {"namespace": ns})
-                if found is not None:
-                    return found
-        return obj["metadata"]["uid"], int((obj.get("spec") or {}).get("replicas", 1))
 
     async def reconcile(self, key: Key) -> None:
         ns, name = key
