@@ -8,16 +8,12 @@ Both directions live here so launchers and the simulator cannot disagree on the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+from sim.apiserver.selectors import label_key_error, label_value_error
 
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_PREFIX = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*"
-_KEY_RE = re.compile(rf"^({_PREFIX}/)?{_NAME}$")
-_VALUE_RE = re.compile(rf"^({_NAME})?$")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 class FlagSyntaxError(ValueError):
@@ -25,13 +21,12 @@ class FlagSyntaxError(ValueError):
 
 
 def _check_key(key: str, what: str, source: str) -> None:
-    prefix, _, _ = key.rpartition("/")
-    if not _KEY_RE.match(key) or len(prefix) > 253:
+    if label_key_error(key) is not None:
         raise FlagSyntaxError(f"{source}: invalid {what} key {key!r}")
 
 
 def _check_value(value: str, what: str, key: str, source: str) -> None:
-    if not _VALUE_RE.match(value):
+    if label_value_error(value) is not None:
         raise FlagSyntaxError(f"{source}: invalid {what} value {value!r} for key {key!r}")
 
 
