@@ -22,6 +22,7 @@ the test failed; `assert_no_violations(stack)` is the usual last line of a scena
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,6 +36,20 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 SMALL = SCENARIOS / "small.yaml"  # three nodes: busy, nearly empty (spot), empty
 DEMO = SCENARIOS / "demo.yaml"  # thirteen nodes, three NodePools
 DEFAULTS: dict[str, Any] = {"time_scale": 0.01, "scenario": SMALL}
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = ""
+) -> Any:
+    """Poll until `predicate()` is truthy; return its value or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}; last value {last!r}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

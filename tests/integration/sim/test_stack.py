@@ -6,7 +6,6 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,19 +15,9 @@ from api import constants as k
 from sim.invariants import InvariantBounds
 from sim.scenario import load_scenario
 from sim.stack import SimStack, SimStackError
-from sim.testing import DEMO, SMALL, assert_no_violations, kubectl
+from sim.testing import DEMO, SMALL, assert_no_violations, kubectl, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def http(stack: SimStack, method: str, path: str, body: bytes | None = None) -> Any:

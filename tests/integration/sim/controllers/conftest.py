@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,20 +124,6 @@ class SimCluster:
             if (node.spec.provider_id or "").endswith(f"/{instance_id}"):
                 return node
         return None
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = ""
-) -> Any:
-    """Poll until `predicate()` is truthy; return its value or fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}; last value {last!r}")
 
 
 def node_ready(node: Any) -> str | None:

@@ -9,8 +9,9 @@ import pytest
 from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
 from planner.catalog import bundled_catalog
 from sim.controllers.nodes import NodeTimings
+from sim.testing import wait_for
 
-from .conftest import REGION, node_ready, wait_for
+from .conftest import REGION, node_ready
 
 pytestmark = pytest.mark.integration
 

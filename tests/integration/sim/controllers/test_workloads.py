@@ -4,8 +4,9 @@ import pytest
 from kubernetes import client as k8s
 
 from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS
+from sim.testing import wait_for
 
-from .conftest import node_ready, wait_for
+from .conftest import node_ready
 
 pytestmark = pytest.mark.integration
 
