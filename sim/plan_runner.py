@@ -168,7 +168,7 @@ async def disruption_progress(client: Client, started: StartedDisruption) -> Dis
         for node, phase in zip(running, phases, strict=True):
             if phase:
                 row.terminations[node] = phase
-        if not row.failure and row.execution != "Completed" and status.message:
+        if row.done and not row.succeeded and not row.failure:
             row.failure = status.message
     elif row.done:
         row.phase = row.execution
@@ -176,6 +176,8 @@ async def disruption_progress(client: Client, started: StartedDisruption) -> Dis
 
 
 async def _termination_phase(client: Client, node: str) -> str | None:
+    """The TerminationWorkflow's phase (Draining...), or None while it cannot answer: the candidate's
+    own state (Running) then stands."""
     try:
         return await client.get_workflow_handle(termination_workflow_id(node)).query("phase", result_type=str)
     except Exception:
@@ -212,8 +214,13 @@ async def follow_disruptions(
     Returns the final rows (check `.succeeded`). Raises FollowTimeout after `within` seconds; the
     workflows keep running (they are durable: follow them again, or cancel them)."""
     deadline = time.monotonic() + within
+    latest: dict[str, DisruptionProgress] = {}
     while True:
-        rows = list(await asyncio.gather(*(disruption_progress(client, s) for s in started)))
+        # A closed workflow does not change any more: it is asked once.
+        still_open = [s for s in started if s.workflow_id not in latest or not latest[s.workflow_id].done]
+        for row in await asyncio.gather(*(disruption_progress(client, s) for s in still_open)):
+            latest[row.workflow_id] = row
+        rows = [latest[s.workflow_id] for s in started]
         if on_progress is not None:
             on_progress(rows)
         if all(row.done for row in rows):
