@@ -166,7 +166,8 @@ class Pod:
         started = parse_time((self.raw.get("status") or {}).get("startTime")) or parse_time(
             self.meta.get("creationTimestamp")
         )
-        return started is not None and now < started + protection
+        # No known start: the window cannot have ended, so protect (as the planner does).
+        return started is None or now < started + protection
 
     def waited_for(self, now: datetime) -> bool:
         """Must this pod be gone before the node is drained?"""

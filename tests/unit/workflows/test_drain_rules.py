@@ -116,6 +116,12 @@ def test_a_do_not_disrupt_duration_expires_after_the_pod_started():
     assert pod("old", annotations={"karpenter.sh/do-not-evict": "true"}).do_not_disrupt(NOW)
 
 
+def test_a_do_not_disrupt_duration_protects_a_pod_with_no_known_start():
+    unstarted = pod("held", annotations={"karpenter.sh/do-not-disrupt": "30m"})
+    del unstarted.raw["status"]["startTime"]
+    assert unstarted.do_not_disrupt(NOW)
+
+
 def test_the_deadline_forces_deletion_with_the_time_left():
     deadline = NOW + timedelta(seconds=20)
     current = plan([pod("slow", grace=30), pod("quick", grace=5)], deadline, NOW)
