@@ -38,13 +38,12 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.live import Live
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
 
 from sim.cli import SimClient, dump_as_list, instances_table, print_report
 from sim.devstack import DEFAULT_SCENARIO, DevSettings, DevStack, DevStackError
-from sim.devstack_cli import endpoints_table, settings_from_flags, stack_options
+from sim.devstack_cli import bring_up, endpoints_table, settings_from_flags, stack_options
 from sim.ports import free_port, port_is_free
 
 # Tables as wide as kubectl's lines when the output is not a terminal (a log, CI).
@@ -493,22 +492,6 @@ def fast_worker_polling(time_scale: float) -> None:
     the environment the stack starts it with; values already set win)."""
     os.environ.setdefault("KARPFLOW_POLL_INTERVAL", f"{max(0.1, 1.0 * time_scale):g}")
     os.environ.setdefault("KARPFLOW_EC2_POLL_INTERVAL", f"{max(0.2, 5.0 * time_scale):g}")
-
-
-def bring_up(stack: DevStack) -> list[str]:
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def report(part: str, message: str) -> None:
-            if part not in tasks:
-                tasks[part] = bar.add_task(f"{part}: {message}", total=1)
-            bar.update(tasks[part], description=f"{part}: {message}")
-            if message in ("ready", "already running"):
-                bar.update(tasks[part], completed=1)
-
-        return stack.up(report)
 
 
 def bring_down(stack: DevStack, keep: bool, own: bool, failed: bool) -> None:
