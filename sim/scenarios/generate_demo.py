@@ -10,9 +10,20 @@ catalog, so the planner and the simulator see the same numbers. What is in it:
 - NodePools `default` (on-demand + spot, c/m/r, WhenEmptyOrUnderutilized, 20% budget), `batch`
   (spot only, tainted, WhenEmpty, one node at a time) and `arm` (Graviton, no consolidation
   during business hours); EC2NodeClasses `default` and `batch` (status is resolved from moto on load).
-- Nodes in us-west-2a/b, on-demand and spot: busy ones, nearly empty ones (consolidation), an
-  empty one (emptiness), an empty batch node (WhenEmpty), one with a stale nodepool-hash (drift),
-  one older than expireAfter (expiration) and one running a `karpenter.sh/do-not-disrupt` pod.
+- Nodes in us-west-2a/b, on-demand and spot (the notes in `NODES`, repeated in the YAML header),
+  each there for one part of the story:
+  - `.5.90` is older than expireAfter: expiration deletes it (pass 1);
+  - `.4.70` (only a DaemonSet pod) and `.6.110` (an empty batch node, WhenEmpty): emptiness (pass 1);
+  - `.20.80` carries a stale nodepool-hash: drift (pass 2). It runs `shop/sessions`, one 12Gi replica
+    pinned to us-west-2b (amd64 image), and no other us-west-2b node has 12Gi free, so drift cannot
+    just delete it: the planner **replaces** it, and the DisruptionWorkflow launches an r5.large in
+    moto, waits for it to register and initialize, then drains the old node onto it;
+  - `.3.50` (spot, nearly empty), `.18.40` (spot, half full) and the busy m5.xlarge `.1.10` and
+    `.17.20`: multi- and single-node consolidation delete them, their pods fit elsewhere; `.22.120`
+    (arm, busy) goes too, onto the nearly empty arm node `.7.130`, but only outside weekday
+    business hours (UTC), when the arm pool's budget allows consolidation;
+  - `.2.30` (m5.2xlarge, nearly empty) is where consolidation packs the pods; `.19.60` runs a
+    `karpenter.sh/do-not-disrupt` pod and is left alone; `.21.100` is a busy batch node.
 - Deployments with PDBs, coredns at system-cluster-critical, a node-exporter DaemonSet on every node.
 
 Private IPs sit inside moto's default subnets, so node names are the ones the simulated kubelet
@@ -56,8 +67,6 @@ def ts(ago: timedelta) -> str:
 
 def short_hash(*parts: str, length: int = 10) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
-
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,12 +291,12 @@ NODES = [
     DemoNode("172.31.4.70", "m5.xlarge", "us-west-2a", "on-demand", "default", timedelta(days=1), "empty"),
     DemoNode(
         "172.31.20.80",
-        "m5.large",
+        "r5.large",
         "us-west-2b",
         "on-demand",
         "default",
         timedelta(days=12),
-        "drifted",
+        "drifted; its 12Gi pod fits no other 2b node: replaced",
         stale_hash=True,
     ),
     DemoNode("172.31.5.90", "m5.large", "us-west-2a", "on-demand", "default", timedelta(days=31), "expired"),
@@ -432,6 +441,15 @@ WORKLOADS = [
         ["100", "100", "100"],
         node_selector={k.NODEPOOL_LABEL: "batch"},
         tolerations=[{"key": "workload", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}],
+    ),
+    Workload(
+        "shop",
+        "sessions",
+        "500m",
+        "12Gi",
+        ["80"],
+        # Fits on no other us-west-2b node: drifting its node needs a replacement first.
+        node_selector={k.ZONE_LABEL: "us-west-2b", k.ARCH_LABEL: "amd64"},
     ),
     Workload(
         "ml",

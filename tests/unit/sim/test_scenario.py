@@ -132,3 +132,30 @@ def test_the_planner_reads_the_shipped_scenarios(name):
     snapshot = load_snapshot(SCENARIOS / name)
     assert snapshot.problems == []
     assert len(snapshot.nodes) == len(load_scenario(SCENARIOS / name).of_kind("Node"))
+
+
+def test_the_demo_drift_needs_a_replacement(tmp_path: Path):
+    """The demo's second pass: once pass 1's nodes are gone, drift must *replace* the drifted node (its
+    12Gi sessions pod fits on no other us-west-2b node), with a type the simulator can launch."""
+    from planner.catalog import bundled_catalog
+    from planner.plan import plan
+
+    catalog = bundled_catalog("us-west-2")
+    cluster = yaml.safe_load((SCENARIOS / "demo.yaml").read_text())
+    first = plan(load_snapshot(SCENARIOS / "demo.yaml"), catalog)
+    gone = {n for c in first.commands_ for n in c.nodes}
+    assert [c.method for c in first.commands_] == ["expiration", "emptiness"]
+    # Pass 1's nodes and their pods go (evicted pods only take room elsewhere: they cannot help).
+    cluster["items"] = [
+        o
+        for o in cluster["items"]
+        if not (o["kind"] == "Node" and o["metadata"]["name"] in gone)
+        and not (o["kind"] == "Pod" and o["spec"].get("nodeName") in gone)
+    ]
+    (tmp_path / "pass2.json").write_text(json.dumps(cluster))
+    (drift,) = plan(load_snapshot(tmp_path / "pass2.json"), catalog).commands_
+    assert (drift.method, drift.decision) == ("drift", "replace")
+    assert drift.nodes == ["ip-172-31-20-80.us-west-2.compute.internal"]
+    (replacement,) = drift.replacements
+    assert replacement.nodepool == "default" and replacement.zones == ["us-west-2b"]
+    assert replacement.instance_types[0].name == "r5.large"
