@@ -147,6 +147,13 @@ def show_instances(demo: Demo) -> None:
     console.print(instances_table(status["ec2_endpoint"], status["region"], status["cluster_name"]))
     if demo.started:
         console.print("Instances of the disrupted nodes are terminated; karpflow terminates only owned ones.")
+        launched = [n for row in demo.outcomes for n in row.replaced_by]
+        if launched:
+            console.print(
+                f"The {len(launched)} replacement(s) karpflow launched run (Name tag karpflow/<nodepool>; "
+                "the Private IP gives the node name).",
+                highlight=False,
+            )
     else:
         console.print("Every Node's spec.providerID names one of these instances; karpflow terminates them.")
 
@@ -326,11 +333,14 @@ def another_pass(demo: Demo) -> bool:
 def show_changes(demo: Demo) -> None:
     """The nodes again: which went, which came, and that every completed disruption's nodes are gone."""
     demo.kubectl("get", "nodes", "-L", NODE_COLUMNS)
-    now = demo.node_names()
+    nodes = {o["metadata"]["name"]: o for o in demo.cluster()["items"] if o.get("kind") == "Node"}
+    now = set(nodes)
     gone, added = sorted(demo.nodes_before - now), sorted(now - demo.nodes_before)
     console.print(f"{len(demo.nodes_before)} nodes before, {len(now)} now.", highlight=False)
     console.print(f"Gone ({len(gone)}): {', '.join(gone) or '-'}", highlight=False, soft_wrap=True)
-    console.print(f"New ({len(added)}): {', '.join(added) or '-'}", highlight=False, soft_wrap=True)
+    console.print(f"New ({len(added)}):{'' if added else ' -'}", highlight=False)
+    for name in added:
+        console.print(f"  {new_node_line(nodes[name], demo.outcomes)}", highlight=False, soft_wrap=True)
     succeeded = [row.workflow_id for row in demo.outcomes if row.succeeded]
     if succeeded:
         saved = sum(demo.savings.get(workflow_id, 0.0) for workflow_id in succeeded)
@@ -342,6 +352,22 @@ def show_changes(demo: Demo) -> None:
     left = sorted({n for row in demo.outcomes if row.succeeded for n in row.nodes} & now)
     if left:
         raise DemoFailure(f"node(s) of completed disruptions still in the cluster: {', '.join(left)}")
+
+
+def new_node_line(node: dict[str, Any], outcomes: list[Any]) -> str:
+    """`<name>: r5.large spot in us-west-2b, launched by <workflow> to replace <nodes> (Drifted)`:
+    what a node that joined during the demo is, and which disruption launched it."""
+    from api.constants import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
+    from sim.plan_runner import short_node
+
+    name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
+    what = " ".join(labels.get(key, "?") for key in (INSTANCE_TYPE_LABEL, CAPACITY_TYPE_LABEL))
+    line = f"{name}: {what} in {labels.get(ZONE_LABEL, '?')}"
+    for row in outcomes:
+        if name in row.replaced_by:
+            replaced = ", ".join(short_node(n) for n in row.nodes)
+            return f"{line}, launched by {row.workflow_id} to replace {replaced} ({row.reason})"
+    return f"{line}, not launched by a disruption of this demo"
 
 
 def check_invariants(demo: Demo) -> None:

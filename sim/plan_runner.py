@@ -29,7 +29,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from api.workflow_io import DisruptionInput, DisruptionStatus, disruption_input, disruption_workflow_id
+from api.workflow_io import (
+    DisruptionInput,
+    DisruptionStatus,
+    ReplacementStatus,
+    disruption_input,
+    disruption_workflow_id,
+)
 from workflows.termination import termination_workflow_id
 
 TASK_QUEUE = "karpflow"
@@ -95,7 +101,8 @@ class DisruptionProgress(BaseModel):
     nodes: list[str]
     execution: str = "Running"  # Temporal's execution status: Running, Completed, Failed, Canceled...
     phase: str = "Starting"  # the workflow's own phase (status query), "Starting" before it answers
-    replacements: list[str] = Field(default_factory=list)  # "<state> <offering> <node or instance>"
+    # One line per replacement (see replacement_text), then the offerings found without capacity.
+    replacements: list[str] = Field(default_factory=list)
     terminations: dict[str, str] = Field(default_factory=dict)  # candidate -> termination state/phase
     replaced_by: list[str] = Field(default_factory=list)  # nodes of the initialized replacements
     failure: str = ""  # why the workflow failed, from its failure (empty unless it did)
@@ -153,13 +160,8 @@ async def disruption_progress(client: Client, started: StartedDisruption) -> Dis
         row.failure = await _failure(handle)
     if status is not None:
         row.phase = status.phase
-        row.replacements = [
-            " ".join(
-                part
-                for part in (r.state, r.offering.key if r.offering else "", r.node or r.instance_id or "")
-                if part
-            )
-            for r in status.replacements
+        row.replacements = [replacement_text(r) for r in status.replacements] + [
+            f"no capacity: {u.offering}" for u in status.unavailable_offerings
         ]
         row.replaced_by = [r.node for r in status.replacements if r.node and r.state == "Initialized"]
         row.terminations = {c.node: c.termination for c in status.candidates}
@@ -173,6 +175,23 @@ async def disruption_progress(client: Client, started: StartedDisruption) -> Dis
     elif row.done:
         row.phase = row.execution
     return row
+
+
+def replacement_text(replacement: ReplacementStatus) -> str:
+    """Where one replacement is, e.g. `Registered r5.large/us-west-2b/spot i-0abc → ip-172-31-16-4`:
+    its state, the offering it was launched with, the instance and the node that registered for it
+    (each as soon as it is known), and why it failed if it did."""
+    parts = [f"{replacement.nodepool}: {replacement.state}"]
+    if replacement.offering is not None:
+        parts.append(replacement.offering.key)
+    if replacement.instance_id:
+        parts.append(replacement.instance_id)
+    if replacement.node:
+        parts.append(f"→ {short_node(replacement.node)}")
+    text = " ".join(parts)
+    if replacement.state in ("Failed", "Discarded") and replacement.message:
+        text += f" ({replacement.message})"
+    return text
 
 
 async def _termination_phase(client: Client, node: str) -> str | None:
