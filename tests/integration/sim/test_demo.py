@@ -25,6 +25,7 @@ from typing import Any
 import boto3
 import pytest
 
+from api.constants import INITIALIZED_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, REGISTERED_LABEL, ZONE_LABEL
 from planner.catalog import bundled_catalog
 from planner.plan import plan
 from planner.snapshot import load_snapshot
@@ -62,21 +63,33 @@ def search_attribute(execution: dict[str, Any], name: str) -> Any:
     return json.loads(base64.b64decode(payload["data"]))
 
 
-def kubectl_nodes(kubeconfig: Path) -> set[str]:
+def kubectl_get(kubeconfig: Path, *args: str) -> list[dict[str, Any]]:
     result = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "json"],
+        ["kubectl", "--kubeconfig", str(kubeconfig), "get", *args, "-o", "json"],
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
-    return {item["metadata"]["name"] for item in json.loads(result.stdout)["items"]}
+    return json.loads(result.stdout)["items"]
+
+
+def workflow_result(address: str, workflow_id: str) -> dict[str, Any]:
+    """A closed workflow's result, through the temporal CLI (the DisruptionStatus as JSON)."""
+    result = subprocess.run(
+        [temporal_cli(), "workflow", "result", "--address", address, "-w", workflow_id, "-o", "json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout)["result"]
+
+
+def ec2_client(endpoint: str) -> Any:
+    return boto3.client(
+        "ec2", endpoint_url=endpoint, region_name="us-west-2",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
 
 
 def instance_states(endpoint: str, cluster: str) -> dict[str, str]:
     """Node name (the instance's Name tag) -> EC2 state, for the cluster's own instances."""
-    ec2 = boto3.client(
-        "ec2", endpoint_url=endpoint, region_name="us-west-2",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    response = ec2.describe_instances(
+    response = ec2_client(endpoint).describe_instances(
         Filters=[{"Name": f"tag:kubernetes.io/cluster/{cluster}", "Values": ["owned"]}]
     )
     states = {}
@@ -151,20 +164,67 @@ def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: 
         assert first_pass and first_pass <= disrupted
 
         # kubectl: the disrupted nodes are gone, every other scenario node is still there.
-        nodes = kubectl_nodes(kubeconfig)
-        assert not disrupted & nodes
-        assert set(scenario.nodes) - disrupted <= nodes
+        nodes = {n["metadata"]["name"]: n for n in kubectl_get(kubeconfig, "nodes")}
+        assert not disrupted & set(nodes)
+        assert set(scenario.nodes) - disrupted <= set(nodes)
 
-        # moto: their instances are terminated; every remaining node's instance runs.
-        states = instance_states(f"http://127.0.0.1:{moto}", stack.settings.cluster_name)
+        # moto: their instances are terminated; every remaining scenario node's instance runs.
+        endpoint = f"http://127.0.0.1:{moto}"
+        states = instance_states(endpoint, stack.settings.cluster_name)
         assert {node: states.get(node) for node in disrupted} == dict.fromkeys(disrupted, "terminated")
-        assert all(states.get(node) == "running" for node in nodes), states
+        assert all(states.get(node) == "running" for node in set(scenario.nodes) & set(nodes)), states
+
+        # The drifted node's pod fits on no other node of its zone: drift replaced it. Temporal's
+        # record of that disruption names the replacement; kubectl and moto show it joined.
+        drifted = "ip-172-31-20-80.us-west-2.compute.internal"
+        (drift,) = list_workflows(
+            address, "WorkflowType = 'DisruptionWorkflow' AND KarpflowReason = 'Drifted'"
+        )
+        assert search_attribute(drift, "KarpflowNodes") == [drifted]
+        status = workflow_result(address, drift["execution"]["workflowId"])
+        (replacement,) = status["replacements"]
+        assert replacement["state"] == "Initialized", status
+        new_node = replacement["node"]
+        assert set(nodes) - set(scenario.nodes) == {new_node}
+        node = nodes[new_node]
+        labels = node["metadata"]["labels"]
+        assert labels[INITIALIZED_LABEL] == labels[REGISTERED_LABEL] == "true", labels
+        assert labels[NODEPOOL_LABEL] == "default" and labels[ZONE_LABEL] == "us-west-2b"
+        assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+        assert not node["spec"].get("taints"), node["spec"]  # startup and unregistered taints gone
+        instance_id = node["spec"]["providerID"].rsplit("/", 1)[-1]
+        assert instance_id == replacement["instance_id"]
+        (instance,) = ec2_client(endpoint).describe_instances(InstanceIds=[instance_id])["Reservations"][0][
+            "Instances"
+        ]
+        assert instance["State"]["Name"] == "running"
+        assert (
+            instance["InstanceType"]
+            == labels[INSTANCE_TYPE_LABEL]
+            == replacement["offering"]["instance_type"]
+        )
+        tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+        assert tags[f"kubernetes.io/cluster/{stack.settings.cluster_name}"] == "owned"
+        # The pods that moved: the drifted node's sessions pod (12Gi, pinned to us-west-2b, in the
+        # scenario on the drifted node) runs on the replacement now, and so does every pod there
+        # (later passes may pack more onto it).
+        (was,) = [p for p in scenario.nodes[drifted].pods if p.labels.get("app") == "sessions"]
+        on_new = kubectl_get(kubeconfig, "pods", "-A", "--field-selector", f"spec.nodeName={new_node}")
+        sessions = [p for p in on_new if p["metadata"]["labels"].get("app") == "sessions"]
+        assert len(sessions) == 1 and sessions[0]["metadata"]["name"] != was.name, on_new
+        for pod in on_new:
+            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or ()}
+            assert pod["status"]["phase"] == "Running" and conditions.get("Ready") == "True", pod
+        # The demo's own summary names it too.
+        assert f"New (1):\n  {new_node}: " in out, out
 
         # The invariant checker, with nothing in flight any more.
         with urllib.request.urlopen(f"http://127.0.0.1:{kube}/sim/invariants?in_flight=", timeout=30) as r:
             with_nothing_in_flight = json.loads(r.read())
         assert with_nothing_in_flight["ok"], with_nothing_in_flight["violations"]
-        print(f"demo took {elapsed:.1f}s: {len(executions)} disruptions, {len(disrupted)} nodes")
+        print(
+            f"demo took {elapsed:.1f}s: {len(executions)} disruptions, {len(disrupted)} nodes, {new_node} new"
+        )
     finally:
         karpflow("dev", "down", "--state-dir", str(demo_dir), env={}, timeout=60)
         dev_process.kill()
