@@ -10,9 +10,10 @@ their pods go? (`compute_consolidation`, Karpenter's computeConsolidation):
 All-spot candidates may only be deleted unless `spot_to_spot` is on; then the replacement is spot,
 and a single node needs at least 15 cheaper types and launches with the 15 cheapest (§2.5).
 
-- Multi-node binary-searches the longest prefix of the cost-ordered candidates (at most 100 + 1)
-  that consolidates, and for replacements drops options that are not cheaper than a candidate of
-  the same type (`filter_out_same_instance_type`).
+- Multi-node binary-searches the longest prefix of the cost-ordered non-empty candidates (at most
+  100 + 1; empty ones are left to emptiness and its budget) that consolidates, and for replacements
+  drops options that are not cheaper than a candidate of the same type
+  (`filter_out_same_instance_type`).
 - Single-node walks candidates round-robin across NodePools and returns the first valid command.
 - Both spend the Underutilized budget per candidate, stop at their timeout (1 min / 3 min by default,
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
@@ -389,10 +390,7 @@ class MultiNodeConsolidation(_Consolidation):
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
         if ctx.options.max_replacements > 1 and not ctx.options.spot_to_spot:
             candidates = spot_last(candidates)
-        # Keep order, drop candidates whose pool budget is spent, so the search never considers more
-        # nodes than it may disrupt. Budgets are only really spent for the chosen command.
-        trial = budgets.copy()
-        usable = [c for c in candidates if trial.take(c.pool_name)]
+        usable = self.usable(ctx, candidates, budgets)
         self.timed_out, self.probes = False, 0
         if len(usable) < 2:
             return []
@@ -420,6 +418,22 @@ class MultiNodeConsolidation(_Consolidation):
         if self.timed_out:
             best.command.message += " (search timed out; best command so far)"
         return [best.command]
+
+    def usable(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Candidate]:
+        """The candidates the prefix search may use, in order: not empty, and within the pool's budget.
+
+        Empty nodes are left to emptiness (Karpenter v1.x): taking them here would spend the
+        Underutilized budget on them and bypass a stricter Empty budget (`nodes: "0"`, reasons Empty).
+        Budget-spent pools are dropped so the search never considers more nodes than it may disrupt;
+        budgets are only really spent for the chosen command."""
+        trial = budgets.copy()
+        usable = []
+        for candidate in candidates:
+            if candidate.is_empty:
+                ctx.explain(candidate.name, self.name, "empty: left to emptiness")
+            elif trial.take(candidate.pool_name):
+                usable.append(candidate)
+        return usable
 
     def probe(self, ctx: PlanContext, prefix: list[Candidate], prepared: SnapshotSimulation) -> Proposal:
         proposal = compute_consolidation(

@@ -23,6 +23,7 @@ from tests.unit.planner.sched_fixtures import (
     CATALOG,
     NOW,
     context,
+    from_yaml,
     node,
     nodepool,
     pod,
@@ -327,6 +328,41 @@ def test_multi_node_spends_the_budget_per_candidate_and_skips_pools_without_budg
     [command] = MultiNodeConsolidation().compute(ctx, sort_by_disruption_cost(candidates), budgets)
     assert command.nodes == ["a", "b"]
     assert budgets.available("default") == 0
+
+
+EMPTY_BUDGET_FROZEN = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+    budgets:
+    - {nodes: "0", reasons: [Empty]}
+    - {nodes: "100%"}
+"""
+
+
+def test_multi_node_leaves_empty_nodes_to_emptiness_so_an_empty_budget_of_zero_holds():
+    snap = snapshot(
+        from_yaml(EMPTY_BUDGET_FROZEN),
+        node("e1", "m5.large"),
+        node("e2", "m5.large"),
+        node("e3", "m5.large"),
+        node("busy", "m5.2xlarge"),
+        pod("app", "busy"),
+    )
+    commands, ctx = multi(snap)
+    assert commands == []
+    assert ("multi-node-consolidation", "empty: left to emptiness") in ctx.explanations["e1"]
+    # The whole pass: emptiness is frozen, so the empty nodes survive every method.
+    result = plan(snap, CATALOG)
+    assert all(not {"e1", "e2", "e3"} & set(c.nodes) for c in result.commands)
 
 
 def test_multi_node_timeout_returns_the_best_command_so_far():
