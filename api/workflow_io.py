@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -42,8 +43,28 @@ def _to_timedelta(value: Any) -> Any:
     return value
 
 
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"must be longer than 0s, got {format_duration(value)}")
+    return value
+
+
+def _not_negative(value: timedelta) -> timedelta:
+    if value < timedelta(0):
+        raise ValueError(f"must not be negative, got {format_duration(value)}")
+    return value
+
+
 # "10m", "1h30m", 600 (seconds) on input; always the Go text on output, so query results read well.
-GoDuration = Annotated[timedelta, BeforeValidator(_to_timedelta), PlainSerializer(format_duration)]
+# Negative durations are refused (the server would reject them as timeouts, leaving the workflow
+# stuck); timeouts must also be longer than zero.
+GoDuration = Annotated[
+    timedelta,
+    BeforeValidator(_to_timedelta),
+    AfterValidator(_not_negative),
+    PlainSerializer(format_duration),
+]
+Timeout = Annotated[GoDuration, AfterValidator(_positive)]
 
 
 class Strict(BaseModel):
@@ -129,10 +150,10 @@ class ReplacementSpec(Strict):
 
 
 class DisruptionTimeouts(Strict):
-    replacement_ready: GoDuration = Field(
+    replacement_ready: Timeout = Field(
         default=timedelta(minutes=10), description="launch to initialized, per replacement"
     )
-    heartbeat: GoDuration = Field(
+    heartbeat: Timeout = Field(
         default=timedelta(seconds=30),
         description="how soon a dead worker's long activity is retried elsewhere",
     )
@@ -143,13 +164,13 @@ class DisruptionTimeouts(Strict):
 
 
 class TerminationTimeouts(Strict):
-    heartbeat: GoDuration = timedelta(seconds=30)
-    drain_attempt: GoDuration = Field(
+    heartbeat: Timeout = timedelta(seconds=30)
+    drain_attempt: Timeout = Field(
         default=timedelta(hours=1),
         description="one drain activity attempt; a longer drain is retried and resumes",
     )
-    volume_detach: GoDuration = timedelta(minutes=10)
-    instance_terminate: GoDuration = timedelta(minutes=10)
+    volume_detach: Timeout = timedelta(minutes=10)
+    instance_terminate: Timeout = timedelta(minutes=10)
 
 
 class TerminationInput(Strict):
@@ -281,6 +302,8 @@ def parse_input(model: type[M], raw: Any) -> M:
     """Validate a workflow input that arrived as raw JSON (or as the model itself)."""
     if isinstance(raw, model):
         return raw
+    if raw is None:
+        raise InvalidInput(f"invalid {model.__name__}: no input given (expected a JSON object)")
     if not isinstance(raw, dict):
         raise InvalidInput(f"invalid {model.__name__}: expected a JSON object, got {type(raw).__name__}")
     try:

@@ -20,6 +20,7 @@ The runbook (karpenter-behavior.md §3, with the durability Karpenter lacks):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,6 +71,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.termination import TerminationWorkflow, termination_workflow_id
 
 
+HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
+# How often a compensation step is run again after a cancellation interrupted it.
+COMPENSATION_ATTEMPTS = 3
+
+
 class ReplacementFailed(Exception):
     """One replacement could not be provided; the message says which and in what state."""
 
@@ -79,6 +85,9 @@ class DisruptionWorkflow:
     def __init__(self) -> None:
         self._status = DisruptionStatus()
         self._unavailable: dict[str, UnavailableOffering] = {}
+        # Set when one replacement failed: the others stop at their next step instead of going on
+        # to register and initialize a node the rollback is about to discard.
+        self._stopping = False
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -89,7 +98,9 @@ class DisruptionWorkflow:
         return self._status.phase
 
     @workflow.run
-    async def run(self, raw: Any) -> DisruptionStatus:
+    async def run(self, raw: Any = None) -> DisruptionStatus:
+        # `raw` defaults to None so that `temporal workflow start` without --input fails the workflow
+        # with a message instead of failing its workflow task forever on a missing argument.
         command = self._validate(raw)
         self._begin(command)
         try:
@@ -156,6 +167,7 @@ class DisruptionWorkflow:
             await asyncio.gather(*tasks)
         except BaseException:
             # One replacement failed (or the workflow was cancelled): stop waiting for the others.
+            self._stopping = True
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -166,18 +178,17 @@ class DisruptionWorkflow:
         replacement.state = "Launching"
         deadline = workflow.now() + command.timeouts.replacement_ready
         try:
+            # Every step, resolve and launch included, is bounded by the replacement's deadline: a
+            # fault that keeps being retried must end in a rollback, not hold the candidates tainted.
             template = await workflow.execute_activity_method(
                 KubernetesActivities.resolve_replacement,
                 ResolveRequest(index=index, spec=spec),
                 start_to_close_timeout=API_CALL,
+                schedule_to_close_timeout=self._time_left(deadline),
                 retry_policy=API_RETRY,
             )
-            instance = await self._launch(command, index, spec, template)
-            replacement.state, replacement.instance_id, replacement.offering = (
-                "Launched",
-                instance.instance_id,
-                instance.offering,
-            )
+            instance = await self._launch(command, index, spec, template, deadline)
+            replacement.state = "Launched"
             if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
                 self._set_phase("WaitingForReplacements")
 
@@ -208,7 +219,12 @@ class DisruptionWorkflow:
             raise ReplacementFailed(replacement.message) from err
 
     async def _launch(
-        self, command: DisruptionInput, index: int, spec: ReplacementSpec, template: LaunchTemplate
+        self,
+        command: DisruptionInput,
+        index: int,
+        spec: ReplacementSpec,
+        template: LaunchTemplate,
+        deadline: datetime,
     ) -> LaunchedInstance:
         """Try the offerings in order; capacity errors move on to the next and are remembered."""
         tried: list[str] = []
@@ -223,10 +239,15 @@ class DisruptionWorkflow:
                         command_id=self._status.command_id, index=index, offering=offering, template=template
                     ),
                     start_to_close_timeout=API_CALL,
+                    schedule_to_close_timeout=self._time_left(deadline),
                     retry_policy=API_RETRY,
                     # A launch in flight must finish before compensation looks for instances to terminate.
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 )
+                # Written down before anything else: the rollback terminates what workflow state
+                # knows even where EC2's tag index has not caught up with the launch yet.
+                replacement = self._status.replacements[index]
+                replacement.instance_id, replacement.offering = launched.instance_id, launched.offering
                 self._stop_if_cancelled()
                 return launched
             except ActivityError as err:
@@ -248,12 +269,14 @@ class DisruptionWorkflow:
             non_retryable=True,
         )
 
-    @staticmethod
-    def _stop_if_cancelled() -> None:
+    def _stop_if_cancelled(self) -> None:
         """An activity awaited with WAIT_CANCELLATION_COMPLETED that finishes anyway returns its result
-        and swallows the cancellation: look for it explicitly."""
+        and swallows the cancellation (of the workflow, or of this replacement's task when a sibling
+        failed): look for it explicitly."""
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError("workflow cancellation requested")
+        if self._stopping:
+            raise asyncio.CancelledError("another replacement failed")
 
     def _is_unavailable(self, offering: Offering) -> bool:
         entry = self._unavailable.get(offering.key)
@@ -302,8 +325,10 @@ class DisruptionWorkflow:
         failure = "canceled" if cancelled else self._failure_text(err)
         self._set_phase("RollingBack")
         problems: list[str] = []
-        untainted = await self._compensate(problems, "untainting candidates", self._untaint_candidates())
-        discarded = await self._compensate(problems, "discarding replacements", self._discard_replacements())
+        untainted = await self._compensate(problems, "untainting candidates", self._untaint_candidates)
+        discarded = await self._compensate(
+            problems, "discarding replacements", lambda: self._discard_replacements(problems)
+        )
         kept = [r for r in self._status.replacements if r.state == "Initialized"]
         summary = (
             f"rolled back: untainted {untainted or 0} candidate(s), "
@@ -322,13 +347,21 @@ class DisruptionWorkflow:
         raise ApplicationError(self._status.message, type="DisruptionFailed", non_retryable=True) from None
 
     @staticmethod
-    async def _compensate(problems: list[str], what: str, step: Any) -> int | None:
-        try:
-            return await step
-        except Exception as err:  # keep compensating; report what could not be undone
-            cause = activity_cause(err)
-            problems.append(f"{what}: {cause}")
-            return None
+    async def _compensate(problems: list[str], what: str, step: Callable[[], Awaitable[int]]) -> int | None:
+        """Run one compensation step to the end, and report rather than raise what cannot be undone.
+
+        A cancellation that lands while the step runs cancels its activity; the cancellation is
+        delivered once, so running the step again completes it (every step is idempotent)."""
+        for _ in range(COMPENSATION_ATTEMPTS):
+            try:
+                return await step()
+            except BaseException as err:
+                if is_cancelled_exception(err):
+                    continue
+                problems.append(f"{what}: {activity_cause(err)}")
+                return None
+        problems.append(f"{what}: interrupted by cancellation {COMPENSATION_ATTEMPTS} times")
+        return None
 
     async def _untaint_candidates(self) -> int:
         # Every candidate, not only those known tainted: a cancelled taint call may have tainted some
@@ -343,21 +376,43 @@ class DisruptionWorkflow:
             candidate.tainted = candidate.tainted and candidate.node not in untainted
         return len(untainted)
 
-    async def _discard_replacements(self) -> int:
+    async def _discard_replacements(self, problems: list[str]) -> int:
         if not self._status.replacements:
             return 0
-        # Ask EC2 rather than trust workflow state alone: a launch may have completed after the
-        # workflow stopped waiting for it.
+        # Ask EC2 as well as workflow state: a launch may have completed after the workflow stopped
+        # waiting for it, and EC2's tag filter may not list an instance launched a moment ago.
         instances = await workflow.execute_activity_method(
             EC2Activities.find_command_instances,
             self._status.command_id,
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
         )
-        keep = {r.instance_id for r in self._status.replacements if r.state == "Initialized"}
+        listed = {instance.instance_id for instance in instances}
+        instances += [
+            self._known_instance(r)
+            for r in self._status.replacements
+            if r.instance_id and r.offering and r.instance_id not in listed
+        ]
+        keep = {r.instance_id for r in self._status.replacements if r.state in ("Initialized", "Discarded")}
         doomed = [instance for instance in instances if instance.instance_id not in keep]
-        await asyncio.gather(*(self._discard(instance) for instance in doomed))
-        return len(doomed)
+        outcomes = await asyncio.gather(*(self._discard(i) for i in doomed), return_exceptions=True)
+        for instance, outcome in zip(doomed, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if is_cancelled_exception(outcome):
+                    raise outcome  # _compensate runs the step again; discarding is idempotent
+                problems.append(f"instance {instance.instance_id}: {activity_cause(outcome)}")
+        return sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))
+
+    @staticmethod
+    def _known_instance(replacement: ReplacementStatus) -> LaunchedInstance:
+        assert replacement.instance_id and replacement.offering
+        return LaunchedInstance(
+            instance_id=replacement.instance_id,
+            index=replacement.index,
+            provider_id=f"aws:///{replacement.offering.zone}/{replacement.instance_id}",
+            private_dns_name=replacement.node or "",
+            offering=replacement.offering,
+        )
 
     async def _discard(self, instance: LaunchedInstance) -> None:
         replacement = next(
@@ -392,31 +447,31 @@ class DisruptionWorkflow:
     async def _terminate_candidates(self, command: DisruptionInput) -> None:
         self._set_phase("Terminating")
         handles = []
+        # Past the point of no return: a cancellation that lands while the children start must not
+        # leave the rest of the candidates tainted with no termination, so every child is started.
+        cancelled = False
         for candidate in self._status.candidates:
             if not candidate.tainted:
                 continue
-            try:
-                handle = await workflow.start_child_workflow(
-                    TerminationWorkflow.run,
-                    TerminationInput(
-                        node=candidate.node,
-                        reason=command.reason,
-                        provider_id=candidate.provider_id,
-                        command_id=self._status.command_id,
-                        timeouts=command.termination,
-                    ),
-                    id=termination_workflow_id(candidate.node),
-                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                    cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
-                )
-            except WorkflowAlreadyStartedError:
-                candidate.termination = "AlreadyRunning"
-                candidate.message = (
-                    "a termination of this node was already running (not started by this command)"
-                )
-                continue
-            candidate.termination = "Running"
-            handles.append((candidate, handle))
+            for _ in range(COMPENSATION_ATTEMPTS):
+                try:
+                    handle = await self._start_termination(candidate, command)
+                except WorkflowAlreadyStartedError:
+                    candidate.termination = "AlreadyRunning"
+                    candidate.message = "a termination of this node was already running"
+                    break
+                except BaseException as err:
+                    if not is_cancelled_exception(err):
+                        raise
+                    cancelled = True
+                    continue
+                candidate.termination = "Running"
+                handles.append((candidate, handle))
+                break
+        if cancelled:
+            self._status.message = HANDED_OVER
+            self._set_phase("Canceled")
+            raise asyncio.CancelledError("workflow cancellation requested")
         try:
             for candidate, handle in handles:
                 try:
@@ -429,9 +484,7 @@ class DisruptionWorkflow:
                     candidate.message = str(err.cause or err)
         except BaseException as err:
             if is_cancelled_exception(err):
-                self._status.message = (
-                    "canceled after the candidates were handed to their terminations, which go on"
-                )
+                self._status.message = HANDED_OVER
                 self._set_phase("Canceled")
             raise
         failed = [c for c in self._status.candidates if c.termination == "Failed"]
@@ -441,6 +494,23 @@ class DisruptionWorkflow:
             )
             self._set_phase("Failed")
             raise ApplicationError(self._status.message, type="TerminationFailed", non_retryable=True)
+
+    async def _start_termination(
+        self, candidate: CandidateStatus, command: DisruptionInput
+    ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        return await workflow.start_child_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(
+                node=candidate.node,
+                reason=command.reason,
+                provider_id=candidate.provider_id,
+                command_id=self._status.command_id,
+                timeouts=command.termination,
+            ),
+            id=termination_workflow_id(candidate.node),
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+        )
 
     # -- bookkeeping ------------------------------------------------------------------------------
 
@@ -454,7 +524,10 @@ class DisruptionWorkflow:
 
     def _begin(self, command: DisruptionInput) -> None:
         info = workflow.info()
-        self._status.command_id = info.workflow_id
+        # The workflow id plus its first run: a later run that reuses the id (once this one closed)
+        # is another command, and must neither adopt nor roll back this one's instances. A reset
+        # keeps the first run id, so a reset run still finds what this one launched.
+        self._status.command_id = f"{info.workflow_id}@{info.first_execution_run_id}"
         self._status.reason = command.reason
         self._status.candidates = [CandidateStatus(node=node) for node in command.nodes]
         self._status.replacements = [

@@ -65,7 +65,9 @@ class TerminationWorkflow:
         return self._status.phase
 
     @workflow.run
-    async def run(self, raw: Any) -> TerminationStatus:
+    async def run(self, raw: Any = None) -> TerminationStatus:
+        # None by default: a start without --input fails the workflow with a message (see
+        # DisruptionWorkflow.run) instead of failing its workflow task forever.
         request = self._validate(raw)
         timeouts = request.timeouts
         self._status.node, self._status.reason = request.node, request.reason

@@ -48,6 +48,11 @@ class FakeCluster:
         self.never_registers = False
         self.never_initializes = False
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
+        self.commands: dict[str, str] = {}  # instance id -> the command id it was launched for
+        self.listing_lags = False  # EC2's tag index has not caught up: listings miss new instances
+        self.fail_launch_of: set[int] = set()  # replacement indexes whose launch fails for good
+        self.launch_seconds: dict[int, float] = {}  # a slow launch, per replacement index
+        self.untaint_seconds = 0.0  # a slow untaint call, to cancel during the rollback
         self.terminated: list[str] = []
         self.node_ready = True
         self.instance_found = True
@@ -101,6 +106,7 @@ class FakeCluster:
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
         self.calls.append(("untaint_disrupted", request.nodes))
+        await asyncio.sleep(self.untaint_seconds)
         return [n for n in request.nodes if n in self.nodes]
 
     @activity.defn(name="resolve_replacement")
@@ -117,6 +123,9 @@ class FakeCluster:
     @activity.defn(name="launch_instance")
     async def launch_instance(self, request: LaunchRequest) -> LaunchedInstance:
         self.calls.append(("launch_instance", request.offering.key))
+        await asyncio.sleep(self.launch_seconds.get(request.index, 0.0))
+        if request.index in self.fail_launch_of:
+            raise ApplicationError("launch refused", type=errors.INVALID, non_retryable=True)
         if request.offering.key in self.ice:
             raise ApplicationError("out of capacity", type=errors.INSUFFICIENT_CAPACITY, non_retryable=True)
         instance_id = f"i-new{next(self._ids)}"
@@ -128,12 +137,17 @@ class FakeCluster:
             offering=request.offering,
         )
         self.instances[instance_id] = launched
+        self.commands[instance_id] = request.command_id
         return launched
 
     @activity.defn(name="find_command_instances")
     async def find_command_instances(self, command_id: str) -> list[LaunchedInstance]:
         self.calls.append(("find_command_instances", command_id))
-        return list(self.instances.values())
+        return [
+            instance
+            for instance_id, instance in self.instances.items()
+            if self.commands[instance_id] == command_id and not self.listing_lags
+        ]
 
     @activity.defn(name="await_node_registered")
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:

@@ -217,11 +217,16 @@ async def test_cancel_after_the_terminations_started_lets_them_finish(harness):
         ),
         ({"reason": "Drifted", "nodes": ["a"], "colour": "blue"}, "colour"),
         (["not", "an", "object"], "JSON object"),
+        # a zero or negative timeout would fail workflow tasks forever, not the workflow
+        ({"reason": "Drifted", "nodes": ["a"], "timeouts": {"heartbeat": "0s"}}, "timeouts.heartbeat"),
+        ({"reason": "Drifted", "nodes": ["a"], "termination": {"drain_attempt": "-5m"}}, "drain_attempt"),
+        (None, "no input given"),
     ],
 )
 async def test_a_malformed_input_fails_at_once_naming_the_field(harness, raw, field):
+    args = [] if raw is None else [raw]  # None: started with no input at all
     handle = await harness.client.start_workflow(
-        "DisruptionWorkflow", raw, id=harness.id("disruption/bad"), task_queue=harness.task_queue
+        "DisruptionWorkflow", args=args, id=harness.id("disruption/bad"), task_queue=harness.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failure:
         await asyncio.wait_for(handle.result(), 10)
@@ -230,3 +235,72 @@ async def test_a_malformed_input_fails_at_once_naming_the_field(harness, raw, fi
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput" and cause.non_retryable
     assert field in cause.message
     assert harness.cluster.calls == []
+
+
+async def test_a_run_reusing_a_closed_workflow_id_leaves_the_earlier_runs_replacement_alone(harness):
+    workflow_id = harness.id("disruption/default/Drifted")
+    first = await harness.client.start_workflow(
+        DisruptionWorkflow.run, command(nodes(harness, 1)), id=workflow_id, task_queue=harness.task_queue
+    )
+    kept = (await first.result()).replacements[0].instance_id
+
+    harness.cluster.never_initializes = True
+    cmd = command(nodes(harness, 1))
+    cmd.timeouts.replacement_ready = timedelta(seconds=1)
+    second = await harness.client.start_workflow(
+        DisruptionWorkflow.run, cmd, id=workflow_id, task_queue=harness.task_queue
+    )
+    with pytest.raises(WorkflowFailureError):
+        await second.result()
+
+    launched = (await second.query(DisruptionWorkflow.status)).replacements[0].instance_id
+    assert launched != kept  # a new launch, not the first run's instance adopted
+    assert launched in harness.cluster.terminated and kept not in harness.cluster.terminated
+    assert kept in harness.cluster.instances
+
+
+async def test_rollback_terminates_a_launch_that_ec2_does_not_list_yet(harness):
+    harness.cluster.never_initializes = True
+    harness.cluster.listing_lags = True
+    cmd = command(nodes(harness, 1))
+    cmd.timeouts.replacement_ready = timedelta(seconds=1)
+    handle = await start(harness, cmd)
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    status = await handle.query(DisruptionWorkflow.status)
+    assert harness.cluster.terminated == [status.replacements[0].instance_id]
+    assert status.replacements[0].state == "Discarded"
+
+
+async def test_when_one_replacement_fails_the_other_stops_before_registering(harness):
+    harness.cluster.fail_launch_of = {1}
+    harness.cluster.launch_seconds = {0: 0.5}  # still launching when its sibling fails
+    handle = await start(harness, command(nodes(harness, 2), replacements=2))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert "replacement 1" in failure.value.cause.message
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.replacements[0].state == "Discarded"
+    assert harness.cluster.terminated == [status.replacements[0].instance_id]
+    assert "await_node_registered" not in harness.cluster.names()
+
+
+async def test_a_cancel_during_the_rollback_does_not_cut_it_short(harness):
+    harness.cluster.never_initializes = True
+    harness.cluster.untaint_seconds = 0.5
+    candidates = nodes(harness, 2)
+    cmd = command(candidates)
+    cmd.timeouts.replacement_ready = timedelta(seconds=1)
+    handle = await start(harness, cmd)
+    await wait_for_phase(handle, "RollingBack")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    untaints = [args for name, args in harness.cluster.calls if name == "untaint_disrupted"]
+    assert untaints == [candidates, candidates]  # interrupted once, then run to the end
+    status = await handle.query(DisruptionWorkflow.status)
+    assert len(harness.cluster.terminated) == 1 and status.replacements[0].state == "Discarded"
+    assert "compensation problems" not in status.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -99,4 +100,14 @@ async def test_a_malformed_input_names_the_field(harness):
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     assert "termination_grace_period" in failure.value.cause.message
+    assert harness.cluster.calls == []
+
+
+async def test_a_start_without_input_fails_the_workflow_at_once(harness):
+    handle = await harness.client.start_workflow(
+        "TerminationWorkflow", id=harness.id("termination/none"), task_queue=harness.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await asyncio.wait_for(handle.result(), 10)
+    assert "no input given" in failure.value.cause.message
     assert harness.cluster.calls == []
