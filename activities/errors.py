@@ -105,6 +105,11 @@ _EC2_CAPACITY = {
     "SpotMaxPriceTooLow",
     "UnfulfillableCapacity",
     "Unsupported",
+    # Also capacity as far as one offering goes (Karpenter treats them alike): another type, zone or
+    # subnet may still launch.
+    "InsufficientFreeAddressesInSubnet",
+    "VcpuLimitExceeded",
+    "ReservationCapacityExceeded",
 }
 _EC2_THROTTLE = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException"}
 _EC2_SERVER = {"InternalError", "ServiceUnavailable", "Unavailable", "InternalFailure"}
