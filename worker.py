@@ -248,12 +248,8 @@ def tracing_interceptors(settings: WorkerSettings) -> list[Interceptor]:
     if settings.otel_exporter == "console":
         exporter = ConsoleSpanExporter()
     else:
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError as err:
-            raise click.UsageError(
-                "--otel-exporter otlp needs the package opentelemetry-exporter-otlp-proto-http"
-            ) from err
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         exporter = OTLPSpanExporter(endpoint=settings.otel_endpoint)
     provider = TracerProvider(resource=Resource.create({"service.name": "karpflow-worker"}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
