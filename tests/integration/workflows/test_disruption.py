@@ -7,6 +7,7 @@ from temporalio.client import WorkflowFailureError
 
 from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
 from api.workflow_io import DisruptionInput, DisruptionTimeouts, ReplacementSpec
+from planner.catalog import bundled_catalog
 from sim.binaries import temporal_cli
 from sim.testing import assert_no_violations
 from tests.integration.workflows.conftest import Workload, assert_rbac_allows, node, scenario, worker_requests
@@ -14,7 +15,8 @@ from workflows.disruption import DisruptionWorkflow
 
 pytestmark = pytest.mark.integration
 
-A, B = node("172.31.1.10"), node("172.31.2.20")
+# Two m5.xlarge, 10 % used: one m5.xlarge holds every pod, at half the price.
+A, B = node("172.31.1.10", "m5.xlarge"), node("172.31.2.20", "m5.xlarge")
 TWENTY_PODS = [Workload("shop", "web", "100m", "128Mi", ["10"] * 10 + ["20"] * 10, pdb={"maxUnavailable": 2})]
 
 
@@ -46,6 +48,12 @@ async def test_two_nodes_are_replaced_by_one_and_every_pod_moves(karpflow):
     replacement = status.replacements[0]
     assert status.phase == "Succeeded" and replacement.state == "Initialized"
     assert replacement.offering.instance_type == "m5.xlarge"
+    catalog = bundled_catalog("us-west-2")
+
+    def hourly(instance_type: str) -> float:
+        return catalog.get(instance_type).price("us-west-2a", "on-demand")
+
+    assert hourly(replacement.offering.instance_type) < hourly(A.instance_type) + hourly(B.instance_type)
     nodes = await karpflow.nodes()
     assert set(nodes) == {replacement.node}
     new = nodes[replacement.node]
