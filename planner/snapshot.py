@@ -7,8 +7,9 @@ same dicts fetched through the API by an activity (`Snapshot.from_objects`).
 Inside the planner, objects are slim `__slots__` classes holding only what the rules need, parsed
 once: a 100,000-pod snapshot must load in seconds, which full pydantic pod models cannot do.
 NodePools and EC2NodeClasses (few, and user-written) are validated with the pydantic models of
-`api.nodepool`. Objects of other kinds are ignored; malformed objects are reported in
-`Snapshot.problems` with their kind and name and skipped.
+`api.nodepool`. Objects of other kinds are ignored; malformed objects (a wrong type anywhere, such as
+labels given as a list, or a List item that is not an object) are reported in `Snapshot.problems`
+with their kind and name, and with their file when several files are combined, and skipped.
 
 Conventions every rule relies on:
 - `Pod.requests` is the scheduler's effective request: max(sum(containers) + sidecars,
@@ -98,6 +99,38 @@ def _parse_time_text(text: str) -> datetime:
 def _latest(*times: datetime | None) -> datetime | None:
     present = [t for t in times if t is not None]
     return max(present) if present else None
+
+
+def string_map(value: Any, field: str) -> dict[str, str]:
+    """Labels, annotations or a nodeSelector: a map of strings. Anything else is a malformed object
+    (ValueError), caught here so it is reported instead of crashing a rule that reads it later.
+    Scalar values of hand-written YAML (`true`, `1`) become the text the API server would hold."""
+    if not value:
+        return _EMPTY
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field}: expected a map of strings, got {type(value).__name__}")
+    for key, item in value.items():
+        if not (isinstance(key, str) and isinstance(item, str)):
+            return {str(k): _scalar_text(v, f"{field}[{k}]") for k, v in value.items()}
+    return value  # type: ignore[return-value]
+
+
+def string_field(value: Any, field: str, default: str = "") -> str:
+    """A name-like string field (name, namespace, nodeName, providerID); `default` when absent.
+    Anything but a string makes the object malformed: these fields key dicts and sort lists."""
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _scalar_text(value: Any, field: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ValueError(f"{field}: expected a string, got {type(value).__name__}")
 
 
 # --- Pods -----------------------------------------------------------------------------------------
@@ -379,13 +412,13 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     spec = raw.get("spec") or _EMPTY
     status = raw.get("status") or _EMPTY
     pod = Pod()
-    pod.namespace = meta.get("namespace") or "default"
-    pod.name = meta.get("name") or ""
-    pod.uid = meta.get("uid") or ""
-    pod.node_name = spec.get("nodeName") or None
+    pod.namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
+    pod.name = string_field(meta.get("name"), "metadata.name")
+    pod.uid = string_field(meta.get("uid"), "metadata.uid")
+    pod.node_name = string_field(spec.get("nodeName"), "spec.nodeName") or None
     pod.phase = status.get("phase") or "Pending"
-    pod.labels = meta.get("labels") or _EMPTY
-    pod.annotations = meta.get("annotations") or _EMPTY
+    pod.labels = string_map(meta.get("labels"), "metadata.labels")
+    pod.annotations = string_map(meta.get("annotations"), "metadata.annotations")
     owners = meta.get("ownerReferences")
     pod.owner_kind = owner_kind_hint
     pod.owner_name = None
@@ -398,7 +431,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod.requests = pod_requests(spec)
     tolerations = spec.get("tolerations")
     pod.tolerations = _tolerations(tolerations) if tolerations else ()
-    pod.node_selector = spec.get("nodeSelector") or _EMPTY
+    pod.node_selector = string_map(spec.get("nodeSelector"), "spec.nodeSelector")
     _parse_affinity(pod, spec.get("affinity"))
     spread = spec.get("topologySpreadConstraints")
     pod.topology_spread = (
@@ -546,16 +579,16 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
     spec = raw.get("spec") or _EMPTY
     status = raw.get("status") or _EMPTY
     node = Node()
-    node.name = meta.get("name") or ""
+    node.name = string_field(meta.get("name"), "metadata.name")
     if not node.name:
         raise ValueError("metadata.name is required")
-    node.uid = meta.get("uid") or ""
-    node.labels = meta.get("labels") or {}
-    node.annotations = meta.get("annotations") or {}
+    node.uid = string_field(meta.get("uid"), "metadata.uid")
+    node.labels = string_map(meta.get("labels"), "metadata.labels")
+    node.annotations = string_map(meta.get("annotations"), "metadata.annotations")
     node.taints = tuple(
         Taint.from_dict(t, f"spec.taints[{i}]") for i, t in enumerate(spec.get("taints") or ())
     )
-    node.provider_id = spec.get("providerID")
+    node.provider_id = string_field(spec.get("providerID"), "spec.providerID") or None
     node.unschedulable = bool(spec.get("unschedulable"))
     node.creation_timestamp = parse_time(meta.get("creationTimestamp"))
     node.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
@@ -635,14 +668,14 @@ def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
     spec = raw.get("spec") or _EMPTY
     status = raw.get("status") or _EMPTY
     claim = NodeClaim()
-    claim.name = meta.get("name") or ""
+    claim.name = string_field(meta.get("name"), "metadata.name")
     if not claim.name:
         raise ValueError("metadata.name is required")
-    claim.labels = meta.get("labels") or {}
-    claim.annotations = meta.get("annotations") or {}
-    claim.node_name = status.get("nodeName")
-    claim.provider_id = status.get("providerID")
-    claim.image_id = status.get("imageID")
+    claim.labels = string_map(meta.get("labels"), "metadata.labels")
+    claim.annotations = string_map(meta.get("annotations"), "metadata.annotations")
+    claim.node_name = string_field(status.get("nodeName"), "status.nodeName") or None
+    claim.provider_id = string_field(status.get("providerID"), "status.providerID") or None
+    claim.image_id = string_field(status.get("imageID"), "status.imageID") or None
     claim.creation_timestamp = parse_time(meta.get("creationTimestamp"))
     claim.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
     claim.conditions = {
@@ -768,8 +801,8 @@ def parse_pdb(raw: Mapping[str, Any]) -> PDB:
     spec = raw.get("spec") or _EMPTY
     status = raw.get("status") or _EMPTY
     pdb = PDB()
-    pdb.namespace = meta.get("namespace") or "default"
-    pdb.name = meta.get("name") or ""
+    pdb.namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
+    pdb.name = string_field(meta.get("name"), "metadata.name")
     selector = spec.get("selector")
     pdb.selector = LabelSelector.from_dict(selector, "spec.selector") if selector is not None else None
     pdb.min_available = _int_or_percent(spec.get("minAvailable"), "spec.minAvailable")
@@ -803,8 +836,8 @@ class DaemonSet:
 def parse_daemonset(raw: Mapping[str, Any]) -> DaemonSet:
     meta = raw.get("metadata") or _EMPTY
     template = (raw.get("spec") or _EMPTY).get("template") or _EMPTY
-    namespace = meta.get("namespace") or "default"
-    name = meta.get("name") or ""
+    namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
+    name = string_field(meta.get("name"), "metadata.name")
     pod = parse_pod(
         {
             "metadata": {**(template.get("metadata") or {}), "namespace": namespace, "name": name},
@@ -902,9 +935,14 @@ class Snapshot:
         """Parse objects into the snapshot (`objects` may be a stream: nothing is kept of it)."""
         for obj in objects:
             if not isinstance(obj, Mapping):
-                self.problems.append(f"{source}: skipped an item that is not an object")
+                what = obj if isinstance(obj, NotAnObject) else f"not an object: {_preview(obj)}"
+                self.problems.append(f"{what} (skipped)")
                 continue
             kind = obj.get("kind")
+            if not isinstance(kind, str):
+                if kind is not None:
+                    self.problems.append(f"object {_object_name(obj)}: kind {_preview(kind)} is not a string")
+                continue
             if kind in _POD_KINDS:
                 self._add(obj, kind, parse_pod, self.pods.append)
             elif kind in _NODE_KINDS:
@@ -929,6 +967,8 @@ class Snapshot:
         except (ValueError, KeyError, TypeError, AttributeError, QuantityError) as err:
             detail = f"missing field {err}" if isinstance(err, KeyError) else str(err)
             self.problems.append(f"{kind} {_object_name(obj)}: {detail}")
+        except Exception as err:  # any other failure on one object must not stop the whole load
+            self.problems.append(f"{kind} {_object_name(obj)}: {type(err).__name__}: {err}")
 
     def _put_node(self, node: Node) -> None:
         if node.name in self.nodes:
@@ -1045,6 +1085,23 @@ class Snapshot:
         return self.now - when if when is not None else timedelta(0)
 
 
+@dataclass(frozen=True, slots=True)
+class NotAnObject:
+    """An item of a List that is not an object (a string, a number): reported and skipped."""
+
+    list_kind: str
+    index: int
+    value: Any
+
+    def __str__(self) -> str:
+        return f"{self.list_kind} items[{self.index}]: not an object: {_preview(self.value)}"
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _object_name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
@@ -1067,11 +1124,15 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
         raise SnapshotError("expected Kubernetes objects (a List or objects with kind)")
     kind = document.get("kind")
     if "items" in document and (kind is None or str(kind).endswith("List")):
-        item_kind = str(kind)[: -len("List")] if kind and kind != "List" else None
         items = document.get("items") or []
-        if item_kind:
-            return [item if "kind" in item else {**item, "kind": item_kind} for item in items]
-        return items
+        if not isinstance(items, list):
+            raise SnapshotError(f"{kind or 'List'}: items must be a list, got {type(items).__name__}")
+        return [
+            _with_list_kind(item, kind)
+            if isinstance(item, Mapping)
+            else NotAnObject(str(kind or "List"), i, item)
+            for i, item in enumerate(items)
+        ]
     return [document]
 
 
@@ -1176,13 +1237,16 @@ class _Document:
     def _stream(self, text: str) -> Iterator[Mapping[str, Any]]:
         fields: dict[str, Any] = {}
         waiting: list[Any] = []  # items without kind, until the list's kind is known
-        has_items = False
+        index = -1
         for key, value in _stream_json_object(text):
             if key != "item":
                 fields[key] = value
                 continue
-            has_items = True
-            if isinstance(value, Mapping) and "kind" not in value:
+            index += 1
+            if not isinstance(value, Mapping):
+                yield NotAnObject(str(fields.get("kind") or "List"), index, value)  # type: ignore[misc]
+                continue
+            if "kind" not in value:
                 kind = fields.get("kind")
                 if kind is None:
                     waiting.append(value)
@@ -1190,7 +1254,7 @@ class _Document:
                 value = _with_list_kind(value, kind)
             yield value
         self._note_metadata(fields.get("metadata"))
-        if not has_items and "items" not in fields:
+        if index < 0 and "items" not in fields:
             if "kind" not in fields:
                 raise SnapshotError(f"{self.path}: expected Kubernetes objects (a List or objects with kind)")
             yield fields  # a single object
@@ -1201,7 +1265,10 @@ class _Document:
     def _note_metadata(self, metadata: Any) -> None:
         if not isinstance(metadata, Mapping):
             return
-        value = (metadata.get("annotations") or {}).get(CAPTURED_AT_ANNOTATION)
+        annotations = metadata.get("annotations")
+        if not isinstance(annotations, Mapping):
+            return  # none, or malformed: the object's own parse reports that
+        value = annotations.get(CAPTURED_AT_ANNOTATION)
         try:
             self.captured = _latest(self.captured, parse_time(value))
         except ValueError:
@@ -1212,7 +1279,7 @@ class _Document:
 
 def _with_list_kind(item: Mapping[str, Any], list_kind: Any) -> Mapping[str, Any]:
     kind = str(list_kind or "")
-    if kind.endswith("List") and kind != "List":
+    if "kind" not in item and kind.endswith("List") and kind != "List":
         return {**item, "kind": kind[: -len("List")]}
     return item
 
@@ -1245,12 +1312,16 @@ def load_snapshot(paths: str | Path | Sequence[str | Path], now: datetime | None
     for path in paths:
         document = _Document(path)
         snapshot.sources.append(str(path))
+        first_problem = len(snapshot.problems)
         try:
             snapshot._add_objects(document.objects(), str(path))
         except SnapshotError:
             raise
         except ValueError as err:  # a JSON syntax error found while streaming
             raise SnapshotError(f"{document.path}: not valid YAML/JSON: {err}") from None
+        if len(paths) > 1:  # say which file a problem is in once several are combined
+            new = snapshot.problems[first_problem:]
+            snapshot.problems[first_problem:] = [f"{path}: {problem}" for problem in new]
         captured = _latest(captured, document.captured)
     if now is None and captured is not None:
         snapshot.now = captured

@@ -136,6 +136,22 @@ def test_malformed_objects_are_listed_as_problems_without_failing(tmp_path):
     assert "Pod default/broken: invalid quantity 'a-lot'" in result.output
 
 
+def test_malformed_maps_are_problems_naming_file_kind_and_name_not_a_traceback(demo, tmp_path):
+    bad = tmp_path / "extra.yaml"
+    bad.write_text(
+        "kind: NodeList\nitems:\n- metadata: {name: odd, labels: [a]}\n"
+        "  status: {capacity: {cpu: '2', memory: 8Gi, pods: '30'}}\n- 42\n"
+    )
+    result = invoke(
+        "--snapshot", str(demo), "--snapshot", str(bad), "-o", "json", "--at", "2026-11-22T10:00:00Z"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["problems"] == [
+        f"{bad}: Node odd: metadata.labels: expected a map of strings, got list",
+        f"{bad}: NodeList items[1]: not an object: 42 (skipped)",
+    ]
+
+
 def test_the_capture_time_of_a_snapshot_is_the_default_plan_time(tmp_path):
     b = ClusterBuilder()
     b.nodepool("default")

@@ -132,6 +132,76 @@ def test_malformed_objects_are_reported_with_kind_and_name_and_skipped():
     assert "bad" not in snapshot.nodepools and len(snapshot.nodes) == 2
 
 
+MALFORMED_MAPS = """
+apiVersion: v1
+kind: PodList
+items:
+- just-a-string
+- metadata: {name: listed-labels, namespace: shop, labels: [app, web]}
+  spec: {containers: [{name: c}]}
+- metadata: {name: listed-annotations, namespace: shop, annotations: [note]}
+  spec: {containers: [{name: c}]}
+- metadata: {name: listed-selector, namespace: shop}
+  spec: {nodeSelector: [zone-a], containers: [{name: c}]}
+- metadata: {name: fine, namespace: shop}
+  spec: {containers: [{name: c}]}
+---
+apiVersion: v1
+kind: NodeList
+items:
+- metadata: {name: listed-node-labels, labels: [karpenter.sh/nodepool]}
+  status: {capacity: {cpu: "2", memory: 8Gi, pods: "30"}}
+- metadata: {name: listed-node-annotations, annotations: [note]}
+  status: {capacity: {cpu: "2", memory: 8Gi, pods: "30"}}
+"""
+
+
+def test_malformed_items_are_reported_by_kind_and_name_and_skipped(tmp_path):
+    path = tmp_path / "malformed.yaml"
+    path.write_text(MALFORMED_MAPS)
+    snapshot = load_snapshot(path, now=DEFAULT_NOW)
+    assert snapshot.problems == [
+        "PodList items[0]: not an object: 'just-a-string' (skipped)",
+        "Pod shop/listed-labels: metadata.labels: expected a map of strings, got list",
+        "Pod shop/listed-annotations: metadata.annotations: expected a map of strings, got list",
+        "Pod shop/listed-selector: spec.nodeSelector: expected a map of strings, got list",
+        "Node listed-node-labels: metadata.labels: expected a map of strings, got list",
+        "Node listed-node-annotations: metadata.annotations: expected a map of strings, got list",
+    ]
+    assert [p.key for p in snapshot.pods] == ["shop/fine"] and snapshot.nodes == {}
+    assert snapshot.region() is None
+
+
+def test_a_streamed_json_list_reports_items_that_are_not_objects(tmp_path):
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "items": [7], "kind": "PodList"}))
+    assert load_snapshot(path, now=DEFAULT_NOW).problems == ["List items[0]: not an object: 7 (skipped)"]
+
+
+def test_scalar_label_values_of_hand_written_yaml_become_text():
+    pod = {"kind": "Pod", "metadata": {"name": "p", "labels": {"tier": 1, "canary": True}}, "spec": {}}
+    snapshot = Snapshot.from_objects([pod], now=DEFAULT_NOW)
+    assert snapshot.pods[0].labels == {"tier": "1", "canary": "true"}
+
+
+def test_problems_name_their_file_when_several_files_are_combined(tmp_path):
+    good = small_cluster().write(tmp_path / "good.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MALFORMED_MAPS)
+    snapshot = load_snapshot([good, bad], now=DEFAULT_NOW)
+    assert snapshot.problems and all(p.startswith(f"{bad}: ") for p in snapshot.problems)
+    assert f"{bad}: Node listed-node-labels: metadata.labels: expected a map of strings, got list" in (
+        snapshot.problems
+    )
+
+
+def test_a_list_whose_items_are_not_a_list_is_unusable_input(tmp_path):
+    path = tmp_path / "odd.yaml"
+    path.write_text("kind: PodList\nitems: {a: 1}\n")
+    with pytest.raises(SnapshotError, match=r"odd\.yaml: PodList: items must be a list, got dict"):
+        read_objects(path)
+
+
 def test_unreadable_or_unparseable_files_raise_naming_the_file(tmp_path):
     with pytest.raises(SnapshotError, match=r"nope\.yaml: cannot read"):
         read_objects(tmp_path / "nope.yaml")
