@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
 
@@ -59,9 +59,15 @@ def budget_active(budget: Budget, now: datetime) -> bool:
     except DurationError as err:
         raise BudgetError(f"duration {budget.duration!r}: {err}") from None
     cron = _cron(budget.schedule)
+    now = utc(now)  # croniter reads the schedule in now's own offset; Karpenter's are UTC
     start = now - duration
     next_hit = croniter(cron, start).get_next(datetime)
     return next_hit <= now
+
+
+def utc(when: datetime) -> datetime:
+    """The same instant in UTC (a naive time is taken as UTC)."""
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def budget_nodes(budget: Budget, total: int) -> int:
@@ -88,6 +94,7 @@ def next_budget_change(
 ) -> datetime | None:
     """The next time a scheduled budget of the pool starts or stops applying (for people and timers)."""
     changes = []
+    now = utc(now)
     for budget in pool.spec.disruption.budgets:
         if budget.schedule is None:
             continue

@@ -28,12 +28,13 @@ from planner.snapshot import Snapshot, SnapshotError, load_snapshot
 
 
 def parse_at(value: str) -> datetime:
-    """RFC 3339 (`2026-11-22T10:00:00Z`, offsets allowed); naive times are taken as UTC."""
+    """RFC 3339 (`2026-11-22T10:00:00Z`, offsets allowed), returned in UTC (budget schedules are UTC);
+    naive times are taken as UTC."""
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:
         raise click.BadParameter(f"{value!r} is not an RFC 3339 time such as 2026-11-22T10:00:00Z") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _fail(message: str) -> None:

@@ -85,15 +85,16 @@ def parse_time(value: Any) -> datetime | None:
     if not value:
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     return _parse_time_text(str(value))
 
 
 @lru_cache(maxsize=65536)
 def _parse_time_text(text: str) -> datetime:
     # Timestamps have one-second resolution and pods of a rollout share them: memoise.
+    # Normalised to UTC: budget schedules are read in the offset of the time they are given.
     parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _latest(*times: datetime | None) -> datetime | None:
@@ -918,6 +919,10 @@ class Snapshot:
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
     _pdb_index: dict[str, tuple[PDB, ...]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # Every rule compares with UTC times, and budget schedules are evaluated in now's offset.
+        self.now = parse_time(self.now) or self.now
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod

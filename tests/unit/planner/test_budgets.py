@@ -1,9 +1,11 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from api.nodepool import Budget
 from planner.budgets import BudgetError, budget_active, build_budget_map, next_budget_change
+from planner.cli import parse_at
+from planner.snapshot import Snapshot, parse_time
 from planner.testing import ClusterBuilder
 
 
@@ -62,6 +64,25 @@ WEEKDAY_FREEZE = [{"nodes": "10"}, {"nodes": "0", "schedule": "0 9 * * mon-fri",
 )
 def test_a_scheduled_budget_applies_only_inside_its_utc_window(at, expected):
     assert remaining(pool_with(WEEKDAY_FREEZE, at=at)) == expected
+
+
+MORNING_FREEZE = [{"nodes": "0", "schedule": "0 9 * * *", "duration": "1h"}]
+PLUS_TWO = timezone(timedelta(hours=2))
+
+
+def test_a_schedule_is_read_in_utc_whatever_the_offset_of_now():
+    same_instant = datetime(2026, 11, 22, 11, 30, tzinfo=PLUS_TWO)  # 09:30Z
+    assert budget_active(Budget(**MORNING_FREEZE[0]), same_instant)
+    assert remaining(pool_with(MORNING_FREEZE, at=same_instant)) == 0
+    # 09:30+02:00 is 07:30Z: before the UTC window, although 09:30 on a local clock.
+    assert not budget_active(Budget(**MORNING_FREEZE[0]), datetime(2026, 11, 22, 9, 30, tzinfo=PLUS_TWO))
+
+
+def test_plan_times_with_an_offset_are_normalised_to_utc():
+    assert parse_at("2026-11-22T11:30:00+02:00") == datetime(2026, 11, 22, 9, 30, tzinfo=UTC)
+    assert parse_time("2026-11-22T11:30:00+02:00") == datetime(2026, 11, 22, 9, 30, tzinfo=UTC)
+    snapshot = Snapshot(now=datetime(2026, 11, 22, 11, 30, tzinfo=PLUS_TWO))
+    assert snapshot.now.tzinfo is UTC and snapshot.now.hour == 9
 
 
 def test_cron_macros_are_accepted():
