@@ -290,3 +290,47 @@ async def test_the_instance_waits_for_volumes_to_detach(karpflow):
 
 async def _phase(handle, phase: str) -> bool:
     return (await handle.query(TerminationWorkflow.status)).phase == phase
+
+
+# Two web pods on A under a PDB that allows a disruption; a second PDB over the same pods is added by
+# the test, so the Eviction API answers 500 ("more than one PodDisruptionBudget") for both.
+DOUBLE_COVERED = [Workload("shop", "web", "100m", "128Mi", ["10", "10"], pdb={"maxUnavailable": 1}, grace=1)]
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], DOUBLE_COVERED, termination_grace_period="4s"))
+async def test_a_pod_under_two_pdbs_is_retried_then_deleted_at_the_deadline(karpflow):
+    pdbs = "/apis/policy/v1/namespaces/shop/poddisruptionbudgets"
+    first = await karpflow.kube.request("GET", f"{pdbs}/web")
+    await karpflow.kube.request(
+        "POST",
+        pdbs,
+        body={
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web-too", "namespace": "shop"},
+            "spec": {"maxUnavailable": 1, "selector": first["spec"]["selector"]},
+        },
+    )
+    async with karpflow.worker():
+        # A short heartbeat timeout: the SDK sends heartbeat details at most every 0.8 of it.
+        handle = await karpflow.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=A.name, reason="Drifted", timeouts=TerminationTimeouts(heartbeat="1s")),
+            id=f"termination/{A.name}",
+            task_queue=karpflow.task_queue,
+        )
+
+        async def blocked_by_two_pdbs() -> bool:
+            for activity in (await handle.describe()).raw_description.pending_activities:
+                if activity.activity_type.name == "drain_node" and activity.heartbeat_details.payloads:
+                    details = json.loads(activity.heartbeat_details.payloads[0].data)
+                    return any("more than one" in str(why) for why in details["blocked"].values())
+            return False
+
+        # The drain keeps retrying (and says why) instead of failing or evicting.
+        await karpflow.eventually(blocked_by_two_pdbs, within=10, what="the drain to report the two PDBs")
+        status = await handle.result()
+
+    assert status.pods_evicted == 0 and status.pods_deleted == 2
+    assert A.name not in await karpflow.nodes()
+    assert_no_violations(karpflow.stack)  # deleted at the deadline, never evicted past a budget
