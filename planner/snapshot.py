@@ -144,6 +144,7 @@ class Pod:
         "affinity_preferred_nodes",
         "annotations",
         "creation_timestamp",
+        "deletion_grace_period_seconds",
         "deletion_timestamp",
         "finished_at",
         "host_ports",
@@ -196,7 +197,10 @@ class Pod:
     host_ports: tuple[tuple[int, str, str], ...]  # (port, protocol, hostIP)
     pvc_names: tuple[str, ...]
     creation_timestamp: datetime | None
+    # Kubernetes sets deletionTimestamp to the delete request time + the grace period, which it
+    # records as metadata.deletionGracePeriodSeconds (None when absent).
     deletion_timestamp: datetime | None
+    deletion_grace_period_seconds: int | None
     start_time: datetime | None
     scheduled_time: datetime | None
     finished_at: datetime | None
@@ -292,10 +296,22 @@ class Pod:
         return min(10.0, max(-10.0, cost))
 
     @property
+    def terminating_since(self) -> datetime | None:
+        """When the pod was asked to terminate: deletionTimestamp minus the grace period it was
+        given (metadata.deletionGracePeriodSeconds, else spec.terminationGracePeriodSeconds), since
+        the API server puts deletionTimestamp at the end of the grace period, not at the request."""
+        if self.deletion_timestamp is None:
+            return None
+        grace = self.deletion_grace_period_seconds
+        if grace is None:
+            grace = self.termination_grace_period_seconds
+        return self.deletion_timestamp - timedelta(seconds=max(grace, 0))
+
+    @property
     def last_event_time(self) -> datetime | None:
         """Latest pod event that resets the node's consolidateAfter clock: bound/started,
         started terminating, or finished (Karpenter's pod-events controller)."""
-        return _latest(self.scheduled_time, self.start_time, self.deletion_timestamp, self.finished_at)
+        return _latest(self.scheduled_time, self.start_time, self.terminating_since, self.finished_at)
 
 
 _REQUEST_CACHE: dict[tuple, Resources] = {}
@@ -459,6 +475,8 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod.termination_grace_period_seconds = int(spec.get("terminationGracePeriodSeconds", 30))
     pod.creation_timestamp = parse_time(meta.get("creationTimestamp"))
     pod.deletion_timestamp = parse_time(meta.get("deletionTimestamp"))
+    grace = meta.get("deletionGracePeriodSeconds")
+    pod.deletion_grace_period_seconds = int(grace) if grace is not None else None
     pod.start_time = parse_time(status.get("startTime"))
     pod.scheduled_time = None
     pod.ready = False

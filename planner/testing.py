@@ -296,7 +296,10 @@ class ClusterBuilder:
         if annotations:
             metadata["annotations"] = dict(annotations)
         if deleting:
-            metadata["deletionTimestamp"] = ts(self.now - timedelta(seconds=5))
+            # Deleted 5 s ago with the default 30 s grace: the API server puts deletionTimestamp at
+            # the end of the grace period and records the period.
+            metadata["deletionTimestamp"] = ts(self.now + timedelta(seconds=25))
+            metadata["deletionGracePeriodSeconds"] = 30
         pod_spec: dict[str, Any] = {
             "containers": [
                 {

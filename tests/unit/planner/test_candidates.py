@@ -1,6 +1,7 @@
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
+import yaml
 
 from planner.candidates import (
     build_candidates,
@@ -230,11 +231,45 @@ def test_a_pod_finishing_or_terminating_resets_the_clock():
         {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-11-22T09:50:00Z"}}}
     ]
     b.node("n2", ready_for=timedelta(hours=3))
-    b.pod("web-1", "n2", age=timedelta(hours=2), deleting=True)  # deletionTimestamp 5 s ago
+    b.pod("web-1", "n2", age=timedelta(hours=2), deleting=True)  # deleted 5 s ago
     ctx = b.context()
     candidates = {c.name: c for c in build_candidates(ctx)[0]}
     assert candidates["n1"].consolidatable_at == ctx.now + timedelta(minutes=20)
     assert candidates["n2"].consolidatable_at == ctx.now - timedelta(seconds=5) + timedelta(minutes=30)
+
+
+TERMINATING_POD = """
+kind: Pod
+metadata:
+  name: web-1
+  namespace: default
+  ownerReferences: [{kind: ReplicaSet, name: web, controller: true}]
+  creationTimestamp: "2026-11-22T08:00:00Z"
+  deletionTimestamp: "2026-11-22T10:01:00Z"   # in the future: request time + grace period
+{grace}
+spec:
+  nodeName: n1
+  terminationGracePeriodSeconds: 120
+  containers: [{name: c}]
+status: {phase: Running, startTime: "2026-11-22T08:00:00Z"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("grace", "requested"),
+    [
+        ("  deletionGracePeriodSeconds: 300", "09:56:00"),  # the grace the delete request gave
+        ("", "09:59:00"),  # else the pod spec's terminationGracePeriodSeconds
+    ],
+)
+def test_consolidate_after_counts_from_the_delete_request_not_the_deletion_timestamp(grace, requested):
+    b = cluster(consolidate_after="30m")
+    b.node("n1", ready_for=timedelta(hours=3))
+    b.add(yaml.safe_load(TERMINATING_POD.replace("{grace}", grace)))
+    (candidate,), _ = build_candidates(b.context())
+    assert candidate.consolidatable_at == datetime.fromisoformat(f"2026-11-22T{requested}Z") + timedelta(
+        minutes=30
+    )
 
 
 def test_consolidate_after_never_disables_consolidation():
