@@ -13,7 +13,8 @@ and a single node needs at least 15 cheaper types and launches with the 15 cheap
 - Multi-node binary-searches the longest prefix of the cost-ordered non-empty candidates (at most
   100 + 1; empty ones are left to emptiness and its budget) that consolidates, and for replacements
   drops options that are not cheaper than a candidate of the same type
-  (`filter_out_same_instance_type`).
+  (`filter_out_same_instance_type`), and the replacement when what is left no longer meets the
+  NodePool's minValues.
 - Single-node walks candidates round-robin across NodePools and returns the first valid command.
 - Both spend the Underutilized budget per candidate, stop at their timeout (1 min / 3 min by default,
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
@@ -447,6 +448,12 @@ class MultiNodeConsolidation(_Consolidation):
             proposal.command = None
             proposal.why = "the replacement would be no cheaper than a node of the same type being removed"
             return proposal
+        missing = self.min_values_missing(proposal, filtered, prepared)
+        if missing:
+            # Karpenter's filterByPriceWithMinValues: a launch that cannot honour minValues is dropped.
+            proposal.command = None
+            proposal.why = f"Filtering out the removed nodes' instance types: {missing}"
+            return proposal
         if filtered != proposal.options:
             for replacement, options in zip(command.replacements, filtered, strict=True):
                 kept = {o.instance_type for o in options}
@@ -454,6 +461,19 @@ class MultiNodeConsolidation(_Consolidation):
             proposal.options = filtered
             command.message = describe(command)
         return proposal
+
+    @staticmethod
+    def min_values_missing(
+        proposal: Proposal, filtered: list[list[ClaimOption]], prepared: SnapshotSimulation
+    ) -> str | None:
+        """What minValues a new node's filtered options no longer satisfy (None: all still do)."""
+        assert proposal.simulation is not None
+        claims = proposal.simulation.replacements
+        for claim, options in zip(claims, filtered, strict=True):
+            missing = prepared.simulator.min_values_met(claim, [o.instance_type for o in options])
+            if missing:
+                return missing
+        return None
 
 
 class SingleNodeConsolidation(_Consolidation):

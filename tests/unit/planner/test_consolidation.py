@@ -308,6 +308,43 @@ def test_filter_out_same_instance_type_keeps_only_options_cheaper_than_a_removed
     assert multi(snap)[0] == []
 
 
+MIN_VALUES_POOL = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      - key: node.kubernetes.io/instance-type
+        operator: In
+        values: [c5.large, m5.large, r5.large, c5.xlarge, m5.xlarge]
+        minValues: {min_values}
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+    budgets: [{nodes: "100%"}]
+"""
+
+
+@pytest.mark.parametrize(("min_values", "kept"), [(1, ["c5.large"]), (2, None)])
+def test_filtering_out_the_removed_nodes_types_must_leave_the_pools_min_values(min_values, kept):
+    # Two m5.large ($0.096 each) fit one new node; price leaves c5.large, m5.large, r5.large and
+    # c5.xlarge, then filterOutSameInstanceType keeps only c5.large (cheaper than a removed m5.large).
+    snap = snapshot(
+        from_yaml(MIN_VALUES_POOL.replace("{min_values}", str(min_values))),
+        node("a", "m5.large"),
+        node("b", "m5.large"),
+        pod("pa", "a", cpu="750m", memory="1536Mi"),
+        pod("pb", "b", cpu="750m", memory="1536Mi"),
+    )
+    commands, _ = multi(snap)
+    assert [c.replacements[0].instance_type_names for c in commands] == ([kept] if kept else [])
+
+
 def test_multi_node_spends_the_budget_per_candidate_and_skips_pools_without_budget():
     pool = nodepool(requirements=AMD64_ON_DEMAND, budgets=[{"nodes": "2"}])
     snap = snapshot(
