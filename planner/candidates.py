@@ -3,8 +3,9 @@
 Rules (behaviour notes §1.3, §1.4, §1.6):
 - A managed node (labelled `karpenter.sh/nodepool` with an existing NodePool) becomes a `Candidate`
   unless a filter blocks it: disruption already in flight (the `karpenter.sh/disrupted` taint), not
-  initialized, being deleted, or annotated `karpenter.sh/do-not-disrupt`. Blocked nodes get a
-  readable reason; unmanaged nodes are not reported.
+  initialized, being deleted, annotated `karpenter.sh/do-not-disrupt`, or its pool's EC2NodeClass
+  missing or not Ready (when the snapshot holds EC2NodeClasses). Blocked nodes get a readable
+  reason; unmanaged nodes are not reported.
 - Pod-level blocks (an active do-not-disrupt pod, a PDB that allows no disruption, a pod under two
   PDBs) are recorded on the candidate as `pod_block`: graceful methods skip such candidates, the
   eventual class (drift on a node with a terminationGracePeriod) does not.
@@ -191,7 +192,7 @@ def build_candidates(ctx: PlanContext) -> tuple[list[Candidate], list[Blocked]]:
         if not pool_name or name in ctx.marked_for_deletion:
             continue
         pool = snapshot.nodepools.get(pool_name)
-        reason = node_block(node, pool)
+        reason = node_block(node, pool) or (snapshot.nodeclass_problem(pool) if pool is not None else None)
         if reason is not None or pool is None:
             blocked.append(Blocked(name, reason or "", pool_name))
             continue

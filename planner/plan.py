@@ -206,7 +206,7 @@ def plan(
             break
 
     total, in_flight, planned = pool_counts(ctx)
-    problems = list(snapshot.problems)
+    problems = list(snapshot.problems) + _nodeclass_problems(snapshot)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
     result = Plan(
@@ -234,6 +234,16 @@ def plan(
     )
     result._commands = commands
     return result
+
+
+def _nodeclass_problems(snapshot: Snapshot) -> list[str]:
+    """Pools that cannot launch, so the user learns why even when they have no nodes to block."""
+    out = []
+    for name, pool in sorted(snapshot.nodepools.items()):
+        why = snapshot.nodeclass_problem(pool)
+        if why is not None:
+            out.append(f"NodePool {name}: {why}; its nodes are left alone and it launches no replacements")
+    return out
 
 
 def _eligible(ctx: PlanContext, method: Method, candidate: Candidate) -> bool:

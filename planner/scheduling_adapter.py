@@ -269,7 +269,12 @@ class SnapshotSimulation:
         self.simulator = Simulator(
             nodes,
             bound,
-            [nodepool_from_api(p) for p in snapshot.nodepools.values()],
+            # A pool whose EC2NodeClass is missing or not Ready launches nothing.
+            [
+                nodepool_from_api(p)
+                for p in snapshot.nodepools.values()
+                if snapshot.nodeclass_problem(p) is None
+            ],
             [sim_instance_type(it) for it in catalog],
             daemonsets,
             preference_policy=preference_policy,

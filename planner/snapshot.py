@@ -896,6 +896,16 @@ def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
     return NodePool.model_validate(raw), budget_errors
 
 
+def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
+    """An EC2NodeClass and why it is not Ready (None when Ready, or when its status does not say)."""
+    nodeclass = EC2NodeClass.model_validate(raw)
+    for condition in (raw.get("status") or _EMPTY).get("conditions") or ():
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            status = condition.get("status") or "Unknown"
+            return nodeclass, str(condition.get("message") or condition.get("reason") or f"Ready={status}")
+    return nodeclass, None
+
+
 def _pydantic_message(err: ValidationError) -> str:
     parts = []
     for e in err.errors():
@@ -934,6 +944,8 @@ class Snapshot:
     problems: list[str] = field(default_factory=list)
     # NodePool name -> invalid budgets (the pool fails closed).
     budget_errors: dict[str, list[str]] = field(default_factory=dict)
+    # EC2NodeClass name -> why it is not Ready (its Ready condition's message).
+    nodeclass_not_ready: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
     _pdb_index: dict[str, tuple[PDB, ...]] | None = field(default=None, repr=False)
@@ -977,7 +989,7 @@ class Snapshot:
             elif kind in _NODEPOOL_KINDS:
                 self._add(obj, kind, parse_nodepool, self._put_nodepool)
             elif kind in _NODECLASS_KINDS:
-                self._add(obj, kind, EC2NodeClass.model_validate, self._put_nodeclass)
+                self._add(obj, kind, parse_nodeclass, self._put_nodeclass)
             elif kind in _NODECLAIM_KINDS:
                 self._add(obj, kind, parse_nodeclaim, self._put_nodeclaim)
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
@@ -1007,8 +1019,13 @@ class Snapshot:
                 f"NodePool {pool.name}: {e} (the pool's budgets fail closed)" for e in budget_errors
             )
 
-    def _put_nodeclass(self, nodeclass: EC2NodeClass) -> None:
+    def _put_nodeclass(self, parsed: tuple[EC2NodeClass, str | None]) -> None:
+        nodeclass, not_ready = parsed
         self.nodeclasses[nodeclass.name] = nodeclass
+        if not_ready is not None:
+            self.nodeclass_not_ready[nodeclass.name] = not_ready
+        else:
+            self.nodeclass_not_ready.pop(nodeclass.name, None)
 
     def _put_nodeclaim(self, claim: NodeClaim) -> None:
         self.nodeclaims[claim.name] = claim
@@ -1074,6 +1091,18 @@ class Snapshot:
             if pool is not None and not node.is_deleting:
                 yield node, pool
 
+    def nodeclass_problem(self, pool: NodePool) -> str | None:
+        """Why the pool cannot launch: its EC2NodeClass is missing or not Ready (None: it can). Its
+        nodes are then left alone and it launches no replacements, as Karpenter finds no instance
+        types for it. Judged only when the snapshot holds EC2NodeClasses at all: many omit them."""
+        ref = pool.spec.template.spec.node_class_ref
+        if ref is None or ref.kind != "EC2NodeClass" or not self.nodeclasses:
+            return None
+        if ref.name not in self.nodeclasses:
+            return f"EC2NodeClass {ref.name} not found"
+        why = self.nodeclass_not_ready.get(ref.name)
+        return f"EC2NodeClass {ref.name} is not Ready: {why}" if why is not None else None
+
     def region(self) -> str | None:
         """The region named by the nodes' topology labels (the most common one)."""
         counts: dict[str, int] = defaultdict(int)
@@ -1098,6 +1127,7 @@ class Snapshot:
             nodeclaims=self.nodeclaims,
             problems=self.problems,
             budget_errors=self.budget_errors,
+            nodeclass_not_ready=self.nodeclass_not_ready,
             sources=self.sources,
         )
         clone._pdb_cache = self._pdb_cache

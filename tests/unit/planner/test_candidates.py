@@ -9,6 +9,7 @@ from planner.candidates import (
     round_robin_by_nodepool,
     sort_by_disruption_cost,
 )
+from planner.plan import plan
 from planner.testing import ClusterBuilder
 
 
@@ -37,6 +38,41 @@ def test_a_node_whose_nodepool_is_missing_is_blocked():
     b = cluster()
     b.node("orphan", pool="gone")
     assert outcome(b) == {"orphan": "nodepool gone not found"}
+
+
+NOT_READY_NODECLASS = """
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: sick}
+spec: {role: KarpenterNodeRole, amiSelectorTerms: [{alias: al2023@latest}]}
+status:
+  conditions:
+  - {type: Ready, status: "False", reason: SubnetsNotFound, message: SubnetSelector did not match any Subnets}
+"""
+
+
+def test_a_node_whose_pools_ec2nodeclass_is_missing_or_not_ready_is_blocked():
+    b = cluster()
+    b.add(yaml.safe_load(NOT_READY_NODECLASS))
+    b.nodepool("orphaned", nodeclass="gone")
+    b.nodepool("ailing", nodeclass="sick")
+    b.node("n1", pool="orphaned", nodeclass="gone")
+    b.node("n2", pool="ailing", nodeclass="sick")
+    b.node("n3")
+    assert outcome(b) == {
+        "n1": "EC2NodeClass gone not found",
+        "n2": "EC2NodeClass sick is not Ready: SubnetSelector did not match any Subnets",
+        "n3": None,
+    }
+    problems = plan(b.snapshot(), b.catalog).problems
+    assert "NodePool orphaned: EC2NodeClass gone not found; its nodes are left alone" in "\n".join(problems)
+
+
+def test_a_missing_ec2nodeclass_is_not_judged_when_the_snapshot_has_none():
+    b = ClusterBuilder()
+    b.nodepool("default", nodeclass="never-captured")
+    b.node("n1", nodeclass="never-captured")
+    assert outcome(b) == {"n1": None}
 
 
 def test_an_uninitialized_node_is_blocked():

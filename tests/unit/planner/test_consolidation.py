@@ -454,6 +454,25 @@ def test_single_node_explains_the_nodes_it_did_not_reach():
     ) in ctx.explanations["a2"]
 
 
+def test_a_pool_whose_ec2nodeclass_is_missing_launches_no_replacement():
+    # "preferred" outweighs "default" but its EC2NodeClass is not in the snapshot (which has others).
+    preferred = nodepool("preferred", requirements=AMD64_ON_DEMAND, weight=100)
+    preferred["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "gone"
+    snap = snapshot(
+        from_yaml("""
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+"""),
+        nodepool(requirements=AMD64_ON_DEMAND),
+        preferred,
+        node("a", "m5.2xlarge"),
+        pod("app", "a"),
+    )
+    [command], _ = single(snap)
+    assert [r.nodepool for r in command.replacements] == ["default"]
+
+
 def test_single_node_skips_pools_without_budget():
     [command], ctx = single(_two_pool_cluster(budget_p2="0"))
     assert command.nodes == ["a2"]
