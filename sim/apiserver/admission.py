@@ -1,7 +1,14 @@
-"""What kube-apiserver does to an object before storing it: defaulting and validation, per kind.
+"""What kube-apiserver does to an object before storing it: decoding, defaulting and validation.
+
+Decoding comes first: a value of the wrong JSON type where the Go types want another (a string
+for `spec`, a number for `metadata.name`, an unparseable resource quantity) is a 400 BadRequest
+("Pod in version "v1" cannot be handled as a Pod: ..."), as kube-apiserver's decoder answers
+before any validation; for custom resources, whose schema is OpenAPI, it is a 422 like the CRD
+validator's. See `decode_error`; only the fields the emulator reads are typed.
 
 Only the parts karpflow and its tests can observe are reproduced: name formats (422 Invalid),
 workload selectors that must match their template, PDB minAvailable/maxUnavailable exclusivity,
+resource quantities that may not be negative (`spec.containers[0].resources.requests[cpu]`),
 pod defaults (grace period 30 s, the default not-ready/unreachable tolerations, QoS class), the
 pod fields that are immutable after creation, and `metadata.finalizers` that may not grow while
 an object is being deleted. Errors are (field path, reason type, message) triples that
@@ -13,7 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from api import quantity
 from api.constants import DEFAULT_POD_TOLERATIONS
+from sim.apiserver.errors import ApiError, BadRequest, invalid
 from sim.apiserver.resources import ResourceType
 from sim.apiserver.selectors import label_key_error, label_value_error, selector_from_label_selector
 
@@ -61,6 +70,150 @@ def _metadata_errors(meta: dict[str, Any]) -> FieldErrors:
     if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
         errs.append(("metadata.finalizers", "FieldValueInvalid", "must be a list of strings"))
     return errs
+
+
+# --- decoding: JSON types ---------------------------------------------------------------------------
+
+
+class _MapOf:
+    """A JSON object whose values all have one shape (labels, resource lists)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+# A shape is "string", "boolean", "integer" or QUANTITY; a dict (a JSON object: the named fields
+# have those shapes, other fields are not checked); a one-item list (an array of that shape); or
+# _MapOf. null matches every shape: Go decodes it to the zero value.
+QUANTITY = "quantity"
+QUANTITY_MESSAGE = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+_STRINGS = _MapOf("string")
+_QUANTITIES = _MapOf(QUANTITY)
+_META_SHAPE = {
+    "name": "string",
+    "namespace": "string",
+    "generateName": "string",
+    "labels": _STRINGS,
+    "annotations": _STRINGS,
+    "finalizers": ["string"],
+    "ownerReferences": [{"apiVersion": "string", "kind": "string", "name": "string", "uid": "string"}],
+}
+_SELECTOR = {
+    "matchLabels": _STRINGS,
+    "matchExpressions": [{"key": "string", "operator": "string", "values": ["string"]}],
+}
+_CONTAINER = {
+    "name": "string",
+    "image": "string",
+    "resources": {"requests": _QUANTITIES, "limits": _QUANTITIES},
+}
+_POD_SPEC = {
+    "nodeName": "string",
+    "containers": [_CONTAINER],
+    "initContainers": [_CONTAINER],
+    "tolerations": [{"key": "string", "operator": "string", "value": "string", "effect": "string"}],
+    "nodeSelector": _STRINGS,
+    "terminationGracePeriodSeconds": "integer",
+    "overhead": _QUANTITIES,
+}
+_CONDITIONS = [{"type": "string", "status": "string"}]
+_WORKLOAD_SHAPE = {
+    "spec": {
+        "replicas": "integer",
+        "selector": _SELECTOR,
+        "template": {"metadata": _META_SHAPE, "spec": _POD_SPEC},
+    },
+    "status": {},
+}
+_SHAPES: dict[str, dict[str, Any]] = {
+    "Pod": {
+        "spec": _POD_SPEC,
+        "status": {"phase": "string", "conditions": _CONDITIONS, "containerStatuses": [{}]},
+    },
+    "Node": {
+        "spec": {
+            "taints": [{"key": "string", "value": "string", "effect": "string"}],
+            "providerID": "string",
+        },
+        "status": {"capacity": _QUANTITIES, "allocatable": _QUANTITIES, "conditions": _CONDITIONS},
+    },
+    "PodDisruptionBudget": {"spec": {"selector": _SELECTOR}, "status": {}},
+    "Deployment": _WORKLOAD_SHAPE,
+    "ReplicaSet": _WORKLOAD_SHAPE,
+    "DaemonSet": _WORKLOAD_SHAPE,
+}
+_ANY_SPEC = {"spec": {}, "status": {}}  # every kind's spec and status are objects
+_GO_TYPES = {"string": "string", "boolean": "bool", "integer": "int64", QUANTITY: "resource.Quantity"}
+
+
+def decode_error(rt: ResourceType, obj: dict[str, Any]) -> ApiError | None:
+    """The error kube-apiserver's decoder would answer for `obj`, or None when it decodes."""
+    found = _shape_error(obj, {"metadata": _META_SHAPE, **_SHAPES.get(rt.kind, _ANY_SPEC)}, "")
+    if found is None:
+        return None
+    path, problem = found
+    if rt.custom and not path.startswith("metadata"):
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        return invalid(rt.kind, name, rt.group, [(path, "FieldValueTypeInvalid", problem)])
+    return BadRequest(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}')
+
+
+def _shape_error(value: Any, shape: Any, path: str) -> tuple[str, str] | None:
+    """The first (field path, problem) where `value` does not fit `shape`."""
+    if value is None:
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return _mismatch(value, path, "object")
+        for key, sub in shape.items():
+            if (found := _shape_error(value.get(key), sub, f"{path}.{key}" if path else key)) is not None:
+                return found
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return _mismatch(value, path, "array")
+        return next(
+            (f for i, v in enumerate(value) if (f := _shape_error(v, shape[0], f"{path}[{i}]"))), None
+        )
+    if isinstance(shape, _MapOf):
+        if not isinstance(value, dict):
+            return _mismatch(value, path, "object")
+        for key, item in value.items():
+            if not isinstance(key, str):  # only a Python caller can send one; orjson cannot store it
+                return f"{path}[{key!r}]", f"{path}: keys must be strings, got {key!r}"
+            if (found := _shape_error(item, shape.value, f"{path}[{key}]")) is not None:
+                return found
+        return None
+    return _scalar_error(value, shape, path)
+
+
+def _scalar_error(value: Any, shape: str, path: str) -> tuple[str, str] | None:
+    if shape == QUANTITY:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return _mismatch(value, path, QUANTITY)
+        if isinstance(value, str) and not value.strip():
+            return path, f"{path}: {QUANTITY_MESSAGE}"
+        try:
+            quantity.parse(value)
+        except quantity.QuantityError:
+            return path, f"{path}: {QUANTITY_MESSAGE}"
+        return None
+    ok = {
+        "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+    }[shape]
+    return None if ok else _mismatch(value, path, shape)
+
+
+def _mismatch(value: Any, path: str, expected: str) -> tuple[str, str]:
+    got = {bool: "bool", str: "string", list: "array", dict: "object"}.get(type(value), "number")
+    go_type = _GO_TYPES.get(expected, expected)
+    return path, f"json: cannot unmarshal {got} into Go struct field {path} of type {go_type}"
 
 
 # --- defaulting --------------------------------------------------------------------------------------
@@ -265,7 +418,25 @@ def _pod_spec_errors(spec: Any, where: str) -> FieldErrors:
         seen.add(str(name))
         if not c.get("image"):
             errs.append((f"{where}.containers[{i}].image", "FieldValueRequired", "Required value"))
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(key) or []):
+            resources = (c.get("resources") if isinstance(c, dict) else None) or {}
+            for kind in ("requests", "limits"):
+                errs += _negative_quantities(resources.get(kind), f"{where}.{key}[{i}].resources.{kind}")
     return errs
+
+
+def _negative_quantities(values: dict[str, Any] | None, where: str) -> FieldErrors:
+    """ValidateResourceQuantityValue: a resource amount may not be negative (decoding parsed it)."""
+    return [
+        (
+            f"{where}[{name}]",
+            "FieldValueInvalid",
+            f'Invalid value: "{value}": must be greater than or equal to 0',
+        )
+        for name, value in (values or {}).items()
+        if value is not None and quantity.parse(value) < 0
+    ]
 
 
 # Pod spec fields that may change after creation (ValidatePodUpdate allows these, plus
@@ -380,7 +551,9 @@ def _pdb_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
 
 
 def _node_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> FieldErrors:
-    errs: FieldErrors = []
+    status = obj.get("status") or {}
+    errs = _negative_quantities(status.get("capacity"), "status.capacity")
+    errs += _negative_quantities(status.get("allocatable"), "status.allocatable")
     taints = (obj.get("spec") or {}).get("taints") or []
     seen = set()
     for i, t in enumerate(taints):

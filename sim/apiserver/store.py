@@ -566,8 +566,9 @@ class Store:
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind} body must be a JSON object")
         if copy:
-            obj = orjson.loads(orjson.dumps(obj))  # never keep a reference to the caller's dicts
+            obj = _json_copy(rt, obj)  # never keep a reference to the caller's dicts
         self._check_type(rt, obj)
+        self._check_decodes(rt, obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             meta = obj["metadata"] = {}
@@ -602,8 +603,9 @@ class Store:
             if dry_run:
                 meta["resourceVersion"] = ""
                 return orjson.dumps(obj) if raw else obj
-            rv = self._next_rv()
-            entry = self._put(rt, key, obj, rv)
+            entry = self._build_entry(rt, obj, self._rv + 1)
+            self._rv = entry.rv
+            self._index(rt, key, entry)
             self._emit(rt, ADDED, key, entry, None)
             return entry.raw if raw else orjson.loads(entry.raw)
 
@@ -1157,8 +1159,9 @@ class Store:
         if not isinstance(obj, dict):
             raise BadRequest(f"{rt.kind} body must be a JSON object")
         if copy:
-            obj = orjson.loads(orjson.dumps(obj))
+            obj = _json_copy(rt, obj)
         self._check_type(rt, obj)
+        self._check_decodes(rt, obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise BadRequest(f"{rt.kind}: metadata is required")
@@ -1241,13 +1244,22 @@ class Store:
     ) -> Any:
         """Store a new version of an existing object and publish MODIFIED. Returns the new object
         (or its bytes with raw_only)."""
-        rv = self._next_rv()
+        # Everything that can fail (serializing, reading selectable fields) happens before the
+        # indexes change: a write that raises leaves the store as it was.
+        entry = self._build_entry(rt, obj, self._rv + 1)
+        self._rv = entry.rv
         self._unindex(rt, key, old)
-        entry = self._put(rt, key, obj, rv)
+        self._index(rt, key, entry)
         self._emit(rt, MODIFIED, key, entry, old.raw)
         return entry.raw if raw_only else orjson.loads(entry.raw)
 
     def _put(self, rt: ResourceType, key: Key, obj: dict[str, Any], rv: int) -> _Entry:
+        entry = self._build_entry(rt, obj, rv)
+        self._index(rt, key, entry)
+        return entry
+
+    def _build_entry(self, rt: ResourceType, obj: dict[str, Any], rv: int) -> _Entry:
+        """The stored form of `obj` at `rv`; touches no index (it may raise on a malformed body)."""
         meta = obj["metadata"]
         meta["resourceVersion"] = str(rv)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
@@ -1256,7 +1268,7 @@ class Store:
         ordered.update(obj)
         owners = tuple(o.get("uid", "") for o in meta.get("ownerReferences") or [] if isinstance(o, dict))
         labels = meta.get("labels") or {}
-        entry = _Entry(
+        return _Entry(
             # orjson hands back bytes in a 4 KiB allocation; an exact-size copy keeps 100k pods
             # at ~1.6 KiB each instead of 4 KiB.
             bytes(memoryview(orjson.dumps(ordered))),
@@ -1269,16 +1281,17 @@ class Store:
             rt.selectable_fields(obj),
             owners,
         )
+
+    def _index(self, rt: ResourceType, key: Key, entry: _Entry) -> None:
         bucket = self._objects.setdefault(rt, {})
         if key not in bucket:
             self._sorted.pop(rt, None)
         bucket[key] = entry
         self._by_uid[entry.uid] = (rt, key)
-        for owner in owners:
+        for owner in entry.owners:
             self._dependents.setdefault(owner, set()).add((rt, key))
         if rt.kind == "Pod":
             self._by_node.setdefault(entry.fields.get("spec.nodeName", ""), set()).add(key)
-        return entry
 
     def _unindex(self, rt: ResourceType, key: Key, entry: _Entry) -> None:
         if self._by_uid.get(entry.uid) == (rt, key) and key not in self._objects.get(rt, {}):
@@ -1373,6 +1386,12 @@ class Store:
                 f"the API version in the data ({api_version}) does not match the expected API version "
                 f"({rt.api_version})"
             )
+
+    @staticmethod
+    def _check_decodes(rt: ResourceType, obj: dict[str, Any]) -> None:
+        # Wrong JSON types are refused before any code reads them: a 400/422, never a crash.
+        if (err := admission.decode_error(rt, obj)) is not None:
+            raise err
 
     def _check_subresource(self, rt: ResourceType, subresource: str | None) -> None:
         if subresource not in (None, "") and subresource not in rt.subresources:
@@ -1482,6 +1501,13 @@ class Store:
                 "start a new list without the continue parameter."
             )
         return rv, (ns, name)
+
+
+def _json_copy(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return orjson.loads(orjson.dumps(obj))
+    except TypeError as err:  # a Python caller's non-JSON value (an int key, a set): not storable
+        raise BadRequest(f"{rt.kind} body is not JSON: {err}") from None
 
 
 def _owner_refs(obj: dict[str, Any]) -> list[dict[str, Any]]:

@@ -7,48 +7,18 @@ import time
 from typing import Any
 
 import pytest
-import urllib3
 from kubernetes import client, watch
 
 from sim.apiserver import EmulatorServer
 
 from . import builders as b
+from .helpers import http, owned_pods, status_of
 
 pytestmark = pytest.mark.integration
-
-_http = urllib3.PoolManager()
-
-
-def http(emu: EmulatorServer, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
-    data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
-    headers.setdefault("Content-Type", "application/json")
-    resp = _http.request(method, emu.url + path, body=data, headers=headers)
-    try:
-        return resp.status, json.loads(resp.data)
-    except ValueError:
-        return resp.status, resp.data.decode()
-
-
-def status_of(err: client.ApiException) -> dict[str, Any]:
-    return json.loads(err.body)
 
 
 def running(core: client.CoreV1Api, name: str, status: dict | None = None, ns: str = "default") -> None:
     core.patch_namespaced_pod_status(name, ns, {"status": status or b.RUNNING_READY})
-
-
-def owned_pods(
-    emu: EmulatorServer, rs_name: str, count: int, node_name: str = "n1", ready: int | None = None
-) -> dict:
-    rs = emu.store.create("replicasets", b.replicaset(rs_name, replicas=count))
-    for i in range(count):
-        status = b.RUNNING_READY if ready is None or i < ready else b.RUNNING_UNREADY
-        emu.store.create(
-            "pods",
-            {**b.pod(f"{rs_name}-{i}", node_name, app=rs_name, owner=rs), "status": status},
-            keep_status=True,
-        )
-    return rs
 
 
 # --- create / read / errors --------------------------------------------------------------------------
@@ -107,6 +77,104 @@ def test_bad_bodies_are_client_errors_not_crashes(emu: EmulatorServer) -> None:
     code, body = http(emu, "GET", "/apis/nope.io/v1/things")
     assert code == 404
     assert all(r.status < 500 for r in emu.requests.query())
+
+
+def _pod_requesting(**requests: Any) -> dict[str, Any]:
+    pod = b.pod("p2", None)
+    pod["spec"]["containers"][0]["resources"] = {"requests": requests}
+    return pod
+
+
+_PODS = "/api/v1/namespaces/default/pods"
+_MERGE = {"Content-Type": "application/merge-patch+json"}
+
+# Bodies that are JSON but not the Go types: kube-apiserver's decoder answers 400 BadRequest (a
+# CRD's OpenAPI schema, 422), its validation 422 Invalid naming the field. Never a 500.
+MALFORMED = {
+    "node spec string": ("POST", "/api/v1/nodes", {"metadata": {"name": "n2"}, "spec": "x"}, {}, 400, "spec"),
+    "node name number": ("POST", "/api/v1/nodes", {"metadata": {"name": 123}}, {}, 400, "metadata.name"),
+    "labels list": (
+        "POST",
+        "/api/v1/nodes",
+        {"metadata": {"name": "n2", "labels": ["a"]}},
+        {},
+        400,
+        "labels",
+    ),
+    "pod spec string": ("POST", _PODS, {"metadata": {"name": "p2"}, "spec": "x"}, {}, 400, "spec"),
+    "pdb selector string": (
+        "POST",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        {"metadata": {"name": "pdb"}, "spec": {"selector": "x"}},
+        {},
+        400,
+        "spec.selector",
+    ),
+    "merge patch spec string": ("PATCH", "/api/v1/nodes/n1", {"spec": "x"}, _MERGE, 400, "spec"),
+    "status patch string": ("PATCH", f"{_PODS}/p/status", {"status": "x"}, _MERGE, 400, "status"),
+    "unparseable request": (
+        "POST",
+        _PODS,
+        _pod_requesting(cpu="lots"),
+        {},
+        400,
+        "spec.containers[0].resources.requests[cpu]: quantities must match",
+    ),
+    "negative request": (
+        "POST",
+        _PODS,
+        _pod_requesting(memory="-1Gi"),
+        {},
+        422,
+        "spec.containers[0].resources.requests[memory]",
+    ),
+    "negative capacity": (
+        "POST",
+        "/api/v1/nodes",
+        {**b.node("n2"), "status": {"capacity": {"cpu": "-2"}}},
+        {},
+        422,
+        "status.capacity[cpu]",
+    ),
+    "custom resource spec string": (
+        "POST",
+        "/apis/karpenter.sh/v1/nodepools",
+        {"metadata": {"name": "np"}, "spec": "x"},
+        {},
+        422,
+        "spec",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_bodies_are_400_or_422(emu: EmulatorServer, case: tuple) -> None:
+    method, path, body, headers, code, where = case
+    emu.store.create("nodes", b.node("n1"))
+    emu.store.create("pods", b.pod("p", "n1"))
+    got, status = http(emu, method, path, body, **headers)
+    assert (got, status["kind"]) == (code, "Status"), status
+    if code == 422:
+        assert status["reason"] == "Invalid" and where in status["details"]["causes"][0]["field"]
+    else:
+        assert status["reason"] == "BadRequest" and where in status["message"]
+    assert all(r.status < 500 for r in emu.requests.query())
+
+
+def test_a_refused_status_patch_leaves_the_pod_on_its_node(
+    emu: EmulatorServer, core: client.CoreV1Api
+) -> None:
+    before = core.create_namespaced_pod("default", b.pod("p", "n1"))
+    with pytest.raises(client.ApiException) as err:
+        core.patch_namespaced_pod_status("p", "default", {"status": "x"})
+    assert err.value.status == 400
+    # The by-node index answers both: the failed write must not have dropped the pod from it.
+    assert [p["metadata"]["name"] for p in emu.store.pods_on_node("n1")] == ["p"]
+    on_n1 = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1").items
+    assert [p.metadata.name for p in on_n1] == ["p"]
+    assert (
+        core.read_namespaced_pod("p", "default").metadata.resource_version == before.metadata.resource_version
+    )
 
 
 def test_stale_resource_version_conflicts(core: client.CoreV1Api) -> None:

@@ -156,6 +156,42 @@ def test_node_index_follows_binding_and_deletion(store: Store) -> None:
     assert store.pods_on_node("n9") == []
 
 
+def test_a_write_that_cannot_be_stored_changes_nothing(store: Store) -> None:
+    store.create("pods", pod("a", "n1"))
+    rv = store.resource_version
+    # A value orjson cannot serialize fails while the new version is built, past every check.
+    with pytest.raises(TypeError):
+        store.mutate("pods", "a", lambda p: p["status"].update(unserializable={1, 2}), subresource="status")
+    assert [p["metadata"]["name"] for p in store.pods_on_node("n1")] == ["a"]
+    assert store.resource_version == rv and store.get("pods", "a")["metadata"]["resourceVersion"] == str(rv)
+
+
+def test_wrong_json_types_are_refused_before_anything_reads_them(store: Store) -> None:
+    store.create("pods", pod("a", "n1"))
+    with pytest.raises(BadRequest, match="cannot be handled as a Pod"):
+        store.patch("pods", "a", {"status": "x"}, subresource="status")
+    with pytest.raises(BadRequest, match=r"requests\[cpu\]: quantities must match"):
+        store.create(
+            "pods",
+            {
+                **pod("b"),
+                "spec": {
+                    "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1x"}}}]
+                },
+            },
+        )
+    with pytest.raises(Invalid) as err:
+        store.create(
+            "pods",
+            {
+                **pod("b"),
+                "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": -1}}}]},
+            },
+        )
+    assert err.value.causes[0]["field"] == "spec.containers[0].resources.limits[cpu]"
+    assert [p["metadata"]["name"] for p in store.pods_on_node("n1")] == ["a"]
+
+
 def test_limit_and_continue_walk_every_item_once(store: Store) -> None:
     for i in range(7):
         store.create("nodes", node(f"n{i}"))
