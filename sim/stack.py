@@ -33,6 +33,11 @@ HTTP endpoints added to the emulator under `/sim/` (the emulator's own are liste
     POST   /sim/scenario            body: a scenario (YAML or JSON); empties the cluster (objects, and
                                     terminates its instances), then seeds it
     DELETE /sim/scenario            empties the cluster
+    POST   /sim/reset               the emulator's reset, done as DELETE /sim/scenario (instances
+                                    terminated, controllers and checker restarted) plus clearing
+                                    the API faults and request log
+    POST   /sim/state               refused (400): a bare store load would leave the controllers,
+                                    EC2 and the checker behind; load a cluster with /sim/scenario
 """
 
 from __future__ import annotations
@@ -505,6 +510,17 @@ class SimStack:
             elif method != "GET":
                 return None
             return web.json_response(self.faults_status())
+        if path == "/sim/reset" and method == "POST":
+            await self._reload(None)
+            self.api_faults.clear()
+            self.requests.clear()
+            return web.json_response({"resourceVersion": self.store.resource_version})
+        if path == "/sim/state" and method in ("POST", "PUT"):
+            raise BadRequest(
+                "the simulator stack does not load a bare store dump: its controllers, EC2 instances "
+                "and invariant checker would not follow. POST the cluster to /sim/scenario instead "
+                "(a scenario, or the List `karpflow sim dump` writes; `karpflow sim load` does it)"
+            )
         if path == "/sim/scenario":
             if method == "POST":
                 text = (await request.read()).decode()

@@ -61,7 +61,8 @@ Watching::
                                      # event.old_object (previous state, None for ADDED)
                                      # event.resource (ResourceType), event.resource_version (int)
     sub.pending() -> list[WatchEvent]  # what is queued, without waiting (an informer's sync)
-    sub.closed, sub.error              # error is Gone when the subscriber fell 200k events behind
+    sub.closed, sub.error              # error is Gone when the subscriber fell 200k events behind,
+                                       # or when reset()/load() replaced the state
     sub.close()
     resources=None subscribes to every resource. `since=rv` replays the kept history after rv
     (Gone if older than the window); `initial=True` starts with synthetic ADDED events for what
@@ -77,7 +78,9 @@ to their own event loop thread-safely. Objects are kept serialized (orjson bytes
 aliases stored state and an HTTP list is a join of stored bytes.
 
 Administration: `store.reset()`, `store.dump()` / `store.load(dump)` / `store.load_objects(objs)`
-(bulk load as given, no events), `store.attach_loop(loop)`
+(bulk load as given, no events; like reset, it keeps the resourceVersion counter moving forward,
+compacts the history so an older watch resume is 410 Gone, and ends open watches with 410 so
+clients re-list), `store.attach_loop(loop)`
 (where grace-period timers run; attached by the server), `store.process_due()` (finish grace
 periods that have ended, also done lazily on every call).
 """
@@ -268,6 +271,13 @@ class Subscription:
             return False
         return not self._fields.terms or self._fields.matches(change.fields)
 
+    def _end(self, error: ApiError) -> None:
+        """End the watch with `error` (after what is queued): the store's state was replaced."""
+        if not self.closed:
+            self.error = error
+            self.closed = True
+            self._wake()
+
     def _offer(self, event: WatchEvent) -> None:
         if self.closed:
             return
@@ -321,10 +331,12 @@ class Subscription:
             await self._wakeup.wait()
 
     async def get(self, wait: float | None = None) -> WatchEvent | None:
-        """The next event, or None after `wait` seconds or when closed."""
+        """The next event, or None after `wait` seconds or when closed (then `error` says why)."""
         try:
             return await asyncio.wait_for(self.__anext__(), wait)
         except (TimeoutError, StopAsyncIteration):
+            return None
+        except ApiError:  # ended by the store (Gone): the caller reports `self.error`
             return None
 
     def pending(self) -> list[WatchEvent]:
@@ -366,17 +378,18 @@ class Store:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subs: list[Subscription] = []
         self._listeners: list[Callable[[WatchEvent], None]] = []
+        self._rv = 0
         self._init_state()
 
     def _init_state(self) -> None:
-        self._rv = 0
+        """Empty the store. The resource version counter is kept: it never goes backwards."""
         self._objects: dict[ResourceType, dict[Key, _Entry]] = {}
         self._sorted: dict[ResourceType, list[Key]] = {}
         self._by_node: dict[str, set[Key]] = {}
         self._dependents: dict[str, set[tuple[ResourceType, Key]]] = {}
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
         self._log: deque[_Change] = deque()
-        self._compacted_rv = 0
+        self._compacted_rv = self._rv
         self._graceful: list[tuple[float, int, ResourceType, Key, str]] = []
         self._seq = itertools.count()
         for ns in INITIAL_NAMESPACES:
@@ -389,9 +402,19 @@ class Store:
         self._loop = loop
 
     def reset(self) -> None:
-        """Forget every object (keeps subscribers and listeners; they see no DELETED events)."""
+        """Forget every object. Listeners stay (they see no DELETED events); open watches end with
+        410 Gone, so their clients re-list, as after an apiserver restart."""
         with self._lock:
+            self._replace_state()
             self._init_state()
+
+    def _replace_state(self) -> None:
+        """Before the state is replaced: move the resource version past every version handed out
+        (nothing listed before can be resumed: it is compacted) and end the open watches."""
+        self._rv += 1
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            sub._end(Gone("the emulator's state was reset or reloaded; re-list and watch again"))
 
     def dump(self) -> dict[str, Any]:
         """Every object, by `plural[.group]`, plus the resource version counter."""
@@ -421,6 +444,7 @@ class Store:
         whose `kind` names the resource. Objects without a uid get one. Returns how many loaded."""
         count = 0
         with self._lock:
+            self._replace_state()
             self._init_state()
             for item in objects:
                 resource, obj = item if isinstance(item, tuple) else (item.get("kind", ""), item)
@@ -441,6 +465,9 @@ class Store:
                 resource_version,
                 *(e.rv for entries in self._objects.values() for e in entries.values()),
             )
+            # Loaded objects come with no history: a watch resumes from now on, not before.
+            self._log.clear()
+            self._compacted_rv = self._rv
             self._sorted.clear()
         return count
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -219,6 +220,21 @@ def test_a_disrupted_taint_left_behind_is_reported(sim_stack):
     assert [(v.invariant, v.subject) for v in report.violations] == [
         ("stale-disrupted-taint", f"node {node}")
     ]
+
+
+def test_the_emulators_reset_and_load_keep_the_stack_consistent(sim_stack):
+    old = set(instances_of(sim_stack))
+    before = sim_stack.store.resource_version
+    reset = http(sim_stack, "POST", "/sim/reset", b"{}")
+    assert reset["resourceVersion"] > before and sim_stack.store.count("nodes") == 0
+    # Done as DELETE /sim/scenario: the instances go with their nodes, the controllers still run.
+    states = {i: d["State"]["Name"] for i, d in instances_of(sim_stack).items()}
+    assert old and all(states[i] == "terminated" for i in old)
+    assert http(sim_stack, "GET", "/sim/status")["controllers"] is not None
+    assert_no_violations(sim_stack)  # no orphan nodes nor leaked instances left behind
+    with pytest.raises(urllib.error.HTTPError) as err:
+        http(sim_stack, "POST", "/sim/state", json.dumps(sim_stack.store.dump()).encode())
+    assert err.value.code == 400 and "/sim/scenario" in json.loads(err.value.read())["message"]
 
 
 def test_the_sim_endpoints(sim_stack):

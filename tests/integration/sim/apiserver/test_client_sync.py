@@ -522,6 +522,37 @@ def test_watch_past_the_window_is_410(emu: EmulatorServer, core: client.CoreV1Ap
     assert err.value.status == 410
 
 
+def test_reset_and_load_never_move_resource_versions_back(
+    emu: EmulatorServer, core: client.CoreV1Api
+) -> None:
+    emu.store.create("nodes", b.node("n1"))
+    listed = core.list_node().metadata.resource_version
+    _, state = http(emu, "GET", "/sim/state")
+    _, reset = http(emu, "POST", "/sim/reset", b"{}")
+    assert int(reset["resourceVersion"]) > int(listed)
+    with pytest.raises(client.ApiException) as err:  # what the client listed before is gone
+        list(watch.Watch().stream(core.list_node, resource_version=listed, timeout_seconds=1))
+    assert err.value.status == 410
+    after_reset = core.list_node().metadata.resource_version
+    _, loaded = http(emu, "POST", "/sim/state", state)
+    assert int(loaded["resourceVersion"]) > int(after_reset)
+    with pytest.raises(client.ApiException) as err:
+        list(watch.Watch().stream(core.list_node, resource_version=after_reset, timeout_seconds=1))
+    assert err.value.status == 410
+    assert int(core.create_node(b.node("n2")).metadata.resource_version) > int(loaded["resourceVersion"])
+
+
+def test_reset_ends_open_watches_with_410(emu: EmulatorServer, core: client.CoreV1Api) -> None:
+    emu.store.create("nodes", b.node("n1"))
+    rv = core.list_node().metadata.resource_version
+    resp = core.list_node(watch=True, resource_version=rv, timeout_seconds=3, _preload_content=False)
+    started = time.monotonic()
+    http(emu, "POST", "/sim/reset", b"{}")
+    lines = [json.loads(line) for line in resp.data.decode().splitlines()]
+    assert [(e["type"], e["object"].get("code")) for e in lines] == [("ERROR", 410)]
+    assert time.monotonic() - started < 2  # ended by the reset, not by its timeout
+
+
 def test_watch_bookmarks_and_single_object(emu: EmulatorServer, core: client.CoreV1Api) -> None:
     emu.store.create("nodes", b.node("n1"))
     emu.store.create("nodes", b.node("n2"))

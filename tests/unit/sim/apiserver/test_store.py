@@ -311,7 +311,8 @@ def test_dump_and_load_round_trip(store: Store) -> None:
     other = Store(TimeScale(0))
     other.load(dumped)
     assert other.get("nodes", "n1") == store.get("nodes", "n1")
-    assert other.resource_version == store.resource_version
+    # Never behind the dump's counter, nor its own: resourceVersions only move forward.
+    assert other.resource_version >= store.resource_version
 
 
 async def test_subscribe_sees_changes_in_order_with_old_object(store: Store) -> None:
@@ -347,6 +348,28 @@ async def test_resume_past_window_is_gone() -> None:
         store.create("nodes", node(f"n{i}"))
     with pytest.raises(Gone, match="too old resource version"):
         store.subscribe("nodes", since=2)
+
+
+async def test_reset_and_load_move_forward_and_end_watches(store: Store) -> None:
+    store.create("nodes", node("n1"))
+    before = store.resource_version
+    dump = store.dump()
+    open_watch = store.subscribe("nodes")
+    store.reset()
+    assert store.resource_version > before
+    assert await open_watch.get(1) is None and isinstance(open_watch.error, Gone)
+    with pytest.raises(Gone):  # nothing listed before the reset can be resumed
+        store.subscribe("nodes", since=before)
+    after_reset = store.resource_version
+    with store.subscribe("nodes", since=after_reset) as resumed:
+        store.load(dump)
+        assert resumed.closed and isinstance(resumed.error, Gone)
+    assert store.resource_version > after_reset
+    with pytest.raises(Gone):
+        store.subscribe("nodes", since=after_reset)
+    with store.subscribe("nodes", since=store.resource_version) as fresh:
+        store.patch("nodes", "n1", {"metadata": {"labels": {"a": "b"}}})
+        assert [(e.type, e.name) for e in fresh.pending()] == [("MODIFIED", "n1")]
 
 
 async def test_subscription_from_another_thread() -> None:
