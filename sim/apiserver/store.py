@@ -66,7 +66,9 @@ Watching::
     sub.close()
     resources=None subscribes to every resource. `since=rv` replays the kept history after rv
     (Gone if older than the window); `initial=True` starts with synthetic ADDED events for what
-    exists (what `watch` without a resourceVersion does).
+    exists (what `watch` without a resourceVersion does). With selectors, an update that makes an
+    object match arrives as ADDED and one that makes it stop matching as DELETED (its last
+    matching state), as from kube-apiserver.
 
     remove = store.add_listener(callback)  # callback(event) runs synchronously inside each write,
                                            # in write order (recorders, invariant checkers)
@@ -169,16 +171,24 @@ class _Change:
     old_raw: bytes | None
     labels: dict[str, str]
     fields: dict[str, str]
+    # What selectors matched before a MODIFIED (None otherwise): a selected watch turns the
+    # update into ADDED or DELETED when the object starts or stops matching.
+    old_labels: dict[str, str] | None = None
+    old_fields: dict[str, str] | None = None
 
 
 class WatchEvent:
-    """One change, as a subscriber sees it. `object` is parsed on first use and private to it."""
+    """One change, as a subscriber sees it. `object` is parsed on first use and private to it.
 
-    __slots__ = ("__dict__", "_change", "type")
+    `previous=True` is the DELETED a selected watch sees when an update makes the object stop
+    matching: kube-apiserver sends the last matching state, with the update's resourceVersion."""
 
-    def __init__(self, change: _Change, type_: str | None = None) -> None:
+    __slots__ = ("__dict__", "_change", "_raw", "type")
+
+    def __init__(self, change: _Change, type_: str | None = None, *, previous: bool = False) -> None:
         self._change = change
         self.type = type_ or change.type
+        self._raw = _with_resource_version(change.old_raw, change.rv) if previous and change.old_raw else None
 
     @property
     def resource(self) -> ResourceType:
@@ -198,19 +208,27 @@ class WatchEvent:
 
     @property
     def raw(self) -> bytes:
-        return self._change.raw
+        return self._change.raw if self._raw is None else self._raw
 
     @cached_property
     def object(self) -> dict[str, Any]:
-        return orjson.loads(self._change.raw)
+        return orjson.loads(self.raw)
 
     @cached_property
     def old_object(self) -> dict[str, Any] | None:
-        return None if self._change.old_raw is None else orjson.loads(self._change.old_raw)
+        if self._change.old_raw is None or self.type == ADDED:
+            return None
+        return orjson.loads(self._change.old_raw)
 
     def __repr__(self) -> str:
         ns = f"{self.namespace}/" if self.namespace else ""
         return f"WatchEvent({self.type} {self.resource.plural} {ns}{self.name} rv={self.resource_version})"
+
+
+def _with_resource_version(raw: bytes, rv: int) -> bytes:
+    obj = orjson.loads(raw)
+    obj["metadata"]["resourceVersion"] = str(rv)
+    return orjson.dumps(obj)
 
 
 @dataclass
@@ -262,14 +280,28 @@ class Subscription:
         self.closed = False
         self.error: ApiError | None = None
 
-    def wants(self, change: _Change) -> bool:
+    def event_for(self, change: _Change) -> WatchEvent | None:
+        """What this subscriber sees of `change`, None if nothing. With selectors, an update that
+        makes the object match is ADDED and one that makes it stop matching is DELETED, as
+        kube-apiserver's watch cache sends them."""
         if self._resources is not None and change.resource not in self._resources:
-            return False
+            return None
         if self._namespace is not None and change.namespace != self._namespace:
+            return None
+        if self._labels.empty and not self._fields.terms:
+            return WatchEvent(change)
+        matches = self._matches(change.labels, change.fields)
+        if change.old_labels is None or change.old_fields is None:
+            return WatchEvent(change) if matches else None
+        matched = self._matches(change.old_labels, change.old_fields)
+        if matches:
+            return WatchEvent(change, None if matched else ADDED)
+        return WatchEvent(change, DELETED, previous=True) if matched else None
+
+    def _matches(self, labels: dict[str, str], fields: dict[str, str]) -> bool:
+        if not self._labels.empty and not self._labels.matches(labels):
             return False
-        if not self._labels.empty and not self._labels.matches(change.labels):
-            return False
-        return not self._fields.terms or self._fields.matches(change.fields)
+        return not self._fields.terms or self._fields.matches(fields)
 
     def _end(self, error: ApiError) -> None:
         """End the watch with `error` (after what is queued): the store's state was replaced."""
@@ -901,15 +933,15 @@ class Store:
                 if since_rv < self._compacted_rv:
                     raise Gone(f"too old resource version: {since_rv} ({self._compacted_rv + 1})")
                 for change in self._log:
-                    if change.rv > since_rv and sub.wants(change):
-                        sub._offer(WatchEvent(change))
+                    if change.rv > since_rv and (event := sub.event_for(change)) is not None:
+                        sub._offer(event)
             elif initial:
                 for rt in sorted(rts or self._objects.keys(), key=lambda r: r.group_resource):
                     for key in self._sorted_keys(rt):
                         e = self._objects[rt][key]
                         change = _Change(e.rv, ADDED, rt, key[0], key[1], e.raw, None, e.labels, e.fields)
-                        if sub.wants(change):
-                            sub._offer(WatchEvent(change))
+                        if (event := sub.event_for(change)) is not None:
+                            sub._offer(event)
             self._subs.append(sub)
         return sub
 
@@ -1277,7 +1309,7 @@ class Store:
         self._rv = entry.rv
         self._unindex(rt, key, old)
         self._index(rt, key, entry)
-        self._emit(rt, MODIFIED, key, entry, old.raw)
+        self._emit(rt, MODIFIED, key, entry, old)
         return entry.raw if raw_only else orjson.loads(entry.raw)
 
     def _put(self, rt: ResourceType, key: Key, obj: dict[str, Any], rv: int) -> _Entry:
@@ -1337,10 +1369,11 @@ class Store:
                 if not keys:
                     del self._by_node[node]
 
-    def _emit(self, rt: ResourceType, type_: str, key: Key, entry: _Entry, old_raw: bytes | None) -> None:
-        self._publish(
-            _Change(entry.rv, type_, rt, key[0], key[1], entry.raw, old_raw, entry.labels, entry.fields)
-        )
+    def _emit(self, rt: ResourceType, type_: str, key: Key, entry: _Entry, old: _Entry | None) -> None:
+        change = _Change(entry.rv, type_, rt, key[0], key[1], entry.raw, None, entry.labels, entry.fields)
+        if old is not None:
+            change.old_raw, change.old_labels, change.old_fields = old.raw, old.labels, old.fields
+        self._publish(change)
 
     def _publish(self, change: _Change) -> None:
         self._log.append(change)
@@ -1349,8 +1382,8 @@ class Store:
         for sub in list(self._subs):
             if sub.closed:
                 self._subs.remove(sub)
-            elif sub.wants(change):
-                sub._offer(WatchEvent(change))
+            elif (event := sub.event_for(change)) is not None:
+                sub._offer(event)
         for listener in list(self._listeners):
             try:
                 listener(WatchEvent(change))

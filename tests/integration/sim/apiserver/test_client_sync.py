@@ -522,6 +522,36 @@ def test_watch_past_the_window_is_410(emu: EmulatorServer, core: client.CoreV1Ap
     assert err.value.status == 410
 
 
+def test_selected_watches_see_objects_enter_and_leave(emu: EmulatorServer, core: client.CoreV1Api) -> None:
+    emu.store.create("nodes", b.node("n1", labels={"x": "1"}))
+    emu.store.create("nodes", b.node("n2"))
+    emu.store.create("pods", {**b.pod("p", "n1"), "status": b.RUNNING_READY}, keep_status=True)
+    start = core.list_node().metadata.resource_version
+    emu.store.patch("nodes", "n1", {"metadata": {"labels": {"x": "2"}}})  # leaves x=1
+    emu.store.patch("nodes", "n2", {"metadata": {"labels": {"x": "1"}}})  # enters
+    emu.store.patch("nodes", "n2", {"metadata": {"labels": {"y": "1"}}})  # stays in
+    emu.store.patch("pods", "p", {"status": {"phase": "Succeeded"}}, "default", subresource="status")
+    nodes = [
+        (e["type"], e["object"].metadata.name, e["object"].metadata.labels.get("x"))
+        for e in watch.Watch().stream(
+            core.list_node, label_selector="x=1", resource_version=start, timeout_seconds=1
+        )
+    ]
+    # Leaving sends the last matching state (x=1), as kube-apiserver's watch cache does.
+    assert nodes == [("DELETED", "n1", "1"), ("ADDED", "n2", "1"), ("MODIFIED", "n2", "1")]
+    pods = list(
+        watch.Watch().stream(
+            core.list_namespaced_pod,
+            "default",
+            field_selector="status.phase=Running",
+            resource_version=start,
+            timeout_seconds=1,
+        )
+    )
+    assert [(e["type"], e["object"].status.phase) for e in pods] == [("DELETED", "Running")]
+    assert int(pods[0]["object"].metadata.resource_version) > int(start)  # the change's version
+
+
 def test_reset_and_load_never_move_resource_versions_back(
     emu: EmulatorServer, core: client.CoreV1Api
 ) -> None:
