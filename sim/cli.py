@@ -100,9 +100,17 @@ def invariants(ctx: click.Context, in_flight: str | None, as_json: bool) -> None
         sys.exit(1)
 
 
+def _print_unjudged(report: dict[str, Any], out: Console) -> None:
+    for invariant, subjects in (report.get("unjudged") or {}).items():
+        out.print(
+            f"[yellow]{invariant} not judged[/yellow] (unknown without --in-flight): {', '.join(subjects)}"
+        )
+
+
 def print_report(report: dict[str, Any], out: Console | None = None) -> None:
     out = out or console
     observed = ", ".join(f"{n} {what}" for what, n in report["observed"].items())
+    _print_unjudged(report, out)
     if report["ok"]:
         out.print(f"[green]No invariant violations[/green] (observed: {observed})")
         return

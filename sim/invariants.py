@@ -51,9 +51,12 @@ stale-disrupted-taint
     A Node that carries the `karpenter.sh/disrupted` taint, is not being deleted, and has no
     disruption in flight. Where "in flight" comes from is pluggable: `check(in_flight=nodes)`, or a
     source installed with `set_in_flight_source` (the workflows can list open disruptions). With a
-    source, a taint without an in-flight disruption may last `bounds.disrupted_taint`. Without one,
-    the taint is judged only at `check()` — the end of the check window: it must be gone by then
-    unless the node is being deleted.
+    source, a taint without an in-flight disruption may last `bounds.disrupted_taint`. Without
+    either, the checker cannot tell a live disruption's taint from a stale one, so `check()` does
+    not judge it: the report lists the tainted nodes under `unjudged` ("unknown without an in-flight
+    list") and records nothing. `check(end_of_window=True)` is the caller saying the window is
+    closed and nothing is in flight (a test's last line, `sim.testing.assert_no_violations`): then
+    every such taint must be gone unless its node is being deleted.
 
 Every violation is reported once per episode (a workload that stays short of pods is one
 violation, not one per tick).
@@ -105,11 +108,19 @@ class InvariantReport(BaseModel):
     violations: list[Violation]
     checked_at: datetime
     observed: dict[str, int]  # what the checker has seen, so an empty report is visibly not a blind one
+    # Invariant -> subjects this check could not judge ("node n1": a disrupted taint, and no
+    # in-flight list to tell whether a disruption owns it). Not violations; `ok` ignores them.
+    unjudged: dict[str, list[str]] = Field(default_factory=dict)
 
     def summary(self) -> str:
+        lines = [f"{v.invariant}: {v.subject}: {v.message}" for v in self.violations]
         if self.ok:
-            return f"no violations ({', '.join(f'{v} {n}' for n, v in self.observed.items())})"
-        return "\n".join(f"{v.invariant}: {v.subject}: {v.message}" for v in self.violations)
+            lines = [f"no violations ({', '.join(f'{v} {n}' for n, v in self.observed.items())})"]
+        lines += [
+            f"{invariant}: not judged, unknown without an in-flight list: {', '.join(subjects)}"
+            for invariant, subjects in self.unjudged.items()
+        ]
+        return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -591,11 +602,23 @@ class InvariantChecker:
                 f"(simulated) with no disruption in flight",
             )
 
+    def _lingering_taints(self) -> list[str]:
+        """Nodes with the disrupted taint that are not being deleted."""
+        return [
+            name
+            for name, node in self.nodes.items()
+            if has_disrupted_taint(node) and not is_terminating(node)
+        ]
+
+    def _unreported_taints(self) -> list[str]:
+        reported = {subject for invariant, subject in self._reported if invariant == "stale-disrupted-taint"}
+        return [name for name in self._lingering_taints() if f"node {name}" not in reported]
+
     def _end_of_window_taints(self) -> None:
-        """Without an in-flight source, every disrupted taint must be gone when the window closes."""
-        for name, node in self.nodes.items():
+        """The caller closed the window with nothing in flight: every disrupted taint must be gone."""
+        for name in self._lingering_taints():
             key = ("stale-disrupted-taint", f"node {name}")
-            if has_disrupted_taint(node) and not is_terminating(node) and key not in self._reported:
+            if key not in self._reported:
                 self._reported.add(key)
                 self._record(
                     "stale-disrupted-taint",
@@ -607,13 +630,22 @@ class InvariantChecker:
 
     # -- output --------------------------------------------------------------------------------
 
-    def check(self, in_flight: Iterable[str] | None = None) -> InvariantReport:
-        """Evaluate now and return every violation recorded since the last reset."""
+    def check(
+        self, in_flight: Iterable[str] | None = None, *, end_of_window: bool = False
+    ) -> InvariantReport:
+        """Evaluate now and return every violation recorded since the last reset.
+
+        With no in-flight list (argument or source) disrupted taints are reported as unjudged,
+        unless `end_of_window`: the caller knows nothing is in flight any more (see the module doc).
+        """
+        unjudged: dict[str, list[str]] = {}
         with self._lock:
             in_flight = self._resolve_in_flight(in_flight)
             self.tick(in_flight)
-            if in_flight is None:
+            if in_flight is None and end_of_window:
                 self._end_of_window_taints()
+            elif in_flight is None and (tainted := self._unreported_taints()):
+                unjudged["stale-disrupted-taint"] = [f"node {name}" for name in tainted]
             observed = {
                 **self.counts,
                 "pods": len(self.pods),
@@ -623,7 +655,11 @@ class InvariantChecker:
             }
             violations = list(self.violations)
         return InvariantReport(
-            ok=not violations, violations=violations, checked_at=self._wall(), observed=observed
+            ok=not violations,
+            violations=violations,
+            checked_at=self._wall(),
+            observed=observed,
+            unjudged=unjudged,
         )
 
 

@@ -448,10 +448,11 @@ class SimStack:
                 log.debug("invariant poll failed: %s", err)
             await asyncio.sleep(max(0.05, min(1.0, self.scale.seconds(5.0))))
 
-    def check_invariants(self, in_flight: Iterable[str] | None = None) -> Any:
-        """Poll EC2 once more, then return the report (`sim.invariants.InvariantReport`)."""
+    def check_invariants(self, in_flight: Iterable[str] | None = None, *, end_of_window: bool = False) -> Any:
+        """Poll EC2 once more, then return the report (`sim.invariants.InvariantReport`);
+        `end_of_window=True`: nothing is in flight any more, so disrupted taints are judged."""
         self.poll_instances()
-        return self.invariants.check(in_flight)
+        return self.invariants.check(in_flight, end_of_window=end_of_window)
 
     # -- HTTP ----------------------------------------------------------------------------------
 

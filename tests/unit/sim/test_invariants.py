@@ -300,8 +300,20 @@ def test_stale_taint_without_a_source_is_judged_at_the_end_of_the_window(checker
     checker.observe("ADDED", {**node("n2", taint=True), "metadata": {"name": "n2", "deletionTimestamp": "x"}})
     checker.tick()
     assert not checker.violations  # ticks do not judge without a source
-    report = checker.check()
+    report = checker.check(end_of_window=True)
     assert [(v.invariant, v.subject) for v in report.violations] == [("stale-disrupted-taint", "node n1")]
+    assert report.unjudged == {}
+
+
+def test_a_check_without_in_flight_list_leaves_taints_unjudged(checker, clock):
+    checker.observe("ADDED", node("n1", taint=True))  # a disruption may be working on it right now
+    report = checker.check()
+    assert report.ok and report.unjudged == {"stale-disrupted-taint": ["node n1"]}
+    assert "unknown without an in-flight list: node n1" in report.summary()
+    checker.observe("MODIFIED", node("n1"))  # the disruption ended and untainted it
+    clock.t += 1000
+    report = checker.check(in_flight=[])
+    assert report.ok and report.unjudged == {}  # nothing was recorded by the blind check
 
 
 def test_bounds_are_simulated_seconds(clock):
