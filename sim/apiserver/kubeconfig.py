@@ -7,8 +7,9 @@ from pathlib import Path
 import yaml
 
 
-def kubeconfig(url: str, *, name: str = "karpflow-emulator", namespace: str = "default",
-               token: str = "emulator") -> dict:
+def kubeconfig(
+    url: str, *, name: str = "karpflow-emulator", namespace: str = "default", token: str = "emulator"
+) -> dict:
     """A kubeconfig document: plain HTTP, any bearer token (the emulator does no authentication)."""
     return {
         "apiVersion": "v1",
@@ -21,8 +22,9 @@ def kubeconfig(url: str, *, name: str = "karpflow-emulator", namespace: str = "d
     }
 
 
-def write_kubeconfig(path: str | Path, url: str, *, name: str = "karpflow-emulator",
-                     namespace: str = "default") -> Path:
+def write_kubeconfig(
+    path: str | Path, url: str, *, name: str = "karpflow-emulator", namespace: str = "default"
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(kubeconfig(url, name=name, namespace=namespace), sort_keys=False))
