@@ -1,14 +1,18 @@
 """Properties of whole planning passes over generated clusters (planner.testing.generate_cluster)."""
 
+import math
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
+from croniter import croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from api.duration import parse_duration
+from api.nodepool import Budget
 from planner.model import EXPIRATION, PlanOptions
 from planner.plan import plan
-from planner.snapshot import Snapshot
+from planner.snapshot import Node, Snapshot
 from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
 
 BUDGET_SETS = [
@@ -18,6 +22,7 @@ BUDGET_SETS = [
     [{"nodes": "30%", "reasons": ["Empty"]}, {"nodes": "2", "reasons": ["Drifted", "Underutilized"]}],
     [{"nodes": "100%"}, {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}],
     [{"nodes": "50%"}, {"nodes": "1", "schedule": "@hourly", "duration": "30m", "reasons": ["Empty"]}],
+    [{"nodes": "100%"}, {"nodes": "0", "schedule": "0 6 * * *", "duration": "12h"}],  # half of each UTC day
 ]
 
 specs = st.builds(
@@ -37,36 +42,75 @@ specs = st.builds(
     budgets=st.lists(st.sampled_from(BUDGET_SETS), min_size=1, max_size=4),
 )
 hours = st.integers(0, 24 * 7)
+# Offsets of `now` in whole quarter hours from -12:00 to +14:00: budget schedules are UTC whatever the
+# offset the time is given in.
+offsets = st.integers(-48, 56).map(lambda quarters: timezone(timedelta(minutes=15 * quarters)))
 PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def build(spec: ClusterSpec, offset_hours: int):
-    builder = generate_cluster(spec, now=DEFAULT_NOW + timedelta(hours=offset_hours))
+def build(spec: ClusterSpec, offset_hours: int, tz: timezone = UTC):
+    builder = generate_cluster(spec, now=(DEFAULT_NOW + timedelta(hours=offset_hours)).astimezone(tz))
     return builder, builder.snapshot(via_yaml=False)
 
 
+# --- An independent statement of the budget rules (behaviour notes §1.5) --------------------------
+
+
+def _counted(node: Node) -> bool:
+    return node.initialized and not (node.nodeclaim is not None and node.nodeclaim.instance_terminating)
+
+
+def _disrupting_at_start(node: Node) -> bool:
+    taints = {(t.key, t.value) for t in node.taints}
+    tainted = any(key == "karpenter.sh/disrupted" for key, _ in taints) or (
+        ("karpenter.sh/disruption", "disrupting") in taints
+    )
+    return not node.ready or node.deletion_timestamp is not None or tainted
+
+
+def _active(budget: Budget, now: datetime) -> bool:
+    """A scheduled budget is active when its last cron hit, read in UTC, is less than `duration` ago."""
+    if budget.schedule is None:
+        return True
+    now = now.astimezone(UTC)
+    last_hit = croniter(budget.schedule, now + timedelta(seconds=1)).get_prev(datetime)
+    return now - last_hit < parse_duration(budget.duration or "")
+
+
+def _allowed(snapshot: Snapshot, pool: str, reason: str, total: int) -> int:
+    limits = [
+        math.ceil(int(b.nodes[:-1]) * total / 100) if b.nodes.endswith("%") else int(b.nodes)
+        for b in snapshot.nodepools[pool].spec.disruption.budgets
+        if (b.reasons is None or reason in b.reasons) and _active(b, snapshot.now)
+    ]
+    return min(limits, default=total)
+
+
 @PROPERTY_SETTINGS
-@given(spec=specs, offset=hours)
-def test_no_plan_exceeds_a_budget(spec, offset):
-    builder, snapshot = build(spec, offset)
+@given(spec=specs, offset=hours, tz=offsets)
+def test_no_plan_exceeds_a_budget(spec, offset, tz):
+    builder, snapshot = build(spec, offset, tz)
     result = plan(snapshot, builder.catalog, PlanOptions(all_methods=True))
-    # Budgets cap how many nodes are disrupting at once. `budgetsAtStart` already subtracted the nodes
-    # that were disrupting (NotReady, deleting, tainted); expiring nodes are never stopped by budgets
-    # but count, so what the methods may start is what expiration leaves.
-    spent: Counter = Counter()
-    expiring: Counter = Counter()
+    counted = {name: node.nodepool for name, node in snapshot.nodes.items() if _counted(node)}
+    total = Counter(counted.values())
+    disrupting = Counter(counted[n] for n in counted if _disrupting_at_start(snapshot.nodes[n]))
+    # Commands in pass order: expiration is never stopped by a budget but its nodes count; every
+    # other command may only bring its pool's disrupting nodes up to what its reason allows.
     for command in result.commands:
-        for name in command.nodes:
-            node = snapshot.nodes[name]
-            if not node.initialized or not node.ready or node.is_deleting or node.has_disrupted_taint:
-                continue
-            if command.method == EXPIRATION:
-                expiring[node.nodepool] += 1
-            else:
-                spent[(node.nodepool, command.reason)] += 1
-    for (pool, reason), count in spent.items():
-        allowed = max(result.budgets_at_start[pool][reason] - expiring[pool], 0)
-        assert count <= allowed, (pool, reason, count, result.budgets_at_start, expiring)
+        new = Counter(
+            counted[n] for n in command.nodes if n in counted and not _disrupting_at_start(snapshot.nodes[n])
+        )
+        if command.method != EXPIRATION:
+            for pool, count in new.items():
+                allowed = _allowed(snapshot, pool, command.reason, total[pool])
+                assert disrupting[pool] + count <= allowed, (
+                    command.method,
+                    pool,
+                    disrupting[pool],
+                    count,
+                    allowed,
+                )
+        disrupting.update(new)
     for pool, reasons in result.budgets.items():
         for reason, left in reasons.items():
             assert 0 <= left <= result.budgets_at_start[pool][reason]

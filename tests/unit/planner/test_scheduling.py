@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from planner.catalog import catalog_from_dict
 from planner.scheduling import IGNORE
 from tests.unit.planner.sched_fixtures import (
     daemonset,
@@ -75,6 +76,70 @@ def test_extended_resources_need_allocatable_of_that_resource():
     result = run(snap, ["b"])
     assert not result.all_non_pending_scheduled
     assert "nvidia.com/gpu" in result.unschedulable["default/trainer"]
+
+
+EPHEMERAL_STORAGE_NODE = """
+kind: Node
+metadata:
+  name: {name}
+  labels:
+    karpenter.sh/nodepool: default
+    karpenter.sh/initialized: "true"
+    karpenter.sh/capacity-type: on-demand
+    topology.kubernetes.io/zone: test-1a
+    node.kubernetes.io/instance-type: m5.xlarge
+    kubernetes.io/arch: amd64
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "30", ephemeral-storage: 20Gi}
+  conditions: [{type: Ready, status: "True"}]
+"""
+EPHEMERAL_STORAGE_POD = """
+kind: Pod
+metadata: {name: {name}, namespace: default}
+spec:
+  nodeName: {node}
+  containers: [{name: c, resources: {requests: {cpu: 100m, ephemeral-storage: {storage}}}}]
+status: {phase: Running}
+"""
+
+
+def _yaml(template: str, **values: str) -> list[dict]:
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return from_yaml(template)
+
+
+@pytest.mark.parametrize(
+    ("request_", "lands_on"),
+    [("4Gi", "a"), ("10Gi", "new-nodeclaim-0"), ("18Gi", None)],  # a has 5Gi left; new nodes 17Gi
+)
+def test_ephemeral_storage_requests_limit_where_moved_pods_fit(request_, lands_on):
+    # New nodes: the bundled table's 20Gi root volume, 17Gi of it allocatable.
+    catalog = catalog_from_dict(
+        {
+            "region": "test-1",
+            "instanceTypes": [
+                {
+                    "name": "m5.xlarge",
+                    "cpu": "4",
+                    "memory": "16Gi",
+                    "pods": 30,
+                    "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "30", "ephemeral-storage": "17Gi"},
+                    "offerings": [{"zone": "test-1a", "capacityType": "on-demand", "price": 0.192}],
+                }
+            ],
+        }
+    )
+    snap = snapshot(
+        nodepool(),
+        _yaml(EPHEMERAL_STORAGE_NODE, name="a"),
+        _yaml(EPHEMERAL_STORAGE_NODE, name="b"),
+        _yaml(EPHEMERAL_STORAGE_POD, name="scratch", node="a", storage="15Gi"),
+        _yaml(EPHEMERAL_STORAGE_POD, name="mover", node="b", storage=request_),
+    )
+    result = run(snap, ["b"], catalog=catalog)
+    assert result.placements.get("default/mover") == lands_on
+    assert result.all_non_pending_scheduled == (lands_on is not None)
 
 
 def test_daemonset_overhead_shrinks_new_nodes():
