@@ -107,6 +107,11 @@ def plan(
     and the node counts behind them [budgetNodes]: nodes the budgets count, those already
     disrupting (NotReady, deleting, tainted karpenter.sh/disrupted) and those this plan disrupts.
     Expiration is never stopped by a budget but its nodes count as disrupting.
+
+    \b
+    savings/h [savingsPerHour] is guaranteed: the removed nodes' price minus each replacement's
+    worst-case (most expensive) option, the price consolidation decides on; [savingsPerHourBest]
+    is the saving if each replacement launches as its cheapest option.
     """
     try:
         now = parse_at(at) if at else None  # the files' capture time, else the current time

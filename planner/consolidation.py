@@ -325,7 +325,10 @@ def describe(command: Command) -> str:
         shapes = ", ".join(f"{r.capacity_type} {r.instance_type_names[0]}" for r in command.replacements)
         target = f"{len(command.replacements)} new nodes ({shapes})"
     count = len(command.candidates)
-    return f"{command.decision}: {count} node(s) -> {target} (saves ${command.savings_per_hour:.4f}/h)"
+    saves = f"saves ${command.savings_per_hour:.4f}/h"
+    if command.savings_per_hour_best != command.savings_per_hour:
+        saves += f", up to ${command.savings_per_hour_best:.4f}/h"
+    return f"{command.decision}: {count} node(s) -> {target} ({saves})"
 
 
 def spot_last(candidates: Sequence[Candidate]) -> list[Candidate]:

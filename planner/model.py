@@ -277,12 +277,26 @@ class Command:
 
     @property
     def replacement_price(self) -> float:
+        """What the replacements are expected to cost: each at its cheapest option."""
         return sum(r.price or 0.0 for r in self.replacements)
 
     @property
+    def replacement_worst_case_price(self) -> float:
+        """What the replacements could cost: each at its most expensive option."""
+        return sum(r.worst_case_price or 0.0 for r in self.replacements)
+
+    @property
     def savings_per_hour(self) -> float:
-        """Hourly cost removed minus hourly cost added. Expiration saves nothing: the provisioner
-        brings the capacity back, so it reports 0."""
+        """Guaranteed hourly saving: cost removed minus the replacements' worst case, the price the
+        decision was made on (a launch may land on any of its options). Expiration saves nothing: the
+        provisioner brings the capacity back, so it reports 0."""
+        if self.method == EXPIRATION:
+            return 0.0
+        return round(self.source_price - self.replacement_worst_case_price, 6)
+
+    @property
+    def savings_per_hour_best(self) -> float:
+        """Hourly saving if every replacement launches as its cheapest option."""
         if self.method == EXPIRATION:
             return 0.0
         return round(self.source_price - self.replacement_price, 6)

@@ -14,7 +14,9 @@ The result is a pydantic `Plan` (what `karpflow plan --output json` prints and w
 returns to the controller workflow). The rich `Command` objects stay available as `plan.commands_`.
 Budgets are reported twice: `budgetsAtStart` (allowed when the pass starts, before any command,
 expiration included) and `budgets` (still allowed after all of this plan's commands: what the next
-pass could start), with the node counts behind them in `budgetNodes`.
+pass could start), with the node counts behind them in `budgetNodes`. A command's `savingsPerHour` is
+the guaranteed saving (replacements at their worst-case price, as the decision is made);
+`savingsPerHourBest` assumes each replacement launches as its cheapest option.
 """
 
 from __future__ import annotations
@@ -59,7 +61,12 @@ class ReplacementOut(_Out):
     instance_types: list[str]
     capacity_type: str
     zones: list[str]
-    price: float | None
+    price: float | None = Field(
+        description="hourly price of the cheapest option (what the launch should cost)"
+    )
+    worst_case_price: float | None = Field(
+        default=None, description="hourly price of the most expensive option (what the launch could cost)"
+    )
     pods: int = 0
 
 
@@ -71,7 +78,15 @@ class CommandOut(_Out):
     nodes: list[str]
     nodepools: list[str]
     replacements: list[ReplacementOut]
-    savings_per_hour: float
+    savings_per_hour: float = Field(
+        description="guaranteed hourly saving: the removed nodes' price minus every replacement's "
+        "worst-case price (the price consolidation decides on); 0 for expiration"
+    )
+    savings_per_hour_best: float = Field(
+        default=0.0,
+        description="hourly saving if every replacement launches as its cheapest option "
+        "(equal to savingsPerHour for a delete)",
+    )
     disruption_class: str
     pods: int = Field(description="reschedulable pods that move")
     message: str = ""
@@ -301,11 +316,13 @@ def command_out(command: Command) -> CommandOut:
                 capacity_type=r.capacity_type,
                 zones=list(r.zones),
                 price=r.price,
+                worst_case_price=r.worst_case_price,
                 pods=len(r.pods),
             )
             for r in command.replacements
         ],
         savings_per_hour=command.savings_per_hour,
+        savings_per_hour_best=command.savings_per_hour_best,
         disruption_class=str(command.disruption_class),
         pods=sum(len(c.reschedulable_pods) for c in command.candidates),
         message=command.message,

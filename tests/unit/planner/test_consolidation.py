@@ -17,7 +17,7 @@ from planner.consolidation import (
     spot_last,
 )
 from planner.model import PlanOptions
-from planner.plan import plan
+from planner.plan import command_out, plan
 from planner.scheduling import ClaimOption, simulate
 from tests.unit.planner.sched_fixtures import (
     CATALOG,
@@ -115,7 +115,18 @@ def test_replace_with_one_cheaper_node():
     assert replacement.instance_type_names[0] == "m6g.large"
     assert replacement.capacity_type == "on-demand"
     assert [p.name for p in replacement.pods] == ["app"]
-    assert command.savings_per_hour == pytest.approx(0.384 - 0.077)
+
+
+def test_savings_are_guaranteed_at_the_worst_case_price_the_decision_uses():
+    snap = snapshot(nodepool(), node("a", "m5.2xlarge"), pod("app", "a", cpu="1", memory="1Gi"))
+    [command], _ = single(snap)
+    # Options cheaper than $0.384 run from m6g.large ($0.077) to m5.xlarge ($0.192): any may launch.
+    assert command.savings_per_hour == pytest.approx(0.384 - 0.192)
+    assert command.savings_per_hour_best == pytest.approx(0.384 - 0.077)
+    assert "saves $0.1920/h, up to $0.3070/h" in command.message
+    out = command_out(command)
+    assert (out.savings_per_hour, out.savings_per_hour_best) == (0.192, 0.307)
+    assert (out.replacements[0].price, out.replacements[0].worst_case_price) == (0.077, 0.192)
 
 
 def test_replacement_must_be_strictly_cheaper():
@@ -571,7 +582,10 @@ def test_multi_node_replaces_with_several_cheaper_nodes_when_allowed():
     assert command.decision == "replace" and command.nodes == ["a", "b"]
     assert sorted(r.instance_type_names[0] for r in command.replacements) == ["c5.xlarge", "m5.2xlarge"]
     assert sum(worst_case(r) for r in command.replacements) < command.source_price
-    assert command.savings_per_hour == pytest.approx(2 * 0.768 - 0.384 - 0.170)
+    assert command.savings_per_hour == pytest.approx(
+        2 * 0.768 - sum(worst_case(r) for r in command.replacements)
+    )
+    assert command.savings_per_hour_best == pytest.approx(2 * 0.768 - 0.384 - 0.170)
     moved = sorted(p.key for r in command.replacements for p in r.pods)
     assert moved == ["default/cpu-0", "default/cpu-1", "default/mem-0", "default/mem-1"]
     assert "2 new nodes" in command.message
