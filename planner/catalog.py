@@ -9,7 +9,8 @@ Three ways to get a catalog, all returning the same `Catalog`:
   spot estimate are documented in its header);
 - `load_catalog_file(path)`: a file in the override format (see `catalog_from_dict`);
 - `planner.catalog_live.live_catalog(ec2, pricing)`: EC2 DescribeInstanceTypes + spot price history +
-  the Pricing API, falling back to this table (I/O lives in that module, not here).
+  the Pricing API, falling back to this table (I/O lives in that module, not here);
+  `karpflow plan --live-catalog` uses it through `fetch_live_catalog` (boto3's standard chain).
 """
 
 from __future__ import annotations

@@ -207,6 +207,25 @@ def live_catalog(
     return Catalog(region=region, types=types, source=f"live EC2 ({price_source} on-demand prices)")
 
 
+# The Pricing API answers from a few regions only; us-east-1 serves every region's prices.
+PRICING_REGION = "us-east-1"
+
+
+def fetch_live_catalog(region: str, names: Iterable[str] | None = None) -> Catalog:
+    """`live_catalog` with clients from boto3's standard chain (environment, profile, SSO, instance
+    role); boto3 itself honours AWS_ENDPOINT_URL. Names that EC2 does not offer in the region are
+    skipped (DescribeInstanceTypes refuses the whole call for one unknown name). Raises whatever
+    boto3 raises when AWS cannot be reached."""
+    import boto3  # only needed when a live catalog is asked for
+
+    ec2 = boto3.client("ec2", region_name=region)
+    pricing = boto3.client("pricing", region_name=PRICING_REGION)
+    if names is not None:
+        offered = {d["InstanceType"] for d in describe_instance_types(ec2)}
+        names = sorted(set(names) & offered)
+    return live_catalog(ec2, pricing, region=region, names=names)
+
+
 def cached_live_catalog(
     cache_path: str | Path,
     ec2: Any,

@@ -1,7 +1,8 @@
 """`karpflow plan`: what one disruption pass would do on a snapshot, and why every other node stays.
 
     kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A -o json > cluster.json
-    karpflow plan --snapshot cluster.json [--catalog catalog.yaml] [--at 2026-11-22T10:00:00Z]
+    karpflow plan --snapshot cluster.json [--catalog catalog.yaml | --live-catalog]
+                  [--at 2026-11-22T10:00:00Z]
 
 Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
 cannot be used at all (missing or unparseable file, bad catalog, bad --at).
@@ -20,7 +21,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from planner.catalog import DEFAULT_REGION, CatalogError, bundled_catalog, load_catalog_file
+from planner.catalog import DEFAULT_REGION, Catalog, CatalogError, bundled_catalog, load_catalog_file
+from planner.catalog_live import fetch_live_catalog
 from planner.model import PlanOptions
 from planner.plan import Plan
 from planner.plan import plan as run_plan
@@ -54,7 +56,14 @@ def _fail(message: str) -> None:
 @click.option(
     "--catalog", "catalog_path", metavar="FILE", help="Instance catalog file overriding the bundled table."
 )
-@click.option("--region", help="Region of the bundled catalog (default: from node labels, else us-west-2).")
+@click.option(
+    "--live-catalog",
+    is_flag=True,
+    help="Build the catalog from AWS (EC2 instance types, offerings and spot prices; Pricing API on-demand "
+    "prices) for the bundled table's types and the snapshot's, with the standard credential chain and "
+    "AWS_ENDPOINT_URL. Falls back to the bundled table, with a warning, when AWS fails.",
+)
+@click.option("--region", help="Region of the catalog (default: from node labels, else us-west-2).")
 @click.option(
     "--at",
     "at",
@@ -88,6 +97,7 @@ def _fail(message: str) -> None:
 def plan(
     snapshots: tuple[str, ...],
     catalog_path: str | None,
+    live_catalog: bool,
     region: str | None,
     at: str | None,
     output: str,
@@ -113,6 +123,8 @@ def plan(
     worst-case (most expensive) option, the price consolidation decides on; [savingsPerHourBest]
     is the saving if each replacement launches as its cheapest option.
     """
+    if catalog_path and live_catalog:
+        _fail("--catalog and --live-catalog are alternatives; give one")
     try:
         now = parse_at(at) if at else None  # the files' capture time, else the current time
     except click.BadParameter as err:
@@ -122,11 +134,14 @@ def plan(
         snapshot = load_snapshot(list(snapshots), now=now)
     except SnapshotError as err:
         _fail(str(err))
+    region = region or snapshot.region() or DEFAULT_REGION
     try:
         if catalog_path:
             catalog = load_catalog_file(catalog_path)
+        elif live_catalog:
+            catalog = _live_catalog(region, snapshot)
         else:
-            catalog = bundled_catalog(region or snapshot.region() or DEFAULT_REGION)
+            catalog = bundled_catalog(region)
     except CatalogError as err:
         _fail(str(err))
     options = PlanOptions(
@@ -141,6 +156,21 @@ def plan(
         click.echo(result.to_json())
     else:
         print_table(result, snapshot, all_methods)
+
+
+def _live_catalog(region: str, snapshot: Snapshot) -> Catalog:
+    """The catalog from AWS for the bundled table's types and those of the snapshot's nodes (the
+    Pricing API is asked once per type, so not for every type EC2 has); the bundled table on failure."""
+    try:
+        bundled = bundled_catalog(region)
+    except CatalogError:
+        bundled = bundled_catalog(DEFAULT_REGION)  # the type names, for a region without a table
+    names = {t.name for t in bundled} | {n.instance_type for n in snapshot.nodes.values() if n.instance_type}
+    try:
+        return fetch_live_catalog(region, names)
+    except Exception as err:  # credentials, endpoint, throttling: all mean "no live catalog now"
+        click.echo(f"karpflow plan: live catalog unavailable ({err}); using the bundled table", err=True)
+        return bundled_catalog(region)
 
 
 def _hint_json(paths: tuple[str, ...]) -> None:

@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from moto import mock_aws
 
 from cli import main
 from planner.testing import ClusterBuilder
@@ -150,6 +151,40 @@ def test_malformed_maps_are_problems_naming_file_kind_and_name_not_a_traceback(d
         f"{bad}: Node odd: metadata.labels: expected a map of strings, got list",
         f"{bad}: NodeList items[1]: not an object: 42 (skipped)",
     ]
+
+
+def test_live_catalog_comes_from_ec2_through_the_standard_chain(demo):
+    with mock_aws():
+        result = invoke(
+            "--snapshot", str(demo), "--live-catalog", "-o", "json", "--at", "2026-11-22T10:00:00Z"
+        )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    # moto has EC2 but no Pricing API: on-demand prices come from the bundled table.
+    assert data["catalog"] == "live EC2 (bundled table on-demand prices)" and data["region"] == "us-east-1"
+    assert "expiration" in {c["method"] for c in data["commands"]}
+
+
+def test_live_catalog_falls_back_to_the_bundled_table_with_a_warning_when_aws_fails(demo):
+    unreachable = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # nothing listens on the discard port
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+    }
+    result = CliRunner().invoke(
+        main,
+        ["plan", "--snapshot", str(demo), "--live-catalog", "-o", "json", "--at", "2026-11-22T10:00:00Z"],
+        env=unreachable,
+    )
+    assert result.exit_code == 0, result.output
+    assert "karpflow plan: live catalog unavailable (" in result.stderr
+    assert json.loads(result.stdout)["catalog"].startswith("bundled table")
+
+
+def test_catalog_file_and_live_catalog_are_alternatives(demo, tmp_path):
+    result = invoke("--snapshot", str(demo), "--catalog", str(tmp_path / "c.yaml"), "--live-catalog")
+    assert result.exit_code == 2 and "--catalog and --live-catalog are alternatives" in result.output
 
 
 def test_the_capture_time_of_a_snapshot_is_the_default_plan_time(tmp_path):
