@@ -6,8 +6,9 @@
   hit lies within `duration` of now; an inactive budget imposes no limit.
 - Allowed for a reason = the minimum over the active budgets that apply to it (no budget: 10%).
 - Counting: total = the pool's initialized nodes (NodeClaims already InstanceTerminating excluded);
-  disrupting = those NotReady, being deleted, tainted `karpenter.sh/disrupted` (already in flight when
-  the pass starts), plus those marked for deletion earlier in this pass. Remaining = max(allowed -
+  disrupting = those NotReady, being deleted, tainted `karpenter.sh/disrupted` or v1beta1's
+  `karpenter.sh/disruption=disrupting` (already in flight when the pass starts), plus those marked for
+  deletion earlier in this pass. Remaining = max(allowed -
   disrupting, 0).
 - A budget that fails to parse (bad nodes, bad cron, bad duration) fails closed: 0 for every reason
   of that pool, and the error is reported. Budgets never gate expiration.

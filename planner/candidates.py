@@ -141,7 +141,7 @@ def node_block(node: Node, pool: NodePool | None) -> str | None:
     if node.is_deleting:
         return "node is being deleted"
     if node.has_disrupted_taint:
-        return f"disruption already in progress ({DISRUPTED_TAINT_KEY} taint)"
+        return f"disruption already in progress ({node.disruption_taint} taint)"
     if pool is None:
         return f"nodepool {node.nodepool} not found"
     if not node.initialized:

@@ -3,7 +3,9 @@
 karpflow grew out of a Provisioner-era setup, so snapshots may still hold:
 - `karpenter.sh/v1alpha5` Provisioner (ttlSecondsAfterEmpty, ttlSecondsUntilExpired, consolidation.enabled);
 - `karpenter.sh/v1beta1` NodePool (expireAfter under spec.disruption, WhenUnderutilized);
-- nodes labelled `karpenter.sh/provisioner-name` instead of `karpenter.sh/nodepool`.
+- nodes labelled `karpenter.sh/provisioner-name` instead of `karpenter.sh/nodepool`;
+- nodes a v1beta1 controller was disrupting, tainted `karpenter.sh/disruption=disrupting:NoSchedule`
+  (v1 uses `karpenter.sh/disrupted`).
 
 The mapping (documented by Karpenter's v1beta1 and v1 migration guides):
 
@@ -27,6 +29,8 @@ from typing import Any
 
 PROVISIONER_KIND = "Provisioner"
 LEGACY_PROVISIONER_LABEL = "karpenter.sh/provisioner-name"
+LEGACY_DISRUPTION_TAINT_KEY = "karpenter.sh/disruption"
+LEGACY_DISRUPTION_TAINT_VALUE = "disrupting"
 
 
 def provisioner_to_nodepool(provisioner: Mapping[str, Any]) -> dict[str, Any]:

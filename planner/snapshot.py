@@ -574,8 +574,22 @@ class Node:
         return claim is not None and (claim.deletion_timestamp is not None or claim.instance_terminating)
 
     @property
+    def disruption_taint(self) -> str | None:
+        """The taint saying a disruption is in flight: v1's `karpenter.sh/disrupted`, or v1beta1's
+        `karpenter.sh/disruption=disrupting` left by an older controller. None when untainted."""
+        for taint in self.taints:
+            if taint.key == DISRUPTED_TAINT_KEY:
+                return DISRUPTED_TAINT_KEY
+            if (
+                taint.key == legacy.LEGACY_DISRUPTION_TAINT_KEY
+                and taint.value == legacy.LEGACY_DISRUPTION_TAINT_VALUE
+            ):
+                return f"{taint.key}={taint.value}"
+        return None
+
+    @property
     def has_disrupted_taint(self) -> bool:
-        return any(t.key == DISRUPTED_TAINT_KEY for t in self.taints)
+        return self.disruption_taint is not None
 
     @property
     def do_not_disrupt(self) -> bool:

@@ -1,9 +1,11 @@
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+import yaml
 
 from api.nodepool import Budget
 from planner.budgets import BudgetError, budget_active, build_budget_map, next_budget_change
+from planner.candidates import build_candidates
 from planner.cli import parse_at
 from planner.snapshot import Snapshot, parse_time
 from planner.testing import ClusterBuilder
@@ -108,6 +110,29 @@ def test_not_ready_deleting_and_disrupted_nodes_consume_the_budget():
     assert budget.total["default"] == 9
     assert budget.disrupting["default"] == 3
     assert budget.available("default") == 1
+
+
+def test_a_node_tainted_by_a_v1beta1_controller_is_already_disrupting():
+    b = pool_with([{"nodes": "2"}], nodes=3)
+    b.add(
+        yaml.safe_load("""
+kind: Node
+metadata: {name: old-style, labels: {karpenter.sh/nodepool: default, karpenter.sh/initialized: "true"}}
+spec:
+  taints: [{key: karpenter.sh/disruption, value: disrupting, effect: NoSchedule}]
+status: {conditions: [{type: Ready, status: "True"}]}
+""")
+    )
+    b.node(
+        "other-value", taints=[{"key": "karpenter.sh/disruption", "value": "other", "effect": "NoSchedule"}]
+    )
+    ctx = b.context()
+    budget = build_budget_map(ctx, "Underutilized")
+    assert (budget.total["default"], budget.disrupting["default"], budget.available("default")) == (5, 1, 1)
+    blocked = {x.node: x.reason for x in build_candidates(ctx)[1]}
+    assert blocked == {
+        "old-style": "disruption already in progress (karpenter.sh/disruption=disrupting taint)"
+    }
 
 
 def test_nodes_marked_for_deletion_in_this_pass_consume_the_budget():
