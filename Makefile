@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 ## test: lint, then every test (unit and integration against real servers)
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
