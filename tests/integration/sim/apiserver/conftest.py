@@ -10,6 +10,8 @@ from kubernetes import client
 from sim.apiserver import EmulatorServer
 from sim.timescale import TimeScale
 
+from .helpers import fresh
+
 
 @pytest.fixture(scope="module")
 def emulator_server() -> Iterator[EmulatorServer]:
@@ -19,12 +21,7 @@ def emulator_server() -> Iterator[EmulatorServer]:
 
 @pytest.fixture
 def emu(emulator_server: EmulatorServer) -> EmulatorServer:
-    emulator_server.store.reset()
-    emulator_server.store.timescale.factor = 0.01
-    emulator_server.store.watch_window = 20_000
-    emulator_server.faults.clear()
-    emulator_server.requests.clear()
-    return emulator_server
+    return fresh(emulator_server, 0.01)
 
 
 @pytest.fixture

@@ -14,6 +14,16 @@ from . import builders as b
 _http = urllib3.PoolManager()
 
 
+def fresh(emu: EmulatorServer, time_scale: float) -> EmulatorServer:
+    """The session's emulator emptied for the next test: no objects, faults or logged requests."""
+    emu.store.reset()
+    emu.store.timescale.factor = time_scale
+    emu.store.watch_window = 20_000
+    emu.faults.clear()
+    emu.requests.clear()
+    return emu
+
+
 def http(emu: EmulatorServer, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
     """A raw request (no client-side checks): the status code and the decoded body."""
     data = body if isinstance(body, bytes | None) else json.dumps(body).encode()

@@ -14,7 +14,7 @@ from sim.apiserver import EmulatorServer
 from sim.timescale import TimeScale
 
 from . import builders as b
-from .helpers import owned_pods, status_of
+from .helpers import fresh, owned_pods, status_of
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +40,7 @@ async def core(aio_emu: EmulatorServer) -> AsyncIterator[client.CoreV1Api]:
 @pytest.fixture(autouse=True)
 def fresh_store(aio_emu: EmulatorServer) -> None:
     """The emulator lives for the session: every test starts from an empty store at time scale 0."""
-    aio_emu.store.reset()
-    aio_emu.store.timescale.factor = 0
-    aio_emu.store.watch_window = 20_000
-    aio_emu.faults.clear()
-    aio_emu.requests.clear()
+    fresh(aio_emu, 0)
 
 
 async def test_crud_conflict_and_errors(aio_emu: EmulatorServer, core: client.CoreV1Api) -> None:
