@@ -44,6 +44,7 @@ from api.constants import (
     TAG_REPLACEMENT_INDEX,
     TAG_STARTUP_TAINTS,
     UNREGISTERED_TAINT_KEY,
+    aws_provider_id,
     cluster_tag,
 )
 from api.workflow_io import Offering, TaintSpec
@@ -272,7 +273,7 @@ class EC2Activities:
         return LaunchedInstance(
             instance_id=instance["InstanceId"],
             index=int(index) if index.isdigit() else None,
-            provider_id=f"aws:///{zone}/{instance['InstanceId']}",
+            provider_id=aws_provider_id(zone, instance["InstanceId"]),
             private_dns_name=instance.get("PrivateDnsName") or "",
             offering=Offering(instance_type=instance["InstanceType"], zone=zone, capacity_type=capacity),
             adopted=adopted,

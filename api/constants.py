@@ -103,3 +103,8 @@ TAG_STARTUP_TAINTS = "karpflow.io/startup-taints"
 
 def cluster_tag(cluster_name: str) -> str:
     return f"{CLUSTER_TAG_PREFIX}{cluster_name}"
+
+
+def aws_provider_id(zone: str, instance_id: str) -> str:
+    """A Node's spec.providerID for an EC2 instance, as the AWS cloud provider writes it."""
+    return f"aws:///{zone}/{instance_id}"

@@ -729,7 +729,7 @@ def seed(
         status = statuses.get(class_name or "")
         instance = ec2_side.launch(node, status, zone_subnets.get(class_name or "", {}))
         zone = instance["Placement"]["AvailabilityZone"]
-        node.setdefault("spec", {})["providerID"] = f"aws:///{zone}/{instance['InstanceId']}"
+        node.setdefault("spec", {})["providerID"] = k.aws_provider_id(zone, instance["InstanceId"])
         labels[k.INSTANCE_AMI_ID_LABEL] = instance["ImageId"]
         labels[k.SUBNET_ID_LABEL] = instance["SubnetId"]
         node["metadata"].setdefault("annotations", {})[k.SECURITY_GROUP_IDS_ANNOTATION] = ",".join(

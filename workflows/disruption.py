@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         TaintRequest,
         UntaintRequest,
     )
+    from api.constants import aws_provider_id
     from api.workflow_io import (
         CandidateStatus,
         DisruptionInput,
@@ -409,7 +410,7 @@ class DisruptionWorkflow:
         return LaunchedInstance(
             instance_id=replacement.instance_id,
             index=replacement.index,
-            provider_id=f"aws:///{replacement.offering.zone}/{replacement.instance_id}",
+            provider_id=aws_provider_id(replacement.offering.zone, replacement.instance_id),
             private_dns_name=replacement.node or "",
             offering=replacement.offering,
         )

@@ -38,6 +38,7 @@ from api.constants import (
     TAG_NODEPOOL,
     TAG_STARTUP_TAINTS,
     ZONE_LABEL,
+    aws_provider_id,
 )
 from planner.catalog import InstanceType
 from sim.controllers.kubelet_flags import parse_node_labels, parse_taints
@@ -66,7 +67,7 @@ def node_name(instance: Mapping[str, Any], region: str) -> str:
 
 def provider_id(instance: Mapping[str, Any]) -> str:
     zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
-    return f"aws:///{zone}/{instance['InstanceId']}"
+    return aws_provider_id(zone, instance["InstanceId"])
 
 
 def instance_id_from_provider_id(value: str | None) -> str | None:
