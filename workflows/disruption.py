@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -73,8 +73,24 @@ with workflow.unsafe.imports_passed_through():
 
 
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
-# How often a compensation step is run again after a cancellation interrupted it.
-COMPENSATION_ATTEMPTS = 3
+# How often a step that must finish is run again after a cancellation interrupted it.
+CANCELLATION_ATTEMPTS = 3
+T = TypeVar("T")
+
+
+async def through_cancellation(step: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+    """Run a step that must finish (a compensation, or a termination past the point of no return)
+    even when a cancellation interrupts it, and say whether one did. A workflow's cancellation is
+    delivered once, so running the idempotent step again completes it."""
+    interrupted = False
+    for _ in range(CANCELLATION_ATTEMPTS):
+        try:
+            return await step(), interrupted
+        except BaseException as err:
+            if not is_cancelled_exception(err):
+                raise
+            interrupted = True
+    raise ApplicationError(f"interrupted by cancellation {CANCELLATION_ATTEMPTS} times", non_retryable=True)
 
 
 class ReplacementFailed(Exception):
@@ -349,20 +365,13 @@ class DisruptionWorkflow:
 
     @staticmethod
     async def _compensate(problems: list[str], what: str, step: Callable[[], Awaitable[int]]) -> int | None:
-        """Run one compensation step to the end, and report rather than raise what cannot be undone.
-
-        A cancellation that lands while the step runs cancels its activity; the cancellation is
-        delivered once, so running the step again completes it (every step is idempotent)."""
-        for _ in range(COMPENSATION_ATTEMPTS):
-            try:
-                return await step()
-            except BaseException as err:
-                if is_cancelled_exception(err):
-                    continue
-                problems.append(f"{what}: {activity_cause(err)}")
-                return None
-        problems.append(f"{what}: interrupted by cancellation {COMPENSATION_ATTEMPTS} times")
-        return None
+        """Run one compensation step to the end, and report rather than raise what cannot be undone."""
+        try:
+            done, _ = await through_cancellation(step)
+            return done
+        except Exception as err:
+            problems.append(f"{what}: {activity_cause(err)}")
+            return None
 
     async def _untaint_candidates(self) -> int:
         # Every candidate, not only those known tainted: a cancelled taint call may have tainted some
@@ -454,21 +463,17 @@ class DisruptionWorkflow:
         for candidate in self._status.candidates:
             if not candidate.tainted:
                 continue
-            for _ in range(COMPENSATION_ATTEMPTS):
-                try:
-                    handle = await self._start_termination(candidate, command)
-                except WorkflowAlreadyStartedError:
-                    candidate.termination = "AlreadyRunning"
-                    candidate.message = "a termination of this node was already running"
-                    break
-                except BaseException as err:
-                    if not is_cancelled_exception(err):
-                        raise
-                    cancelled = True
-                    continue
-                candidate.termination = "Running"
-                handles.append((candidate, handle))
-                break
+            try:
+                handle, interrupted = await through_cancellation(
+                    lambda c=candidate: self._start_termination(c, command)
+                )
+            except WorkflowAlreadyStartedError:
+                candidate.termination = "AlreadyRunning"
+                candidate.message = "a termination of this node was already running"
+                continue
+            cancelled |= interrupted
+            candidate.termination = "Running"
+            handles.append((candidate, handle))
         if cancelled:
             self._status.message = HANDED_OVER
             self._set_phase("Canceled")
