@@ -8,11 +8,12 @@ the workflow decides (try the next offering, compensate, fail with a clear messa
 from __future__ import annotations
 
 import asyncio
-import json
 
 import aiohttp
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
 from temporalio.exceptions import ApplicationError
+
+from kube.client import KubeError
 
 # Retryable types.
 CONFLICT = "Conflict"
@@ -48,23 +49,6 @@ def permanent(message: str, type: str, *details: object) -> ApplicationError:
 
 
 # -- Kubernetes -------------------------------------------------------------------------------------
-
-
-class KubeError(Exception):
-    """A Kubernetes API error status (what `kubernetes.aio` raises as ApiException, with the body parsed)."""
-
-    def __init__(self, status: int, reason: str, body: str = "") -> None:
-        self.status = status
-        self.reason = reason
-        self.body = body
-        self.message = reason
-        try:
-            parsed = json.loads(body) if body else {}
-            if isinstance(parsed, dict):
-                self.message = str(parsed.get("message") or reason)
-        except ValueError:
-            self.message = body[:300] or reason
-        super().__init__(f"{status} {reason}: {self.message}")
 
 
 def not_found(err: BaseException) -> bool:

@@ -16,9 +16,8 @@ from typing import Any
 from temporalio import activity
 
 from activities import errors
-from activities.drain import Drainer, DrainProgress, Pod, parse_time, wait_until
-from activities.errors import KubeError, classify_kube, not_found, permanent
-from activities.kube_api import Json, KubeApi
+from activities.drain import Drainer, DrainProgress, wait_until
+from activities.errors import classify_kube, not_found, permanent
 from api.activity_io import (
     AmiChoice,
     BeginTerminationRequest,
@@ -56,6 +55,9 @@ from api.constants import (
 )
 from api.nodepool import EC2NodeClass, NodePool
 from api.workflow_io import TaintSpec
+from kube.client import Json, KubeApi, KubeError
+from kube.drain_rules import Pod
+from kube.times import parse_time, rfc3339
 from planner.drift import nodeclass_hash_annotations, nodepool_hash_annotations
 
 log = logging.getLogger(__name__)
@@ -494,7 +496,7 @@ class KubernetesActivities:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
         deadline = deleted + grace
-        stamp = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = rfc3339(deadline)
         await self.kube.update_node(
             node["metadata"]["name"],
             lambda n: (

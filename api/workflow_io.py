@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from api import workflow_ids
 from api.duration import format_duration, parse_duration
 
 Reason = Literal["Underutilized", "Empty", "Drifted", "Expired", "Interrupted", "Manual"]
@@ -336,6 +337,5 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
 
 
 def disruption_workflow_id(command: Any) -> str:
-    """`disruption/<pool>/<reason>/<short-hash>`: readable, and stable for the same decision."""
-    pools = "+".join(command.nodepools) or "none"
-    return f"disruption/{pools}/{command.reason}/{command.id}"
+    """The workflow id of a planner `Command` (see api.workflow_ids)."""
+    return workflow_ids.disruption_workflow_id(command.nodepools, command.reason, command.id)

@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from api.constants import DISRUPTED_TAINT_KEY, LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
 from api.duration import DurationError, format_duration, parse_optional_duration
 from api.nodepool import NodePool
+from kube.selectors import Taint
 from planner.model import Blocked, Candidate, PlanContext
-from planner.selectors import Taint
 from planner.snapshot import Node, Pod, Snapshot
 
 _DISRUPTED_TAINT = Taint(DISRUPTED_TAINT_KEY, None, "NoSchedule")

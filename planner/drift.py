@@ -50,6 +50,7 @@ from api.constants import (
 )
 from api.duration import format_duration, parse_optional_duration
 from api.nodepool import EC2NodeClass, NodePool
+from kube.selectors import Requirement
 from planner.model import (
     DRIFT,
     BudgetMap,
@@ -60,7 +61,6 @@ from planner.model import (
     PlanContext,
     ValidationResult,
 )
-from planner.selectors import Requirement
 from planner.snapshot import Node
 
 # Our hash algorithm's version. Deliberately not Karpenter's "v3": the two hashes are computed

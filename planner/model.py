@@ -29,7 +29,6 @@ pods)`, which must satisfy the `Simulate` protocol and return a `SchedulingResul
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.constants import REASON_DRIFTED, REASON_EMPTY, REASON_EXPIRED, REASON_UNDERUTILIZED
+from api.workflow_ids import command_hash
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
@@ -304,8 +304,7 @@ class Command:
     @property
     def id(self) -> str:
         """Stable short id for workflow ids: `disruption/<pool>/<reason>/<id>`."""
-        text = "|".join([self.method, self.reason, *sorted(self.nodes)])
-        return hashlib.sha256(text.encode()).hexdigest()[:10]
+        return command_hash(self.method, self.reason, self.nodes)
 
     def __repr__(self) -> str:
         return (

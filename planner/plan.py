@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
@@ -146,10 +146,6 @@ class Plan(_Out):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
-
-
-def rfc3339(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- Methods --------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +36,25 @@ from pydantic import ValidationError
 from api.constants import (
     CAPACITY_TYPE_LABEL,
     DISRUPTED_TAINT_KEY,
-    DO_NOT_DISRUPT_ANNOTATION,
     EC2NODECLASS_LABEL,
     INITIALIZED_LABEL,
     INSTANCE_TYPE_LABEL,
-    LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION,
-    LEGACY_DO_NOT_EVICT_ANNOTATION,
-    MIRROR_POD_ANNOTATION,
     NODEPOOL_LABEL,
     POD_DELETION_COST_ANNOTATION,
     REGION_LABEL,
     ZONE_LABEL,
 )
-from api.duration import DurationError, parse_duration, parse_optional_duration
+from api.duration import DurationError, parse_optional_duration
 from api.nodepool import Budget, EC2NodeClass, NodePool
 from api.quantity import QuantityError
-from planner import legacy
-from planner.resources import ZERO, Resources
-from planner.selectors import (
+from kube.pods import (
+    controller_owner,
+    do_not_disrupt_reason,
+    is_mirror,
+    node_do_not_consolidate,
+    node_do_not_disrupt_reason,
+)
+from kube.selectors import (
     LabelSelector,
     PodAffinityTerm,
     Requirement,
@@ -63,6 +63,9 @@ from planner.selectors import (
     TopologySpreadConstraint,
     parse_node_selector_terms,
 )
+from kube.times import parse_time
+from planner import legacy
+from planner.resources import ZERO, Resources
 
 try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
     import orjson
@@ -78,23 +81,6 @@ _ONE_POD = Resources(pods=1)
 
 class SnapshotError(ValueError):
     """The snapshot input cannot be used at all (missing file, unparseable document)."""
-
-
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 as Kubernetes prints it; None for empty. Raises ValueError for garbage."""
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    return _parse_time_text(str(value))
-
-
-@lru_cache(maxsize=65536)
-def _parse_time_text(text: str) -> datetime:
-    # Timestamps have one-second resolution and pods of a rollout share them: memoise.
-    # Normalised to UTC: budget schedules are read in the offset of the time they are given.
-    parsed = datetime.fromisoformat(text)
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _latest(*times: datetime | None) -> datetime | None:
@@ -238,8 +224,7 @@ class Pod:
 
     @property
     def is_mirror(self) -> bool:
-        """Static pods: the kubelet owns them; they are neither evicted nor rescheduled."""
-        return MIRROR_POD_ANNOTATION in self.annotations or self.owner_kind == "Node"
+        return is_mirror(self.annotations, self.owner_kind)
 
     @property
     def is_statefulset(self) -> bool:
@@ -258,29 +243,11 @@ class Pod:
 
     # -- disruption controls -----------------------------------------------------------------------
     def do_not_disrupt_reason(self, now: datetime) -> str | None:
-        """The annotation that protects this pod right now, or None.
-
-        `karpenter.sh/do-not-disrupt: "true"` protects while the pod is active; a Go duration
-        ("30m") protects for that long after the pod started. The v1alpha5 `karpenter.sh/do-not-evict:
-        "true"` is honoured the same way. Terminal or terminating pods are never protected.
-        """
+        """The annotation that protects this pod right now (kube.pods); terminal or terminating pods
+        are never protected."""
         if not self.is_active:
             return None
-        value = self.annotations.get(DO_NOT_DISRUPT_ANNOTATION)
-        if value is not None:
-            if value == "true":
-                return DO_NOT_DISRUPT_ANNOTATION
-            try:
-                window = parse_duration(value)
-            except DurationError:
-                window = None
-            if window is not None and window.total_seconds() > 0:
-                started = self.start_time or self.creation_timestamp
-                if started is None or now < started + window:
-                    return f"{DO_NOT_DISRUPT_ANNOTATION}={value}"
-        if self.annotations.get(LEGACY_DO_NOT_EVICT_ANNOTATION) == "true":
-            return LEGACY_DO_NOT_EVICT_ANNOTATION
-        return None
+        return do_not_disrupt_reason(self.annotations, self.start_time or self.creation_timestamp, now)
 
     @property
     def deletion_cost(self) -> int:
@@ -436,13 +403,9 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod.phase = status.get("phase") or "Pending"
     pod.labels = string_map(meta.get("labels"), "metadata.labels")
     pod.annotations = string_map(meta.get("annotations"), "metadata.annotations")
-    owners = meta.get("ownerReferences")
-    pod.owner_kind = owner_kind_hint
-    pod.owner_name = None
-    if owners:
-        owner = next((o for o in owners if o.get("controller")), owners[0])
-        pod.owner_kind = owner.get("kind")
-        pod.owner_name = owner.get("name")
+    pod.owner_kind, pod.owner_name = controller_owner(meta.get("ownerReferences"))
+    if pod.owner_kind is None:
+        pod.owner_kind = owner_kind_hint
     pod.priority = int(spec.get("priority") or 0)
     pod.priority_class_name = spec.get("priorityClassName")
     pod.requests = pod_requests(spec)
@@ -593,11 +556,11 @@ class Node:
 
     @property
     def do_not_disrupt(self) -> bool:
-        return self.annotations.get(DO_NOT_DISRUPT_ANNOTATION) == "true"
+        return node_do_not_disrupt_reason(self.annotations) is not None
 
     @property
     def do_not_consolidate(self) -> bool:
-        return self.annotations.get(LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION) == "true"
+        return node_do_not_consolidate(self.annotations)
 
     def annotation(self, key: str) -> str | None:
         """Node annotation, falling back to the NodeClaim's (Karpenter keeps hashes on the NodeClaim)."""

@@ -29,6 +29,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import (
     DisruptionInput,
     DisruptionStatus,
@@ -36,7 +37,6 @@ from api.workflow_io import (
     disruption_input,
     disruption_workflow_id,
 )
-from workflows.termination import termination_workflow_id
 
 TASK_QUEUE = "karpflow"
 WORKFLOW_TYPE = "DisruptionWorkflow"

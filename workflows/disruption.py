@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         UntaintRequest,
     )
     from api.constants import aws_provider_id
+    from api.workflow_ids import termination_workflow_id
     from api.workflow_io import (
         CandidateStatus,
         DisruptionInput,
@@ -69,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.failures import activity_cause
     from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
-    from workflows.termination import TerminationWorkflow, termination_workflow_id
+    from workflows.termination import TerminationWorkflow
 
 
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"

@@ -47,10 +47,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
 
 
-def termination_workflow_id(node: str) -> str:
-    return f"termination/{node}"
-
-
 @workflow.defn(name="TerminationWorkflow")
 class TerminationWorkflow:
     def __init__(self) -> None:

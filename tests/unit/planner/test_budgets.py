@@ -4,10 +4,11 @@ import pytest
 import yaml
 
 from api.nodepool import Budget
+from kube.times import parse_time
 from planner.budgets import BudgetError, budget_active, build_budget_map, next_budget_change
 from planner.candidates import build_candidates
 from planner.cli import parse_at
-from planner.snapshot import Snapshot, parse_time
+from planner.snapshot import Snapshot
 from planner.testing import ClusterBuilder
 
 

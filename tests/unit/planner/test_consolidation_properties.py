@@ -9,12 +9,12 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kube.selectors import terms_match, tolerates_all
 from planner.consolidation import MultiNodeConsolidation, SingleNodeConsolidation
 from planner.model import PlanOptions
 from planner.plan import plan
 from planner.resources import ZERO
 from planner.scheduling_adapter import SnapshotSimulation
-from planner.selectors import terms_match, tolerates_all
 from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
 
 specs = st.builds(

@@ -1,4 +1,4 @@
-"""The drain rules (activities/drain.py) and the drain loop against a fake API with one PDB."""
+"""The drain rules (kube/drain_rules.py) and the drain loop (activities/drain.py), with a fake API."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from activities.drain import Drainer, Pod, pdb_group, plan, selector_matches, tolerates_disrupted
-from activities.errors import KubeError
+from activities.drain import Drainer
+from kube.client import KubeError
+from kube.drain_rules import Pod, pdb_group, pdb_selects, plan, tolerates_disrupted
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -145,20 +146,24 @@ def test_a_pod_terminating_past_the_deadline_is_deleted_again_sooner():
     assert [(p.name, g) for p, g in plan([late, early], deadline, NOW).force_delete] == [("late", 10)]
 
 
-def test_label_selectors():
-    labels = {"app": "web", "tier": "front"}
-    assert selector_matches({}, labels)
-    assert not selector_matches(None, labels)
-    assert selector_matches({"matchLabels": {"app": "web"}}, labels)
-    assert not selector_matches({"matchLabels": {"app": "db"}}, labels)
-    assert selector_matches(
-        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]}, labels
-    )
-    assert not selector_matches(
-        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]}, labels
-    )
-    assert selector_matches({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}, labels)
-    assert not selector_matches({"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, labels)
+def test_pdb_selectors():
+    web = pod("w", labels={"app": "web", "tier": "front"})
+
+    def selects(selector: dict[str, Any] | None, namespace: str = "default") -> bool:
+        return pdb_selects(
+            {"metadata": {"name": "p", "namespace": namespace}, "spec": {"selector": selector}}, web
+        )
+
+    assert selects({})
+    assert not selects(None)  # policy/v1: a null selector selects no pod
+    assert not selects({}, namespace="other")
+    assert selects({"matchLabels": {"app": "web"}})
+    assert not selects({"matchLabels": {"app": "db"}})
+    assert selects({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]})
+    assert not selects({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]})
+    assert selects({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]})
+    assert not selects({"matchExpressions": [{"key": "zone", "operator": "Exists"}]})
+    assert not selects({"matchExpressions": [{"key": "zone", "operator": "Near"}]})  # malformed
 
 
 def pdb(name: str, selector: dict[str, Any] | None) -> dict[str, Any]:

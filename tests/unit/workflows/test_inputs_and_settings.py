@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ParamValid
 from click.testing import CliRunner
 
 from activities import errors
-from activities.errors import KubeError, classify_ec2, classify_kube
+from activities.errors import classify_ec2, classify_kube
 from api.constants import REASON_DRIFTED
 from api.workflow_io import (
     DisruptionInput,
@@ -21,9 +21,12 @@ from api.workflow_io import (
     disruption_workflow_id,
     parse_input,
 )
+from kube.client import KubeError
 from planner.catalog import bundled_catalog
 from planner.model import Command, Replacement
-from worker import JsonFormatter, TemporalContextFilter, WorkerSettings, cli, configure_logging
+from runtime.settings import WorkerSettings
+from runtime.telemetry import JsonFormatter, TemporalContextFilter, configure_logging
+from worker import cli
 
 
 def test_a_hand_typed_disruption_validates_with_go_durations_and_defaults():

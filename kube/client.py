@@ -21,9 +21,25 @@ import aiohttp
 from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 
-from activities.errors import KubeError
-
 Json = dict[str, Any]
+
+
+class KubeError(Exception):
+    """A Kubernetes API error status (what `kubernetes.aio` raises as ApiException, with the body parsed)."""
+
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.message = reason
+        try:
+            parsed = json.loads(body) if body else {}
+            if isinstance(parsed, dict):
+                self.message = str(parsed.get("message") or reason)
+        except ValueError:
+            self.message = body[:300] or reason
+        super().__init__(f"{status} {reason}: {self.message}")
+
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"

@@ -1,0 +1,28 @@
+"""Workflow ids: readable, and derived from what they act on, so that whoever starts a workflow
+(the controller, the deletion watcher, the interruption handler, a person) starts the same one.
+
+Temporal refuses a second running workflow with an id, which is what makes a replayed, restarted or
+duplicated start harmless.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+
+def termination_workflow_id(node: str) -> str:
+    """One termination per node at a time."""
+    return f"termination/{node}"
+
+
+def command_hash(method: str, reason: str, nodes: Iterable[str]) -> str:
+    """A short hash of a decision: the same method, reason and node set give the same id."""
+    text = "|".join([method, reason, *sorted(nodes)])
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def disruption_workflow_id(nodepools: Iterable[str], reason: str, short_hash: str) -> str:
+    """`disruption/<pool>/<reason>/<short-hash>` (pools joined with `+`)."""
+    pools = "+".join(sorted(nodepools)) or "none"
+    return f"disruption/{pools}/{reason}/{short_hash}"
