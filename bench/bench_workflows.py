@@ -42,9 +42,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from runtime.connections import ensure_search_attributes, with_karpflow_converter
+from runtime.settings import WorkerSettings
 from sim.binaries import temporal_cli
 from sim.scenarios import generate_demo as gen
-from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes, with_karpflow_converter
+from worker import KarpflowWorker
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 

@@ -29,14 +29,17 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kube_api import USER_AGENT, KubeApi
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import TerminationInput
+from kube.client import USER_AGENT, KubeApi
+from runtime.connections import ensure_search_attributes, with_karpflow_converter
+from runtime.settings import WorkerSettings
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
 from sim.testing import make_sim_stack, pytest_configure, sim_stack  # noqa: F401
-from worker import KarpflowWorker, WorkerSettings, ensure_search_attributes, with_karpflow_converter
-from workflows.termination import TerminationWorkflow, termination_workflow_id
+from worker import KarpflowWorker
+from workflows.termination import TerminationWorkflow
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DemoNode, Workload = gen.DemoNode, gen.Workload

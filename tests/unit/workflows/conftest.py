@@ -10,8 +10,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from tests.unit.workflows.fakes import FakeCluster
-from worker import WORKFLOWS, ensure_search_attributes, with_karpflow_converter
+from worker import WORKFLOWS
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker import WorkerSettings
+from runtime.settings import WorkerSettings
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir())

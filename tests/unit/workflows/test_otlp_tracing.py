@@ -14,8 +14,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.workflow_io import TerminationInput
+from runtime.settings import WorkerSettings
+from runtime.telemetry import tracing_interceptors
 from tests.unit.workflows.fakes import FakeCluster
-from worker import WORKFLOWS, WorkerSettings, tracing_interceptors
+from worker import WORKFLOWS
 from workflows.termination import TerminationWorkflow
 
 

@@ -24,9 +24,10 @@ from collections.abc import Callable
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
-from activities.kube_api import NODES, Json, KubeApi
 from api.constants import TERMINATION_FINALIZER
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import TerminationInput
+from kube.client import NODES, Json, KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class NodeDeletionWatcher:
             TerminationInput(
                 node=name, reason="Manual", provider_id=(node.get("spec") or {}).get("providerID")
             ),
-            id=f"termination/{name}",
+            id=termination_workflow_id(name),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )

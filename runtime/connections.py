@@ -1,0 +1,106 @@
+"""Connections to what the worker talks to: Temporal (plain, TLS, mTLS or an API key, with karpflow's
+pydantic payloads), Kubernetes (kubeconfig, in-cluster, or the emulator's plain URL) and EC2 (the
+standard AWS credential chain, with an endpoint override for moto)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import Client, Interceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
+
+from api import search_attributes
+from kube.client import KubeApi
+from runtime.settings import WorkerSettings
+
+log = logging.getLogger("karpflow.worker")
+
+
+async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Interceptor] = ()) -> Client:
+    tls: bool | TLSConfig = False
+    if settings.uses_tls:
+        tls = TLSConfig(
+            server_root_ca_cert=settings.temporal_tls_ca.read_bytes() if settings.temporal_tls_ca else None,
+            domain=settings.temporal_tls_server_name,
+            client_cert=settings.temporal_tls_cert.read_bytes() if settings.temporal_tls_cert else None,
+            client_private_key=settings.temporal_tls_key.read_bytes() if settings.temporal_tls_key else None,
+        )
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        api_key=settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None,
+        tls=tls,
+        data_converter=pydantic_data_converter,
+        interceptors=list(interceptors),
+    )
+
+
+def with_karpflow_converter(client: Client) -> Client:
+    """A client on `client`'s connection that speaks karpflow's payloads (pydantic models), e.g. for
+    a `WorkflowEnvironment`'s client, which comes with the default converter."""
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    return Client(**config)
+
+
+async def ensure_search_attributes(client: Client) -> bool:
+    """Register karpflow's search attributes (idempotent). False when the operator API refuses
+    (Temporal Cloud, missing permission): they must then be registered by an administrator."""
+    from temporalio.api.enums.v1 import IndexedValueType
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        try:
+            listing = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            )
+            existing = set(listing.custom_attributes)
+        except RPCError as err:
+            if err.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server cannot list
+                raise
+            existing = set()
+        missing = {
+            key.name: IndexedValueType.ValueType(key.indexed_value_type)
+            for key in search_attributes.ALL
+            if key.name not in existing
+        }
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+            )
+        return True
+    except RPCError as err:
+        log.warning(
+            "could not register search attributes %s (%s); register them once, e.g. with "
+            "`temporal operator search-attribute create`",
+            ", ".join(k.name for k in search_attributes.ALL),
+            err.message,
+        )
+        return False
+
+
+async def connect_kubernetes(settings: WorkerSettings) -> KubeApi:
+    if settings.kube_api_server:
+        return KubeApi.for_host(settings.kube_api_server, settings.kube_request_timeout)
+    return await KubeApi.connect(
+        str(settings.kubeconfig) if settings.kubeconfig else None,
+        settings.kube_context,
+        settings.kube_request_timeout,
+    )
+
+
+def ec2_client(settings: WorkerSettings) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # botocore's own retries ride out throttling inside one activity attempt before Temporal's.
+    config = Config(
+        retries={"mode": "adaptive", "max_attempts": 5}, max_pool_connections=max(10, settings.ec2_threads)
+    )
+    return boto3.client(
+        "ec2", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url, config=config
+    )

@@ -1,0 +1,155 @@
+"""The worker's settings: every flag has an environment variable (`KARPFLOW_<FLAG>`), flags win, and a
+bad value stops the worker with a message naming the flag and the variable before anything connects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """Everything the worker can be told, from flags or `KARPFLOW_*` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="KARPFLOW_", extra="forbid", validate_default=True)
+
+    cluster_name: str = Field(
+        description="the EKS cluster; instances are launched with and terminated only with its ownership tag"
+    )
+    # Temporal
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = "karpflow"
+    temporal_tls: bool = Field(default=False, description="TLS without a client certificate")
+    temporal_tls_cert: Path | None = Field(default=None, description="client certificate (PEM)")
+    temporal_tls_key: Path | None = Field(default=None, description="client private key (PEM)")
+    temporal_tls_ca: Path | None = Field(default=None, description="server CA (PEM); default: system roots")
+    temporal_tls_server_name: str | None = None
+    temporal_api_key: SecretStr | None = Field(
+        default=None, description="API key (Temporal Cloud); implies TLS"
+    )
+    register_search_attributes: bool = True
+    # Kubernetes
+    kubeconfig: Path | None = Field(default=None, description="default: in-cluster, else ~/.kube/config")
+    kube_context: str | None = None
+    kube_api_server: str | None = Field(
+        default=None, description="plain URL without auth (the local emulator)"
+    )
+    kube_request_timeout: float = Field(default=30.0, gt=0)
+    # AWS
+    aws_region: str | None = Field(default=None, description="default: the AWS SDK's (AWS_REGION, profile)")
+    aws_endpoint_url: str | None = Field(default=None, description="EC2 endpoint override, e.g. moto")
+    ec2_threads: int = Field(default=32, ge=1, description="concurrent EC2 calls (boto3 is synchronous)")
+    # Behaviour
+    max_concurrent_activities: int = Field(default=200, ge=1)
+    max_concurrent_workflow_tasks: int = Field(default=100, ge=1)
+    poll_interval: float = Field(
+        default=1.0, gt=0, description="seconds between looks at a node being awaited"
+    )
+    ec2_poll_interval: float = Field(
+        default=5.0, gt=0, description="seconds between looks at a terminating instance"
+    )
+    unavailable_offering_ttl: float = Field(default=180.0, ge=0)
+    graceful_shutdown: float = Field(
+        default=30.0, ge=0, description="seconds running activities get on SIGTERM"
+    )
+    sticky_queue_timeout: float = Field(
+        default=10.0, gt=0, description="seconds before a dead worker's cached workflows move to another"
+    )
+    node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
+    node_watcher_resync: float = Field(default=300.0, gt=0)
+    # Operations
+    health: bool = Field(default=True, description="serve /healthz (liveness) and /readyz (readiness)")
+    health_port: int = Field(default=8080, ge=0, le=65535, description="0: any free port")
+    health_host: str = "0.0.0.0"
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
+    otel_endpoint: str | None = None
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        value = value.strip()
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("must be a non-empty name without spaces")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"file {value} does not exist")
+        return value.expanduser() if value is not None else None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkerSettings:
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            raise ValueError("temporal_tls_cert and temporal_tls_key must be given together")
+        if self.kube_api_server and (self.kubeconfig or self.kube_context):
+            raise ValueError("give kube_api_server or kubeconfig/kube_context, not both")
+        if self.otel_exporter == "otlp" and not self.otel_endpoint:
+            raise ValueError("otel_exporter otlp needs otel_endpoint")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(
+            self.temporal_tls
+            or self.temporal_tls_cert
+            or self.temporal_tls_ca
+            or self.temporal_tls_server_name
+            or self.temporal_api_key
+        )
+
+
+def explain(err: ValidationError) -> str:
+    """One line per bad setting, naming the flag and the environment variable."""
+    lines = ["invalid worker settings:"]
+    for problem in err.errors(include_url=False):
+        field = str(problem["loc"][0]) if problem["loc"] else ""
+        where = f"--{field.replace('_', '-')} / KARPFLOW_{field.upper()}" if field else "settings"
+        lines.append(f"  {where}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+# -- the settings as click options ----------------------------------------------------------------
+
+
+def _option(name: str, **kwargs: Any) -> Any:
+    field = WorkerSettings.model_fields[name]
+    flag = "--" + name.replace("_", "-")
+    default = "" if field.is_required() or field.default is None else f" (default: {field.default})"
+    help_text = (field.description or "") + default + f" [env KARPFLOW_{name.upper()}]"
+    return click.option(flag, name, default=None, show_default=False, help=help_text.strip(), **kwargs)
+
+
+def _flag(name: str) -> Any:
+    field = WorkerSettings.model_fields[name]
+    flag = "--" + name.replace("_", "-")
+    return click.option(
+        f"{flag}/--no-{name.replace('_', '-')}",
+        name,
+        default=None,
+        help=f"{field.description or ''} [env KARPFLOW_{name.upper()}]".strip(),
+    )
+
+
+def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a click command with one option per setting (default None: unset ones come from the
+    environment or the field's default)."""
+    for name in reversed(list(WorkerSettings.model_fields)):
+        command = (_flag(name) if WorkerSettings.model_fields[name].annotation is bool else _option(name))(
+            command
+        )
+    return command
