@@ -481,6 +481,23 @@ class KubernetesActivities:
         existing = parse_time(annotations.get(TERMINATION_TIMESTAMP_ANNOTATION))
         if existing is not None:
             return existing
+        deadline = await self._grace_deadline(node, request)
+        if request.deadline is not None:
+            deadline = request.deadline if deadline is None else min(deadline, request.deadline)
+        if deadline is None:
+            return None
+        stamp = rfc3339(deadline)
+        await self.kube.update_node(
+            node["metadata"]["name"],
+            lambda n: (
+                TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
+                and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
+            ),
+        )
+        return parse_time(stamp)
+
+    async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
+        """Deletion time + terminationGracePeriod (the request's, else the NodePool's); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
@@ -495,16 +512,7 @@ class KubernetesActivities:
         if grace is None:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
-        deadline = deleted + grace
-        stamp = rfc3339(deadline)
-        await self.kube.update_node(
-            node["metadata"]["name"],
-            lambda n: (
-                TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
-                and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
-            ),
-        )
-        return parse_time(stamp)
+        return deleted + grace
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str) -> None:

@@ -117,6 +117,7 @@ class BeginTerminationRequest(BaseModel):
     reason: str
     provider_id: str | None = None
     termination_grace_period: GoDuration | None = None
+    deadline: datetime | None = Field(default=None, description="a hard deadline, e.g. a spot interruption's")
 
 
 class NodeInfo(BaseModel):

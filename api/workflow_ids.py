@@ -26,3 +26,19 @@ def disruption_workflow_id(nodepools: Iterable[str], reason: str, short_hash: st
     """`disruption/<pool>/<reason>/<short-hash>` (pools joined with `+`)."""
     pools = "+".join(sorted(nodepools)) or "none"
     return f"disruption/{pools}/{reason}/{short_hash}"
+
+
+def controller_workflow_id(cluster: str) -> str:
+    """The one ControllerWorkflow of a cluster (a singleton: every worker starts it idempotently)."""
+    return f"karpflow-controller/{cluster}"
+
+
+def interruption_poller_workflow_id(cluster: str) -> str:
+    """The one workflow that owns a cluster's interruption-queue poller, if it is a workflow."""
+    return f"karpflow-interruption/{cluster}"
+
+
+def interruption_workflow_id(instance_id: str) -> str:
+    """What an interruption of one EC2 instance starts: derived from the instance id, so a message
+    delivered twice (SQS is at least once) starts nothing twice."""
+    return f"interruption/{instance_id}"

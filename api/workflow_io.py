@@ -33,7 +33,13 @@ from pydantic import (
 from api import workflow_ids
 from api.duration import format_duration, parse_duration
 
-Reason = Literal["Underutilized", "Empty", "Drifted", "Expired", "Interrupted", "Manual"]
+Reason = Literal[
+    "Underutilized", "Empty", "Drifted", "Expired", "Interrupted", "Unhealthy", "NodePoolDeleted", "Manual"
+]
+# Voluntary reasons: budgets, do-not-disrupt and validation apply, and a command that cannot provide its
+# replacements rolls back. Every other reason is forceful: the candidates go whatever happens, and the
+# replacements are capacity bought ahead for their pods (karpenter-behavior.md §7).
+VOLUNTARY_REASONS: frozenset[str] = frozenset({"Underutilized", "Empty", "Drifted"})
 CapacityType = Literal["on-demand", "spot"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -184,13 +190,28 @@ class TerminationInput(Strict):
     termination_grace_period: GoDuration | None = Field(
         default=None, description="overrides the NodePool's terminationGracePeriod; 0s drains forcefully"
     )
+    deadline: datetime | None = Field(
+        default=None,
+        description="when every pod must be gone (e.g. a spot interruption's time): the drain deadline is "
+        "the earlier of this and deletion + terminationGracePeriod",
+    )
     timeouts: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
 
 
 class DisruptionInput(Strict):
+    """A command. Voluntary reasons (Underutilized, Empty, Drifted) roll back when a replacement fails;
+    forceful ones (Expired, Interrupted, Unhealthy, NodePoolDeleted, Manual) wait for their replacements
+    at most `timeouts.replacement_ready` and then terminate the candidates anyway, or, with
+    `termination_deadline`, start terminating at once and launch the replacements alongside."""
+
     reason: Reason
     nodes: list[str] = Field(min_length=1, description="candidate node names")
     replacements: list[ReplacementSpec] = Field(default_factory=list)
+    termination_deadline: datetime | None = Field(
+        default=None,
+        description="forceful only: every pod must be gone by then (e.g. a spot interruption's time); the "
+        "candidates are drained at once instead of after their replacements",
+    )
     timeouts: DisruptionTimeouts = Field(default_factory=DisruptionTimeouts)
     termination: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
 
@@ -202,6 +223,16 @@ class DisruptionInput(Strict):
         if any(not name for name in value):
             raise ValueError("node names must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _deadline_is_forceful(self) -> DisruptionInput:
+        if self.termination_deadline is not None and self.voluntary:
+            raise ValueError(f"termination_deadline is for forceful reasons, not {self.reason}")
+        return self
+
+    @property
+    def voluntary(self) -> bool:
+        return self.reason in VOLUNTARY_REASONS
 
 
 # -- What the workflows report (query results and return values) ---------------------------------
@@ -251,6 +282,7 @@ class CandidateStatus(BaseModel):
 class DisruptionStatus(BaseModel):
     command_id: str = ""
     reason: str = ""
+    forceful: bool = False
     phase: DisruptionPhase = "Validating"
     candidates: list[CandidateStatus] = Field(default_factory=list)
     replacements: list[ReplacementStatus] = Field(default_factory=list)

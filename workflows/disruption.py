@@ -15,6 +15,13 @@ The runbook (karpenter-behavior.md §3, with the durability Karpenter lacks):
 5. Start one TerminationWorkflow per candidate (`termination/<node>`, parent-close ABANDON), which
    deletes the node and drains it. From here the command cannot be undone: a cancellation only
    stops this workflow from waiting; the terminations go on.
+
+Forceful commands (expiration, repair, interruption, NodePool deletion; karpenter-behavior.md §7)
+follow the same steps, but the candidates go whatever happens: a replacement that fails is discarded
+and the candidates are terminated anyway. Karpenter leaves their capacity to its provisioner, and
+their pods wait Pending meanwhile; here the replacements are bought ahead. They are waited for at
+most `replacement_ready` before the drain starts, or, with a `termination_deadline` (a spot
+interruption's two minutes), launched while the candidates drain at once.
 """
 
 from __future__ import annotations
@@ -106,6 +113,8 @@ class DisruptionWorkflow:
         # Set when one replacement failed: the others stop at their next step instead of going on
         # to register and initialize a node the rollback is about to discard.
         self._stopping = False
+        # Forceful commands only: why their replacements could not be provided (the command goes on).
+        self._replacement_problem = ""
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -121,6 +130,9 @@ class DisruptionWorkflow:
         # with a message instead of failing its workflow task forever on a missing argument.
         command = self._validate(raw)
         self._begin(command)
+        if not command.voluntary:
+            await self._run_forceful(command)
+            return self._finish()
         try:
             await self._taint_candidates(command)  # 1
             await self._provide_replacements(command)  # 2, 3
@@ -129,6 +141,55 @@ class DisruptionWorkflow:
             raise
         await self._terminate_candidates(command)  # 5
         return self._finish()
+
+    async def _run_forceful(self, command: DisruptionInput) -> None:
+        try:
+            await self._taint_candidates(command)
+        except BaseException as err:
+            await self._roll_back(err)
+            raise
+        replacing = asyncio.create_task(self._replacements_best_effort(command))
+        if command.termination_deadline is None:
+            try:
+                await replacing
+            except BaseException as err:  # cancelled before anything was handed over: undo it all
+                await self._roll_back(err)
+                raise
+            await self._terminate_candidates(command)
+            return
+        try:
+            await asyncio.gather(self._terminate_candidates(command), replacing)
+        except BaseException as err:
+            if not replacing.done():
+                replacing.cancel()
+                await asyncio.gather(replacing, return_exceptions=True)
+            if is_cancelled_exception(err):  # the terminations go on; replacements not yet up go
+                await self._discard_unready([])
+            raise
+
+    async def _replacements_best_effort(self, command: DisruptionInput) -> None:
+        """Provide the replacements of a forceful command; a failure discards the ones that did not
+        initialize and is reported, but does not stop the command."""
+        try:
+            await self._provide_replacements(command)
+        except BaseException as err:
+            if is_cancelled_exception(err):
+                raise
+            problems: list[str] = []
+            discarded = await self._discard_unready(problems)
+            self._replacement_problem = (
+                f"{self._failure_text(err)}; terminated {discarded or 0} replacement instance(s)"
+                + (f"; compensation problems: {'; '.join(problems)}" if problems else "")
+            )
+            workflow.logger.warning(
+                "forceful command goes on without its replacements: %s", self._replacement_problem
+            )
+
+    async def _discard_unready(self, problems: list[str]) -> int | None:
+        """Terminate the replacement instances that did not initialize (see `_discard_replacements`)."""
+        return await self._compensate(
+            problems, "discarding replacements", lambda: self._discard_replacements(problems)
+        )
 
     # -- 1. taint ---------------------------------------------------------------------------------
 
@@ -157,7 +218,7 @@ class DisruptionWorkflow:
         if pools:
             workflow.upsert_search_attributes([sa.NODEPOOL.value_set(",".join(pools))])
         refused = [f"{r.node} ({r.message})" for r in results if not r.ok]
-        if refused and command.replacements:
+        if refused and command.replacements and command.voluntary:
             raise ApplicationError(
                 f"could not taint candidate(s) {', '.join(refused)}; "
                 "a command with replacements needs every candidate",
@@ -344,9 +405,7 @@ class DisruptionWorkflow:
         self._set_phase("RollingBack")
         problems: list[str] = []
         untainted = await self._compensate(problems, "untainting candidates", self._untaint_candidates)
-        discarded = await self._compensate(
-            problems, "discarding replacements", lambda: self._discard_replacements(problems)
-        )
+        discarded = await self._discard_unready(problems)
         kept = [r for r in self._status.replacements if r.state == "Initialized"]
         summary = (
             f"rolled back: untainted {untainted or 0} candidate(s), "
@@ -512,6 +571,7 @@ class DisruptionWorkflow:
                 reason=command.reason,
                 provider_id=candidate.provider_id,
                 command_id=self._status.command_id,
+                deadline=command.termination_deadline,
                 timeouts=command.termination,
             ),
             id=termination_workflow_id(candidate.node),
@@ -536,6 +596,7 @@ class DisruptionWorkflow:
         # keeps the first run id, so a reset run still finds what this one launched.
         self._status.command_id = f"{info.workflow_id}@{info.first_execution_run_id}"
         self._status.reason = command.reason
+        self._status.forceful = not command.voluntary
         self._status.candidates = [CandidateStatus(node=node) for node in command.nodes]
         self._status.replacements = [
             ReplacementStatus(index=index, nodepool=spec.nodepool)
@@ -562,8 +623,11 @@ class DisruptionWorkflow:
 
     def _finish(self) -> DisruptionStatus:
         replaced = [r.node for r in self._status.replacements if r.node]
-        self._status.message = f"disrupted {len(self._status.candidates)} node(s)" + (
+        terminated = [c for c in self._status.candidates if c.termination != "NotStarted"]
+        self._status.message = f"disrupted {len(terminated)} node(s)" + (
             f", replaced by {', '.join(replaced)}" if replaced else ""
         )
+        if self._replacement_problem:
+            self._status.message += f"; without replacements: {self._replacement_problem}"
         self._set_phase("Succeeded")
         return self.status()

@@ -83,6 +83,7 @@ class TerminationWorkflow:
                     reason=request.reason,
                     provider_id=request.provider_id,
                     termination_grace_period=request.termination_grace_period,
+                    deadline=request.deadline,
                 ),
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,

@@ -54,6 +54,7 @@ class FakeCluster:
         self.launch_seconds: dict[int, float] = {}  # a slow launch, per replacement index
         self.untaint_seconds = 0.0  # a slow untaint call, to cancel during the rollback
         self.terminated: list[str] = []
+        self.termination_deadlines: dict[str, datetime | None] = {}  # node -> the deadline it was given
         self.node_ready = True
         self.instance_found = True
         self.owned = True
@@ -173,6 +174,7 @@ class FakeCluster:
     @activity.defn(name="begin_termination")
     async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
         self.calls.append(("begin_termination", request.node))
+        self.termination_deadlines[request.node] = request.deadline
         if request.node not in self.nodes:
             instance = request.provider_id.rsplit("/", 1)[-1] if request.provider_id else None
             return NodeInfo(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle
@@ -304,3 +304,66 @@ async def test_a_cancel_during_the_rollback_does_not_cut_it_short(harness):
     status = await handle.query(DisruptionWorkflow.status)
     assert len(harness.cluster.terminated) == 1 and status.replacements[0].state == "Discarded"
     assert "compensation problems" not in status.message
+
+
+# -- forceful commands (expiration, repair, interruption, NodePool deletion) ------------------------
+
+
+def forceful(nodes: list[str], reason: str = "Expired", **fields: object) -> DisruptionInput:
+    spec = ReplacementSpec(nodepool="default", instance_types=["m5.large"], zones=["zone-a"])
+    return DisruptionInput(reason=reason, nodes=nodes, replacements=[spec], **fields)
+
+
+async def test_a_forceful_command_terminates_its_candidates_even_when_the_replacement_fails(harness):
+    harness.cluster.ice.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    handle = await start(harness, forceful(candidates))
+    status = await handle.result()
+
+    assert status.phase == "Succeeded" and status.forceful
+    assert [c.termination for c in status.candidates] == ["Succeeded"]
+    assert "without replacements" in status.message and "InsufficientInstanceCapacity" in status.message
+    assert "untaint_disrupted" not in harness.cluster.names()
+    assert harness.cluster.terminated == [f"i-{candidates[0]}"]
+
+
+async def test_a_forceful_command_drains_after_its_replacement_is_ready(harness):
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, forceful(candidates, reason="Unhealthy"))).result()
+
+    calls = harness.cluster.names()
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert calls.index("await_node_initialized") < calls.index("begin_termination")
+
+
+async def test_a_forceful_command_that_never_gets_its_replacement_drains_at_the_replacement_deadline(harness):
+    harness.cluster.never_initializes = True
+    candidates = nodes(harness, 1)
+    cmd = forceful(candidates)
+    cmd.timeouts.replacement_ready = timedelta(seconds=1)
+    status = await (await start(harness, cmd)).result()
+
+    assert [c.termination for c in status.candidates] == ["Succeeded"]
+    assert [r.state for r in status.replacements] == ["Discarded"]
+    assert "did not initialize" in status.message
+
+
+async def test_a_termination_deadline_drains_at_once_and_reaches_the_termination(harness):
+    harness.cluster.launch_seconds[0] = 0.5
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    status = await (
+        await start(harness, forceful(candidates, reason="Interrupted", termination_deadline=deadline))
+    ).result()
+
+    calls = harness.cluster.names()
+    assert calls.index("begin_termination") < calls.index("await_node_registered")
+    assert harness.cluster.termination_deadlines[candidates[0]] == deadline
+    assert [r.state for r in status.replacements] == ["Initialized"]
+
+
+def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
+    with pytest.raises(ValueError, match="termination_deadline is for forceful reasons"):
+        DisruptionInput(
+            reason="Drifted", nodes=["a"], termination_deadline=datetime.now(UTC) + timedelta(minutes=1)
+        )
