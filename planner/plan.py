@@ -118,6 +118,15 @@ class PlanSummary(_Out):
     ended_by: str | None = None
 
 
+class AnnotationChange(_Out):
+    """A marker the pass wants on a node (value) or gone from it (None), e.g. the seed-era
+    `karpenter.sh/voluntary-disruption: drifted`. The controller applies these through an activity."""
+
+    node: str
+    key: str
+    value: str | None = None
+
+
 class Plan(_Out):
     at: str
     region: str
@@ -136,6 +145,9 @@ class Plan(_Out):
         default_factory=dict, description="pool -> the node counts behind both budget maps"
     )
     problems: list[str] = Field(default_factory=list)
+    annotations: list[AnnotationChange] = Field(
+        default_factory=list, description="node annotations to set (value) or remove (null)"
+    )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
 
@@ -392,6 +404,7 @@ def validate_command(
 
 
 __all__ = [
+    "AnnotationChange",
     "BlockedOut",
     "BudgetNodesOut",
     "CommandOut",
