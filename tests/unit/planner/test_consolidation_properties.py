@@ -15,7 +15,7 @@ from planner.model import PlanOptions
 from planner.plan import plan
 from planner.resources import ZERO
 from planner.scheduling_adapter import SnapshotSimulation
-from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
+from sim.cluster_builder import DEFAULT_NOW, ClusterSpec, generate_cluster
 
 specs = st.builds(
     ClusterSpec,

@@ -14,7 +14,7 @@ from planner.drift import (
 )
 from planner.model import PlanOptions, Replacement, SchedulingResult
 from planner.plan import plan
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 POOL = {
     "metadata": {"name": "default"},

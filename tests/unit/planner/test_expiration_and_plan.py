@@ -5,7 +5,7 @@ from planner.drift import Drift
 from planner.emptiness import Emptiness
 from planner.model import EMPTINESS, BudgetMap, Candidate, Command, DisruptionClass, PlanContext, PlanOptions
 from planner.plan import plan
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 def run(b: ClusterBuilder, methods=None, **options):
