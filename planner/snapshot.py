@@ -45,6 +45,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.duration import DurationError, parse_optional_duration
+from api.karpflow_overrides import apply_disruption_overrides
 from api.nodepool import Budget, EC2NodeClass, NodePool
 from api.quantity import QuantityError
 from kube.pods import (
@@ -858,7 +859,9 @@ def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
         raw = legacy.provisioner_to_nodepool(raw)
     elif legacy.is_legacy_nodepool(raw):
         raw = legacy.upgrade_v1beta1_nodepool(raw)
-    budget_errors: list[str] = []
+    # karpflow.dev/* annotations replace spec.disruption for karpflow (running beside Karpenter); an
+    # annotation that does not parse fails the pool closed, like an invalid budget.
+    raw, budget_errors = apply_disruption_overrides(raw)
     disruption = (raw.get("spec") or {}).get("disruption")
     if isinstance(disruption, Mapping) and isinstance(disruption.get("budgets"), list):
         kept = []
