@@ -16,6 +16,8 @@ import click
 # name -> "module:attribute" of a click command or group.
 SUBCOMMANDS: dict[str, str] = {
     "plan": "planner.cli:plan",
+    "controller": "runtime.controller_cli:controller",
+    "status": "runtime.controller_cli:status",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",
     "sim": "sim.cli:sim",

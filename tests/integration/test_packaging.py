@@ -103,5 +103,5 @@ def test_a_clean_install_runs_the_worker_and_hides_the_dev_commands(wheel: Path,
     main_help = subprocess.run([str(karpflow), "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert main_help.returncode == 0, main_help.stderr
     commands = set(re.findall(r"^  (\w+)\s", main_help.stdout.split("Commands:")[1], flags=re.MULTILINE))
-    assert {"worker", "plan"} <= commands
+    assert {"worker", "plan", "controller", "status"} <= commands
     assert commands.isdisjoint({"dev", "demo", "sim"})

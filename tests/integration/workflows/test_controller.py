@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import math
+import os
+import signal
+import sys
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import yaml
+from temporalio.client import Client
 
 from api.controller_io import ControllerStatus
 from api.workflow_ids import controller_workflow_id
@@ -28,6 +33,7 @@ from .conftest import DemoNode, Workload, assert_rbac_allows, worker_requests
 pytestmark = pytest.mark.integration
 
 BUDGET = 5
+KARPFLOW = os.path.join(os.path.dirname(sys.executable), "karpflow")
 FRAGMENTED = [
     DemoNode(
         f"172.31.1.{10 + i}", "m5.xlarge", "us-west-2a", "on-demand", "default", timedelta(days=3), "frag"
@@ -100,6 +106,18 @@ async def test_a_fragmented_cluster_consolidates_on_its_own_within_its_budget(ka
                 return status.passes > 1 and status.quiet
 
             await karpflow.eventually(converged, within=240, what=lambda: status.model_dump_json(indent=1))
+            # What an operator sees: `karpflow status` through the real CLI.
+            shown = await karpflow.run(
+                KARPFLOW,
+                "status",
+                "--output",
+                "json",
+                "--cluster-name",
+                karpflow.stack.cluster_name,
+                KARPFLOW_TEMPORAL_ADDRESS=karpflow.temporal_address,
+                KARPFLOW_TASK_QUEUE=karpflow.task_queue,
+            )
+            assert json.loads(shown.stdout)["quiet"] is True
             await handle.terminate("test over")
     finally:
         stop.set()
@@ -120,3 +138,79 @@ async def test_a_fragmented_cluster_consolidates_on_its_own_within_its_budget(ka
         f"fragmented 40 nodes: ${before:.3f}/h -> ${after:.3f}/h on {len(nodes)} nodes; "
         f"at most {len(worst)} disrupting"
     )
+
+
+SMALL = FRAGMENTED[:12]
+
+
+def small_scenario() -> Any:
+    listing = copy.deepcopy(gen.scenario_list(list(SMALL), LOAD[:12]))
+    for item in listing["items"]:
+        if item["kind"] == "NodePool":
+            item["spec"]["disruption"]["consolidateAfter"] = "0s"
+            item["spec"]["disruption"]["budgets"] = [{"nodes": "3"}]
+    return parse_scenario(yaml.safe_dump(listing), "fragmented-12")
+
+
+async def controller_status(client: Client, cluster: str) -> ControllerStatus | None:
+    try:
+        handle = client.get_workflow_handle(controller_workflow_id(cluster))
+        return await handle.query("status", result_type=ControllerStatus)
+    except Exception:
+        return None
+
+
+async def disruptions(karpflow: Any) -> list[tuple[str, str]]:
+    """(workflow id, status) of every DisruptionWorkflow run of this test."""
+    query = f"TaskQueue = '{karpflow.task_queue}' AND WorkflowType = 'DisruptionWorkflow'"
+    return [(e.id, e.status.name) async for e in karpflow.client.list_workflows(query)]
+
+
+@pytest.mark.sim_stack(scenario=small_scenario(), time_scale=0.01)
+async def test_a_worker_killed_mid_pass_and_mid_command_leaves_nothing_behind(karpflow):
+    """SIGKILL the worker while the controller validates a command, and again while a disruption
+    runs; a new worker finishes: no command started twice, no taint left, no instance leaked."""
+    env = {
+        "KARPFLOW_CONTROLLER": "true",
+        "KARPFLOW_CONTROLLER_INTERVAL": "0.3",
+        "KARPFLOW_CONTROLLER_VALIDATION": "2",
+    }
+    cluster = karpflow.stack.cluster_name
+    workers = [karpflow.worker_process(**env)]
+    try:
+
+        async def validating() -> bool:
+            status = await controller_status(karpflow.client, cluster)
+            return bool(status and status.validating)
+
+        await karpflow.eventually(validating, within=60, what=karpflow.worker_logs)
+        workers[-1].send_signal(signal.SIGKILL)  # mid-pass: a command waits for its validation
+        workers[-1].wait()
+        workers.append(karpflow.worker_process(**env))
+
+        async def running() -> bool:
+            return any(state == "RUNNING" for _, state in await disruptions(karpflow))
+
+        await karpflow.eventually(running, within=60, what=karpflow.worker_logs)
+        workers[-1].send_signal(signal.SIGKILL)  # mid-command: a disruption is under way
+        workers[-1].wait()
+        workers.append(karpflow.worker_process(**env))
+
+        async def quiet() -> bool:
+            status = await controller_status(karpflow.client, cluster)
+            return bool(status and status.quiet and status.passes > 1)
+
+        await karpflow.eventually(quiet, within=180, what=karpflow.worker_logs)
+    finally:
+        for process in workers:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+        await karpflow.client.get_workflow_handle(controller_workflow_id(cluster)).terminate("test over")
+
+    runs = await disruptions(karpflow)
+    ids = [workflow_id for workflow_id, _ in runs]
+    assert runs and len(ids) == len(set(ids)), f"a command was started twice: {sorted(ids)}"
+    assert all(state == "COMPLETED" for _, state in runs), runs
+    assert len(await karpflow.nodes()) < len(SMALL)
+    assert_no_violations(karpflow.stack)  # no taint left, no leaked instance, no PDB broken
