@@ -214,3 +214,52 @@ async def test_a_worker_killed_mid_pass_and_mid_command_leaves_nothing_behind(ka
     assert all(state == "COMPLETED" for _, state in runs), runs
     assert len(await karpflow.nodes()) < len(SMALL)
     assert_no_violations(karpflow.stack)  # no taint left, no leaked instance, no PDB broken
+
+
+OLD = DemoNode("172.31.1.60", "m5.large", "us-west-2a", "on-demand", "default", timedelta(days=3), "expired")
+NEW = DemoNode("172.31.1.61", "m5.large", "us-west-2a", "on-demand", "default", timedelta(hours=5), "full")
+
+
+def expiring_scenario() -> Any:
+    workloads = [
+        Workload("shop", "big", "1500m", "1Gi", ["60"]),  # fits on no other node
+        Workload("shop", "fill", "1500m", "1Gi", ["61"]),
+    ]
+    listing = copy.deepcopy(gen.scenario_list([OLD, NEW], workloads))
+    for item in listing["items"]:
+        if item["kind"] == "NodePool":
+            item["spec"]["template"]["spec"]["expireAfter"] = "48h"
+            item["spec"]["disruption"]["consolidateAfter"] = "Never"
+    return parse_scenario(yaml.safe_dump(listing), "expiring")
+
+
+@pytest.mark.sim_stack(scenario=expiring_scenario(), time_scale=0.01)
+async def test_an_expired_node_gets_capacity_for_its_pods_before_it_drains(karpflow):
+    """Karpenter would leave `big` Pending until its provisioner reacts; karpflow launches first."""
+    from api.workflow_io import DisruptionStatus
+
+    async with karpflow.worker(controller=True, controller_interval=0.3, controller_validation=0.5):
+
+        async def started() -> list[str]:
+            return [i for i, _ in await disruptions(karpflow) if "/Expired/" in i]
+
+        (workflow_id,) = await karpflow.eventually(started, within=60)
+        handle = karpflow.client.get_workflow_handle(workflow_id, result_type=DisruptionStatus)
+        result = await handle.result()
+        assert result.phase == "Succeeded" and result.forceful
+        (replacement,) = result.replacements
+        assert replacement.state == "Initialized"
+
+        async def big_moved() -> bool:
+            pods = [p for p in await karpflow.pods() if p["metadata"]["name"].startswith("big-")]
+            return bool(pods) and all(
+                p["spec"].get("nodeName") == replacement.node and p["status"]["phase"] == "Running"
+                for p in pods
+            )
+
+        await karpflow.eventually(big_moved, within=60)
+        await karpflow.client.get_workflow_handle(
+            controller_workflow_id(karpflow.stack.cluster_name)
+        ).terminate("test over")
+    assert OLD.name not in await karpflow.nodes()
+    assert_no_violations(karpflow.stack)
