@@ -63,13 +63,15 @@ def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
-    kubernetes = KubernetesActivities(kube, poll_interval=settings.poll_interval)
     aws = EC2Activities(
         ec2,
         settings.cluster_name,
         unavailable_ttl_seconds=settings.unavailable_offering_ttl,
         poll_interval=settings.ec2_poll_interval,
         threads=settings.ec2_threads,
+    )
+    kubernetes = KubernetesActivities(
+        kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name
     )
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.

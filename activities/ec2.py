@@ -309,6 +309,15 @@ class EC2Activities:
             instance_id=instance_id, found=True, state=instance["State"]["Name"], owned=owned
         )
 
+    async def ownership(self, instance_id: str) -> tuple[bool, bool]:
+        """(found, owned by this cluster) for the managed-node guard of the Kubernetes activities."""
+        try:
+            state = self._state(instance_id, await self._describe(instance_id))
+        except Exception as err:
+            raise classify_ec2(err, f"describing instance {instance_id}") from None
+        found = state.found and state.state != "terminated"
+        return found, state.owned
+
     @activity.defn(name="describe_instance")
     async def describe_instance(self, request: InstanceRequest) -> InstanceState:
         try:

@@ -30,6 +30,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.errors import classify_kube
+from activities.guards import OWNER_ANNOTATION
 from api import search_attributes as sa
 from api.constants import DISRUPTED_TAINT_KEY
 from api.controller_io import (
@@ -265,6 +266,7 @@ class PlanningActivities:
                 if len(kept) == len(taints):
                     return False
                 node["spec"]["taints"] = kept
+                (meta.get("annotations") or {}).pop(OWNER_ANNOTATION, None)
                 return True
 
             try:

@@ -61,6 +61,7 @@ class FakeCluster:
         self.tgp: timedelta | None = None
         self.drain_blocks = False
         self.taint_seconds = 0.0  # a slow taint call, to cancel during it
+        self.resolve_bug = False  # resolve_replacement raises an unexpected error on every attempt
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -113,6 +114,8 @@ class FakeCluster:
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
         self.calls.append(("resolve_replacement", request.index))
+        if self.resolve_bug:
+            raise KeyError("amiSelectorTerms")  # a bug, not a classified error: retryable by default
         return LaunchTemplate(
             nodepool=request.spec.nodepool,
             nodeclass="default",
