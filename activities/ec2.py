@@ -233,6 +233,17 @@ class EC2Activities:
         if template.metadata_options:
             params["MetadataOptions"] = template.metadata_options
         if offering.capacity_type == CAPACITY_SPOT:
+            # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
+            # be created (deploy/iam-policy.json) and the request is traceable to its cluster.
+            params["TagSpecifications"].append(
+                {
+                    "ResourceType": "spot-instances-request",
+                    "Tags": [
+                        {"Key": cluster_tag(self.cluster), "Value": CLUSTER_TAG_VALUE},
+                        {"Key": TAG_NODEPOOL, "Value": template.nodepool},
+                    ],
+                }
+            )
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
