@@ -49,6 +49,7 @@ from planner.model import (
     Simulate,
     ValidationResult,
 )
+from planner.repair import NODEPOOL_DELETION, REPAIR, nodepool_deletion_commands, repair_commands
 from planner.snapshot import Snapshot
 
 
@@ -211,7 +212,8 @@ def plan(
     methods = list(methods) if methods is not None else default_methods()
 
     budgets_at_start = budget_report(ctx)
-    commands = expiration_commands(ctx)
+    # Forceful methods first, outside the budgets; their nodes then count as disrupting.
+    commands = expiration_commands(ctx) + nodepool_deletion_commands(ctx) + repair_commands(ctx)
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
 
@@ -249,9 +251,9 @@ def plan(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
             + len(blocked)
-            + sum(len(c.candidates) for c in commands if c.method == EXPIRATION),
+            + sum(len(c.candidates) for c in commands if c.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION)),
             candidates=len(candidates),
-            methods=[EXPIRATION, *(m.name for m in methods)],
+            methods=[EXPIRATION, NODEPOOL_DELETION, REPAIR, *(m.name for m in methods)],
             ended_by=ended_by,
         ),
     )
@@ -392,7 +394,7 @@ def validate_command(
     by_name = {m.name: m for m in (methods if methods is not None else default_methods())}
     method = by_name.get(command.method)
     if method is None:
-        if command.method == EXPIRATION:
+        if command.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION):
             return ValidationOut(valid=True, command=command)
         return ValidationOut(valid=False, reason=f"unknown method {command.method!r}")
     result: ValidationResult = method.validate(ctx, rebuilt)

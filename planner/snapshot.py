@@ -467,6 +467,7 @@ class Node:
         "allocatable",
         "annotations",
         "capacity",
+        "conditions",
         "creation_timestamp",
         "deletion_timestamp",
         "finalizers",
@@ -492,6 +493,7 @@ class Node:
     deletion_timestamp: datetime | None
     ready: bool
     ready_since: datetime | None  # lastTransitionTime of the Ready condition while Ready
+    conditions: dict[str, tuple[str, datetime | None]]  # type -> (status, lastTransitionTime)
     unschedulable: bool
     capacity: Resources
     allocatable: Resources
@@ -592,7 +594,13 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
     node.finalizers = tuple(meta.get("finalizers") or ())
     node.ready = False
     node.ready_since = None
+    node.conditions = {}
     for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and isinstance(condition.get("type"), str):
+            node.conditions[condition["type"]] = (
+                str(condition.get("status") or "Unknown"),
+                parse_time(condition.get("lastTransitionTime")),
+            )
         if condition.get("type") == "Ready":
             node.ready = condition.get("status") == "True"
             if node.ready:
