@@ -115,6 +115,9 @@ class PlanOptions(BaseModel):
     single_node_timeout: timedelta = timedelta(minutes=3)
     # Multi-node consolidation considers at most this many candidates (Karpenter: 100).
     multi_node_max_candidates: int = Field(default=100, ge=2)
+    # Drift as a method (Karpenter's featureGates.drift / the seed's driftEnabled). Off: no drift
+    # commands, and the seed-era `karpenter.sh/voluntary-disruption: drifted` markers are removed.
+    drift: bool = True
     # SpotToSpotConsolidation feature gate (off by default, §2.5).
     spot_to_spot: bool = False
     # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.

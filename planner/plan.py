@@ -32,7 +32,7 @@ from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
-from planner.drift import Drift
+from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
 from planner.model import (
@@ -210,6 +210,8 @@ def plan(
         simulate=simulate if simulate is not None else default_simulate(),
     )
     methods = list(methods) if methods is not None else default_methods()
+    if not options.drift:
+        methods = [m for m in methods if m.name != DRIFT]
 
     budgets_at_start = budget_report(ctx)
     # Forceful methods first, outside the budgets; their nodes then count as disrupting.
@@ -247,6 +249,10 @@ def plan(
             for pool in sorted(total)
         },
         problems=problems,
+        annotations=[
+            AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
+            for node, value in voluntary_disruption_markers(ctx)
+        ],
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
