@@ -12,7 +12,8 @@ node and the rule, and changes nothing when it refuses.
 - Voluntary disruption (Underutilized, Empty, Drifted) also re-checks `karpenter.sh/do-not-disrupt`
   on the node and on its active pods, and refuses a node that another command holds. The holder is
   recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
-  under the same command is idempotent.
+  under the same command is idempotent. An emptiness command also refuses a node that is no longer
+  empty (pods landed after the planner's validation, and it has no replacement for them).
 """
 
 from __future__ import annotations
@@ -106,6 +107,17 @@ def check_voluntary(node: Json, pods: list[Json], reason: str, command_id: str, 
     holder = other_holder(node, command_id)
     if holder is not None:
         raise Refused(f"node {name} is already held by {holder}: one command at a time")
+    if reason == "Empty" and holder is None and not _is_tainted(node):
+        # Pods may land between the planner's validation and this taint; an emptiness command has no
+        # replacement for them, so a node that is no longer empty is not taken.
+        for raw in pods:
+            pod = Pod(raw)
+            if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
+                raise Refused(f"node {name} is no longer empty: pod {pod.key} runs on it")
+
+
+def _is_tainted(node: Json) -> bool:
+    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or ())
 
 
 def other_holder(node: Json, command_id: str) -> str | None:

@@ -21,10 +21,10 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client
@@ -51,6 +51,7 @@ from planner.plan import AnnotationChange, CommandOut, command_out, plan, valida
 from planner.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
 SYNC_TIMEOUT = 60.0
@@ -59,6 +60,21 @@ WAITING_MARKERS = ("not consolidatable until",)
 # Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
 # forceful methods start at once.
 VALIDATED_METHODS = frozenset({EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION})
+
+
+HEARTBEAT_EVERY = 5.0
+
+
+async def heartbeating(work: Awaitable[T]) -> T:
+    """Await `work` (planning runs in a thread) while heartbeating, so a pass on a worker that died
+    is retried elsewhere within the heartbeat timeout instead of after its start-to-close timeout."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY)
+        if done:
+            return task.result()
+        if activity.in_activity():
+            activity.heartbeat()
 
 
 class CacheNotSynced(RuntimeError):
@@ -161,7 +177,7 @@ class PlanningActivities:
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
-        return await asyncio.to_thread(Snapshot.from_objects, objects, now=now)
+        return await heartbeating(asyncio.to_thread(Snapshot.from_objects, objects, now=now))
 
     def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
@@ -181,7 +197,7 @@ class PlanningActivities:
         held |= set(request.holding)
         snapshot = await self._snapshot(held, now)
         catalog = self._catalog_for(snapshot, request.unavailable, now)
-        result = await asyncio.to_thread(plan, snapshot, catalog, self.options)
+        result = await heartbeating(asyncio.to_thread(plan, snapshot, catalog, self.options))
         orphans = sorted(
             name
             for name, node in snapshot.nodes.items()
@@ -231,7 +247,9 @@ class PlanningActivities:
         verdicts = []
         for command in request.commands:
             planned = CommandOut.model_validate(command.planned)
-            out = await asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
+            out = await heartbeating(
+                asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
+            )
             if not out.valid or out.command is None:
                 verdicts.append(Verdict(workflow_id=command.workflow_id, valid=False, reason=out.reason))
                 continue

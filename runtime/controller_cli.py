@@ -9,6 +9,7 @@ off, and whether the cluster is quiet (converged under the current rules).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,6 +30,14 @@ from runtime.connections import connect_temporal
 from runtime.settings import WorkerSettings, explain
 
 EXIT_UNREACHABLE = 3
+
+
+def _leave(code: int = 0) -> None:
+    """Flush and exit at once: a process that used the Temporal client can abort while the
+    interpreter finalizes (sdk-python #300), turning a good answer into exit 134."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,7 +66,8 @@ async def _client(settings: WorkerSettings) -> Client:
         return await connect_temporal(settings)
     except Exception as err:
         click.echo(f"cannot reach Temporal at {settings.temporal_address}: {err}", err=True)
-        sys.exit(EXIT_UNREACHABLE)
+        _leave(EXIT_UNREACHABLE)
+        raise  # unreachable: _leave does not return
 
 
 async def read_status(client: Client, cluster: str) -> ControllerStatus:
@@ -92,6 +102,7 @@ def start(settings: WorkerSettings) -> None:
         click.echo(f"{handle.id} running (run {handle.result_run_id})")
 
     asyncio.run(go())
+    _leave(0)
 
 
 def _status_command(settings: WorkerSettings, output: str) -> None:
@@ -106,13 +117,15 @@ def _status_command(settings: WorkerSettings, output: str) -> None:
                 "Is a worker running? `karpflow controller start` starts it.",
                 err=True,
             )
-            sys.exit(1)
+            _leave(1)
+            raise  # unreachable: _leave does not return
 
     status = asyncio.run(go())
     if output == "json":
         click.echo(status.model_dump_json(indent=2))
     else:
         render(status, Console())
+    _leave(0)
 
 
 @controller.command("status")

@@ -54,7 +54,8 @@ PASS_RETRY = RetryPolicy(
     maximum_attempts=5,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
-ACT_TIMEOUT = timedelta(minutes=2)
+# Planning heartbeats (activities/planning.py): a pass lost with its worker is retried within this.
+PASS_HEARTBEAT = timedelta(seconds=30)
 
 
 @workflow.defn(name="ControllerWorkflow")
@@ -108,6 +109,7 @@ class ControllerWorkflow:
                 ),
                 result_type=PassResult,
                 start_to_close_timeout=PASS_TIMEOUT,
+                heartbeat_timeout=PASS_HEARTBEAT,
                 retry_policy=PASS_RETRY,
             )
         except ActivityError as err:
@@ -124,7 +126,7 @@ class ControllerWorkflow:
                 "untaint_orphans",
                 result.orphan_taints,
                 result_type=list[str],
-                start_to_close_timeout=ACT_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=PASS_RETRY,
             )
         if result.annotations:
@@ -132,7 +134,7 @@ class ControllerWorkflow:
                 "apply_annotations",
                 result.annotations,
                 result_type=int,
-                start_to_close_timeout=ACT_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=PASS_RETRY,
             )
 
@@ -157,6 +159,7 @@ class ControllerWorkflow:
                 ValidateRequest(commands=to_validate),
                 result_type=list[Verdict],
                 start_to_close_timeout=PASS_TIMEOUT,
+                heartbeat_timeout=PASS_HEARTBEAT,
                 retry_policy=PASS_RETRY,
             )
             self._status.validating = []

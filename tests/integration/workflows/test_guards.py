@@ -190,3 +190,13 @@ async def test_a_forceful_command_goes_despite_do_not_disrupt(karpflow):
         await karpflow.client.get_workflow_handle("disruption/default/Expired/a").terminate("test over")
     assert os.environ.get("PATH")
     assert_no_violations(karpflow.stack, in_flight=[A.name])
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], PODS))
+async def test_an_emptiness_command_refuses_a_node_that_is_no_longer_empty(karpflow):
+    """Pods can land between the planner's validation and the taint; nothing would replace them."""
+    async with karpflow.worker():
+        body = {"reason": "Empty", "nodes": [B.name]}
+        shown = await start_and_wait(karpflow, "DisruptionWorkflow", "disruption/default/Empty/late", body)
+    assert f"node {B.name} is no longer empty: pod shop/web-" in shown
+    await unchanged(karpflow, B.name)
