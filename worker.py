@@ -162,7 +162,12 @@ class KarpflowWorker:
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:
             self.watcher = NodeDeletionWatcher(
-                self.kube, self.client, settings.task_queue, settings.node_watcher_resync
+                self.kube,
+                self.client,
+                settings.task_queue,
+                settings.node_watcher_resync,
+                retry_every=min(10.0, settings.node_watcher_retry),
+                retry_first=timedelta(seconds=settings.node_watcher_retry),
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
         if settings.controller:

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 
 from activities import errors, guards
-from activities.drain import Drainer, DrainProgress, wait_until
+from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found, permanent
 from api.activity_io import (
     AmiChoice,
@@ -168,6 +168,9 @@ def _merge_taints(*groups: list[Any]) -> list[TaintSpec]:
 
 class _Refused(Exception):
     """Raised inside a read-modify-write to stop without writing."""
+
+
+HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is doing
 
 
 def _heartbeat(details: Any) -> None:
@@ -582,21 +585,34 @@ class KubernetesActivities:
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
-        """Evict the node's pods tier by tier until none is left to wait for; heartbeats the pods left."""
+        """Evict the node's pods tier by tier until none is left to wait for. Heartbeats its progress
+        every few seconds, even inside a long pass of evictions, and a retry after a crash resumes
+        from the last heartbeat's counters (the pods themselves are looked at afresh)."""
         started = time.monotonic()
+        previous = activity.info().heartbeat_details if activity.in_activity() else ()
         drainer = Drainer(
             self.kube,
             request.node,
             request.deadline,
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
+            resumed=resumed_progress(previous[0]) if previous else None,
         )
+
+        async def keep_beating() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_EVERY)
+                _heartbeat(drainer.progress.details())
+
+        beating = asyncio.create_task(keep_beating())
         try:
             progress: DrainProgress = await drainer.run()
         except errors.ApplicationError:
             raise
         except Exception as err:
             raise classify_kube(err, f"draining node {request.node}") from None
+        finally:
+            beating.cancel()
         return DrainResult(
             evicted=progress.evicted, deleted=progress.deleted, seconds=time.monotonic() - started
         )

@@ -63,6 +63,11 @@ class WorkerSettings(BaseSettings):
     )
     node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
     node_watcher_resync: float = Field(default=300.0, gt=0)
+    node_watcher_retry: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds before a failed termination of a deleting node runs again (doubling)",
+    )
     # The controller (workflows/controller.py): one ControllerWorkflow per cluster, started by every
     # worker (idempotently); this worker's informer cache is what its passes plan on.
     controller: bool = Field(

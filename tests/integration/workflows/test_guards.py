@@ -200,3 +200,47 @@ async def test_an_emptiness_command_refuses_a_node_that_is_no_longer_empty(karpf
         shown = await start_and_wait(karpflow, "DisruptionWorkflow", "disruption/default/Empty/late", body)
     assert f"node {B.name} is no longer empty: pod shop/web-" in shown
     await unchanged(karpflow, B.name)
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], PODS))
+async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause_is_fixed(karpflow):
+    """`kubectl delete node` on a node whose instance lost its ownership tag: the watcher's termination
+    is refused (nothing changed), says why it waits, and runs again with backoff; once the tag is
+    back, the node is drained and its instance terminated."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from api.workflow_ids import termination_workflow_id
+
+    instance_id = (await karpflow.nodes())[A.name]["spec"]["providerID"].rsplit("/", 1)[-1]
+    tag = f"kubernetes.io/cluster/{karpflow.stack.cluster_name}"
+    ec2 = karpflow.stack.ec2_client()
+    ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": tag}])
+    async with karpflow.worker(node_watcher_retry=0.5) as worker:
+        await karpflow.kube.delete_node(A.name)
+        handle = karpflow.client.get_workflow_handle(termination_workflow_id(A.name))
+
+        async def refused() -> bool:
+            try:
+                return (await handle.describe()).status == WorkflowExecutionStatus.FAILED
+            except Exception:
+                return False
+
+        await karpflow.eventually(refused, within=30)
+        await karpflow.eventually(lambda: _async(bool(worker.watcher.waiting.get(A.name))), within=30)
+        assert "termination failed" in worker.watcher.waiting[A.name]
+        assert A.name in await karpflow.nodes()  # still there, held by its finalizer
+        ec2.create_tags(Resources=[instance_id], Tags=[{"Key": tag, "Value": "owned"}])
+
+        async def gone() -> bool:
+            return A.name not in await karpflow.nodes()
+
+        await karpflow.eventually(gone, within=60, what=lambda: str(worker.watcher.waiting))
+    state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
+        "Name"
+    ]
+    assert state in ("shutting-down", "terminated")
+    assert_no_violations(karpflow.stack)
+
+
+async def _async(value: bool) -> bool:
+    return value
