@@ -87,15 +87,35 @@ async def test_termination_refuses_a_node_without_a_nodepool(karpflow):
 @pytest.mark.sim_stack(scenario=scenario([A, B], PODS))
 async def test_termination_refuses_a_node_whose_instance_this_cluster_does_not_own(karpflow):
     """An EKS managed node group's node: labelled like ours, but its instance lacks the owned tag."""
-    instance_id = (await karpflow.nodes())[A.name]["spec"]["providerID"].rsplit("/", 1)[-1]
+    ec2 = karpflow.stack.ec2_client()
+    ours = (await karpflow.nodes())[A.name]
+    described = ec2.describe_instances(InstanceIds=[ours["spec"]["providerID"].rsplit("/", 1)[-1]])
+    template = described["Reservations"][0]["Instances"][0]
+    launched = ec2.run_instances(
+        ImageId=template["ImageId"],
+        InstanceType="m5.large",
+        SubnetId=template["SubnetId"],
+        MinCount=1,
+        MaxCount=1,
+    )
+    instance_id = launched["Instances"][0]["InstanceId"]  # no kubernetes.io/cluster/<name> tag
+    name = "ip-172-31-9-98.us-west-2.compute.internal"
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {k: ours["metadata"][k] for k in ("labels", "annotations", "finalizers")}
+        | {"name": name},
+        "spec": {"providerID": f"aws:///us-west-2a/{instance_id}"},
+        "status": ours["status"],
+    }
+    await karpflow.kube.request("POST", "/api/v1/nodes", body=foreign)
     tag = f"kubernetes.io/cluster/{karpflow.stack.cluster_name}"
-    karpflow.stack.ec2_client().delete_tags(Resources=[instance_id], Tags=[{"Key": tag}])
     async with karpflow.worker():
         shown = await start_and_wait(
-            karpflow, "TerminationWorkflow", f"termination/{A.name}", {"node": A.name, "reason": "Manual"}
+            karpflow, "TerminationWorkflow", f"termination/{name}", {"node": name, "reason": "Manual"}
         )
     assert f"its instance {instance_id} is not tagged {tag}=owned, so this cluster does not own it" in shown
-    await unchanged(karpflow, A.name)
+    await unchanged(karpflow, name)
 
 
 @pytest.mark.sim_stack(scenario=scenario([A, B], PODS))
