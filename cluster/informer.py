@@ -176,3 +176,10 @@ class ClusterCache:
 
     def stats(self) -> dict[str, InformerStats]:
         return {i.resource.kind: i.stats for i in self.informers}
+
+
+async def list_cluster(kube: KubeApi, resources: tuple[Resource, ...] = RESOURCES) -> list[Json]:
+    """Every object a pass reads, listed once (what `karpflow plan --live` plans on)."""
+    informers = [Informer(kube, resource) for resource in resources]
+    await asyncio.gather(*(informer._list() for informer in informers))
+    return [obj for informer in informers for obj in informer.items.values()]

@@ -263,3 +263,15 @@ async def test_an_expired_node_gets_capacity_for_its_pods_before_it_drains(karpf
         ).terminate("test over")
     assert OLD.name not in await karpflow.nodes()
     assert_no_violations(karpflow.stack)
+
+
+@pytest.mark.sim_stack(scenario=expiring_scenario(), time_scale=0.01)
+async def test_karpflow_plan_live_plans_on_the_cluster_itself(karpflow):
+    shown = await karpflow.run(
+        KARPFLOW, "plan", "--live", "--output", "json", KUBECONFIG=str(karpflow.stack.kubeconfig_path)
+    )
+    planned = json.loads(shown.stdout)
+    assert [(c["reason"], c["nodes"]) for c in planned["commands"]] == [("Expired", [OLD.name])]
+    assert planned["summary"]["nodes"] == 2
+    refused = await karpflow.run(KARPFLOW, "plan", check=False)
+    assert refused.returncode == 2 and "give --snapshot FILE or --live" in refused.stderr
