@@ -53,12 +53,12 @@ from api.constants import (
     TERMINATION_TIMESTAMP_ANNOTATION,
     UNREGISTERED_TAINT_KEY,
 )
+from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import Pod
 from kube.times import parse_time, rfc3339
-from planner.drift import nodeclass_hash_annotations, nodepool_hash_annotations
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,7 @@ placed, one command with the new nodes the simulation needs (none: a plain delet
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
 from api.constants import (
     ARCH_LABEL,
@@ -48,7 +44,14 @@ from api.constants import (
     SUBNET_ID_LABEL,
     ZONE_LABEL,
 )
-from api.duration import format_duration, parse_optional_duration
+from api.hashes import (
+    NODECLASS_HASH_VERSION,
+    NODEPOOL_HASH_VERSION,
+    nodeclass_hash,
+    nodeclass_hash_annotations,
+    nodepool_hash,
+    nodepool_hash_annotations,
+)
 from api.nodepool import EC2NodeClass, NodePool
 from kube.selectors import Requirement
 from planner.model import (
@@ -65,8 +68,6 @@ from planner.snapshot import Node
 
 # Our hash algorithm's version. Deliberately not Karpenter's "v3": the two hashes are computed
 # differently, so equal versions would make every Karpenter-launched node look drifted.
-NODEPOOL_HASH_VERSION = "karpflow-v1"
-NODECLASS_HASH_VERSION = "karpflow-v1"
 
 # Labels Karpenter treats as well-known: a NodePool may constrain them even if a node lacks them.
 WELL_KNOWN_PREFIXES = ("karpenter.k8s.aws/", "karpenter.sh/")
@@ -86,72 +87,7 @@ WELL_KNOWN_LABELS = frozenset(
 INSTANCE_TYPE_DRIFT_MIN_AGE = timedelta(hours=1)
 
 
-# --- Hashes ---------------------------------------------------------------------------------------
-
-
-def _digest(document: Any) -> str:
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _prune(value: Any) -> Any:
-    """Drop zero values (None, "", empty maps and lists) so `{}` and a missing field hash alike."""
-    if isinstance(value, Mapping):
-        pruned = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if v not in (None, "", {}, [])}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
-def _normal_duration(value: str | None) -> str | None:
-    return None if value is None else format_duration(parse_optional_duration(value))
-
-
-def nodepool_hash(pool: NodePool) -> str:
-    """Stable hash of the template fields whose change must replace nodes: template labels and
-    annotations, taints and startupTaints (as sets), expireAfter, terminationGracePeriod and
-    nodeClassRef. Not hashed: requirements (checked separately, widening must not drift), disruption
-    settings, limits and weight."""
-    template = pool.spec.template
-    spec = template.spec
-    document = {
-        "labels": dict(template.metadata.labels),
-        "annotations": dict(template.metadata.annotations),
-        "taints": sorted(json.dumps(t.to_wire(), sort_keys=True) for t in spec.taints),
-        "startupTaints": sorted(json.dumps(t.to_wire(), sort_keys=True) for t in spec.startup_taints),
-        "expireAfter": _normal_duration(spec.expire_after),
-        "terminationGracePeriod": _normal_duration(spec.termination_grace_period),
-        "nodeClassRef": spec.node_class_ref.to_wire() if spec.node_class_ref else None,
-    }
-    return _digest(_prune(document))
-
-
-def nodepool_hash_annotations(pool: NodePool) -> dict[str, str]:
-    """The annotations a node launched for `pool` must carry (the launch workflow stamps them)."""
-    return {
-        NODEPOOL_HASH_ANNOTATION: nodepool_hash(pool),
-        NODEPOOL_HASH_VERSION_ANNOTATION: NODEPOOL_HASH_VERSION,
-    }
-
-
-def nodeclass_hash(nodeclass: EC2NodeClass) -> str:
-    """Hash of the EC2NodeClass spec minus the selector terms (their resolved status is compared
-    instead): role, instance profile, AMI family, user data, tags, block devices, metadata options,
-    kubelet."""
-    spec = nodeclass.spec.model_dump(
-        mode="json",
-        exclude={"ami_selector_terms", "subnet_selector_terms", "security_group_selector_terms"},
-        exclude_none=True,
-    )
-    return _digest(_prune(spec))
-
-
-def nodeclass_hash_annotations(nodeclass: EC2NodeClass) -> dict[str, str]:
-    return {
-        NODECLASS_HASH_ANNOTATION: nodeclass_hash(nodeclass),
-        NODECLASS_HASH_VERSION_ANNOTATION: NODECLASS_HASH_VERSION,
-    }
+# --- Hashes (api/hashes.py computes them: the launch activity stamps the same) ---------------
 
 
 def hash_stamps(ctx: PlanContext) -> dict[str, dict[str, str]]:
