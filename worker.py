@@ -35,25 +35,33 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
+from activities.planning import PlanningActivities
+from api.controller_io import ControllerInput
+from api.workflow_ids import controller_workflow_id
+from cluster.informer import Informer, default_resources
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from runtime.connections import connect_kubernetes, connect_temporal, ec2_client, ensure_search_attributes
 from runtime.health import HealthServer
 from runtime.settings import WorkerSettings, explain, settings_options
 from runtime.telemetry import configure_logging, tracing_interceptors
+from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 
 log = logging.getLogger("karpflow.worker")
 
-WORKFLOWS: tuple[type, ...] = (DisruptionWorkflow, TerminationWorkflow)
+WORKFLOWS: tuple[type, ...] = (DisruptionWorkflow, TerminationWorkflow, ControllerWorkflow)
 
 
-def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Callable[..., Any]]:
+def activities_for(
+    kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
+) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients."""
     kubernetes = KubernetesActivities(kube, poll_interval=settings.poll_interval)
     aws = EC2Activities(
@@ -81,7 +89,32 @@ def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Ca
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
+        # The controller's passes (they read the worker's informer cache).
+        *(planning.activities() if planning is not None else []),
     ]
+
+
+def controller_input(settings: WorkerSettings) -> ControllerInput:
+    return ControllerInput(
+        cluster=settings.cluster_name,
+        task_queue=settings.task_queue,
+        interval_seconds=settings.controller_interval,
+        validation_seconds=settings.controller_validation,
+    )
+
+
+async def start_controller(client: Client, settings: WorkerSettings) -> bool:
+    """Start the cluster's ControllerWorkflow unless it runs already. True when this call started it."""
+    try:
+        await client.start_workflow(
+            ControllerWorkflow.run,
+            controller_input(settings),
+            id=controller_workflow_id(settings.cluster_name),
+            task_queue=settings.task_queue,
+        )
+        return True
+    except WorkflowAlreadyStartedError:
+        return False
 
 
 # -- the process ---------------------------------------------------------------------------------------
@@ -108,6 +141,7 @@ class KarpflowWorker:
         self.watcher: NodeDeletionWatcher | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
+        self.informer: Informer | None = None
 
     async def __aenter__(self) -> KarpflowWorker:
         settings = self.settings
@@ -119,11 +153,16 @@ class KarpflowWorker:
             self.kube = await connect_kubernetes(settings)
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
+        planning = None
+        if settings.controller:
+            self.informer = Informer(self.kube, default_resources(settings.controller_namespace))
+            self._tasks.append(asyncio.create_task(self.informer.run(), name="informer"))
+            planning = PlanningActivities(self.informer, self.kube, self.client, region=settings.aws_region)
         self.worker = Worker(
             self.client,
             task_queue=settings.task_queue,
             workflows=list(WORKFLOWS),
-            activities=activities_for(self.kube, self.ec2, settings),
+            activities=activities_for(self.kube, self.ec2, settings, planning),
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             graceful_shutdown_timeout=timedelta(seconds=settings.graceful_shutdown),
@@ -132,7 +171,10 @@ class KarpflowWorker:
             workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
             activity_task_poller_behavior=PollerBehaviorAutoscaling(),
         )
-        self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
+        self._tasks.insert(0, asyncio.create_task(self.worker.run(), name="temporal-worker"))
+        if settings.controller:
+            started = await start_controller(self.client, settings)
+            log.info("controller workflow %s", "started" if started else "already running")
         if settings.node_watcher:
             self.watcher = NodeDeletionWatcher(
                 self.kube, self.client, settings.task_queue, settings.node_watcher_resync
@@ -158,7 +200,8 @@ class KarpflowWorker:
     def ready(self) -> bool:
         running = self.worker is not None and self.worker.is_running
         watching = self.watcher is None or self.watcher.synced
-        return running and watching
+        informing = self.informer is None or self.informer.synced
+        return running and watching and informing
 
     async def wait(self) -> None:
         """Until the Temporal worker stops (it raises if it failed)."""

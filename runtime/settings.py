@@ -71,6 +71,17 @@ class WorkerSettings(BaseSettings):
     otel_endpoint: str | None = None
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Controller (issue 8): the ControllerWorkflow this worker starts and the informer it feeds.
+    controller: bool = Field(
+        default=True, description="run the informer and start the ControllerWorkflow (idempotently)"
+    )
+    controller_interval: float = Field(default=10.0, gt=0, description="seconds between passes")
+    controller_validation: float = Field(
+        default=15.0, ge=0, description="seconds a consolidation command waits before re-validation"
+    )
+    controller_namespace: str = Field(
+        default="karpenter", description="namespace of the karpenter-global-settings ConfigMap"
+    )
 
     @field_validator("cluster_name")
     @classmethod
