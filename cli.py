@@ -17,6 +17,8 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "sim.demo:demo",
     "sim": "sim.cli:sim",
     "worker": "worker:cli",
+    "controller": "controller_cli:controller",
+    "status": "controller_cli:status",
 }
 
 
