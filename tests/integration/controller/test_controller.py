@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import math
+import signal
 import time
 from typing import Any
 
@@ -72,4 +74,107 @@ async def test_the_worker_starts_the_controller_and_it_consolidates_two_nodes_in
     )
     running = {i["InstanceId"] for i in karpflow.instances()}
     assert len(running) == 1 and not running & before
+    assert_no_violations(karpflow.stack)
+
+
+# -- a fragmented cluster: 40 m5.large, each about a fifth used ---------------------------------------
+
+FORTY = [node(f"172.31.{i // 4}.{10 + i}", "m5.large") for i in range(40)]
+SPREAD = [Workload("shop", "api", "200m", "256Mi", [str(10 + i) for i in range(40)] * 2)]
+
+
+def hourly_cost(karpflow: Any) -> float:
+    from planner.catalog import bundled_catalog
+
+    catalog = bundled_catalog("us-west-2")
+    total = 0.0
+    for instance in karpflow.instances():
+        itype = catalog.get(instance["InstanceType"])
+        total += itype.price(instance["Placement"]["AvailabilityZone"], "on-demand")
+    return total
+
+
+def disrupting(nodes: dict[str, Any]) -> int:
+    return sum(
+        1
+        for n in nodes.values()
+        if n["metadata"].get("deletionTimestamp")
+        or any(t.get("key") == DISRUPTED_TAINT_KEY for t in n["spec"].get("taints") or [])
+    )
+
+
+async def watch_budget(karpflow: Any, percent: int, breaches: list[str], stop: asyncio.Event) -> int:
+    """Every 100 ms: nodes disrupting at once never exceed the pool's `nodes: <percent>%` budget."""
+    peak = 0
+    while not stop.is_set():
+        nodes = await karpflow.nodes()
+        now = disrupting(nodes)
+        peak = max(peak, now)
+        allowed = math.ceil(percent * len(nodes) / 100)
+        if now > allowed:
+            breaches.append(f"{now} disrupting of {len(nodes)} nodes, budget {allowed}")
+        await asyncio.sleep(0.1)
+    return peak
+
+
+@pytest.mark.sim_stack(scenario=scenario(FORTY, SPREAD))
+async def test_a_fragmented_cluster_of_40_nodes_consolidates_within_its_budget(karpflow):
+    cost_before = hourly_cost(karpflow)
+    breaches: list[str] = []
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch_budget(karpflow, 20, breaches, stop))
+    async with karpflow.worker(**FAST):
+        await until_quiet(karpflow, within=240, after_passes=3)
+    stop.set()
+    peak = await watcher
+    cost_after = hourly_cost(karpflow)
+    nodes = await karpflow.nodes()
+    assert not breaches, breaches[:5]
+    assert peak >= 1  # the watcher saw the disruptions it judges
+    assert cost_after < cost_before / 2, (cost_before, cost_after, len(nodes))
+    assert len(karpflow.instances()) == len(nodes)  # no instance without its node (no leak)
+    assert_no_violations(karpflow.stack)
+
+
+# -- SIGKILL of the worker in the middle of a command, then a restart -----------------------------------
+
+
+@pytest.mark.sim_stack(
+    scenario=scenario(
+        FORTY[:12], [Workload("shop", "api", "200m", "256Mi", [str(10 + i) for i in range(12)] * 2)]
+    )
+)
+async def test_a_worker_killed_mid_command_restarts_without_starting_anything_twice(karpflow):
+    env = {
+        "KARPFLOW_CONTROLLER": "true",
+        "KARPFLOW_CONTROLLER_INTERVAL": "0.5",
+        "KARPFLOW_CONTROLLER_VALIDATION": "0.5",
+    }
+    first = karpflow.worker_process(**env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            query = f'TaskQueue="{karpflow.task_queue}" AND WorkflowType="DisruptionWorkflow"'
+            if [wf async for wf in karpflow.client.list_workflows(query)]:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the controller started no disruption")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    second = karpflow.worker_process(**env)
+    try:
+        await until_quiet(karpflow, within=180, after_passes=2)
+    finally:
+        second.terminate()
+        second.wait(30)
+    ids: dict[str, int] = {}
+    query = f'TaskQueue="{karpflow.task_queue}" AND WorkflowType="DisruptionWorkflow"'
+    async for wf in karpflow.client.list_workflows(query):
+        ids[wf.id] = ids.get(wf.id, 0) + 1
+    assert ids and all(count == 1 for count in ids.values()), ids
+    nodes = await karpflow.nodes()
+    assert disrupting(nodes) == 0
+    assert len(karpflow.instances()) == len(nodes) < 12
     assert_no_violations(karpflow.stack)
