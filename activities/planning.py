@@ -118,7 +118,7 @@ class PlanningActivities:
 
     def _catalog_for(self, snapshot: Snapshot, unavailable: list[OfferingUnavailable]) -> Catalog:
         if self._catalog is None:
-            self._catalog = bundled_catalog(self.region or snapshot.region or "us-west-2")
+            self._catalog = bundled_catalog(self.region or snapshot.region() or "us-west-2")
         return _without_offerings(self._catalog, unavailable, snapshot.now)
 
     @activity.defn(name="controller_plan")
