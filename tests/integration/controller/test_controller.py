@@ -9,6 +9,7 @@ import dataclasses
 import math
 import signal
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ import yaml
 from api.constants import DISRUPTED_TAINT_KEY
 from api.controller_io import QUERY_STATUS, ControllerStatus
 from api.workflow_ids import controller_workflow_id
+from api.workflow_io import DisruptionStatus
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations
@@ -177,4 +179,29 @@ async def test_a_worker_killed_mid_command_restarts_without_starting_anything_tw
     nodes = await karpflow.nodes()
     assert disrupting(nodes) == 0
     assert len(karpflow.instances()) == len(nodes) < 12
+    assert_no_violations(karpflow.stack)
+
+
+# -- expiration: forceful, and the pods get their replacement before the drain ---------------------------
+
+OLD = dataclasses.replace(node("172.31.3.30", "m5.xlarge"), age=timedelta(days=31))  # expireAfter 720h
+BUSY = [Workload("shop", "big", "3", "4Gi", ["30"])]  # fits on no other node: there is none
+
+
+@pytest.mark.sim_stack(scenario=scenario([OLD], BUSY, consolidate_after="Never"))
+async def test_an_expired_node_whose_pods_fit_nowhere_gets_a_replacement_before_its_drain(karpflow):
+    async with karpflow.worker(**FAST):
+        await until_quiet(karpflow, within=120, after_passes=2)
+        query = f'TaskQueue="{karpflow.task_queue}" AND WorkflowType="DisruptionWorkflow"'
+        runs = [wf async for wf in karpflow.client.list_workflows(query)]
+        assert len(runs) == 1 and "/Expired/" in runs[0].id, [r.id for r in runs]
+        handle = karpflow.client.get_workflow_handle(runs[0].id, result_type=DisruptionStatus)
+        result = await handle.result()
+    assert result.phase == "Succeeded"
+    replacement = result.replacements[0]
+    assert replacement.state == "Initialized"
+    nodes = await karpflow.nodes()
+    assert set(nodes) == {replacement.node}
+    big = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert big and all(p["spec"].get("nodeName") == replacement.node for p in big)
     assert_no_violations(karpflow.stack)
