@@ -35,7 +35,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
@@ -43,7 +43,7 @@ from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
 from api.controller_io import ControllerInput
 from api.workflow_ids import controller_workflow_id
-from cluster.informer import Informer, default_resources
+from cluster.informer import ClusterCache
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from runtime.connections import connect_kubernetes, connect_temporal, ec2_client, ensure_search_attributes
@@ -56,14 +56,13 @@ from workflows.termination import TerminationWorkflow
 
 log = logging.getLogger("karpflow.worker")
 
-WORKFLOWS: tuple[type, ...] = (DisruptionWorkflow, TerminationWorkflow, ControllerWorkflow)
+WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow)
 
 
 def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
-    """Every activity the workflows call, bound to its clients."""
-    kubernetes = KubernetesActivities(kube, poll_interval=settings.poll_interval)
+    """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
     aws = EC2Activities(
         ec2,
         settings.cluster_name,
@@ -71,7 +70,10 @@ def activities_for(
         poll_interval=settings.ec2_poll_interval,
         threads=settings.ec2_threads,
     )
-    return [
+    kubernetes = KubernetesActivities(
+        kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name
+    )
+    activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
         kubernetes.untaint_disrupted,
@@ -89,32 +91,16 @@ def activities_for(
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
-        # The controller's passes (they read the worker's informer cache).
-        *(planning.activities() if planning is not None else []),
     ]
-
-
-def controller_input(settings: WorkerSettings) -> ControllerInput:
-    return ControllerInput(
-        cluster=settings.cluster_name,
-        task_queue=settings.task_queue,
-        interval_seconds=settings.controller_interval,
-        validation_seconds=settings.controller_validation,
-    )
-
-
-async def start_controller(client: Client, settings: WorkerSettings) -> bool:
-    """Start the cluster's ControllerWorkflow unless it runs already. True when this call started it."""
-    try:
-        await client.start_workflow(
-            ControllerWorkflow.run,
-            controller_input(settings),
-            id=controller_workflow_id(settings.cluster_name),
-            task_queue=settings.task_queue,
-        )
-        return True
-    except WorkflowAlreadyStartedError:
-        return False
+    if planning is not None:
+        activities += [
+            # The controller: observe and plan, validate, crash cleanup, node annotations.
+            planning.plan_pass,
+            planning.validate_commands,
+            planning.untaint_orphans,
+            planning.apply_annotations,
+        ]
+    return activities
 
 
 # -- the process ---------------------------------------------------------------------------------------
@@ -139,9 +125,9 @@ class KarpflowWorker:
         self._owns_kube = kube is None
         self.worker: Worker | None = None
         self.watcher: NodeDeletionWatcher | None = None
+        self.cache: ClusterCache | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
-        self.informer: Informer | None = None
 
     async def __aenter__(self) -> KarpflowWorker:
         settings = self.settings
@@ -155,9 +141,11 @@ class KarpflowWorker:
             self.ec2 = ec2_client(settings)
         planning = None
         if settings.controller:
-            self.informer = Informer(self.kube, default_resources(settings.controller_namespace))
-            self._tasks.append(asyncio.create_task(self.informer.run(), name="informer"))
-            planning = PlanningActivities(self.informer, self.kube, self.client, region=settings.aws_region)
+            self.cache = ClusterCache(self.kube)
+            self.cache.start()
+            planning = PlanningActivities(
+                self.cache, self.kube, self.client, task_queue=settings.task_queue, region=settings.aws_region
+            )
         self.worker = Worker(
             self.client,
             task_queue=settings.task_queue,
@@ -171,15 +159,19 @@ class KarpflowWorker:
             workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
             activity_task_poller_behavior=PollerBehaviorAutoscaling(),
         )
-        self._tasks.insert(0, asyncio.create_task(self.worker.run(), name="temporal-worker"))
-        if settings.controller:
-            started = await start_controller(self.client, settings)
-            log.info("controller workflow %s", "started" if started else "already running")
+        self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:
             self.watcher = NodeDeletionWatcher(
-                self.kube, self.client, settings.task_queue, settings.node_watcher_resync
+                self.kube,
+                self.client,
+                settings.task_queue,
+                settings.node_watcher_resync,
+                retry_every=min(10.0, settings.node_watcher_retry),
+                retry_first=timedelta(seconds=settings.node_watcher_retry),
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
+        if settings.controller:
+            await self.start_controller()
         if settings.health:
             self._health = HealthServer(settings.health_host, settings.health_port, lambda: self.ready)
             await self._health.start()
@@ -193,6 +185,25 @@ class KarpflowWorker:
         )
         return self
 
+    async def start_controller(self) -> str:
+        """Start the cluster's ControllerWorkflow unless it runs already (every worker does this)."""
+        settings = self.settings
+        assert self.client is not None
+        handle = await self.client.start_workflow(
+            ControllerWorkflow.run,
+            ControllerInput(
+                cluster=settings.cluster_name,
+                task_queue=settings.task_queue,
+                interval_seconds=settings.controller_interval,
+                validation_seconds=settings.controller_validation,
+            ),
+            id=controller_workflow_id(settings.cluster_name),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        log.info("controller %s running (run %s)", handle.id, handle.result_run_id)
+        return handle.id
+
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
@@ -200,8 +211,8 @@ class KarpflowWorker:
     def ready(self) -> bool:
         running = self.worker is not None and self.worker.is_running
         watching = self.watcher is None or self.watcher.synced
-        informing = self.informer is None or self.informer.synced
-        return running and watching and informing
+        cached = self.cache is None or self.cache.synced
+        return running and watching and cached
 
     async def wait(self) -> None:
         """Until the Temporal worker stops (it raises if it failed)."""
@@ -216,6 +227,9 @@ class KarpflowWorker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.cache is not None:
+            await self.cache.stop()
+            self.cache = None
         if self._health is not None:
             await self._health.stop()
             self._health = None
@@ -245,9 +259,6 @@ async def serve(settings: WorkerSettings) -> None:
         else:
             worker_done.result()  # re-raise a fatal worker error
         stopped.cancel()
-
-
-# -- the command ---------------------------------------------------------------------------------------
 
 
 # -- the command ---------------------------------------------------------------------------------------

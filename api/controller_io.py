@@ -32,133 +32,134 @@ class OfferingUnavailable(BaseModel):
         return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
 
 
-# -- The controller's own inputs and outputs (workflows/controller.py, activities/planning.py) ------
+# -- The ControllerWorkflow's input, its activities' documents, and its status ----------------------
 
-QUERY_STATUS = "status"
-
-
-class ControllerInput(BaseModel):
-    """What the ControllerWorkflow runs with; carried over continue-as-new with its state."""
-
-    cluster: str
-    task_queue: str = "karpflow"
-    interval_seconds: float = 10.0
-    validation_seconds: float = 15.0
-    # Continue-as-new once the history holds this many events (a pass adds about 10 to 20).
-    max_history_events: int = 1000
-    backoff_min_seconds: float = 60.0
-    backoff_max_seconds: float = 600.0
-    first_run: bool = True  # crash cleanup of orphan taints runs once per controller start
-    # State carried over continue-as-new.
-    unavailable: list[OfferingUnavailable] = Field(default_factory=list)
-    backoffs: dict[str, PoolBackoff] = Field(default_factory=dict)
-    started: dict[str, StartedCommand] = Field(default_factory=dict)
-    passes: int = 0
+SIGNAL_WAKE = "wake"  # run a pass now instead of at the end of the interval
 
 
-class PoolBackoff(BaseModel):
-    pool: str
+class Backoff(BaseModel):
+    """A NodePool whose commands for `reason` failed: no new voluntary command for it until `until`."""
+
+    nodepool: str
     reason: str
     failures: int
     until: datetime
+    last_failure: str = Field(default="", description="the failed workflow and its message")
 
 
-class StartedCommand(BaseModel):
-    workflow_id: str
-    nodepools: list[str]
-    reason: str
-    nodes: list[str]
-    started_at: datetime
+class ControllerState(BaseModel):
+    """What a ControllerWorkflow carries over continue-as-new."""
+
+    backoffs: dict[str, Backoff] = Field(default_factory=dict, description="'<pool>/<reason>' -> backoff")
+    unavailable: dict[str, OfferingUnavailable] = Field(default_factory=dict)
+    failures_seen_until: datetime | None = Field(
+        default=None, description="failed commands that closed before this were already counted"
+    )
+    passes: int = 0
 
 
-class InFlight(BaseModel):
-    workflow_id: str
-    workflow_type: str
-    nodes: list[str] = Field(default_factory=list)
-    reason: str = ""
+class ControllerInput(BaseModel):
+    """`{"cluster": "dev"}` is enough; the other fields are the defaults of Karpenter's loop."""
 
-
-class InFlightOutput(BaseModel):
-    running: list[InFlight] = Field(default_factory=list)
-    # Of the ids asked about: the ones that closed without completing (failed, timed out, ...).
-    failed: list[str] = Field(default_factory=list)
-    closed: list[str] = Field(default_factory=list)
-
-
-class InFlightInput(BaseModel):
-    track: list[str] = Field(default_factory=list)
+    cluster: str = Field(min_length=1)
+    task_queue: str = "karpflow"
+    interval_seconds: float = Field(default=10.0, gt=0, description="between passes that started nothing")
+    validation_seconds: float = Field(
+        default=15.0, ge=0, description="consolidation commands wait this long, then are re-checked"
+    )
+    passes_per_run: int = Field(
+        default=100, ge=1, description="passes before continue-as-new (each pass adds about 10-30 events)"
+    )
+    backoff_initial_seconds: float = Field(default=60.0, gt=0)
+    backoff_max_seconds: float = Field(default=600.0, gt=0)
+    state: ControllerState = Field(default_factory=ControllerState)
 
 
 class PlannedCommand(BaseModel):
-    """One planner command as the controller handles it."""
+    """One command of a pass, ready to start: its workflow id and input, and the planner's own form
+    (kept to re-validate it on a fresh view)."""
 
     workflow_id: str
     method: str
     reason: str
-    nodepools: list[str]
     nodes: list[str]
+    nodepools: list[str]
     forceful: bool
     needs_validation: bool
-    command: dict[str, Any] = Field(description="the planner's CommandOut, by alias, for re-validation")
+    savings_per_hour: float = 0.0
     input: dict[str, Any] = Field(description="the DisruptionInput, as JSON")
+    planned: dict[str, Any] = Field(description="the planner's CommandOut, as JSON")
 
 
-class PassInput(BaseModel):
-    in_flight_nodes: list[str] = Field(default_factory=list)
-    unavailable: list[OfferingUnavailable] = Field(default_factory=list)
-
-
-class BlockedNode(BaseModel):
-    node: str
+class FailedCommand(BaseModel):
+    workflow_id: str
+    nodepools: list[str]
     reason: str
+    closed_at: datetime
+    message: str = ""
 
 
-class PassOutput(BaseModel):
-    synced: bool
-    at: datetime | None = None
-    commands: list[PlannedCommand] = Field(default_factory=list)
-    blocked: list[BlockedNode] = Field(default_factory=list)
+class PassRequest(BaseModel):
+    holding: list[str] = Field(
+        default_factory=list, description="nodes of commands this controller holds (waiting for validation)"
+    )
+    unavailable: list[OfferingUnavailable] = Field(default_factory=list)
+    failures_since: datetime | None = None
+
+
+class PassResult(BaseModel):
+    at: datetime
+    commands: list[PlannedCommand]
+    blocked: dict[str, str] = Field(default_factory=dict, description="node -> why it was left alone")
+    waiting: list[str] = Field(
+        default_factory=list, description="nodes that are only waiting (consolidateAfter, a timer)"
+    )
     budgets: dict[str, dict[str, int]] = Field(default_factory=dict)
-    annotations: list[dict[str, Any]] = Field(default_factory=list)
-    events: list[dict[str, Any]] = Field(default_factory=list)
-    tainted_nodes: list[str] = Field(default_factory=list, description="nodes carrying a disruption taint")
-    waiting: int = Field(default=0, description="nodes only waiting for consolidateAfter")
     problems: list[str] = Field(default_factory=list)
-    duration_seconds: float = 0.0
+    in_flight: list[str] = Field(default_factory=list, description="running disruption/termination workflows")
+    orphan_taints: list[str] = Field(
+        default_factory=list, description="nodes tainted karpenter.sh/disrupted that no workflow holds"
+    )
+    annotations: list[dict[str, Any]] = Field(default_factory=list, description="planner AnnotationChanges")
+    failed: list[FailedCommand] = Field(default_factory=list)
+    nodes: int = 0
+    pods: int = 0
+    seconds: float = 0.0
 
 
-class ValidateInput(BaseModel):
-    command: PlannedCommand
-    in_flight_nodes: list[str] = Field(default_factory=list)
+class ValidateRequest(BaseModel):
+    commands: list[PlannedCommand]
 
 
-class ValidateOutput(BaseModel):
+class Verdict(BaseModel):
+    workflow_id: str
     valid: bool
     reason: str = ""
-    command: PlannedCommand | None = None
-
-
-class StartOutput(BaseModel):
-    workflow_id: str
-    already_started: bool
+    command: PlannedCommand | None = Field(default=None, description="what to start (may be a subset)")
 
 
 class ControllerStatus(BaseModel):
-    cluster: str
-    synced: bool = False
+    """The `status` query: what the last pass saw and did, and what is in flight."""
+
+    cluster: str = ""
+    passes: int = 0
     last_pass_at: datetime | None = None
     last_pass_seconds: float = 0.0
-    passes: int = 0
-    commands: list[str] = Field(default_factory=list, description="workflow ids the last pass started")
-    validating: list[str] = Field(default_factory=list)
-    blocked: list[BlockedNode] = Field(default_factory=list)
+    last_pass_nodes: int = 0
+    started: list[str] = Field(default_factory=list, description="workflow ids the last pass started")
+    rejected: dict[str, str] = Field(default_factory=dict, description="workflow id -> why it was refused")
+    blocked: dict[str, str] = Field(default_factory=dict)
     budgets: dict[str, dict[str, int]] = Field(default_factory=dict)
-    in_flight: list[InFlight] = Field(default_factory=list)
-    backoffs: list[PoolBackoff] = Field(default_factory=list)
+    in_flight: list[str] = Field(default_factory=list)
+    validating: list[str] = Field(default_factory=list)
+    backoffs: list[Backoff] = Field(default_factory=list)
     unavailable: list[OfferingUnavailable] = Field(default_factory=list)
-    untainted: list[str] = Field(default_factory=list, description="orphan taints removed at start")
+    cleaned_taints: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
-    quiet: bool = False
-
-
-ControllerInput.model_rebuild()
+    waiting: list[str] = Field(default_factory=list)
+    quiet: bool = Field(
+        default=False,
+        description="the last pass found nothing to do, nothing is in flight or validating, and no node "
+        "is only waiting for consolidateAfter: the cluster has converged under the current rules",
+    )
+    error: str = Field(default="", description="why the last pass failed, if it did")

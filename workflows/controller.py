@@ -1,22 +1,23 @@
-"""ControllerWorkflow: the loop that turns plans into disruptions, one per cluster.
+"""ControllerWorkflow: the singleton loop that makes karpflow act on its own.
 
-Workflow id `karpflow-controller/<cluster>`; every worker starts it idempotently at start-up. A pass
-(every `interval_seconds`, default 10 s) is:
+One per cluster (`karpflow-controller/<cluster>`), started idempotently by every worker. A pass
+(karpenter-behavior.md §1):
 
-  observe   running Disruption/Termination workflows (visibility, plus describe of those it started)
-  plan      on the worker's informer cache; in-flight nodes are no candidates and count against budgets
-  validate  consolidation commands wait on a durable timer (default 15 s) and are re-planned on a
-            fresh view; forceful ones (Expired, Unhealthy, NodePoolDeleted ...) start at once, no budget
-  start     a DisruptionWorkflow per command, id `disruption/<pools>/<reason>/<hash>`: an id already
-            started is success, so a replayed or restarted pass never starts one twice
+1. observe and plan (activity `plan_pass`: the worker's informer cache, what is in flight from
+   Temporal visibility, the planner);
+2. crash cleanup: `karpenter.sh/disrupted` taints that no running workflow holds are removed;
+3. the node annotations the planner asks for are applied;
+4. commands start as child DisruptionWorkflows (parent-close ABANDON: they outlive this run and
+   any continue-as-new), with the planner's readable, deterministic id, so a replayed or repeated
+   pass can never start one twice. Forceful commands start at once and ignore backoffs;
+   consolidation commands wait on a durable timer (15 s) and start only if `validate_commands`
+   still finds them valid on a fresh view (Karpenter's validation); drift starts at once;
+5. a NodePool whose voluntary commands failed backs off for that reason (1 min doubling to 10 min,
+   with jitter), so one broken pool cannot starve the others.
 
-At start-up (once per controller run, not per continue-as-new) nodes carrying `karpenter.sh/disrupted`
-that belong to no running workflow are untainted (Karpenter's crash cleanup). A command that fails
-backs its NodePool off for that reason: 1 min doubling to 10 min, with jitter from workflow.random().
-
-History: a pass adds about 10 to 20 events (4 to 6 activities at 3 events each, a timer at 2, plus the
-validation timer when a consolidation is pending); the workflow continues as new once its history holds
-`max_history_events` (default 1,000) events, i.e. every 50 to 100 passes, carrying its state over.
+The next pass follows at once when this one started something, else after the interval (or when
+signalled `wake`). After `passes_per_run` passes the workflow continues as new with its backoffs
+and unavailable offerings; a pass adds 10 to 30 events, so a run stays below about 3,000.
 """
 
 from __future__ import annotations
@@ -25,195 +26,219 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kubernetes import KubernetesActivities
-    from activities.planning import PlanningActivities
-    from api.activity_io import UntaintRequest
+    from activities.errors import NON_RETRYABLE_TYPES
     from api.controller_io import (
-        QUERY_STATUS,
         SIGNAL_OFFERING_UNAVAILABLE,
+        SIGNAL_WAKE,
+        Backoff,
         ControllerInput,
+        ControllerState,
         ControllerStatus,
-        InFlightInput,
-        InFlightOutput,
+        FailedCommand,
         OfferingUnavailable,
-        PassInput,
-        PassOutput,
+        PassRequest,
+        PassResult,
         PlannedCommand,
-        PoolBackoff,
-        StartedCommand,
-        ValidateInput,
+        ValidateRequest,
+        Verdict,
     )
+    from workflows.failures import activity_cause
 
-_CALL = {
-    "start_to_close_timeout": timedelta(minutes=2),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
-}
+PASS_TIMEOUT = timedelta(minutes=5)
+PASS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# Planning heartbeats (activities/planning.py): a pass lost with its worker is retried within this.
+PASS_HEARTBEAT = timedelta(seconds=30)
 
 
 @workflow.defn(name="ControllerWorkflow")
 class ControllerWorkflow:
     def __init__(self) -> None:
-        self.input: ControllerInput | None = None
-        self.status_ = ControllerStatus(cluster="")
-        self.in_flight_nodes: set[str] = set()
+        self._status = ControllerStatus()
+        self._state = ControllerState()
+        self._woken = False
 
-    # -- signals and queries --------------------------------------------------------------------------
+    @workflow.query
+    def status(self) -> ControllerStatus:
+        return self._status
+
+    @workflow.signal(name=SIGNAL_WAKE)
+    def wake(self) -> None:
+        self._woken = True
 
     @workflow.signal(name=SIGNAL_OFFERING_UNAVAILABLE)
     def offering_unavailable(self, offering: OfferingUnavailable) -> None:
-        assert self.input is not None
-        kept = [u for u in self.input.unavailable if u.key != offering.key]
-        self.input.unavailable = [*kept, offering]
-
-    @workflow.query(name=QUERY_STATUS)
-    def status(self) -> ControllerStatus:
-        if self.input is not None:
-            now = workflow.now()
-            self.status_.backoffs = [b for b in self.input.backoffs.values() if b.until > now]
-            self.status_.unavailable = [u for u in self.input.unavailable if u.until > now]
-        return self.status_
-
-    # -- the loop -------------------------------------------------------------------------------------
+        self._state.unavailable[offering.key] = offering
+        self._woken = True
 
     @workflow.run
     async def run(self, request: ControllerInput) -> None:
-        self.input = request
-        self.status_ = ControllerStatus(cluster=request.cluster, passes=request.passes)
-        while True:
-            await self._pass()
-            if workflow.info().get_current_history_length() >= request.max_history_events:
-                break
-            await workflow.sleep(timedelta(seconds=request.interval_seconds))
-        request.first_run = False
-        request.passes = self.status_.passes
-        now = workflow.now()
-        request.unavailable = [u for u in request.unavailable if u.until > now]
-        workflow.continue_as_new(request)
+        self._state = request.state.model_copy(deep=True)
+        self._status.cluster = request.cluster
+        for _ in range(request.passes_per_run):
+            started = await self._pass(request)
+            if not started:
+                try:
+                    interval = timedelta(seconds=request.interval_seconds)
+                    await workflow.wait_condition(lambda: self._woken, timeout=interval)
+                except TimeoutError:
+                    pass
+            self._woken = False
+        # Signals that arrived during the last pass are in the state carried over.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(request.model_copy(update={"state": self._state}))
 
-    async def _observe(self) -> InFlightOutput:
-        assert self.input is not None
-        observed: InFlightOutput = await workflow.execute_activity_method(
-            PlanningActivities.in_flight, InFlightInput(track=sorted(self.input.started)), **_CALL
-        )
-        for workflow_id in observed.failed:
-            command = self.input.started.pop(workflow_id, None)
-            if command is not None:
-                self._back_off(command)
-        for workflow_id in observed.closed:
-            command = self.input.started.pop(workflow_id, None)
-            if command is not None:
-                for pool in command.nodepools:
-                    self.input.backoffs.pop(f"{pool}/{command.reason}", None)
-        self.in_flight_nodes = {n for wf in observed.running for n in wf.nodes}
-        # A command just started may not show its nodes yet: count them from what we started.
-        running_ids = {wf.workflow_id for wf in observed.running}
-        for workflow_id, command in self.input.started.items():
-            if workflow_id in running_ids or workflow_id not in observed.closed:
-                self.in_flight_nodes.update(command.nodes)
-        self.status_.in_flight = observed.running
-        return observed
+    # -- one pass --------------------------------------------------------------------------------------
 
-    def _back_off(self, command: StartedCommand) -> None:
-        assert self.input is not None
-        now = workflow.now()
-        for pool in command.nodepools:
-            key = f"{pool}/{command.reason}"
-            previous = self.input.backoffs.get(key)
-            failures = (previous.failures if previous else 0) + 1
-            delay = min(self.input.backoff_min_seconds * 2 ** (failures - 1), self.input.backoff_max_seconds)
-            delay *= 0.8 + 0.4 * workflow.random().random()  # jitter: ±20 %
-            self.input.backoffs[key] = PoolBackoff(
-                pool=pool, reason=command.reason, failures=failures, until=now + timedelta(seconds=delay)
+    async def _pass(self, request: ControllerInput) -> bool:
+        began = workflow.now()
+        self._forget_expired(began)
+        try:
+            result: PassResult = await workflow.execute_activity(
+                "plan_pass",
+                PassRequest(
+                    unavailable=list(self._state.unavailable.values()),
+                    failures_since=self._state.failures_seen_until,
+                ),
+                result_type=PassResult,
+                start_to_close_timeout=PASS_TIMEOUT,
+                heartbeat_timeout=PASS_HEARTBEAT,
+                retry_policy=PASS_RETRY,
             )
-            workflow.logger.warning("nodepool %s backs off %s for %.0fs", pool, command.reason, delay)
+        except ActivityError as err:
+            self._status.error = f"planning failed: {activity_cause(err)}"
+            workflow.logger.warning("controller pass failed: %s", self._status.error)
+            return False
+        self._state.passes += 1
+        self._record_failures(request, result.failed, began)
+        self._state.failures_seen_until = result.at
 
-    def _backed_off(self, command: PlannedCommand, now: datetime) -> bool:
-        assert self.input is not None
-        for pool in command.nodepools:
-            backoff = self.input.backoffs.get(f"{pool}/{command.reason}")
-            if backoff is not None and backoff.until > now:
-                return True
-        return False
-
-    async def _pass(self) -> None:
-        assert self.input is not None
-        request = self.input
-        started_at = workflow.now()
-        observed = await self._observe()
-        result: PassOutput = await workflow.execute_activity_method(
-            PlanningActivities.plan_pass,
-            PassInput(in_flight_nodes=sorted(self.in_flight_nodes), unavailable=request.unavailable),
-            **_CALL,
-        )
-        self.status_.synced = result.synced
-        if not result.synced:
-            self.status_.quiet = False
-            return
-        if request.first_run and not self.status_.untainted:
-            await self._crash_cleanup(result, observed)
+        cleaned: list[str] = []
+        if result.orphan_taints:
+            cleaned = await workflow.execute_activity(
+                "untaint_orphans",
+                result.orphan_taints,
+                result_type=list[str],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=PASS_RETRY,
+            )
         if result.annotations:
-            await workflow.execute_activity_method(PlanningActivities.annotate, result.annotations, **_CALL)
-        if result.events:
-            await workflow.execute_activity_method(PlanningActivities.record_events, result.events, **_CALL)
-
-        now = workflow.now()
-        commands = [c for c in result.commands if c.forceful or not self._backed_off(c, now)]
-        commands = [c for c in commands if not set(c.nodes) & self.in_flight_nodes]
-        to_validate = [c for c in commands if c.needs_validation]
-        started: list[str] = [await self._start(c) for c in commands if not c.needs_validation]
-        if to_validate:
-            self.status_.validating = [c.workflow_id for c in to_validate]
-            await workflow.sleep(timedelta(seconds=request.validation_seconds))
-            await self._observe()
-            for command in to_validate:
-                check = await workflow.execute_activity_method(
-                    PlanningActivities.validate,
-                    ValidateInput(command=command, in_flight_nodes=sorted(self.in_flight_nodes)),
-                    **_CALL,
-                )
-                if check.valid and check.command is not None:
-                    started.append(await self._start(check.command))
-                else:
-                    workflow.logger.info("command %s dropped: %s", command.workflow_id, check.reason)
-            self.status_.validating = []
-
-        self.status_.passes += 1
-        self.status_.last_pass_at = started_at
-        self.status_.last_pass_seconds = (workflow.now() - started_at).total_seconds()
-        self.status_.commands = started
-        self.status_.blocked = result.blocked
-        self.status_.budgets = result.budgets
-        self.status_.problems = result.problems
-        self.status_.quiet = (
-            not result.commands
-            and not started
-            and not self.status_.in_flight
-            and not request.started
-            and result.waiting == 0
-        )
-
-    async def _start(self, command: PlannedCommand) -> str:
-        assert self.input is not None
-        out = await workflow.execute_activity_method(PlanningActivities.start, command, **_CALL)
-        self.input.started[out.workflow_id] = StartedCommand(
-            workflow_id=out.workflow_id,
-            nodepools=command.nodepools,
-            reason=command.reason,
-            nodes=command.nodes,
-            started_at=workflow.now(),
-        )
-        self.in_flight_nodes.update(command.nodes)
-        return out.workflow_id
-
-    async def _crash_cleanup(self, result: PassOutput, observed: InFlightOutput) -> None:
-        """Untaint nodes whose disrupted taint belongs to no running workflow (once per start)."""
-        owned = {n for wf in observed.running for n in wf.nodes} | self.in_flight_nodes
-        orphans = [n for n in result.tainted_nodes if n not in owned]
-        if orphans:
-            workflow.logger.info("crash cleanup: untainting %s", ", ".join(orphans))
-            await workflow.execute_activity_method(
-                KubernetesActivities.untaint_disrupted, UntaintRequest(nodes=orphans), **_CALL
+            await workflow.execute_activity(
+                "apply_annotations",
+                result.annotations,
+                result_type=int,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=PASS_RETRY,
             )
-        self.status_.untainted = orphans or ["(none)"]
+
+        now, rejected, blocked = workflow.now(), {}, dict(result.blocked)
+        ready, to_validate = [], []
+        for command in result.commands:
+            backoff = self._backoff_for(command, now)
+            if backoff is not None:
+                for node in command.nodes:
+                    blocked[node] = (
+                        f"NodePool {backoff.nodepool} backs off {backoff.reason} until {backoff.until}"
+                    )
+                continue
+            (to_validate if command.needs_validation else ready).append(command)
+
+        started = [await self._start(request, c) for c in ready]
+        if to_validate:
+            self._status.validating = [c.workflow_id for c in to_validate]
+            await workflow.sleep(timedelta(seconds=request.validation_seconds))
+            verdicts: list[Verdict] = await workflow.execute_activity(
+                "validate_commands",
+                ValidateRequest(commands=to_validate),
+                result_type=list[Verdict],
+                start_to_close_timeout=PASS_TIMEOUT,
+                heartbeat_timeout=PASS_HEARTBEAT,
+                retry_policy=PASS_RETRY,
+            )
+            self._status.validating = []
+            for verdict in verdicts:
+                if verdict.valid and verdict.command is not None:
+                    started.append(await self._start(request, verdict.command))
+                else:
+                    rejected[verdict.workflow_id] = verdict.reason
+        started_ids = [s for s in started if s]
+
+        self._status = ControllerStatus(
+            cluster=request.cluster,
+            passes=self._state.passes,
+            last_pass_at=began,
+            last_pass_seconds=round((workflow.now() - began).total_seconds(), 3),
+            last_pass_nodes=result.nodes,
+            started=started_ids,
+            rejected=rejected,
+            blocked=blocked,
+            budgets=result.budgets,
+            in_flight=result.in_flight,
+            backoffs=sorted(self._state.backoffs.values(), key=lambda b: (b.nodepool, b.reason)),
+            unavailable=list(self._state.unavailable.values()),
+            cleaned_taints=cleaned,
+            problems=result.problems,
+            waiting=result.waiting,
+            quiet=not result.commands and not result.in_flight and not result.waiting and not cleaned,
+        )
+        return bool(started_ids)
+
+    async def _start(self, request: ControllerInput, command: PlannedCommand) -> str | None:
+        """Start the command's DisruptionWorkflow; its id makes a second start a no-op."""
+        try:
+            await workflow.start_child_workflow(
+                "DisruptionWorkflow",
+                command.input,
+                id=command.workflow_id,
+                task_queue=request.task_queue,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            )
+        except WorkflowAlreadyStartedError:
+            return None
+        workflow.logger.info(
+            "started %s (%s %s)", command.workflow_id, command.reason, ", ".join(command.nodes)
+        )
+        return command.workflow_id
+
+    # -- backoff -------------------------------------------------------------------------------------
+
+    def _backoff_for(self, command: PlannedCommand, now: datetime) -> Backoff | None:
+        if command.forceful:
+            return None
+        for pool in command.nodepools:
+            backoff = self._state.backoffs.get(f"{pool}/{command.reason}")
+            if backoff is not None and backoff.until > now:
+                return backoff
+        return None
+
+    def _record_failures(self, request: ControllerInput, failed: list[FailedCommand], now: datetime) -> None:
+        for failure in failed:
+            for pool in failure.nodepools:
+                key = f"{pool}/{failure.reason}"
+                previous = self._state.backoffs.get(key)
+                failures = previous.failures + 1 if previous is not None else 1
+                delay = min(
+                    request.backoff_initial_seconds * 2 ** (failures - 1), request.backoff_max_seconds
+                )
+                delay *= 0.8 + 0.4 * workflow.random().random()  # jitter: pools do not retry in step
+                self._state.backoffs[key] = Backoff(
+                    nodepool=pool,
+                    reason=failure.reason,
+                    failures=failures,
+                    until=now + timedelta(seconds=delay),
+                    last_failure=failure.workflow_id,
+                )
+
+    def _forget_expired(self, now: datetime) -> None:
+        self._state.unavailable = {k: u for k, u in self._state.unavailable.items() if u.until > now}
+        # A backoff that ran out is kept (its failure count doubles the next delay) for one more hour.
+        self._state.backoffs = {
+            k: b for k, b in self._state.backoffs.items() if b.until + timedelta(hours=1) > now
+        }

@@ -99,7 +99,7 @@ class Karpflow:
             "health": False,
             "register_search_attributes": False,
             "graceful_shutdown": 0,
-            # The controller acts on the whole cluster: only the controller's own tests turn it on.
+            # These tests drive the workflows by hand; tests/integration/controller/ runs the controller.
             "controller": False,
             **overrides,
         }
