@@ -35,18 +35,16 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
-from api.controller_io import ControllerInput
-from api.workflow_ids import controller_workflow_id
 from cluster.informer import ClusterCache
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from runtime.connections import connect_kubernetes, connect_temporal, ec2_client, ensure_search_attributes
+from runtime.controller_start import start_controller
 from runtime.health import HealthServer
 from runtime.settings import WorkerSettings, explain, settings_options
 from runtime.telemetry import configure_logging, tracing_interceptors
@@ -187,20 +185,8 @@ class KarpflowWorker:
 
     async def start_controller(self) -> str:
         """Start the cluster's ControllerWorkflow unless it runs already (every worker does this)."""
-        settings = self.settings
         assert self.client is not None
-        handle = await self.client.start_workflow(
-            ControllerWorkflow.run,
-            ControllerInput(
-                cluster=settings.cluster_name,
-                task_queue=settings.task_queue,
-                interval_seconds=settings.controller_interval,
-                validation_seconds=settings.controller_validation,
-            ),
-            id=controller_workflow_id(settings.cluster_name),
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        handle = await start_controller(self.client, self.settings)
         log.info("controller %s running (run %s)", handle.id, handle.result_run_id)
         return handle.id
 

@@ -21,12 +21,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from api.controller_io import ControllerInput, ControllerStatus
+from api.controller_io import ControllerStatus
 from api.workflow_ids import controller_workflow_id
 from runtime.connections import connect_temporal
+from runtime.controller_start import start_controller
 from runtime.settings import WorkerSettings, explain
 
 EXIT_UNREACHABLE = 3
@@ -86,19 +86,7 @@ def start(settings: WorkerSettings) -> None:
     """Start the ControllerWorkflow unless it runs already (workers do this at start-up too)."""
 
     async def go() -> None:
-        client = await _client(settings)
-        handle = await client.start_workflow(
-            "ControllerWorkflow",
-            ControllerInput(
-                cluster=settings.cluster_name,
-                task_queue=settings.task_queue,
-                interval_seconds=settings.controller_interval,
-                validation_seconds=settings.controller_validation,
-            ),
-            id=controller_workflow_id(settings.cluster_name),
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        handle = await start_controller(await _client(settings), settings)
         click.echo(f"{handle.id} running (run {handle.result_run_id})")
 
     asyncio.run(go())
