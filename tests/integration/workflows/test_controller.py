@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -275,3 +275,70 @@ async def test_karpflow_plan_live_plans_on_the_cluster_itself(karpflow):
     assert planned["summary"]["nodes"] == 2
     refused = await karpflow.run(KARPFLOW, "plan", check=False)
     assert refused.returncode == 2 and "give --snapshot FILE or --live" in refused.stderr
+
+
+REPAIR_POOL = [
+    DemoNode(f"172.31.1.{70 + i}", "m5.xlarge", "us-west-2a", "on-demand", "default", timedelta(days=3), "r")
+    for i in range(5)
+]
+
+
+def repair_scenario(nodes: list[Any]) -> Any:
+    workloads = [
+        Workload("shop", f"r-{n.ip.rsplit('.', 1)[-1]}", "500m", "1Gi", [n.ip.rsplit(".", 1)[-1]])
+        for n in nodes
+    ]
+    listing = copy.deepcopy(gen.scenario_list(list(nodes), workloads))
+    for item in listing["items"]:
+        if item["kind"] == "NodePool":
+            item["spec"]["disruption"]["consolidateAfter"] = "Never"  # only repair may act here
+    return parse_scenario(yaml.safe_dump(listing), "repair")
+
+
+async def set_not_ready(karpflow: Any, name: str, since: timedelta) -> None:
+    """What the node lifecycle controller records when a kubelet stops: Ready False since `since` ago."""
+    node = (await karpflow.nodes())[name]
+    at = (datetime.now(UTC) - since).strftime("%Y-%m-%dT%H:%M:%SZ")
+    node["status"]["conditions"] = [c for c in node["status"]["conditions"] if c["type"] != "Ready"] + [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastTransitionTime": at}
+    ]
+    await karpflow.kube.request("PUT", f"/api/v1/nodes/{name}/status", body=node)
+
+
+@pytest.mark.sim_stack(scenario=repair_scenario(REPAIR_POOL), time_scale=0.01)
+async def test_node_repair_replaces_a_node_not_ready_for_half_an_hour(karpflow):
+    sick = REPAIR_POOL[0].name
+    await set_not_ready(karpflow, sick, timedelta(minutes=31))
+    async with karpflow.worker(controller=True, controller_interval=0.3, controller_validation=0.5):
+
+        async def repaired() -> list[str]:
+            return [
+                i for i, state in await disruptions(karpflow) if "/Unhealthy/" in i and state == "COMPLETED"
+            ]
+
+        (repair_id,) = await karpflow.eventually(repaired, within=90)
+        assert repair_id.startswith("disruption/default/Unhealthy/")
+        await karpflow.client.get_workflow_handle(
+            controller_workflow_id(karpflow.stack.cluster_name)
+        ).terminate("test over")
+    nodes = await karpflow.nodes()
+    assert sick not in nodes and all(n.name in nodes for n in REPAIR_POOL[1:])
+    assert_no_violations(karpflow.stack)
+
+
+@pytest.mark.sim_stack(scenario=repair_scenario(REPAIR_POOL[:4]), time_scale=0.01)
+async def test_no_repair_when_a_quarter_of_the_pool_is_unhealthy(karpflow):
+    sick = REPAIR_POOL[0].name
+    await set_not_ready(karpflow, sick, timedelta(hours=2))
+    handle = karpflow.client.get_workflow_handle(controller_workflow_id(karpflow.stack.cluster_name))
+    async with karpflow.worker(controller=True, controller_interval=0.3, controller_validation=0.5):
+
+        async def a_few_passes() -> ControllerStatus | None:
+            status = await controller_status(karpflow.client, karpflow.stack.cluster_name)
+            return status if status and status.passes >= 5 else None
+
+        status = await karpflow.eventually(a_few_passes, within=60)
+        await handle.terminate("test over")
+    assert await disruptions(karpflow) == []
+    assert "1 of 4 nodes of NodePool default are unhealthy (more than 20%): no repair" in status.blocked[sick]
+    assert sick in await karpflow.nodes()
