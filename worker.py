@@ -96,6 +96,7 @@ def activities_for(
             planning.plan_pass,
             planning.validate_commands,
             planning.untaint_orphans,
+            planning.sync_nodepool_finalizers,
             planning.apply_annotations,
         ]
     return activities

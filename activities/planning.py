@@ -32,7 +32,13 @@ from temporalio.client import Client
 from activities.errors import classify_kube
 from activities.guards import OWNER_ANNOTATION
 from api import search_attributes as sa
-from api.constants import DISRUPTED_TAINT_KEY
+from api.constants import (
+    DISRUPTED_TAINT_KEY,
+    KARPENTER_GROUP,
+    KARPENTER_VERSION,
+    NODEPOOL_FINALIZER,
+    NODEPOOL_LABEL,
+)
 from api.controller_io import (
     FailedCommand,
     OfferingUnavailable,
@@ -94,6 +100,20 @@ def without_offerings(catalog: Catalog, unavailable: Iterable[OfferingUnavailabl
         )
         types[name] = replace(kind, offerings=offerings) if offerings != kind.offerings else kind
     return Catalog(region=catalog.region, types=types, source=catalog.source)
+
+
+def nodepool_finalizer_changes(snapshot: Snapshot) -> dict[str, bool]:
+    """Live NodePools without karpflow's finalizer get it; deleting ones whose nodes are all gone
+    lose it (then the API server removes them)."""
+    used = {node.nodepool for node in snapshot.nodes.values()}
+    changes = {}
+    for name, pool in snapshot.nodepools.items():
+        holds = NODEPOOL_FINALIZER in pool.metadata.finalizers
+        if not pool.metadata.deletion_timestamp and not holds:
+            changes[name] = True
+        elif pool.metadata.deletion_timestamp and holds and name not in used:
+            changes[name] = False
+    return changes
 
 
 def _with_virtual_taint(obj: Json, held: set[str]) -> Json:
@@ -204,6 +224,7 @@ class PlanningActivities:
             if node.has_disrupted_taint and not node.is_deleting and name not in held
         )
         commands = [self._planned(command) for command in result.commands_]
+        finalizers = nodepool_finalizer_changes(snapshot)
         blocked = {b.node: b.reason for b in result.blocked}
         return PassResult(
             at=now,
@@ -215,6 +236,7 @@ class PlanningActivities:
             in_flight=in_flight,
             orphan_taints=orphans,
             annotations=[a.model_dump(mode="json") for a in result.annotations],
+            nodepool_finalizers=finalizers,
             failed=await self._failed_since(request.failures_since),
             nodes=len(snapshot.nodes),
             pods=len(snapshot.pods),
@@ -297,6 +319,39 @@ class PlanningActivities:
         if cleaned:
             log.info("crash cleanup: untainted %s (no running workflow holds them)", ", ".join(cleaned))
         return cleaned
+
+    @activity.defn(name="sync_nodepool_finalizers")
+    async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:
+        """Add karpflow's finalizer to NodePools (true) or remove it once a deleting pool has no node
+        left (false). Idempotent; re-checks the pool before removing. Returns how many changed."""
+        changed = 0
+        for pool, add in sorted(changes.items()):
+            path = f"/apis/{KARPENTER_GROUP}/{KARPENTER_VERSION}/nodepools/{pool}"
+            try:
+                obj = await self.kube.request("GET", path)
+                finalizers = list(obj["metadata"].get("finalizers") or [])
+                if add == (NODEPOOL_FINALIZER in finalizers):
+                    continue
+                if add and obj["metadata"].get("deletionTimestamp"):
+                    continue  # too late to hold it
+                if not add:
+                    remaining = await self.kube.list_nodes(label_selector=f"{NODEPOOL_LABEL}={pool}")
+                    if remaining.get("items"):
+                        continue
+                obj["metadata"]["finalizers"] = (
+                    [*finalizers, NODEPOOL_FINALIZER]
+                    if add
+                    else [f for f in finalizers if f != NODEPOOL_FINALIZER]
+                )
+                await self.kube.request("PUT", path, body=obj)
+                changed += 1
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue
+                raise classify_kube(
+                    err, f"{'adding' if add else 'removing'} the finalizer of NodePool {pool}"
+                ) from None
+        return changed
 
     @activity.defn(name="apply_annotations")
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:

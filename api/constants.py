@@ -80,6 +80,9 @@ BUDGET_REASONS = (REASON_UNDERUTILIZED, REASON_EMPTY, REASON_DRIFTED)
 REASON_EXPIRED = "Expired"
 REASON_INTERRUPTED = "Interrupted"
 REASON_UNHEALTHY = "Unhealthy"
+# karpflow's finalizer on NodePools: a NodePool being deleted stays until its nodes are gone, so the
+# controller can terminate them (Karpenter gets this cascade from NodeClaim owner references).
+NODEPOOL_FINALIZER = "karpflow.io/nodepool-nodes"
 REASON_NODEPOOL_DELETED = "NodePoolDeleted"
 REASON_MANUAL = "Manual"
 

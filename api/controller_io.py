@@ -121,6 +121,10 @@ class PassResult(BaseModel):
         default_factory=list, description="nodes tainted karpenter.sh/disrupted that no workflow holds"
     )
     annotations: list[dict[str, Any]] = Field(default_factory=list, description="planner AnnotationChanges")
+    nodepool_finalizers: dict[str, bool] = Field(
+        default_factory=dict,
+        description="NodePool -> add (true) or remove (false) karpflow's finalizer (NODEPOOL_FINALIZER)",
+    )
     failed: list[FailedCommand] = Field(default_factory=list)
     nodes: int = 0
     pods: int = 0

@@ -129,6 +129,14 @@ class ControllerWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=PASS_RETRY,
             )
+        if result.nodepool_finalizers:
+            await workflow.execute_activity(
+                "sync_nodepool_finalizers",
+                result.nodepool_finalizers,
+                result_type=int,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=PASS_RETRY,
+            )
         if result.annotations:
             await workflow.execute_activity(
                 "apply_annotations",

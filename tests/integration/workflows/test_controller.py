@@ -342,3 +342,65 @@ async def test_no_repair_when_a_quarter_of_the_pool_is_unhealthy(karpflow):
     assert await disruptions(karpflow) == []
     assert "1 of 4 nodes of NodePool default are unhealthy (more than 20%): no repair" in status.blocked[sick]
     assert sick in await karpflow.nodes()
+
+
+ARM = DemoNode("172.31.1.90", "m7g.large", "us-west-2a", "on-demand", "arm", timedelta(days=3), "arm")
+HOSTS = [
+    DemoNode(f"172.31.1.{91 + i}", "m5.xlarge", "us-west-2a", "on-demand", "default", timedelta(days=3), "h")
+    for i in range(2)
+]
+
+
+def two_pools() -> Any:
+    workloads = [
+        Workload("shop", "on-arm", "200m", "256Mi", ["90"]),
+        Workload("shop", "on-default", "200m", "256Mi", ["91"]),
+    ]
+    listing = copy.deepcopy(gen.scenario_list([ARM, *HOSTS], workloads))
+    for item in listing["items"]:
+        if item["kind"] == "NodePool":
+            item["spec"]["disruption"]["consolidateAfter"] = "Never"
+    return parse_scenario(yaml.safe_dump(listing), "two pools")
+
+
+@pytest.mark.sim_stack(scenario=two_pools(), time_scale=0.01)
+async def test_deleting_a_nodepool_drains_and_terminates_its_nodes(karpflow):
+    """karpflow holds NodePools with a finalizer, so a deleted pool waits until its nodes are gone
+    (Karpenter's NodeClaim owner references give it the same cascade)."""
+    path = "/apis/karpenter.sh/v1/nodepools/arm"
+    async with karpflow.worker(controller=True, controller_interval=0.3, controller_validation=0.5):
+
+        async def held() -> bool:
+            return "karpflow.io/nodepool-nodes" in (await karpflow.kube.request("GET", path))["metadata"].get(
+                "finalizers", []
+            )
+
+        await karpflow.eventually(held, within=30)
+        await karpflow.run(
+            "kubectl",
+            "--kubeconfig",
+            str(karpflow.stack.kubeconfig_path),
+            "delete",
+            "nodepool",
+            "arm",
+            "--wait=false",
+        )
+
+        async def pool_gone() -> bool:
+            try:
+                await karpflow.kube.request("GET", path)
+            except Exception:
+                return True
+            return False
+
+        await karpflow.eventually(pool_gone, within=90)
+        await karpflow.client.get_workflow_handle(
+            controller_workflow_id(karpflow.stack.cluster_name)
+        ).terminate("test over")
+    nodes = await karpflow.nodes()
+    assert ARM.name not in nodes and all(h.name in nodes for h in HOSTS)
+    runs = await disruptions(karpflow)
+    assert [i for i, _ in runs if "/NodePoolDeleted/" in i], runs
+    pods = [p for p in await karpflow.pods() if p["metadata"]["name"].startswith("on-arm-")]
+    assert pods and all(p["spec"].get("nodeName") in {h.name for h in HOSTS} for p in pods)
+    assert_no_violations(karpflow.stack)
