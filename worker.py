@@ -39,9 +39,16 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
+from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
-from runtime.connections import connect_kubernetes, connect_temporal, ec2_client, ensure_search_attributes
+from runtime.connections import (
+    connect_kubernetes,
+    connect_temporal,
+    ec2_client,
+    ensure_search_attributes,
+    sqs_client,
+)
 from runtime.health import HealthServer
 from runtime.settings import WorkerSettings, explain, settings_options
 from runtime.telemetry import configure_logging, tracing_interceptors
@@ -106,6 +113,7 @@ class KarpflowWorker:
         self._owns_kube = kube is None
         self.worker: Worker | None = None
         self.watcher: NodeDeletionWatcher | None = None
+        self.interruptions: InterruptionPoller | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
 
@@ -138,6 +146,17 @@ class KarpflowWorker:
                 self.kube, self.client, settings.task_queue, settings.node_watcher_resync
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
+        if settings.interruption_queue:
+            self.interruptions = InterruptionPoller(
+                sqs_client(settings),
+                settings.interruption_queue,
+                self.kube,
+                self.client,
+                settings.task_queue,
+                settings.cluster_name,
+                concurrency=settings.interruption_concurrency,
+            )
+            self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.health:
             self._health = HealthServer(settings.health_host, settings.health_port, lambda: self.ready)
             await self._health.start()
