@@ -155,6 +155,7 @@ class KarpflowWorker:
                 settings.task_queue,
                 settings.cluster_name,
                 concurrency=settings.interruption_concurrency,
+                wait_seconds=settings.interruption_wait,
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.health:

@@ -76,6 +76,7 @@ class WorkerSettings(BaseSettings):
         default=None,
         description="SQS queue (name or URL) of EC2 interruption events; off when unset",
     )
+    interruption_wait: int = Field(default=20, ge=0, le=20, description="SQS long-poll seconds")
     interruption_concurrency: int = Field(
         default=50, gt=0, description="interruption messages handled at once"
     )
