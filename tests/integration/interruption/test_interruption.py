@@ -150,3 +150,26 @@ async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queu
         )
         assert w.interruptions.counters["received"] == 2 and w.interruptions.counters["deleted"] == 1
     assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+
+
+@pytest.mark.sim_stack(scenario=WORLD, time_scale=1)
+async def test_event_to_drained_at_time_scale_one(karpflow, queue):
+    """Real simulated delays (pod start, kubelet, boot): the old node is drained at once, while its
+    replacement boots alongside (termination_deadline); prints the figure for the report."""
+    instance = await instance_of(karpflow, A.name)
+
+    async def drained() -> bool:
+        pods = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+        return all(p["spec"].get("nodeName") != A.name for p in pods)
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
+        started = time.monotonic()
+        queue.put_spot_interruption(instance)
+        await karpflow.eventually(drained, within=150, what="pods off the interrupted node")
+        elapsed = time.monotonic() - started
+        print(f"spot interruption at time scale 1: event → node drained in {elapsed:.2f}s")
+        await karpflow.eventually(lambda: replaced(karpflow, A.name), within=180, what="Ready replacement")
+        print(
+            f"spot interruption at time scale 1: event → replacement Ready, old node gone in "
+            f"{time.monotonic() - started:.2f}s"
+        )
