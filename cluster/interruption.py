@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 REBALANCE_ANNOTATION = "karpflow.dev/rebalance-replace"
 SPOT_WARNING = timedelta(minutes=2)  # a spot interruption happens two minutes after its warning
 UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cache TTL
+# Seconds a node listing serves; short, since a message for a node that just joined must find it
+# (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
+NODE_INDEX_TTL = 1.0
 
 
 def instance_id_of(node: Json) -> str | None:
@@ -87,7 +91,12 @@ class InterruptionPoller:
         self.counters: Counter[str] = Counter()
         self.latencies: list[float] = []  # event time → workflow started, seconds
         self.last_poll = 0.0  # monotonic; a liveness heartbeat for /healthz-style checks
-        self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = max(10, concurrency)
+        # One thread per message in flight (its delete) plus the long poll.
+        self._threads = ThreadPoolExecutor(self.concurrency + 1, thread_name_prefix="interruption-sqs")
+        self._nodes: dict[str, Json] = {}
+        self._nodes_at = float("-inf")
+        self._nodes_lock = asyncio.Lock()
         self._url: str | None = None
 
     async def queue_url(self) -> str:
@@ -95,50 +104,62 @@ class InterruptionPoller:
             if self.queue.startswith(("http://", "https://")):
                 self._url = self.queue
             else:
-                found = await asyncio.to_thread(self.sqs.get_queue_url, QueueName=self.queue)
+                found = await self._sqs("get_queue_url", QueueName=self.queue)
                 self._url = found["QueueUrl"]
         return self._url
 
+    async def _sqs(self, method: str, **kwargs: Any) -> Any:
+        """boto3 is blocking: its calls run on the poller's own threads, not the loop's default pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, lambda: getattr(self.sqs, method)(**kwargs))
+
     async def run(self) -> None:
-        """Forever: long-poll 10 messages, handle them in parallel, poll again at once."""
+        """Forever: long-poll up to 10 messages whenever 10 handler slots are free, handle each as a task
+        of its own (a slow message does not hold up the next poll)."""
         backoff = 0.5
-        while True:
-            try:
-                url = await self.queue_url()
-                self.last_poll = time.monotonic()
-                response = await asyncio.to_thread(
-                    self.sqs.receive_message,
-                    QueueUrl=url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=self.wait_seconds,
-                )
-                messages = response.get("Messages") or []
-                self.counters["received"] += len(messages)
-                await asyncio.gather(*(self._guarded(url, m) for m in messages))
-                backoff = 0.5
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("interruption poller: %r; polling again in %.1fs", err, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    while len(inflight) > self.concurrency - 10:
+                        _, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                    url = await self.queue_url()
+                    self.last_poll = time.monotonic()
+                    response = await self._sqs(
+                        "receive_message",
+                        QueueUrl=url,
+                        MaxNumberOfMessages=10,
+                        WaitTimeSeconds=self.wait_seconds,
+                    )
+                    messages = response.get("Messages") or []
+                    self.counters["received"] += len(messages)
+                    for message in messages:
+                        task = asyncio.create_task(self._guarded(url, message))
+                        inflight.add(task)
+                        task.add_done_callback(inflight.discard)
+                    backoff = 0.5
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("interruption poller: %r; polling again in %.1fs", err, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+        finally:
+            for task in inflight:
+                task.cancel()
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _guarded(self, url: str, message: Json) -> None:
-        async with self._slots:
-            try:
-                await self.handle(message)
-            except Exception as err:  # left in the queue: SQS redelivers it after its visibility timeout
-                self.counters["failed"] += 1
-                log.warning(
-                    "interruption message %s not handled, left for redelivery: %r",
-                    message.get("MessageId"),
-                    err,
-                )
-                return
-            await asyncio.to_thread(
-                self.sqs.delete_message, QueueUrl=url, ReceiptHandle=message["ReceiptHandle"]
+        try:
+            await self.handle(message)
+        except Exception as err:  # left in the queue: SQS redelivers it after its visibility timeout
+            self.counters["failed"] += 1
+            log.warning(
+                "interruption message %s not handled, left for redelivery: %r", message.get("MessageId"), err
             )
-            self.counters["deleted"] += 1
+            return
+        await self._sqs("delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        self.counters["deleted"] += 1
 
     async def handle(self, message: Json) -> None:
         """Start what the message asks for; return normally when it may be deleted."""
@@ -158,6 +179,8 @@ class InterruptionPoller:
         nodes = await self._nodes_by_instance()
         for instance_id in event.instance_ids:
             node = nodes.get(instance_id)
+            if node is None:  # perhaps a node newer than the listing: look once more
+                node = (await self._nodes_by_instance(max_age=0.1)).get(instance_id)
             if node is None:
                 log.info(
                     "interruption message %s: %s %s is not a node of cluster %s, deleted",
@@ -173,10 +196,15 @@ class InterruptionPoller:
                     event.kind, instance_id, node["metadata"]["name"], message_id, acted, latency,
                 )  # fmt: skip
 
-    async def _nodes_by_instance(self) -> dict[str, Json]:
-        # The API server is this cluster's: every node listed is ours; providerID names the instance.
-        listing = await self.kube.list_nodes()
-        return {i: n for n in listing.get("items") or () if (i := instance_id_of(n))}
+    async def _nodes_by_instance(self, max_age: float = NODE_INDEX_TTL) -> dict[str, Json]:
+        """Instance id → node. The API server is this cluster's: every node listed is ours. One listing
+        serves every message handled in the same NODE_INDEX_TTL (a burst of warnings lists once)."""
+        async with self._nodes_lock:
+            if time.monotonic() - self._nodes_at > max_age:
+                listing = await self.kube.list_nodes()
+                self._nodes = {i: n for n in listing.get("items") or () if (i := instance_id_of(n))}
+                self._nodes_at = time.monotonic()
+            return self._nodes
 
     async def _act(self, event: Interruption, instance_id: str, node: Json) -> str:
         name = node["metadata"]["name"]

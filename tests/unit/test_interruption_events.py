@@ -122,7 +122,7 @@ def test_node_helpers():
 
 def test_the_iam_policy_grants_every_sqs_call_the_poller_makes():
     source = (ROOT / "cluster" / "interruption.py").read_text()
-    calls = set(re.findall(r"self\.sqs\.(\w+)", source))
+    calls = set(re.findall(r"_sqs\(\s*\"(\w+)\"", source))
     actions = {"sqs:" + "".join(part.title() for part in call.split("_")) for call in calls}
     policy = json.loads((ROOT / "deploy" / "iam-policy.json").read_text())
     granted = set()
