@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -33,8 +34,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from api.workflow_ids import interruption_workflow_id
-from bench.bench_workflows import Simulator, build, demo_node
-from cluster.interruption import instance_id_of
+from bench.bench_workflows import Simulator, build, demo_node, free_port
+from cluster.interruption import InterruptionPoller, instance_id_of
 from kube.client import KubeApi
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
@@ -59,10 +60,13 @@ def body(instance_id: str, n: int) -> str:
     )
 
 
-async def closed_status(handle: WorkflowHandle) -> WorkflowExecutionStatus:
+async def closed_status(handle: WorkflowHandle) -> tuple[WorkflowExecutionStatus, int]:
+    """How the run ended, and how many replacements it launched."""
+    launched = 0
     with contextlib.suppress(Exception):  # the status says how it ended
-        await handle.result()
-    return (await handle.describe()).status
+        result = await handle.result()
+        launched = sum(1 for r in result.get("replacements", []) if r.get("instance_id"))
+    return (await handle.describe()).status, launched
 
 
 async def main() -> None:
@@ -71,6 +75,12 @@ async def main() -> None:
     )
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--messages", type=int, default=500)
+    parser.add_argument(
+        "--sqs-apart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SQS on its own moto server (default), not the simulator's busy EC2 moto",
+    )
     args = parser.parse_args()
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(key, "testing")
@@ -82,6 +92,7 @@ async def main() -> None:
         dev_server_extra_args=["--dynamic-config-value", "frontend.enableServerVersionCheck=false"],
     )
     sim = Simulator(f"bench-{uuid.uuid4().hex[:6]}")
+    sqs_server: subprocess.Popen[bytes] | None = None
     try:
         client = with_karpflow_converter(env.client)
         await ensure_search_attributes(client)
@@ -91,8 +102,18 @@ async def main() -> None:
         await asyncio.to_thread(sim.load, build(victims, []))
         kube = KubeApi.for_host(sim.kube_url, user_agent="bench")
         instances = [i for n in (await kube.list_nodes())["items"] if (i := instance_id_of(n))]
-        url = ensure_interruption_queue(sim.ec2_endpoint, sim.region, "bench-interruption")
-        sqs = boto3.client("sqs", endpoint_url=sim.ec2_endpoint, region_name=sim.region, **MOTO_KEYS)
+        sqs_endpoint = sim.ec2_endpoint
+        if args.sqs_apart:  # SQS on a moto of its own: in AWS it is not the busy EC2 endpoint either
+            port = free_port()
+            sqs_server = subprocess.Popen(  # noqa: ASYNC220 - a server that outlives this call
+                [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            sqs_endpoint = f"http://127.0.0.1:{port}"
+            await asyncio.sleep(2)
+        url = ensure_interruption_queue(sqs_endpoint, sim.region, "bench-interruption")
+        sqs = boto3.client("sqs", endpoint_url=sqs_endpoint, region_name=sim.region, **MOTO_KEYS)
         ec2 = boto3.client("ec2", endpoint_url=sim.ec2_endpoint, region_name=sim.region, **MOTO_KEYS)
         before = sum(len(r["Instances"]) for r in ec2.describe_instances()["Reservations"])
         bodies = [body(instances[i % len(instances)], i) for i in range(args.messages)]
@@ -112,25 +133,29 @@ async def main() -> None:
             register_search_attributes=False,
             node_watcher=False,
             log_level="WARNING",
-            interruption_queue=url,
-            interruption_wait=1,
         )
         started = time.perf_counter()
-        async with KarpflowWorker(settings, client=client) as worker:
-            poller = worker.interruptions
-            assert poller is not None
+        async with KarpflowWorker(settings, client=client):
+            # The worker's own poller class, on the SQS endpoint chosen above.
+            poller = InterruptionPoller(
+                sqs, url, kube, client, settings.task_queue, sim.cluster_name, wait_seconds=1
+            )
+            polling = asyncio.create_task(poller.run())
             while poller.counters["deleted"] + poller.counters["failed"] < args.messages:
                 await asyncio.sleep(0.05)
                 if time.perf_counter() - started > 600:
                     break
             handled = time.perf_counter() - started
-            handles = [client.get_workflow_handle(interruption_workflow_id(i)) for i in instances]
+            handles = [
+                client.get_workflow_handle(interruption_workflow_id(i), result_type=dict) for i in instances
+            ]
             statuses = []
             for handle in handles:
                 statuses.append(await closed_status(handle))
             closed = time.perf_counter() - started
             counters = dict(poller.counters)
             latencies = sorted(poller.latencies)
+            polling.cancel()
         runs = 0
         for i in instances:
             runs += len(
@@ -140,7 +165,8 @@ async def main() -> None:
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
         left = int(attributes["Attributes"]["ApproximateNumberOfMessages"])
         await kube.close()
-        completed = sum(s == WorkflowExecutionStatus.COMPLETED for s in statuses)
+        completed = sum(s == WorkflowExecutionStatus.COMPLETED for s, _ in statuses)
+        replacements = sum(n for _, n in statuses)
         print(f"interruption burst: {args.messages} spot warnings for {len(instances)} nodes, sent at once")
         print(f"   all messages handled (deleted)   {handled:7.2f} s   ({args.messages / handled:.0f} msg/s)")
         print(
@@ -152,12 +178,14 @@ async def main() -> None:
             f"  max {latencies[-1]:.2f} s"
         )
         print(f"   interruption runs                {runs} (one per node: {runs == len(instances)})")
-        print(f"   replacements launched            {after - before}")
+        print(f"   replacements launched            {replacements} (instances in moto: {before} → {after})")
         print(
             f"   messages left in the queue       {left}"
             f" (none lost: {left == 0 and counters['deleted'] >= args.messages})"
         )
     finally:
+        if sqs_server is not None:
+            sqs_server.terminate()
         sim.stop()
         await env.shutdown()
 
