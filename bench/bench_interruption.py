@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import boto3
+from botocore.config import Config
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -113,7 +114,13 @@ async def main() -> None:
             sqs_endpoint = f"http://127.0.0.1:{port}"
             await asyncio.sleep(2)
         url = ensure_interruption_queue(sqs_endpoint, sim.region, "bench-interruption")
-        sqs = boto3.client("sqs", endpoint_url=sqs_endpoint, region_name=sim.region, **MOTO_KEYS)
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=sqs_endpoint,
+            region_name=sim.region,
+            config=Config(max_pool_connections=64),
+            **MOTO_KEYS,
+        )
         ec2 = boto3.client("ec2", endpoint_url=sim.ec2_endpoint, region_name=sim.region, **MOTO_KEYS)
         before = sum(len(r["Instances"]) for r in ec2.describe_instances()["Reservations"])
         bodies = [body(instances[i % len(instances)], i) for i in range(args.messages)]
