@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.workflow_ids import interruption_workflow_id
-from cluster.interruption import instance_id_of
+from cluster.interruption import REBALANCE_ANNOTATION, instance_id_of
 from tests.integration.workflows.conftest import Workload, node, scenario
 
 pytestmark = pytest.mark.integration
@@ -173,3 +173,46 @@ async def test_event_to_drained_at_time_scale_one(karpflow, queue):
             f"spot interruption at time scale 1: event → replacement Ready, old node gone in "
             f"{time.monotonic() - started:.2f}s"
         )
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_recommendation_without_opt_in_records_an_event_only(karpflow, queue):
+    instance = await instance_of(karpflow, A.name)
+    before = {i["InstanceId"] for i in karpflow.instances()}
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+        assert w.interruptions.counters["kind:RebalanceRecommendation"] == 1
+    events = (await karpflow.kube.request("GET", "/api/v1/namespaces/default/events"))["items"]
+    assert any(
+        e["reason"] == "RebalanceRecommendation" and e["involvedObject"]["name"] == A.name for e in events
+    )
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert A.name in await karpflow.nodes()
+    assert {i["InstanceId"] for i in karpflow.instances()} == before
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_recommendation_with_opt_in_replaces_the_node(karpflow, queue):
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={"metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}}},
+        content_type="application/merge-patch+json",
+    )
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
+        await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="proactive replacement")
+    described = await karpflow.client.get_workflow_handle(interruption_workflow_id(instance)).describe()
+    assert described.workflow_type == "DisruptionWorkflow"
