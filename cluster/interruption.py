@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.constants import (
     CAPACITY_TYPE_LABEL,
+    DISRUPTED_TAINT_KEY,
     INSTANCE_TYPE_LABEL,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
@@ -34,9 +35,11 @@ from api.constants import (
 )
 from api.controller_io import SIGNAL_OFFERING_UNAVAILABLE, OfferingUnavailable
 from api.interruption_events import Interruption, UnparseableMessage, parse_message
+from api.nodepool import NodePool
 from api.workflow_ids import controller_workflow_id, interruption_workflow_id, termination_workflow_id
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from kube.client import Json, KubeApi
+from planner.budgets import BudgetError, allowed_disruptions
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +293,35 @@ class InterruptionPoller:
             log.info("rebalance: NodePool %s not readable (%r): no proactive replacement", pool, err)
             return False
         annotations = (nodepool.get("metadata") or {}).get("annotations") or {}
-        return annotations.get(REBALANCE_ANNOTATION) == "true"
+        if annotations.get(REBALANCE_ANNOTATION) != "true":
+            return False
+        return await self._within_budget(pool, nodepool)
+
+    async def _within_budget(self, pool: str, nodepool: Json) -> bool:
+        """The pool's budgets for reason Drifted (the reason the replacement runs under), minus the
+        nodes of the pool already being disrupted or deleted; a budget that cannot be read fails closed."""
+        members = [
+            n
+            for n in (await self._nodes_by_instance(max_age=0.1)).values()
+            if ((n.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL) == pool
+        ]
+        busy = sum(
+            1
+            for n in members
+            if (n.get("metadata") or {}).get("deletionTimestamp")
+            or any(t.get("key") == DISRUPTED_TAINT_KEY for t in (n.get("spec") or {}).get("taints") or ())
+        )
+        try:
+            allowed = allowed_disruptions(
+                NodePool.model_validate(nodepool), len(members), datetime.now(UTC), "Drifted"
+            )
+        except (BudgetError, ValueError) as err:
+            log.info("rebalance: budgets of NodePool %s unreadable (%s): no proactive replacement", pool, err)
+            return False
+        if allowed - busy <= 0:
+            log.info("rebalance: NodePool %s budget allows no more disruptions now (%d busy)", pool, busy)
+            return False
+        return True
 
     async def _record_event(self, node: Json, reason: str, message: str) -> None:
         """A Kubernetes Event on the node; best effort (an event is not worth a redelivery)."""

@@ -216,3 +216,28 @@ async def test_a_rebalance_recommendation_with_opt_in_replaces_the_node(karpflow
         await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="proactive replacement")
     described = await karpflow.client.get_workflow_handle(interruption_workflow_id(instance)).describe()
     assert described.workflow_type == "DisruptionWorkflow"
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
+    """Opted in, but the NodePool's budget allows no disruption: the event only, no workflow."""
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={
+            "metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}},
+            "spec": {"disruption": {"budgets": [{"nodes": "0"}]}},
+        },
+        content_type="application/merge-patch+json",
+    )
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert A.name in await karpflow.nodes()
