@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# The wheel ships the product only; the development install also puts the checkout on the path,
+	@# so sim/ (the local stack behind `karpflow dev|demo|sim`) and bench/ import from here.
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "karpflow-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $@
 
 ## test: lint, then every test (unit and integration against real servers)

@@ -1,7 +1,10 @@
 """The `karpflow` command.
 
 Each subcommand lives beside the code it drives and is imported only when invoked, so
-`karpflow --help` stays fast and a missing optional part never breaks the others.
+`karpflow --help` stays fast and a missing optional part never breaks the others. The shipped
+package (the wheel, the worker image) holds the product only; `dev`, `demo` and `sim` drive the
+local stack in sim/, which comes with the development install (`make install`), so a plain
+`pip install karpflow` lists only the commands that work there.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import click
 # name -> "module:attribute" of a click command or group.
 SUBCOMMANDS: dict[str, str] = {
     "plan": "planner.cli:plan",
+    "controller": "runtime.controller_cli:controller",
+    "status": "runtime.controller_cli:status",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",
     "sim": "sim.cli:sim",
@@ -36,12 +41,17 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            # Only a missing subcommand module hides the command; a broken import inside it must surface.
-            if err.name != module_name:
+            # Only a missing subcommand module (or its package) hides the command; a broken import
+            # inside a module that is present must surface.
+            if not _names_module_or_parent(err.name, module_name):
                 raise
             return None
         command = getattr(module, attribute, None)
         return command if isinstance(command, click.Command) else None
+
+
+def _names_module_or_parent(missing: str | None, module_name: str) -> bool:
+    return missing is not None and (missing == module_name or module_name.startswith(missing + "."))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -35,10 +35,15 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
+from activities.planning import PlanningActivities
+from api.controller_io import ControllerInput
+from api.workflow_ids import controller_workflow_id
+from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
@@ -52,17 +57,19 @@ from runtime.connections import (
 from runtime.health import HealthServer
 from runtime.settings import WorkerSettings, explain, settings_options
 from runtime.telemetry import configure_logging, tracing_interceptors
+from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 
 log = logging.getLogger("karpflow.worker")
 
-WORKFLOWS: tuple[type, ...] = (DisruptionWorkflow, TerminationWorkflow)
+WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow)
 
 
-def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Callable[..., Any]]:
-    """Every activity the workflows call, bound to its clients."""
-    kubernetes = KubernetesActivities(kube, poll_interval=settings.poll_interval)
+def activities_for(
+    kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
+) -> list[Callable[..., Any]]:
+    """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
     aws = EC2Activities(
         ec2,
         settings.cluster_name,
@@ -70,7 +77,10 @@ def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Ca
         poll_interval=settings.ec2_poll_interval,
         threads=settings.ec2_threads,
     )
-    return [
+    kubernetes = KubernetesActivities(
+        kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name
+    )
+    activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
         kubernetes.untaint_disrupted,
@@ -89,6 +99,15 @@ def activities_for(kube: KubeApi, ec2: Any, settings: WorkerSettings) -> list[Ca
         aws.describe_instance,
         aws.terminate_instance,
     ]
+    if planning is not None:
+        activities += [
+            # The controller: observe and plan, validate, crash cleanup, node annotations.
+            planning.plan_pass,
+            planning.validate_commands,
+            planning.untaint_orphans,
+            planning.apply_annotations,
+        ]
+    return activities
 
 
 # -- the process ---------------------------------------------------------------------------------------
@@ -114,6 +133,7 @@ class KarpflowWorker:
         self.worker: Worker | None = None
         self.watcher: NodeDeletionWatcher | None = None
         self.interruptions: InterruptionPoller | None = None
+        self.cache: ClusterCache | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
 
@@ -127,11 +147,18 @@ class KarpflowWorker:
             self.kube = await connect_kubernetes(settings)
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
+        planning = None
+        if settings.controller:
+            self.cache = ClusterCache(self.kube)
+            self.cache.start()
+            planning = PlanningActivities(
+                self.cache, self.kube, self.client, task_queue=settings.task_queue, region=settings.aws_region
+            )
         self.worker = Worker(
             self.client,
             task_queue=settings.task_queue,
             workflows=list(WORKFLOWS),
-            activities=activities_for(self.kube, self.ec2, settings),
+            activities=activities_for(self.kube, self.ec2, settings, planning),
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             graceful_shutdown_timeout=timedelta(seconds=settings.graceful_shutdown),
@@ -143,7 +170,12 @@ class KarpflowWorker:
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:
             self.watcher = NodeDeletionWatcher(
-                self.kube, self.client, settings.task_queue, settings.node_watcher_resync
+                self.kube,
+                self.client,
+                settings.task_queue,
+                settings.node_watcher_resync,
+                retry_every=min(10.0, settings.node_watcher_retry),
+                retry_first=timedelta(seconds=settings.node_watcher_retry),
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
         if settings.interruption_queue:
@@ -158,6 +190,8 @@ class KarpflowWorker:
                 wait_seconds=settings.interruption_wait,
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
+        if settings.controller:
+            await self.start_controller()
         if settings.health:
             self._health = HealthServer(settings.health_host, settings.health_port, lambda: self.ready)
             await self._health.start()
@@ -171,6 +205,25 @@ class KarpflowWorker:
         )
         return self
 
+    async def start_controller(self) -> str:
+        """Start the cluster's ControllerWorkflow unless it runs already (every worker does this)."""
+        settings = self.settings
+        assert self.client is not None
+        handle = await self.client.start_workflow(
+            ControllerWorkflow.run,
+            ControllerInput(
+                cluster=settings.cluster_name,
+                task_queue=settings.task_queue,
+                interval_seconds=settings.controller_interval,
+                validation_seconds=settings.controller_validation,
+            ),
+            id=controller_workflow_id(settings.cluster_name),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        log.info("controller %s running (run %s)", handle.id, handle.result_run_id)
+        return handle.id
+
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
@@ -178,7 +231,8 @@ class KarpflowWorker:
     def ready(self) -> bool:
         running = self.worker is not None and self.worker.is_running
         watching = self.watcher is None or self.watcher.synced
-        return running and watching
+        cached = self.cache is None or self.cache.synced
+        return running and watching and cached
 
     async def wait(self) -> None:
         """Until the Temporal worker stops (it raises if it failed)."""
@@ -193,6 +247,9 @@ class KarpflowWorker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.cache is not None:
+            await self.cache.stop()
+            self.cache = None
         if self._health is not None:
             await self._health.stop()
             self._health = None
@@ -222,9 +279,6 @@ async def serve(settings: WorkerSettings) -> None:
         else:
             worker_done.result()  # re-raise a fatal worker error
         stopped.cancel()
-
-
-# -- the command ---------------------------------------------------------------------------------------
 
 
 # -- the command ---------------------------------------------------------------------------------------

@@ -66,6 +66,18 @@ class DrainProgress:
         }
 
 
+def resumed_progress(details: Any) -> DrainProgress | None:
+    """The counters an earlier attempt heartbeated (`DrainProgress.details()`), if any."""
+    if not isinstance(details, dict):
+        return None
+    try:
+        return DrainProgress(
+            evicted=int(details.get("evicted") or 0), deleted=int(details.get("deleted") or 0)
+        )
+    except (TypeError, ValueError):
+        return None
+
+
 class Drainer:
     """Drains one node until no waited-for pod is left. Stateless across attempts: a retried activity
     looks at the node afresh, so a crash half way loses nothing."""
@@ -78,6 +90,7 @@ class Drainer:
         poll_interval: float,
         on_progress: Callable[[DrainProgress], None] = lambda _: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        resumed: DrainProgress | None = None,
     ) -> None:
         self.kube = kube
         self.node = node
@@ -85,7 +98,8 @@ class Drainer:
         self.poll_interval = poll_interval
         self.on_progress = on_progress
         self.clock = clock
-        self.progress = DrainProgress()
+        # A retried attempt (the worker died) carries on with the counters of the one before it.
+        self.progress = resumed or DrainProgress()
         self._backoff: dict[tuple[str, ...], _Backoff] = {}
 
     async def run(self) -> DrainProgress:

@@ -233,6 +233,17 @@ class EC2Activities:
         if template.metadata_options:
             params["MetadataOptions"] = template.metadata_options
         if offering.capacity_type == CAPACITY_SPOT:
+            # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
+            # be created (deploy/iam-policy.json) and the request is traceable to its cluster.
+            params["TagSpecifications"].append(
+                {
+                    "ResourceType": "spot-instances-request",
+                    "Tags": [
+                        {"Key": cluster_tag(self.cluster), "Value": CLUSTER_TAG_VALUE},
+                        {"Key": TAG_NODEPOOL, "Value": template.nodepool},
+                    ],
+                }
+            )
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -308,6 +319,15 @@ class EC2Activities:
         return InstanceState(
             instance_id=instance_id, found=True, state=instance["State"]["Name"], owned=owned
         )
+
+    async def ownership(self, instance_id: str) -> tuple[bool, bool]:
+        """(found, owned by this cluster) for the managed-node guard of the Kubernetes activities."""
+        try:
+            state = self._state(instance_id, await self._describe(instance_id))
+        except Exception as err:
+            raise classify_ec2(err, f"describing instance {instance_id}") from None
+        found = state.found and state.state != "terminated"
+        return found, state.owned
 
     @activity.defn(name="describe_instance")
     async def describe_instance(self, request: InstanceRequest) -> InstanceState:

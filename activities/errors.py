@@ -25,6 +25,7 @@ INVALID = "InvalidRequest"
 FORBIDDEN = "Forbidden"
 NOT_FOUND = "NotFound"
 NOT_OWNED = "NotOwned"
+REFUSED = "Refused"  # a guard at the moment of acting said no (activities/guards.py); nothing changed
 INSUFFICIENT_CAPACITY = "InsufficientInstanceCapacity"
 OFFERING_UNAVAILABLE = "OfferingUnavailable"  # no subnet in the zone, unsupported type, cached ICE
 
@@ -33,6 +34,7 @@ NON_RETRYABLE_TYPES: tuple[str, ...] = (
     FORBIDDEN,
     NOT_FOUND,
     NOT_OWNED,
+    REFUSED,
     INSUFFICIENT_CAPACITY,
     OFFERING_UNAVAILABLE,
 )

@@ -15,8 +15,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import errors
-from activities.drain import Drainer, DrainProgress, wait_until
+from activities import errors, guards
+from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found, permanent
 from api.activity_io import (
     AmiChoice,
@@ -54,7 +54,7 @@ from api.constants import (
     UNREGISTERED_TAINT_KEY,
 )
 from api.nodepool import EC2NodeClass, NodePool
-from api.workflow_io import TaintSpec
+from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import Pod
 from kube.times import parse_time, rfc3339
@@ -170,6 +170,9 @@ class _Refused(Exception):
     """Raised inside a read-modify-write to stop without writing."""
 
 
+HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is doing
+
+
 def _heartbeat(details: Any) -> None:
     if activity.in_activity():
         activity.heartbeat(details)
@@ -181,9 +184,19 @@ def _heartbeat(details: Any) -> None:
 class KubernetesActivities:
     """Activities that act on the Kubernetes API. `poll_interval` paces the waits (seconds)."""
 
-    def __init__(self, kube: KubeApi, poll_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        kube: KubeApi,
+        poll_interval: float = 1.0,
+        *,
+        ownership: guards.OwnershipCheck | None = None,
+        cluster: str = "",
+    ) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
+        # Whether this cluster owns an instance (EC2Activities.ownership): the managed-node guard.
+        self.ownership = ownership
+        self.cluster = cluster
 
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
@@ -192,15 +205,42 @@ class KubernetesActivities:
 
     @activity.defn(name="taint_disrupted")
     async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
-        """Taint each candidate `karpenter.sh/disrupted:NoSchedule`. A candidate that is missing or already
-        being deleted is reported (ok=False), not raised: the workflow decides whether that aborts."""
-        return list(await asyncio.gather(*(self._taint_candidate(node) for node in request.nodes)))
+        """Taint each candidate `karpenter.sh/disrupted:NoSchedule` and record the command that holds it.
+        First every candidate passes the guards (activities/guards.py: managed; for voluntary reasons
+        do-not-disrupt and no other holder); one refusal refuses the command, before any change. A
+        candidate that is missing or already being deleted is reported (ok=False), not raised: the
+        workflow decides whether that aborts."""
+        try:
+            await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
+        except guards.Refused as err:
+            raise guards.refusal(err) from None
+        return list(
+            await asyncio.gather(*(self._taint_candidate(n, request.command_id) for n in request.nodes))
+        )
 
-    async def _taint_candidate(self, name: str) -> CandidateNode:
+    async def _guard_candidate(self, name: str, request: TaintRequest) -> None:
+        try:
+            node = await self.kube.find_node(name)
+            if node is None or node["metadata"].get("deletionTimestamp"):
+                return  # reported by the taint below
+            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
+        except guards.Refused:
+            raise
+        except Exception as err:
+            raise classify_kube(err, f"checking node {name}") from None
+        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC))
+
+    async def _taint_candidate(self, name: str, command_id: str) -> CandidateNode:
         def mutate(node: Json) -> bool:
             if (node.get("metadata") or {}).get("deletionTimestamp"):
                 raise _Refused("node is already being deleted")
-            return add_taint(node, dict(DISRUPTED_TAINT))
+            changed = add_taint(node, dict(DISRUPTED_TAINT))
+            annotations = node["metadata"].setdefault("annotations", {})
+            if command_id and annotations.get(guards.OWNER_ANNOTATION) != command_id:
+                annotations[guards.OWNER_ANNOTATION] = command_id
+                changed = True
+            return changed
 
         try:
             node = await self.kube.update_node(name, mutate)
@@ -219,13 +259,18 @@ class KubernetesActivities:
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
-        """Remove the disrupted taint; nodes already being deleted keep it (their termination owns them)."""
+        """Remove the disrupted taint; nodes already being deleted keep it (their termination owns them),
+        and so do nodes another command holds (a rollback undoes only its own taints)."""
 
         async def untaint(name: str) -> str | None:
             def mutate(node: Json) -> bool:
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
                     return False
-                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule")
+                if request.command_id and guards.other_holder(node, request.command_id) is not None:
+                    return False
+                annotations = node["metadata"].get("annotations") or {}
+                released = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
+                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or released
 
             try:
                 await self.kube.update_node(name, mutate)
@@ -441,6 +486,12 @@ class KubernetesActivities:
         name = request.node
         try:
             node = await self.kube.find_node(name)
+            if node is None and activity.info().attempt == 1:
+                # Only a retry may find the node gone (an earlier attempt deleted it): a first look
+                # that finds nothing means a wrong name, or a node someone else already removed.
+                raise guards.Refused(f"node {name} does not exist")
+            if node is not None:
+                await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             if node is None:
                 return NodeInfo(
                     node=name,
@@ -460,6 +511,8 @@ class KubernetesActivities:
                         instance_id=instance_id_of(request.provider_id),
                     )
             deadline = await self._deadline(node, request)
+        except guards.Refused as err:
+            raise guards.refusal(err) from None
         except errors.ApplicationError:
             raise
         except Exception as err:
@@ -532,21 +585,34 @@ class KubernetesActivities:
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
-        """Evict the node's pods tier by tier until none is left to wait for; heartbeats the pods left."""
+        """Evict the node's pods tier by tier until none is left to wait for. Heartbeats its progress
+        every few seconds, even inside a long pass of evictions, and a retry after a crash resumes
+        from the last heartbeat's counters (the pods themselves are looked at afresh)."""
         started = time.monotonic()
+        previous = activity.info().heartbeat_details if activity.in_activity() else ()
         drainer = Drainer(
             self.kube,
             request.node,
             request.deadline,
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
+            resumed=resumed_progress(previous[0]) if previous else None,
         )
+
+        async def keep_beating() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_EVERY)
+                _heartbeat(drainer.progress.details())
+
+        beating = asyncio.create_task(keep_beating())
         try:
             progress: DrainProgress = await drainer.run()
         except errors.ApplicationError:
             raise
         except Exception as err:
             raise classify_kube(err, f"draining node {request.node}") from None
+        finally:
+            beating.cancel()
         return DrainResult(
             evicted=progress.evicted, deleted=progress.deleted, seconds=time.monotonic() - started
         )

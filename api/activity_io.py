@@ -18,6 +18,9 @@ from api.workflow_io import GoDuration, Offering, ReplacementSpec, TaintSpec
 class TaintRequest(BaseModel):
     nodes: list[str]
     command_id: str
+    reason: str = Field(
+        default="", description="the command's reason: voluntary ones re-check do-not-disrupt"
+    )
 
 
 class CandidateNode(BaseModel):
@@ -32,6 +35,7 @@ class CandidateNode(BaseModel):
 
 class UntaintRequest(BaseModel):
     nodes: list[str]
+    command_id: str = Field(default="", description="only taints this command holds are removed")
 
 
 # -- Replacements --------------------------------------------------------------------------------

@@ -79,6 +79,8 @@ REASON_DRIFTED = "Drifted"
 BUDGET_REASONS = (REASON_UNDERUTILIZED, REASON_EMPTY, REASON_DRIFTED)
 REASON_EXPIRED = "Expired"
 REASON_INTERRUPTED = "Interrupted"
+REASON_UNHEALTHY = "Unhealthy"
+REASON_NODEPOOL_DELETED = "NodePoolDeleted"
 REASON_MANUAL = "Manual"
 
 # Priority classes whose pods drain last.

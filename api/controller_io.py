@@ -7,6 +7,7 @@ to it without importing it.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -29,3 +30,136 @@ class OfferingUnavailable(BaseModel):
     @property
     def key(self) -> str:
         return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
+
+
+# -- The ControllerWorkflow's input, its activities' documents, and its status ----------------------
+
+SIGNAL_WAKE = "wake"  # run a pass now instead of at the end of the interval
+
+
+class Backoff(BaseModel):
+    """A NodePool whose commands for `reason` failed: no new voluntary command for it until `until`."""
+
+    nodepool: str
+    reason: str
+    failures: int
+    until: datetime
+    last_failure: str = Field(default="", description="the failed workflow and its message")
+
+
+class ControllerState(BaseModel):
+    """What a ControllerWorkflow carries over continue-as-new."""
+
+    backoffs: dict[str, Backoff] = Field(default_factory=dict, description="'<pool>/<reason>' -> backoff")
+    unavailable: dict[str, OfferingUnavailable] = Field(default_factory=dict)
+    failures_seen_until: datetime | None = Field(
+        default=None, description="failed commands that closed before this were already counted"
+    )
+    passes: int = 0
+
+
+class ControllerInput(BaseModel):
+    """`{"cluster": "dev"}` is enough; the other fields are the defaults of Karpenter's loop."""
+
+    cluster: str = Field(min_length=1)
+    task_queue: str = "karpflow"
+    interval_seconds: float = Field(default=10.0, gt=0, description="between passes that started nothing")
+    validation_seconds: float = Field(
+        default=15.0, ge=0, description="consolidation commands wait this long, then are re-checked"
+    )
+    passes_per_run: int = Field(
+        default=100, ge=1, description="passes before continue-as-new (each pass adds about 10-30 events)"
+    )
+    backoff_initial_seconds: float = Field(default=60.0, gt=0)
+    backoff_max_seconds: float = Field(default=600.0, gt=0)
+    state: ControllerState = Field(default_factory=ControllerState)
+
+
+class PlannedCommand(BaseModel):
+    """One command of a pass, ready to start: its workflow id and input, and the planner's own form
+    (kept to re-validate it on a fresh view)."""
+
+    workflow_id: str
+    method: str
+    reason: str
+    nodes: list[str]
+    nodepools: list[str]
+    forceful: bool
+    needs_validation: bool
+    savings_per_hour: float = 0.0
+    input: dict[str, Any] = Field(description="the DisruptionInput, as JSON")
+    planned: dict[str, Any] = Field(description="the planner's CommandOut, as JSON")
+
+
+class FailedCommand(BaseModel):
+    workflow_id: str
+    nodepools: list[str]
+    reason: str
+    closed_at: datetime
+    message: str = ""
+
+
+class PassRequest(BaseModel):
+    holding: list[str] = Field(
+        default_factory=list, description="nodes of commands this controller holds (waiting for validation)"
+    )
+    unavailable: list[OfferingUnavailable] = Field(default_factory=list)
+    failures_since: datetime | None = None
+
+
+class PassResult(BaseModel):
+    at: datetime
+    commands: list[PlannedCommand]
+    blocked: dict[str, str] = Field(default_factory=dict, description="node -> why it was left alone")
+    waiting: list[str] = Field(
+        default_factory=list, description="nodes that are only waiting (consolidateAfter, a timer)"
+    )
+    budgets: dict[str, dict[str, int]] = Field(default_factory=dict)
+    problems: list[str] = Field(default_factory=list)
+    in_flight: list[str] = Field(default_factory=list, description="running disruption/termination workflows")
+    orphan_taints: list[str] = Field(
+        default_factory=list, description="nodes tainted karpenter.sh/disrupted that no workflow holds"
+    )
+    annotations: list[dict[str, Any]] = Field(default_factory=list, description="planner AnnotationChanges")
+    failed: list[FailedCommand] = Field(default_factory=list)
+    nodes: int = 0
+    pods: int = 0
+    seconds: float = 0.0
+
+
+class ValidateRequest(BaseModel):
+    commands: list[PlannedCommand]
+
+
+class Verdict(BaseModel):
+    workflow_id: str
+    valid: bool
+    reason: str = ""
+    command: PlannedCommand | None = Field(default=None, description="what to start (may be a subset)")
+
+
+class ControllerStatus(BaseModel):
+    """The `status` query: what the last pass saw and did, and what is in flight."""
+
+    cluster: str = ""
+    passes: int = 0
+    last_pass_at: datetime | None = None
+    last_pass_seconds: float = 0.0
+    last_pass_nodes: int = 0
+    started: list[str] = Field(default_factory=list, description="workflow ids the last pass started")
+    rejected: dict[str, str] = Field(default_factory=dict, description="workflow id -> why it was refused")
+    blocked: dict[str, str] = Field(default_factory=dict)
+    budgets: dict[str, dict[str, int]] = Field(default_factory=dict)
+    in_flight: list[str] = Field(default_factory=list)
+    validating: list[str] = Field(default_factory=list)
+    backoffs: list[Backoff] = Field(default_factory=list)
+    unavailable: list[OfferingUnavailable] = Field(default_factory=list)
+    cleaned_taints: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    waiting: list[str] = Field(default_factory=list)
+    quiet: bool = Field(
+        default=False,
+        description="the last pass found nothing to do, nothing is in flight or validating, and no node "
+        "is only waiting for consolidateAfter: the cluster has converged under the current rules",
+    )
+    error: str = Field(default="", description="why the last pass failed, if it did")

@@ -7,6 +7,7 @@ Only the shape is validated here; the meaning (budget windows, drift, limits) li
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from api.constants import BUDGET_REASONS
 from api.duration import NEVER, parse_duration, parse_optional_duration
+from api.karpflow_overrides import NodePoolOverrides, read_overrides
 
 
 class KubeModel(BaseModel):
@@ -195,6 +197,11 @@ class NodePool(KubeModel):
     kind: Literal["NodePool"] = "NodePool"
     metadata: ObjectMeta
     spec: NodePoolSpec = Field(default_factory=NodePoolSpec)
+
+    @functools.cached_property
+    def overrides(self) -> NodePoolOverrides:
+        """karpflow.dev/* annotations: karpflow's own settings, for running beside Karpenter."""
+        return read_overrides(self.metadata.annotations)[0]
 
     @property
     def name(self) -> str:

@@ -47,7 +47,7 @@ from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL
 from planner.model import Command, PlanOptions
 from planner.plan import plan
 from planner.scheduling_adapter import SnapshotSimulation
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 GIB = 1 << 30
 NODE_TYPES = [

@@ -164,6 +164,7 @@ class Bench:
             health=False,
             register_search_attributes=False,
             log_level="WARNING",
+            controller=False,  # this bench starts the workflows itself
         )
         async with KarpflowWorker(settings, client=self.client):
             return await body(settings.task_queue)

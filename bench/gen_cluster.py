@@ -5,14 +5,14 @@
 N nodes across several NodePools, zones and instance types; Deployments with realistic requests
 (never beyond allocatable), DaemonSet pods on every node, PDBs (some allowing no disruption),
 do-not-disrupt pods, drifted (stale AMI), expired, NotReady and empty nodes. The generator itself
-is `planner.testing.generate_cluster`, shared with the property tests.
+is `sim.cluster_builder.generate_cluster`, shared with the property tests.
 """
 
 from __future__ import annotations
 
 import click
 
-from planner.testing import ClusterBuilder, ClusterSpec, generate_cluster
+from sim.cluster_builder import ClusterBuilder, ClusterSpec, generate_cluster
 
 # Bigger nodes and smaller pods than the test default, so 20 pods per node fit like in production.
 BENCH_TYPES = {

@@ -11,17 +11,22 @@ restart all end up with one workflow per node. A singleton workflow with a long-
 activity would add a heartbeat, a restart delay of one heartbeat timeout and a continue-as-new
 cycle, and buy nothing the finalizer does not already give.
 
-A node is started at most once per uid per process: a termination that failed (say, an instance
-this cluster does not own) is not restarted in a loop; restarting the worker retries it.
+A termination that failed, was cancelled or timed out while its node is still being deleted is
+started again with backoff (30 s doubling to 10 min), checked every `retry_every` seconds; `waiting`
+says, per node, why and until when it waits (logged too). A refusal is retried like any failure:
+the node stays deleting until a person fixes the cause (e.g. restores the ownership tag) or removes
+the finalizer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 
 from api.constants import TERMINATION_FINALIZER
@@ -30,6 +35,16 @@ from api.workflow_io import TerminationInput
 from kube.client import NODES, Json, KubeApi
 
 log = logging.getLogger(__name__)
+
+RETRY_FIRST = timedelta(seconds=30)
+RETRY_MAX = timedelta(minutes=10)
+# Closed without succeeding: the node is still held by the finalizer, so the termination must run again.
+UNFINISHED = {
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED,
+    WorkflowExecutionStatus.TERMINATED,
+    WorkflowExecutionStatus.TIMED_OUT,
+}
 
 
 def needs_termination(node: Json) -> bool:
@@ -45,6 +60,8 @@ class NodeDeletionWatcher:
         task_queue: str,
         resync_seconds: float = 300.0,
         on_synced: Callable[[], None] = lambda: None,
+        retry_every: float = 10.0,
+        retry_first: timedelta = RETRY_FIRST,
     ) -> None:
         self.kube = kube
         self.client = client
@@ -53,9 +70,70 @@ class NodeDeletionWatcher:
         self.on_synced = on_synced
         self.started: set[str] = set()
         self.synced = False
+        self.retry_every = retry_every
+        self.retry_first = retry_first
+        self.names: dict[str, str] = {}  # uid -> node name, for the nodes whose termination started
+        self.failures: dict[str, int] = {}  # uid -> terminations that ended without finishing
+        self.waiting: dict[str, str] = {}  # node -> why its termination waits, and until when
+        self._next_try: dict[str, datetime] = {}
 
     async def run(self) -> None:
-        """Forever: list, handle every node, watch from the list's resourceVersion; again on any end."""
+        """Forever: list, handle every node, watch from the list's resourceVersion; again on any end.
+        Beside it, terminations that ended without finishing are started again with backoff."""
+        retrying = asyncio.create_task(self._retry_loop(), name="termination-retries")
+        try:
+            await self._watch_loop()
+        finally:
+            retrying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retrying
+
+    async def _retry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retry_every)
+            try:
+                await self.retry_unfinished()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("node-deletion watcher: checking terminations failed: %r", err)
+
+    async def retry_unfinished(self, now: datetime | None = None) -> list[str]:
+        """Start again the terminations of deleting nodes that closed without finishing, once their
+        backoff has passed. Returns the nodes started again."""
+        now = now or datetime.now(UTC)
+        restarted = []
+        for uid, name in list(self.names.items()):
+            node = await self.kube.find_node(name)
+            if node is None or (node.get("metadata") or {}).get("uid", uid) != uid:
+                self._forget(uid, name)  # gone: the termination (or someone) finished the job
+                continue
+            handle = self.client.get_workflow_handle(termination_workflow_id(name))
+            described = await handle.describe()
+            if described.status not in UNFINISHED:
+                continue
+            if uid not in self._next_try:
+                self.failures[uid] = self.failures.get(uid, 0) + 1
+                delay = min(self.retry_first * 2 ** (self.failures[uid] - 1), RETRY_MAX)
+                self._next_try[uid] = now + delay
+                self.waiting[name] = (
+                    f"termination {described.status.name.lower()} ({self.failures[uid]} time(s)); "
+                    f"started again at {self._next_try[uid]:%H:%M:%S}"
+                )
+                log.warning("node %s: %s", name, self.waiting[name])
+            if now >= self._next_try[uid]:
+                del self._next_try[uid]
+                self.started.discard(uid)
+                await self._consider(node)
+                restarted.append(name)
+        return restarted
+
+    def _forget(self, uid: str, name: str) -> None:
+        for table in (self.names, self.failures, self._next_try):
+            table.pop(uid, None)  # type: ignore[attr-defined]
+        self.waiting.pop(name, None)
+
+    async def _watch_loop(self) -> None:
         backoff = 0.5
         while True:
             try:
@@ -72,7 +150,9 @@ class NodeDeletionWatcher:
                         break
                     node = event.get("object") or {}
                     if kind == "DELETED":
-                        self.started.discard((node.get("metadata") or {}).get("uid", ""))
+                        meta = node.get("metadata") or {}
+                        self.started.discard(meta.get("uid", ""))
+                        self._forget(meta.get("uid", ""), meta.get("name", ""))
                     elif kind in ("ADDED", "MODIFIED"):
                         await self._consider(node)
             except asyncio.CancelledError:
@@ -101,6 +181,8 @@ class NodeDeletionWatcher:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         self.started.add(uid)
+        self.names[uid] = name
+        self.waiting.pop(name, None)
         log.info(
             "node %s is being deleted: its termination is %s (run %s)",
             name,

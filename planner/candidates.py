@@ -43,7 +43,9 @@ def _duration(value: str | None) -> timedelta | None:
 def node_expire_after(node: Node, pool: NodePool | None) -> timedelta | None:
     """expireAfter of the node: its NodeClaim's copy when there is one, else the NodePool template's
     (a node carries the value it was launched with; without NodeClaims the pool's is the best guess).
-    None means Never."""
+    None means Never. A karpflow.dev/expire-after on the pool wins over both (api/karpflow_overrides.py)."""
+    if pool is not None and pool.overrides.expire_after is not None:
+        return parse_optional_duration(pool.overrides.expire_after)
     claim = node.nodeclaim
     if claim is not None and claim.expire_after is not None:
         return _duration(claim.expire_after)
@@ -51,6 +53,8 @@ def node_expire_after(node: Node, pool: NodePool | None) -> timedelta | None:
 
 
 def node_termination_grace_period(node: Node, pool: NodePool | None) -> timedelta | None:
+    if pool is not None and pool.overrides.termination_grace_period is not None:
+        return parse_optional_duration(pool.overrides.termination_grace_period)
     claim = node.nodeclaim
     if claim is not None and claim.termination_grace_period is not None:
         return _duration(claim.termination_grace_period)

@@ -39,6 +39,27 @@ def parse_at(value: str) -> datetime:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
+    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O)."""
+    import asyncio
+
+    from cluster.informer import list_cluster
+    from kube.client import KubeApi
+
+    async def read() -> list[dict]:
+        kube = await KubeApi.connect(kubeconfig)  # None: KUBECONFIG, ~/.kube/config or in-cluster
+        try:
+            return await list_cluster(kube)
+        finally:
+            await kube.close()
+
+    try:
+        objects = asyncio.run(read())
+    except Exception as err:
+        _fail(f"--live: cannot read the cluster: {err}")
+    return Snapshot.from_objects(objects, now=now, source="the live cluster")
+
+
 def _fail(message: str) -> None:
     click.echo(f"karpflow plan: {message}", err=True)
     sys.exit(2)
@@ -49,9 +70,17 @@ def _fail(message: str) -> None:
     "--snapshot",
     "snapshots",
     multiple=True,
-    required=True,
     metavar="FILE",
     help="kubectl -o yaml/json output (a List, multi-document YAML or JSON); repeat to combine files.",
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Plan on the live cluster instead of a file: its objects are listed once through KUBECONFIG "
+    "(or --kubeconfig; in a pod, the in-cluster configuration). On the dev stack: source .state/env.",
+)
+@click.option(
+    "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="With --live: the kubeconfig."
 )
 @click.option(
     "--catalog", "catalog_path", metavar="FILE", help="Instance catalog file overriding the bundled table."
@@ -96,6 +125,8 @@ def _fail(message: str) -> None:
 )
 def plan(
     snapshots: tuple[str, ...],
+    live: bool,
+    kubeconfig: str | None,
     catalog_path: str | None,
     live_catalog: bool,
     region: str | None,
@@ -125,15 +156,20 @@ def plan(
     """
     if catalog_path and live_catalog:
         _fail("--catalog and --live-catalog are alternatives; give one")
+    if bool(snapshots) == live:
+        _fail("give --snapshot FILE or --live (one of them)")
     try:
         now = parse_at(at) if at else None  # the files' capture time, else the current time
     except click.BadParameter as err:
         _fail(f"--at: {err.message}")
-    _hint_json(snapshots)
-    try:
-        snapshot = load_snapshot(list(snapshots), now=now)
-    except SnapshotError as err:
-        _fail(str(err))
+    if live:
+        snapshot = _live_snapshot(kubeconfig, now)
+    else:
+        _hint_json(snapshots)
+        try:
+            snapshot = load_snapshot(list(snapshots), now=now)
+        except SnapshotError as err:
+            _fail(str(err))
     region = region or snapshot.region() or DEFAULT_REGION
     try:
         if catalog_path:

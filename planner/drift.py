@@ -363,3 +363,25 @@ class Drift:
 def _drift_order(candidate: Candidate) -> tuple:
     since = candidate.drift.since if candidate.drift else None
     return (not candidate.is_empty, since.timestamp() if since else float("inf"), candidate.name)
+
+
+# The seed-era marker (v0.2x Karpenter): drifted nodes carry `karpenter.sh/voluntary-disruption:
+# drifted`, so dashboards and scripts written then keep working.
+VOLUNTARY_DISRUPTION_ANNOTATION = "karpenter.sh/voluntary-disruption"
+DRIFTED_MARKER = "drifted"
+
+
+def voluntary_disruption_markers(ctx: PlanContext) -> list[tuple[str, str | None]]:
+    """(node, value) changes of the marker: set on drifted, unmarked nodes; removed from nodes that no
+    longer drift (drift fixed, or turned off); left alone when another controller set another value."""
+    changes: list[tuple[str, str | None]] = []
+    for node, pool in ctx.snapshot.live_managed_nodes():
+        current = node.annotation(VOLUNTARY_DISRUPTION_ANNOTATION)
+        if current is not None and current != DRIFTED_MARKER:
+            continue
+        drifted = ctx.options.drift and drift_status(ctx, node, pool) is not None
+        if drifted and current is None:
+            changes.append((node.name, DRIFTED_MARKER))
+        elif not drifted and current == DRIFTED_MARKER:
+            changes.append((node.name, None))
+    return changes

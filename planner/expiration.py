@@ -1,8 +1,11 @@
 """Expiration: nodes older than their expireAfter are deleted, forcefully (§7.1, Karpenter v1).
 
-No budget, no do-not-disrupt or PDB check at selection time, no replacement launched first, no
-validation: capacity for the pods comes back through normal provisioning while the node drains (the
-drain still honours PDBs and do-not-disrupt until the terminationGracePeriod). expireAfter defaults
+No budget, no do-not-disrupt or PDB check at selection time, no validation. Karpenter leaves the
+pods' capacity to its provisioner, so pods that fit nowhere else wait Pending while the node drains;
+karpflow has no provisioner and does better: the scheduling simulation (the same as drift's) finds
+the new nodes the pods need, and the command launches them before the drain (a forceful
+DisruptionWorkflow terminates the node at its deadline even if they never come up). The drain still
+honours PDBs and do-not-disrupt until the terminationGracePeriod. expireAfter defaults
 to 720h; `Never` disables it. One command per node (method `expiration`, reason `Expired`).
 Expiration runs before the other methods of a pass; its nodes then count as disrupting in budgets.
 """
@@ -38,14 +41,22 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
             continue
         expire_after = node_expire_after(node, pool)
         candidate = make_candidate(ctx, node, pool)
+        message = f"expired at {when:%Y-%m-%dT%H:%M:%SZ} (expireAfter {format_duration(expire_after)})"
+        replacements = []
+        if not candidate.is_empty and ctx.simulate is not None:
+            # Nodes expiring earlier in this pass are gone for this simulation too.
+            replacements = ctx.simulate(ctx, [candidate]).new_nodes
+            if replacements:
+                message += f"; {len(replacements)} replacement(s) for its pods are launched first"
+        ctx.marked_for_deletion.add(node.name)
         commands.append(
             Command(
                 method=EXPIRATION,
                 reason=REASON_EXPIRED,
                 candidates=[candidate],
-                replacements=[],
+                replacements=replacements,
                 disruption_class=DisruptionClass.FORCEFUL,
-                message=f"expired at {when:%Y-%m-%dT%H:%M:%SZ} (expireAfter {format_duration(expire_after)})",
+                message=message,
             )
         )
     return commands

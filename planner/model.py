@@ -115,6 +115,9 @@ class PlanOptions(BaseModel):
     single_node_timeout: timedelta = timedelta(minutes=3)
     # Multi-node consolidation considers at most this many candidates (Karpenter: 100).
     multi_node_max_candidates: int = Field(default=100, ge=2)
+    # Drift as a method (Karpenter's featureGates.drift / the seed's driftEnabled). Off: no drift
+    # commands, and the seed-era `karpenter.sh/voluntary-disruption: drifted` markers are removed.
+    drift: bool = True
     # SpotToSpotConsolidation feature gate (off by default, §2.5).
     spot_to_spot: bool = False
     # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.
@@ -129,6 +132,22 @@ class PlanOptions(BaseModel):
     # up to this many new nodes (strictly cheaper in total, worst case) instead of at most one.
     # 1 is Karpenter's rule (§2.4: "consolidation never turns m nodes into 2 or more").
     max_replacements: int = Field(default=1, ge=1, le=100)
+    # Node repair (Karpenter v1.1+ NodeRepair, planner/repair.py): "<condition>=<status>" -> how long
+    # a node may stay so before it is replaced. Empty turns repair off.
+    repair_tolerations: dict[str, timedelta] = Field(
+        default_factory=lambda: {
+            "Ready=False": timedelta(minutes=30),
+            "Ready=Unknown": timedelta(minutes=30),
+            "AcceleratedHardwareReady=False": timedelta(minutes=10),
+            "StorageReady=False": timedelta(minutes=30),
+            "NetworkingReady=False": timedelta(minutes=30),
+            "KernelReady=False": timedelta(minutes=30),
+            "ContainerRuntimeReady=False": timedelta(minutes=30),
+        }
+    )
+    # Repair stops for a NodePool when more than this share of its nodes is unhealthy: then the
+    # cluster is sick, not the node, and replacing nodes would not help (Karpenter: 20 %).
+    repair_max_unhealthy: float = Field(default=0.2, ge=0, le=1)
 
 
 # --- Candidates -----------------------------------------------------------------------------------

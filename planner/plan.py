@@ -32,7 +32,7 @@ from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
-from planner.drift import Drift
+from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
 from planner.model import (
@@ -49,6 +49,7 @@ from planner.model import (
     Simulate,
     ValidationResult,
 )
+from planner.repair import NODEPOOL_DELETION, REPAIR, nodepool_deletion_commands, repair_commands
 from planner.snapshot import Snapshot
 
 
@@ -209,9 +210,12 @@ def plan(
         simulate=simulate if simulate is not None else default_simulate(),
     )
     methods = list(methods) if methods is not None else default_methods()
+    if not options.drift:
+        methods = [m for m in methods if m.name != DRIFT]
 
     budgets_at_start = budget_report(ctx)
-    commands = expiration_commands(ctx)
+    # Forceful methods first, outside the budgets; their nodes then count as disrupting.
+    commands = expiration_commands(ctx) + nodepool_deletion_commands(ctx) + repair_commands(ctx)
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
 
@@ -245,13 +249,17 @@ def plan(
             for pool in sorted(total)
         },
         problems=problems,
+        annotations=[
+            AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
+            for node, value in voluntary_disruption_markers(ctx)
+        ],
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
             + len(blocked)
-            + sum(len(c.candidates) for c in commands if c.method == EXPIRATION),
+            + sum(len(c.candidates) for c in commands if c.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION)),
             candidates=len(candidates),
-            methods=[EXPIRATION, *(m.name for m in methods)],
+            methods=[EXPIRATION, NODEPOOL_DELETION, REPAIR, *(m.name for m in methods)],
             ended_by=ended_by,
         ),
     )
@@ -392,7 +400,7 @@ def validate_command(
     by_name = {m.name: m for m in (methods if methods is not None else default_methods())}
     method = by_name.get(command.method)
     if method is None:
-        if command.method == EXPIRATION:
+        if command.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION):
             return ValidationOut(valid=True, command=command)
         return ValidationOut(valid=False, reason=f"unknown method {command.method!r}")
     result: ValidationResult = method.validate(ctx, rebuilt)

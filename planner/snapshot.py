@@ -45,6 +45,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.duration import DurationError, parse_optional_duration
+from api.karpflow_overrides import apply_disruption_overrides
 from api.nodepool import Budget, EC2NodeClass, NodePool
 from api.quantity import QuantityError
 from kube.pods import (
@@ -466,6 +467,7 @@ class Node:
         "allocatable",
         "annotations",
         "capacity",
+        "conditions",
         "creation_timestamp",
         "deletion_timestamp",
         "finalizers",
@@ -491,6 +493,7 @@ class Node:
     deletion_timestamp: datetime | None
     ready: bool
     ready_since: datetime | None  # lastTransitionTime of the Ready condition while Ready
+    conditions: dict[str, tuple[str, datetime | None]]  # type -> (status, lastTransitionTime)
     unschedulable: bool
     capacity: Resources
     allocatable: Resources
@@ -591,7 +594,13 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
     node.finalizers = tuple(meta.get("finalizers") or ())
     node.ready = False
     node.ready_since = None
+    node.conditions = {}
     for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and isinstance(condition.get("type"), str):
+            node.conditions[condition["type"]] = (
+                str(condition.get("status") or "Unknown"),
+                parse_time(condition.get("lastTransitionTime")),
+            )
         if condition.get("type") == "Ready":
             node.ready = condition.get("status") == "True"
             if node.ready:
@@ -858,7 +867,9 @@ def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
         raw = legacy.provisioner_to_nodepool(raw)
     elif legacy.is_legacy_nodepool(raw):
         raw = legacy.upgrade_v1beta1_nodepool(raw)
-    budget_errors: list[str] = []
+    # karpflow.dev/* annotations replace spec.disruption for karpflow (running beside Karpenter); an
+    # annotation that does not parse fails the pool closed, like an invalid budget.
+    raw, budget_errors = apply_disruption_overrides(raw)
     disruption = (raw.get("spec") or {}).get("disruption")
     if isinstance(disruption, Mapping) and isinstance(disruption.get("budgets"), list):
         kept = []

@@ -63,6 +63,22 @@ class WorkerSettings(BaseSettings):
     )
     node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
     node_watcher_resync: float = Field(default=300.0, gt=0)
+    node_watcher_retry: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds before a failed termination of a deleting node runs again (doubling)",
+    )
+    # The controller (workflows/controller.py): one ControllerWorkflow per cluster, started by every
+    # worker (idempotently); this worker's informer cache is what its passes plan on.
+    controller: bool = Field(
+        default=True, description="start the cluster's ControllerWorkflow and plan passes"
+    )
+    controller_interval: float = Field(
+        default=10.0, gt=0, description="seconds between passes that did nothing"
+    )
+    controller_validation: float = Field(
+        default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
+    )
     # Operations
     health: bool = Field(default=True, description="serve /healthz (liveness) and /readyz (readiness)")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0: any free port")

@@ -197,7 +197,7 @@ class DisruptionWorkflow:
         self._set_phase("Tainting")
         results = await workflow.execute_activity_method(
             KubernetesActivities.taint_disrupted,
-            TaintRequest(nodes=command.nodes, command_id=self._status.command_id),
+            TaintRequest(nodes=command.nodes, command_id=self._status.command_id, reason=command.reason),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
             # A cancellation must not let a taint land after the compensation removed it.
@@ -438,7 +438,9 @@ class DisruptionWorkflow:
         # without telling. Untainting is a no-op on a node without the taint, and skips deleting nodes.
         untainted = await workflow.execute_activity_method(
             KubernetesActivities.untaint_disrupted,
-            UntaintRequest(nodes=[c.node for c in self._status.candidates]),
+            UntaintRequest(
+                nodes=[c.node for c in self._status.candidates], command_id=self._status.command_id
+            ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
         )

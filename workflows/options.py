@@ -11,17 +11,23 @@ from temporalio.common import RetryPolicy
 
 from activities.errors import NON_RETRYABLE_TYPES
 
-# Short API calls: retried with backoff for as long as the error is retryable.
+# Short API calls: retried with backoff while the error is retryable, but never for ever: an
+# unexpected exception (a bug) fails the call after API_ATTEMPTS (about 80 s), with its cause kept,
+# so a disruption rolls back instead of staying stuck with its candidates tainted.
 API_CALL = timedelta(seconds=60)
+API_ATTEMPTS = 10
 API_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=10),
+    maximum_attempts=API_ATTEMPTS,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
 # Waits (for a replacement to register or initialize) retry like API calls; they are bounded by the
 # caller's deadline (schedule_to_close), not by attempts.
 WAIT_RETRY = API_RETRY
 # A drain attempt is long and heartbeats; a retry resumes from the cluster's state, so back off further.
+# Unbounded on purpose: a drain blocked by PDBs waits as Karpenter's does, until the node's
+# terminationGracePeriod deadline (a timer in the drain) forces it.
 DRAIN_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),

@@ -26,8 +26,6 @@ import boto3
 import pytest
 
 from api.constants import INITIALIZED_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, REGISTERED_LABEL, ZONE_LABEL
-from planner.catalog import bundled_catalog
-from planner.plan import plan
 from planner.snapshot import load_snapshot
 from sim.binaries import temporal_cli
 from sim.devstack import DevStack
@@ -158,10 +156,16 @@ def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: 
         types = {w["type"]["name"] for w in listed}
         assert types == {"DisruptionWorkflow", "TerminationWorkflow"}, listed
 
-        # The first pass is what the planner decides on the scenario: those nodes were disrupted too.
+        # The controller did on its own what the scenario was built to show: the expired node went,
+        # the drifted one was replaced (below), and consolidation removed nodes.
         scenario = load_snapshot(DEMO)
-        first_pass = {n for c in plan(scenario, bundled_catalog("us-west-2")).commands_ for n in c.nodes}
-        assert first_pass and first_pass <= disrupted
+        expired, drifted = (
+            "ip-172-31-5-90.us-west-2.compute.internal",
+            "ip-172-31-20-80.us-west-2.compute.internal",
+        )
+        assert {expired, drifted} <= disrupted
+        assert len(disrupted) >= len(scenario.nodes) // 2, disrupted
+        assert "The controller settled" in out
 
         # kubectl: the disrupted nodes are gone, every other scenario node is still there.
         nodes = {n["metadata"]["name"]: n for n in kubectl_get(kubeconfig, "nodes")}
@@ -176,7 +180,6 @@ def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: 
 
         # The drifted node's pod fits on no other node of its zone: drift replaced it. Temporal's
         # record of that disruption names the replacement; kubectl and moto show it joined.
-        drifted = "ip-172-31-20-80.us-west-2.compute.internal"
         (drift,) = list_workflows(
             address, "WorkflowType = 'DisruptionWorkflow' AND KarpflowReason = 'Drifted'"
         )

@@ -99,6 +99,8 @@ class Karpflow:
             "health": False,
             "register_search_attributes": False,
             "graceful_shutdown": 0,
+            # These tests drive the workflows by hand; tests/integration/controller/ runs the controller.
+            "controller": False,
             **overrides,
         }
         return WorkerSettings(**values)
@@ -123,6 +125,7 @@ class Karpflow:
             "KARPFLOW_HEALTH_PORT": "0",
             "KARPFLOW_REGISTER_SEARCH_ATTRIBUTES": "false",
             "KARPFLOW_STICKY_QUEUE_TIMEOUT": "1",
+            "KARPFLOW_CONTROLLER": "false",
             **env,
         }
         log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - handed to the child process

@@ -9,7 +9,7 @@ from planner.budgets import BudgetError, budget_active, build_budget_map, next_b
 from planner.candidates import build_candidates
 from planner.cli import parse_at
 from planner.snapshot import Snapshot
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 def pool_with(budgets, nodes: int = 10, at: datetime | None = None, **node_kwargs) -> ClusterBuilder:

@@ -10,7 +10,7 @@ from planner.candidates import (
     sort_by_disruption_cost,
 )
 from planner.plan import plan
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 def cluster(**pool) -> ClusterBuilder:

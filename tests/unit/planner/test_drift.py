@@ -14,7 +14,7 @@ from planner.drift import (
 )
 from planner.model import PlanOptions, Replacement, SchedulingResult
 from planner.plan import plan
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 POOL = {
     "metadata": {"name": "default"},
@@ -345,3 +345,34 @@ def test_drift_candidates_are_only_drifted_nodes():
     ctx = b.context()
     (candidate,), _ = build_candidates(ctx)
     assert not Drift().should_disrupt(ctx, candidate)
+
+
+# --- The seed-era marker --------------------------------------------------------------------------
+
+
+def _markers(b, **options):
+    from planner.model import PlanOptions
+    from planner.plan import plan
+
+    result = plan(b.snapshot(), b.catalog, PlanOptions(**options), methods=[], simulate=None)
+    return {(a.node, a.key, a.value) for a in result.annotations}
+
+
+def test_drifted_nodes_are_marked_and_the_mark_goes_when_drift_goes():
+    from planner.drift import NODEPOOL_HASH_VERSION
+
+    stale = {"karpenter.sh/nodepool-hash": "0", "karpenter.sh/nodepool-hash-version": NODEPOOL_HASH_VERSION}
+    b = ClusterBuilder()
+    b.nodepool("default")
+    b.node("current")
+    b.node("drifted", stamp_hash=False, annotations=stale)
+    b.node("fixed", annotations={"karpenter.sh/voluntary-disruption": "drifted"})
+    b.node(
+        "theirs",
+        stamp_hash=False,
+        annotations={**stale, "karpenter.sh/voluntary-disruption": "expired"},
+    )
+    key = "karpenter.sh/voluntary-disruption"
+    assert _markers(b) == {("drifted", key, "drifted"), ("fixed", key, None)}
+    # Drift turned off: no node is drifted any more, so marks go (and nothing new is marked).
+    assert _markers(b, drift=False) == {("fixed", key, None)}

@@ -3,7 +3,7 @@ from datetime import timedelta
 from planner.emptiness import Emptiness
 from planner.model import PlanOptions
 from planner.plan import command_out, plan, validate_command
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 def run(b: ClusterBuilder):

@@ -5,7 +5,7 @@ from planner.drift import Drift
 from planner.emptiness import Emptiness
 from planner.model import EMPTINESS, BudgetMap, Candidate, Command, DisruptionClass, PlanContext, PlanOptions
 from planner.plan import plan
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 def run(b: ClusterBuilder, methods=None, **options):
@@ -209,3 +209,28 @@ def test_plans_are_deterministic():
         b.node(f"e{i}")
     first = run(b, all_methods=True).to_json()
     assert all(run(b, all_methods=True).to_json() == first for _ in range(3))
+
+
+def test_an_expired_nodes_pods_that_fit_nowhere_get_replacements_before_it_drains():
+    b = ClusterBuilder()
+    b.nodepool("default", expire_after="24h")
+    b.node("old", age=timedelta(hours=25))
+    b.pod("big", "old", cpu="1500m")
+    b.node("young", age=timedelta(hours=1))
+    b.pod("other", "young", cpu="1500m")  # no room left for `big`
+    result = plan(b.snapshot(), b.catalog, PlanOptions(), methods=[])
+    (command,) = result.commands
+    assert command.reason == "Expired" and command.nodes == ["old"] and command.disruption_class == "forceful"
+    (replacement,) = command.replacements
+    assert replacement.nodepool == "default" and replacement.pods == 1
+    assert "replacement(s) for its pods are launched first" in command.message
+
+
+def test_an_expired_node_whose_pods_fit_elsewhere_needs_no_replacement():
+    b = ClusterBuilder()
+    b.nodepool("default", expire_after="24h")
+    b.node("old", age=timedelta(hours=25))
+    b.pod("small", "old", cpu="100m")
+    b.node("young", age=timedelta(hours=1))
+    (command,) = plan(b.snapshot(), b.catalog, PlanOptions(), methods=[]).commands
+    assert command.replacements == []

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from moto import mock_aws
 
 from cli import main
-from planner.testing import ClusterBuilder
+from sim.cluster_builder import ClusterBuilder
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Properties of whole planning passes over generated clusters (planner.testing.generate_cluster)."""
+"""Properties of whole planning passes over generated clusters (sim.cluster_builder.generate_cluster)."""
 
 import math
 from collections import Counter
@@ -13,7 +13,7 @@ from api.nodepool import Budget
 from planner.model import EXPIRATION, PlanOptions
 from planner.plan import plan
 from planner.snapshot import Node, Snapshot
-from planner.testing import DEFAULT_NOW, ClusterSpec, generate_cluster
+from sim.cluster_builder import DEFAULT_NOW, ClusterSpec, generate_cluster
 
 BUDGET_SETS = [
     [{"nodes": "10%"}],

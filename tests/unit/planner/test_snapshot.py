@@ -6,7 +6,7 @@ import yaml
 
 from planner.resources import Resources
 from planner.snapshot import Snapshot, SnapshotError, load_snapshot, read_objects
-from planner.testing import DEFAULT_NOW, ClusterBuilder
+from sim.cluster_builder import DEFAULT_NOW, ClusterBuilder
 
 MI = 1 << 20
 

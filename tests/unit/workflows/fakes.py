@@ -37,6 +37,7 @@ from api.activity_io import (
     UntaintRequest,
     VolumeRequest,
 )
+from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
 
 
 class FakeCluster:
@@ -61,6 +62,9 @@ class FakeCluster:
         self.tgp: timedelta | None = None
         self.drain_blocks = False
         self.taint_seconds = 0.0  # a slow taint call, to cancel during it
+        self.resolve_bug = False  # resolve_replacement raises an unexpected error on every attempt
+        self.drain_failures = 0  # drain attempts that fail (retryable) before one succeeds
+        self.planned: list[PlannedCommand] = []  # what the controller's next pass plans (once)
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -83,7 +87,34 @@ class FakeCluster:
             self.describe_instance,
             self.terminate_instance,
             self.remove_finalizer,
+            self.plan_pass,
+            self.validate_commands,
+            self.untaint_orphans,
+            self.apply_annotations,
         ]
+
+    # -- the controller -------------------------------------------------------------------------------
+
+    @activity.defn(name="plan_pass")
+    async def plan_pass(self, request: PassRequest) -> PassResult:
+        self.calls.append(("plan_pass", None))
+        commands, self.planned = self.planned, []
+        return PassResult(at=datetime.now(UTC), commands=commands, nodes=len(self.nodes))
+
+    @activity.defn(name="validate_commands")
+    async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
+        self.calls.append(("validate_commands", [c.workflow_id for c in request.commands]))
+        return [Verdict(workflow_id=c.workflow_id, valid=True, command=c) for c in request.commands]
+
+    @activity.defn(name="untaint_orphans")
+    async def untaint_orphans(self, nodes: list[str]) -> list[str]:
+        self.calls.append(("untaint_orphans", nodes))
+        return nodes
+
+    @activity.defn(name="apply_annotations")
+    async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
+        self.calls.append(("apply_annotations", changes))
+        return len(changes)
 
     @staticmethod
     async def _wait_forever(details: Any) -> None:
@@ -113,6 +144,8 @@ class FakeCluster:
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
         self.calls.append(("resolve_replacement", request.index))
+        if self.resolve_bug:
+            raise KeyError("amiSelectorTerms")  # a bug, not a classified error: retryable by default
         return LaunchTemplate(
             nodepool=request.spec.nodepool,
             nodeclass="default",
@@ -200,6 +233,9 @@ class FakeCluster:
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
         self.calls.append(("drain_node", request.node))
+        if self.drain_failures > 0:
+            self.drain_failures -= 1
+            raise ApplicationError("eviction refused: too many requests", type=errors.THROTTLED)
         if self.drain_blocks:
             await self._wait_forever({"pods_left": 3})
         return DrainResult(evicted=3)

@@ -74,3 +74,71 @@ def test_the_iam_policy_grants_every_ec2_call_the_activities_make():
     assert actions <= granted, sorted(actions - granted)
     terminate = next(s for s in policy["Statement"] if s["Action"] == "ec2:TerminateInstances")
     assert "aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME" in terminate["Condition"]["StringEquals"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_workers_pdb_selects_the_workers_pods(overlay):
+    """policy/v1: a PDB without a selector protects nothing (a bug the base once had)."""
+    objects = build(overlay)
+    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    selector = pdb["spec"].get("selector", {}).get("matchLabels")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector and selector.items() <= pod_labels.items(), (selector, pod_labels)
+    assert pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+
+# -- IAM: the policy evaluated, not read as text ---------------------------------------------------
+# PyPI's evaluators could not do this here: principalmapper does not import on Python 3.11 and moto's
+# IAMPolicy treats a missing condition key as satisfied. So: IAM's own rules for what this policy
+# uses (Allow statements only; Action/Resource wildcards; StringEquals with every key present).
+
+OWNED = "aws:RequestTag/kubernetes.io/cluster/CLUSTER_NAME"
+INSTANCE = "arn:aws:ec2:us-west-2:111122223333:instance/i-0123"
+SPOT_REQUEST = "arn:aws:ec2:us-west-2:111122223333:spot-instances-request/sir-0123"
+
+
+def _matches(patterns: str | list[str], value: str) -> bool:
+    patterns = [patterns] if isinstance(patterns, str) else patterns
+    return any(re.fullmatch(re.escape(p).replace(r"\*", ".*").replace(r"\?", "."), value) for p in patterns)
+
+
+def _condition_holds(condition: dict, context: dict[str, str]) -> bool:
+    for operator, pairs in condition.items():
+        assert operator == "StringEquals", f"the evaluator does not know {operator}"
+        for key, allowed in pairs.items():
+            allowed = [allowed] if isinstance(allowed, str) else allowed
+            if key not in context or context[key] not in allowed:
+                return False
+    return True
+
+
+def allowed(action: str, resource: str, **context: str) -> bool:
+    policy = json.loads((DEPLOY / "iam-policy.json").read_text())
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        if (
+            _matches(statement["Action"], action)
+            and _matches(statement["Resource"], resource)
+            and _condition_holds(statement.get("Condition", {}), context)
+        ):
+            return True
+    return False
+
+
+def test_instances_are_launched_and_tagged_only_as_this_clusters():
+    at_launch = {"ec2:CreateAction": "RunInstances", OWNED: "owned"}
+    assert allowed("ec2:RunInstances", INSTANCE, **{OWNED: "owned"})
+    assert not allowed("ec2:RunInstances", INSTANCE)
+    assert allowed("ec2:CreateTags", INSTANCE, **at_launch)
+    assert allowed("ec2:CreateTags", SPOT_REQUEST, **at_launch)  # spot requests are tagged at launch
+    assert allowed("ec2:RunInstances", SPOT_REQUEST, **{OWNED: "owned"})
+    # The hole this closes: stamping the ownership tag on someone else's running instance.
+    assert not allowed("ec2:CreateTags", INSTANCE, **{OWNED: "owned"})
+    assert not allowed("ec2:CreateTags", INSTANCE, **{"ec2:CreateAction": "RunInstances"})
+
+
+def test_only_owned_instances_can_be_terminated():
+    owned = {"aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME": "owned"}
+    assert allowed("ec2:TerminateInstances", INSTANCE, **owned)
+    assert not allowed("ec2:TerminateInstances", INSTANCE)

@@ -367,3 +367,23 @@ def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
         DisruptionInput(
             reason="Drifted", nodes=["a"], termination_deadline=datetime.now(UTC) + timedelta(minutes=1)
         )
+
+
+async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(harness):
+    """A bug in an activity is retried a bounded number of times, then the command rolls back and
+    fails with the activity's own message, its candidates untainted."""
+    from workflows.options import API_ATTEMPTS
+
+    harness.cluster.resolve_bug = True
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.phase == "RolledBack" or status.phase == "Failed"
+    assert harness.cluster.names().count("resolve_replacement") == API_ATTEMPTS
+    assert ("untaint_disrupted", candidates) in [
+        (n, a) for n, a in harness.cluster.calls if n == "untaint_disrupted"
+    ]
+    text = str(failure.value.cause) + str(getattr(failure.value.cause, "cause", ""))
+    assert "amiSelectorTerms" in text, text

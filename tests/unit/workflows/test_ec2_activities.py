@@ -158,3 +158,32 @@ async def test_terminate_is_idempotent(ec2):
     gone = await activities.terminate_instance(InstanceRequest(instance_id="i-0123456789abcdef0"))
     assert first.state == again.state == "terminated" and not gone.found
     assert await activities.find_command_instances("disruption/x") == []
+
+
+def test_a_spot_launch_tags_its_spot_request_as_this_clusters():
+    """A tag-conditioned IAM policy (deploy/iam-policy.json) only lets a spot request be created
+    with the ownership tag in the request."""
+    from activities.ec2 import EC2Activities
+    from api.activity_io import AmiChoice, LaunchRequest, LaunchTemplate
+    from api.workflow_io import Offering
+
+    activities = EC2Activities(None, "prod", unavailable_ttl_seconds=0)
+    request = LaunchRequest(
+        command_id="disruption/default/Drifted/abc",
+        index=0,
+        offering=Offering(instance_type="m5.large", zone="us-west-2a", capacity_type="spot"),
+        template=LaunchTemplate(
+            nodepool="default",
+            nodeclass="default",
+            subnets={"us-west-2a": "subnet-a"},
+            security_group_ids=["sg-1"],
+            amis=[AmiChoice(id="ami-1")],
+        ),
+    )
+    params = activities._run_params(request, "subnet-a", "ami-1")
+    by_type = {
+        spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
+        for spec in params["TagSpecifications"]
+    }
+    assert set(by_type) == {"instance", "volume", "spot-instances-request"}
+    assert all(tags["kubernetes.io/cluster/prod"] == "owned" for tags in by_type.values())

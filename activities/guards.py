@@ -1,0 +1,132 @@
+"""The guards checked at the moment of acting, before the first change to a node.
+
+Every workflow can be started by hand with any input, so the planner's filters are not enough: the
+activity that takes a step checks again, refuses with a non-retryable `Refused` error that names the
+node and the rule, and changes nothing when it refuses.
+
+- Managed: the node carries `karpenter.sh/nodepool`, that NodePool exists (or the command is a
+  NodePool deletion's), the node has an AWS providerID, and its instance carries this cluster's
+  `kubernetes.io/cluster/<name>: owned` tag. Checked before the disrupted taint, the finalizer or
+  the delete. An EKS managed node group's node, a hand-made node, or a providerID pointing nowhere
+  is refused.
+- Voluntary disruption (Underutilized, Empty, Drifted) also re-checks `karpenter.sh/do-not-disrupt`
+  on the node and on its active pods, and refuses a node that another command holds. The holder is
+  recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
+  under the same command is idempotent. An emptiness command also refuses a node that is no longer
+  empty (pods landed after the planner's validation, and it has no replacement for them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from activities.errors import REFUSED, permanent
+from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
+from api.workflow_io import VOLUNTARY_REASONS
+from kube.client import Json, KubeApi
+from kube.drain_rules import Pod
+from kube.pods import node_do_not_disrupt_reason
+
+OWNER_ANNOTATION = "karpflow.io/disruption-command"
+NODEPOOL_DELETED = "NodePoolDeleted"
+
+# instance id -> (found, owned by this cluster): EC2Activities.ownership, bound by the worker.
+OwnershipCheck = Callable[[str], Awaitable[tuple[bool, bool]]]
+
+
+class Refused(Exception):
+    """A guard said no; `str()` names the node and the rule."""
+
+
+def refusal(err: Refused) -> Exception:
+    return permanent(str(err), REFUSED)
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """`aws:///us-west-2a/i-0123` → `i-0123`."""
+    if not provider_id or not provider_id.startswith("aws://"):
+        return None
+    tail = provider_id.rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
+async def check_managed(
+    kube: KubeApi, node: Json, reason: str, ownership: OwnershipCheck | None, cluster: str = ""
+) -> None:
+    """Refuse a node karpflow does not manage. A node already being deleted whose instance is gone
+    passes (there is nothing left to protect, and its finalizer must still be released)."""
+    name = node["metadata"]["name"]
+    pool = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
+    if not pool:
+        raise Refused(f"node {name} has no {NODEPOOL_LABEL} label: karpflow does not manage it")
+    if reason != NODEPOOL_DELETED and not await _nodepool_exists(kube, pool):
+        raise Refused(f"node {name} belongs to NodePool {pool}, which does not exist")
+    provider_id = (node.get("spec") or {}).get("providerID")
+    instance_id = instance_id_of(provider_id)
+    if instance_id is None:
+        raise Refused(f"node {name} has no AWS providerID ({provider_id or 'none'}): no instance to manage")
+    if ownership is not None:
+        found, owned = await ownership(instance_id)
+        if not found and not node["metadata"].get("deletionTimestamp"):
+            raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
+        if found and not owned:
+            raise Refused(
+                f"node {name}: its instance {instance_id} is not tagged "
+                f"kubernetes.io/cluster/{cluster}=owned, so this cluster does not own it"
+            )
+
+
+async def _nodepool_exists(kube: KubeApi, pool: str) -> bool:
+    from activities.errors import not_found
+    from api.constants import KARPENTER_GROUP, KARPENTER_VERSION
+
+    try:
+        await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool)
+    except Exception as err:
+        if not_found(err):
+            return False
+        raise
+    return True
+
+
+def check_voluntary(node: Json, pods: list[Json], reason: str, command_id: str, now: datetime) -> None:
+    """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder."""
+    if reason not in VOLUNTARY_REASONS:
+        return
+    name = node["metadata"]["name"]
+    annotations = node["metadata"].get("annotations") or {}
+    if (why := node_do_not_disrupt_reason(annotations)) is not None:
+        raise Refused(f"node {name} is annotated {why}: no voluntary disruption ({reason})")
+    for raw in pods:
+        pod = Pod(raw)
+        if not pod.terminal and not pod.terminating and pod.do_not_disrupt(now):
+            raise Refused(
+                f"node {name} runs pod {pod.key} annotated do-not-disrupt: no voluntary disruption ({reason})"
+            )
+    holder = other_holder(node, command_id)
+    if holder is not None:
+        raise Refused(f"node {name} is already held by {holder}: one command at a time")
+    if reason == "Empty" and holder is None and not _is_tainted(node):
+        # Pods may land between the planner's validation and this taint; an emptiness command has no
+        # replacement for them, so a node that is no longer empty is not taken.
+        for raw in pods:
+            pod = Pod(raw)
+            if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
+                raise Refused(f"node {name} is no longer empty: pod {pod.key} runs on it")
+
+
+def _is_tainted(node: Json) -> bool:
+    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or ())
+
+
+def other_holder(node: Json, command_id: str) -> str | None:
+    """Who else holds the node's disrupted taint: another command, or another controller (a taint
+    without our annotation, e.g. Karpenter's). None when untainted or held by `command_id`."""
+    taints = (node.get("spec") or {}).get("taints") or ()
+    if not any(t.get("key") == DISRUPTED_TAINT_KEY for t in taints):
+        return None
+    owner = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
+    if owner == command_id:
+        return None
+    return f"command {owner}" if owner else "another controller (karpenter.sh/disrupted without an owner)"

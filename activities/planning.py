@@ -1,0 +1,325 @@
+"""The ControllerWorkflow's eyes: observe the cluster, plan a pass, re-validate commands, clean up.
+
+The planner (planner/) is pure; these activities give it a view of the cluster and of what is in
+flight, and turn its commands into workflow inputs:
+
+- the view is the worker's informer cache (cluster/informer.py), never a fresh list of every pod;
+- what is in flight comes from Temporal visibility (running DisruptionWorkflows and
+  TerminationWorkflows, by their KarpflowNodes search attribute) plus the commands the controller
+  holds for validation. Their nodes are shown to the planner as tainted `karpenter.sh/disrupted`
+  (which is what they will be a moment later), so the planner's own rules exclude them from
+  candidates and count them against budgets: a second worker, a restart or a visibility lag cannot
+  make a pass exceed a budget or pick a node twice.
+
+Planning is CPU work; it runs in a thread so the worker's event loop (heartbeats, watches) keeps
+breathing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.client import Client
+
+from activities.errors import classify_kube
+from activities.guards import OWNER_ANNOTATION
+from api import search_attributes as sa
+from api.constants import DISRUPTED_TAINT_KEY
+from api.controller_io import (
+    FailedCommand,
+    OfferingUnavailable,
+    PassRequest,
+    PassResult,
+    PlannedCommand,
+    ValidateRequest,
+    Verdict,
+)
+from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_workflow_id
+from cluster.informer import ClusterCache
+from kube.client import Json, KubeApi
+from planner.catalog import Catalog, bundled_catalog
+from planner.model import EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION, PlanOptions
+from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
+from planner.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
+SYNC_TIMEOUT = 60.0
+# A blocked reason that only says "later": the node is not stuck, the cluster has not converged yet.
+WAITING_MARKERS = ("not consolidatable until",)
+# Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
+# forceful methods start at once.
+VALIDATED_METHODS = frozenset({EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION})
+
+
+HEARTBEAT_EVERY = 5.0
+
+
+async def heartbeating(work: Awaitable[T]) -> T:
+    """Await `work` (planning runs in a thread) while heartbeating, so a pass on a worker that died
+    is retried elsewhere within the heartbeat timeout instead of after its start-to-close timeout."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY)
+        if done:
+            return task.result()
+        if activity.in_activity():
+            activity.heartbeat()
+
+
+class CacheNotSynced(RuntimeError):
+    """Retryable: no decision before every kind has been listed once."""
+
+
+def without_offerings(catalog: Catalog, unavailable: Iterable[OfferingUnavailable], now: datetime) -> Catalog:
+    """The catalog with the offerings marked unavailable (e.g. a spot pool just interrupted)."""
+    gone = {(u.instance_type, u.zone, u.capacity_type) for u in unavailable if u.until > now}
+    if not gone:
+        return catalog
+    types = {}
+    for name, kind in catalog.types.items():
+        offerings = tuple(
+            replace(o, available=False) if (name, o.zone, o.capacity_type) in gone else o
+            for o in kind.offerings
+        )
+        types[name] = replace(kind, offerings=offerings) if offerings != kind.offerings else kind
+    return Catalog(region=catalog.region, types=types, source=catalog.source)
+
+
+def _with_virtual_taint(obj: Json, held: set[str]) -> Json:
+    if obj.get("kind") != "Node" or (obj.get("metadata") or {}).get("name") not in held:
+        return obj
+    taints = (obj.get("spec") or {}).get("taints") or []
+    if any(t.get("key") == DISRUPTED_TAINT_KEY for t in taints):
+        return obj
+    marked = copy.copy(obj)
+    marked["spec"] = {
+        **(obj.get("spec") or {}),
+        "taints": [*taints, {"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}],
+    }
+    return marked
+
+
+def _has_disrupted_taint(obj: Json) -> bool:
+    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or ())
+
+
+class PlanningActivities:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        kube: KubeApi,
+        client: Client,
+        *,
+        task_queue: str = "karpflow",
+        region: str | None = None,
+        options: PlanOptions | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.cache = cache
+        self.kube = kube
+        self.client = client
+        self.task_queue = task_queue
+        self.region = region
+        self.options = options or PlanOptions()
+        self._catalog = catalog
+
+    # -- what is in flight ----------------------------------------------------------------------------
+
+    async def _in_flight(self) -> tuple[list[str], set[str]]:
+        """Running disruption and termination workflows, and the nodes they hold."""
+        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
+        ids, nodes = [], set()
+        async for execution in self.client.list_workflows(
+            f"WorkflowType IN ({types}) AND ExecutionStatus = 'Running'"
+        ):
+            ids.append(execution.id)
+            nodes.update(execution.typed_search_attributes.get(sa.NODES) or ())
+        return sorted(ids), nodes
+
+    async def _failed_since(self, since: datetime | None) -> list[FailedCommand]:
+        if since is None:
+            return []
+        query = (
+            "WorkflowType = 'DisruptionWorkflow' AND ExecutionStatus = 'Failed' "
+            f"AND TaskQueue = '{self.task_queue}' "
+            f"AND CloseTime > '{since.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
+        )
+        failed = []
+        async for execution in self.client.list_workflows(query):
+            pools = (execution.typed_search_attributes.get(sa.NODEPOOL) or "").split(",")
+            reason = execution.typed_search_attributes.get(sa.REASON) or ""
+            if reason not in VOLUNTARY_REASONS:
+                continue  # forceful commands are never held back
+            failed.append(
+                FailedCommand(
+                    workflow_id=execution.id,
+                    nodepools=[p for p in pools if p],
+                    reason=reason,
+                    closed_at=execution.close_time or since,
+                )
+            )
+        return failed
+
+    # -- the view ------------------------------------------------------------------------------------
+
+    async def _snapshot(self, held: set[str], now: datetime) -> Snapshot:
+        if not await self.cache.wait_synced(SYNC_TIMEOUT):
+            raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
+        objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
+        return await heartbeating(asyncio.to_thread(Snapshot.from_objects, objects, now=now))
+
+    def _catalog_for(
+        self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
+    ) -> Catalog:
+        if self._catalog is None:
+            self._catalog = bundled_catalog(self.region or snapshot.region() or "us-west-2")
+        return without_offerings(self._catalog, unavailable, now)
+
+    # -- activities ----------------------------------------------------------------------------------
+
+    @activity.defn(name="plan_pass")
+    async def plan_pass(self, request: PassRequest) -> PassResult:
+        """One pass of the planner on the cached view, with in-flight nodes held out."""
+        started = time.perf_counter()
+        now = datetime.now(UTC)
+        in_flight, held = await self._in_flight()
+        held |= set(request.holding)
+        snapshot = await self._snapshot(held, now)
+        catalog = self._catalog_for(snapshot, request.unavailable, now)
+        result = await heartbeating(asyncio.to_thread(plan, snapshot, catalog, self.options))
+        orphans = sorted(
+            name
+            for name, node in snapshot.nodes.items()
+            if node.has_disrupted_taint and not node.is_deleting and name not in held
+        )
+        commands = [self._planned(command) for command in result.commands_]
+        blocked = {b.node: b.reason for b in result.blocked}
+        return PassResult(
+            at=now,
+            commands=commands,
+            blocked=blocked,
+            waiting=sorted(n for n, why in blocked.items() if any(m in why for m in WAITING_MARKERS)),
+            budgets=result.budgets,
+            problems=result.problems,
+            in_flight=in_flight,
+            orphan_taints=orphans,
+            annotations=[a.model_dump(mode="json") for a in result.annotations],
+            failed=await self._failed_since(request.failures_since),
+            nodes=len(snapshot.nodes),
+            pods=len(snapshot.pods),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _planned(self, command: Any) -> PlannedCommand:
+        workflow_input = disruption_input(command)
+        return PlannedCommand(
+            workflow_id=disruption_workflow_id(command),
+            method=command.method,
+            reason=command.reason,
+            nodes=list(command.nodes),
+            nodepools=list(command.nodepools),
+            forceful=not workflow_input.voluntary,
+            needs_validation=command.method in VALIDATED_METHODS,
+            savings_per_hour=command.savings_per_hour,
+            input=workflow_input.model_dump(mode="json"),
+            planned=command_out(command).model_dump(mode="json", by_alias=True),
+        )
+
+    @activity.defn(name="validate_commands")
+    async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
+        """Karpenter's validation: the commands, planned a while ago, re-checked on a fresh view."""
+        now = datetime.now(UTC)
+        own = {n for c in request.commands for n in c.nodes}
+        _, held = await self._in_flight()
+        snapshot = await self._snapshot(held - own, now)
+        catalog = self._catalog_for(snapshot, [], now)
+        verdicts = []
+        for command in request.commands:
+            planned = CommandOut.model_validate(command.planned)
+            out = await heartbeating(
+                asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
+            )
+            if not out.valid or out.command is None:
+                verdicts.append(Verdict(workflow_id=command.workflow_id, valid=False, reason=out.reason))
+                continue
+            still = command
+            if out.command.nodes != planned.nodes:  # emptiness keeps the subset still valid
+                still = command.model_copy(
+                    update={
+                        "nodes": list(out.command.nodes),
+                        "input": {**command.input, "nodes": list(out.command.nodes)},
+                        "planned": out.command.model_dump(mode="json", by_alias=True),
+                    }
+                )
+            verdicts.append(Verdict(workflow_id=command.workflow_id, valid=True, command=still))
+        return verdicts
+
+    @activity.defn(name="untaint_orphans")
+    async def untaint_orphans(self, nodes: list[str]) -> list[str]:
+        """Crash cleanup: remove `karpenter.sh/disrupted` from nodes no running workflow holds (checked
+        again here, just before acting). Returns the nodes it untainted."""
+        _, held = await self._in_flight()
+        cleaned = []
+        for name in nodes:
+            if name in held:
+                continue
+
+            def mutate(node: Json) -> bool:
+                meta = node.get("metadata") or {}
+                if meta.get("deletionTimestamp"):
+                    return False  # a node being deleted keeps its taint (Karpenter does the same)
+                taints = (node.get("spec") or {}).get("taints") or []
+                kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT_KEY]
+                if len(kept) == len(taints):
+                    return False
+                node["spec"]["taints"] = kept
+                (meta.get("annotations") or {}).pop(OWNER_ANNOTATION, None)
+                return True
+
+            try:
+                await self.kube.update_node(name, mutate)
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue
+                raise classify_kube(err, f"untainting orphan node {name}") from None
+            cleaned.append(name)
+        if cleaned:
+            log.info("crash cleanup: untainted %s (no running workflow holds them)", ", ".join(cleaned))
+        return cleaned
+
+    @activity.defn(name="apply_annotations")
+    async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
+        """Set or remove the node annotations a pass asked for; idempotent. Returns how many changed."""
+        changed = 0
+        for raw in changes:
+            change = AnnotationChange.model_validate(raw)
+
+            def mutate(node: Json, change: AnnotationChange = change) -> bool:
+                annotations = node.setdefault("metadata", {}).setdefault("annotations", {}) or {}
+                node["metadata"]["annotations"] = annotations
+                if change.value is None:
+                    return annotations.pop(change.key, None) is not None
+                if annotations.get(change.key) == change.value:
+                    return False
+                annotations[change.key] = change.value
+                return True
+
+            try:
+                await self.kube.update_node(change.node, mutate)
+                changed += 1
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue
+                raise classify_kube(err, f"annotating node {change.node}") from None
+        return changed

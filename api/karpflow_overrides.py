@@ -1,0 +1,128 @@
+"""karpflow's own disruption settings on a NodePool, for running beside Karpenter's provisioner.
+
+Karpenter cannot switch its disruption off except through the NodePool fields karpflow also reads
+(budgets of "0", `expireAfter: Never`, no interruption queue). When both run, the NodePool says
+"Karpenter: do nothing" in its spec, and says what karpflow should do in annotations that take
+precedence for karpflow only:
+
+    karpflow.dev/consolidation-policy: WhenEmptyOrUnderutilized   # or WhenEmpty
+    karpflow.dev/consolidate-after: 30s                          # or Never
+    karpflow.dev/budgets: '[{"nodes": "10%"}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]'
+    karpflow.dev/expire-after: 720h                              # or Never
+    karpflow.dev/termination-grace-period: 48h
+
+The values have the shape of the spec fields they replace (budgets as JSON). The template is not
+touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
+and makes the pool fail closed, like an invalid budget: karpflow does not disrupt it voluntarily
+until it is fixed, and an unparseable expire-after does not expire anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from api.duration import NEVER, parse_duration
+
+PREFIX = "karpflow.dev/"
+CONSOLIDATION_POLICY = PREFIX + "consolidation-policy"
+CONSOLIDATE_AFTER = PREFIX + "consolidate-after"
+BUDGETS = PREFIX + "budgets"
+EXPIRE_AFTER = PREFIX + "expire-after"
+TERMINATION_GRACE_PERIOD = PREFIX + "termination-grace-period"
+
+POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
+
+
+class NodePoolOverrides(BaseModel):
+    """The karpflow.dev/* annotations of one NodePool that parsed; None where absent (or invalid)."""
+
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] | None = None
+    consolidate_after: str | None = None
+    budgets: list[dict[str, Any]] | None = None
+    expire_after: str | None = None
+    termination_grace_period: str | None = None
+
+    @property
+    def disruption(self) -> dict[str, Any]:
+        """The spec.disruption fields these overrides replace, in wire form."""
+        fields = {
+            "consolidationPolicy": self.consolidation_policy,
+            "consolidateAfter": self.consolidate_after,
+            "budgets": self.budgets,
+        }
+        return {key: value for key, value in fields.items() if value is not None}
+
+
+def _duration(value: str, never_ok: bool) -> str:
+    if never_ok and value == NEVER:
+        return value
+    parse_duration(value)  # raises ValueError naming what is wrong
+    return value
+
+
+def _budgets(value: str) -> list[dict[str, Any]]:
+    from api.nodepool import Budget  # api.nodepool imports this module
+
+    try:
+        budgets = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON: {err.msg} at character {err.pos}") from None
+    if not isinstance(budgets, list) or not all(isinstance(b, dict) for b in budgets):
+        raise ValueError('expected a JSON list of budgets, e.g. [{"nodes": "10%"}]')
+    for index, budget in enumerate(budgets):
+        try:
+            Budget.model_validate(budget)
+        except ValidationError as err:
+            message = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+            raise ValueError(f"budget {index}: {message}") from None
+    return budgets
+
+
+def _policy(value: str) -> str:
+    if value not in POLICIES:
+        raise ValueError(f"expected one of {', '.join(POLICIES)}")
+    return value
+
+
+_PARSERS = {
+    CONSOLIDATION_POLICY: ("consolidation_policy", _policy),
+    CONSOLIDATE_AFTER: ("consolidate_after", lambda v: _duration(v, never_ok=True)),
+    BUDGETS: ("budgets", _budgets),
+    EXPIRE_AFTER: ("expire_after", lambda v: _duration(v, never_ok=True)),
+    TERMINATION_GRACE_PERIOD: ("termination_grace_period", lambda v: _duration(v, never_ok=False)),
+}
+
+
+def read_overrides(annotations: Mapping[str, str]) -> tuple[NodePoolOverrides, list[str]]:
+    """The overrides in a NodePool's annotations, and one problem per annotation that does not parse."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, raw in annotations.items():
+        if not key.startswith(PREFIX):
+            continue
+        if key not in _PARSERS:
+            problems.append(f"annotation {key}: unknown (known: {', '.join(sorted(_PARSERS))})")
+            continue
+        field, parse = _PARSERS[key]
+        try:
+            values[field] = parse(str(raw).strip())
+        except ValueError as err:
+            problems.append(f"annotation {key}={raw!r}: {err}")
+    return NodePoolOverrides(**values), problems
+
+
+def apply_disruption_overrides(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """A raw NodePool whose spec.disruption carries karpflow's values, and the annotation problems."""
+    annotations = (raw.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(annotations, Mapping) or not any(str(k).startswith(PREFIX) for k in annotations):
+        return raw, []
+    overrides, problems = read_overrides(annotations)
+    if not overrides.disruption:
+        return raw, problems
+    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+    disruption = spec.get("disruption") if isinstance(spec.get("disruption"), Mapping) else {}
+    return {**raw, "spec": {**spec, "disruption": {**disruption, **overrides.disruption}}}, problems

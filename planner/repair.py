@@ -1,0 +1,112 @@
+"""Node repair and NodePool deletion: forceful commands outside the budgeted loop, like expiration.
+
+Repair (Karpenter v1.1+ NodeRepair): a managed node whose condition has been unhealthy for longer
+than its toleration (`PlanOptions.repair_tolerations`: Ready False or Unknown 30 min; the AWS node
+monitoring agent's AcceleratedHardwareReady 10 min, StorageReady, NetworkingReady, KernelReady,
+ContainerRuntimeReady 30 min) is replaced: no budget, no do-not-disrupt at selection time. Never in a
+NodePool where more than `repair_max_unhealthy` (20 %) of the nodes are unhealthy: then the cluster
+is sick (a bad AMI, a network outage), not the node, and replacing nodes would only churn.
+
+NodePool deletion (Karpenter's owner-reference cascade): the nodes of a NodePool that is being
+deleted (deletionTimestamp set) are terminated gracefully, forcefully as a command. A node whose
+NodePool is simply absent is left alone: a cache that has not seen the pool yet must not look like
+a deletion (`karpflow` never decides on an unsynced cache, but a pool deleted before karpflow ever
+saw it is indistinguishable from a typo'd label; Karpenter's NodeClaims would cascade those).
+
+Repair launches what the node's pods need first, with the same scheduling simulation as
+expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new
+node of the pool being deleted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from api.constants import REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
+from api.duration import format_duration
+from planner.candidates import make_candidate
+from planner.model import Command, DisruptionClass, PlanContext
+from planner.snapshot import Node
+
+REPAIR = "repair"
+NODEPOOL_DELETION = "nodepool-deletion"
+
+
+def unhealthy_since(node: Node, tolerations: dict[str, timedelta]) -> tuple[str, datetime | None] | None:
+    """The first condition of the node that a toleration covers ("Ready=False") and since when."""
+    for condition, (status, since) in sorted(node.conditions.items()):
+        key = f"{condition}={status}"
+        if key in tolerations:
+            return key, since
+    return None
+
+
+def _with_replacements(ctx: PlanContext, command: Command) -> Command:
+    candidate = command.candidates[0]
+    if not candidate.is_empty and ctx.simulate is not None:
+        command.replacements = ctx.simulate(ctx, [candidate]).new_nodes
+    ctx.marked_for_deletion.add(candidate.name)
+    return command
+
+
+def repair_commands(ctx: PlanContext) -> list[Command]:
+    tolerations = ctx.options.repair_tolerations
+    if not tolerations:
+        return []
+    by_pool: dict[str, list[tuple[Node, str, datetime | None]]] = {}
+    sizes: dict[str, int] = {}
+    for node, pool in ctx.snapshot.live_managed_nodes():
+        sizes[pool.name] = sizes.get(pool.name, 0) + 1
+        found = unhealthy_since(node, tolerations)
+        if found is not None:
+            by_pool.setdefault(pool.name, []).append((node, *found))
+    commands = []
+    for pool_name, unhealthy in sorted(by_pool.items()):
+        share = len(unhealthy) / sizes[pool_name]
+        if share > ctx.options.repair_max_unhealthy:
+            for node, key, _ in unhealthy:
+                ctx.explain(
+                    node.name,
+                    REPAIR,
+                    f"{key}, but {len(unhealthy)} of {sizes[pool_name]} nodes of NodePool {pool_name} are "
+                    f"unhealthy (more than {ctx.options.repair_max_unhealthy:.0%}): no repair",
+                )
+            continue
+        for node, key, since in unhealthy:
+            toleration = tolerations[key]
+            if node.name in ctx.marked_for_deletion or (since is not None and ctx.now - since < toleration):
+                continue
+            pool = ctx.snapshot.nodepools[pool_name]
+            message = f"{key} since {since:%Y-%m-%dT%H:%M:%SZ}" if since else f"{key} (since unknown)"
+            command = Command(
+                method=REPAIR,
+                reason=REASON_UNHEALTHY,
+                candidates=[make_candidate(ctx, node, pool)],
+                replacements=[],
+                disruption_class=DisruptionClass.FORCEFUL,
+                message=f"{message}, longer than its toleration {format_duration(toleration)}",
+            )
+            commands.append(_with_replacements(ctx, command))
+    return commands
+
+
+def nodepool_deletion_commands(ctx: PlanContext) -> list[Command]:
+    commands = []
+    for name in sorted(ctx.snapshot.nodes):
+        node = ctx.snapshot.nodes[name]
+        pool = ctx.snapshot.nodepools.get(node.nodepool or "")
+        if pool is None or not pool.metadata.deletion_timestamp or node.is_deleting:
+            continue
+        if name in ctx.marked_for_deletion:
+            continue
+        command = Command(
+            method=NODEPOOL_DELETION,
+            reason=REASON_NODEPOOL_DELETED,
+            candidates=[make_candidate(ctx, node, pool)],
+            replacements=[],
+            disruption_class=DisruptionClass.FORCEFUL,
+            message=f"NodePool {pool.name} is being deleted",
+        )
+        ctx.marked_for_deletion.add(name)
+        commands.append(command)
+    return commands

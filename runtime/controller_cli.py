@@ -1,0 +1,185 @@
+"""`karpflow controller start|status` and `karpflow status`: the controller from a terminal.
+
+Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
+stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
+ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
+off, and whether the cluster is quiet (converged under the current rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Any
+
+import click
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from api.controller_io import ControllerInput, ControllerStatus
+from api.workflow_ids import controller_workflow_id
+from runtime.connections import connect_temporal
+from runtime.settings import WorkerSettings, explain
+
+EXIT_UNREACHABLE = 3
+
+
+def _leave(code: int = 0) -> None:
+    """Flush and exit at once: a process that used the Temporal client can abort while the
+    interpreter finalizes (sdk-python #300), turning a good answer into exit 134."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    @click.option("--cluster-name", help="default: KARPFLOW_CLUSTER_NAME")
+    @click.option("--temporal-address", help="default: KARPFLOW_TEMPORAL_ADDRESS, else localhost:7233")
+    @click.option("--temporal-namespace", help="default: KARPFLOW_TEMPORAL_NAMESPACE, else default")
+    @click.option("--task-queue", help="default: KARPFLOW_TASK_QUEUE, else karpflow")
+    @wraps(command)
+    def wrapper(**flags: Any) -> Any:
+        names = ("cluster_name", "temporal_address", "temporal_namespace", "task_queue")
+        given = {n: flags.pop(n) for n in names if flags.get(n) is not None}
+        for name in names:
+            flags.pop(name, None)
+        try:
+            settings = WorkerSettings(**given)
+        except ValidationError as err:
+            click.echo(explain(err), err=True)
+            sys.exit(2)
+        return command(settings, **flags)
+
+    return wrapper
+
+
+async def _client(settings: WorkerSettings) -> Client:
+    try:
+        return await connect_temporal(settings)
+    except Exception as err:
+        click.echo(f"cannot reach Temporal at {settings.temporal_address}: {err}", err=True)
+        _leave(EXIT_UNREACHABLE)
+        raise  # unreachable: _leave does not return
+
+
+async def read_status(client: Client, cluster: str) -> ControllerStatus:
+    handle = client.get_workflow_handle(controller_workflow_id(cluster))
+    return await handle.query("status", result_type=ControllerStatus)
+
+
+@click.group("controller")
+def controller() -> None:
+    """Start the cluster's ControllerWorkflow or show what it is doing."""
+
+
+@controller.command("start")
+@_connection_options
+def start(settings: WorkerSettings) -> None:
+    """Start the ControllerWorkflow unless it runs already (workers do this at start-up too)."""
+
+    async def go() -> None:
+        client = await _client(settings)
+        handle = await client.start_workflow(
+            "ControllerWorkflow",
+            ControllerInput(
+                cluster=settings.cluster_name,
+                task_queue=settings.task_queue,
+                interval_seconds=settings.controller_interval,
+                validation_seconds=settings.controller_validation,
+            ),
+            id=controller_workflow_id(settings.cluster_name),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        click.echo(f"{handle.id} running (run {handle.result_run_id})")
+
+    asyncio.run(go())
+    _leave(0)
+
+
+def _status_command(settings: WorkerSettings, output: str) -> None:
+    async def go() -> ControllerStatus:
+        client = await _client(settings)
+        try:
+            return await read_status(client, settings.cluster_name)
+        except RPCError as err:
+            click.echo(
+                f"no controller answers for cluster {settings.cluster_name} "
+                f"({controller_workflow_id(settings.cluster_name)}): {err.message}. "
+                "Is a worker running? `karpflow controller start` starts it.",
+                err=True,
+            )
+            _leave(1)
+            raise  # unreachable: _leave does not return
+
+    status = asyncio.run(go())
+    if output == "json":
+        click.echo(status.model_dump_json(indent=2))
+    else:
+        render(status, Console())
+    _leave(0)
+
+
+@controller.command("status")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_connection_options
+def controller_status(settings: WorkerSettings, output: str) -> None:
+    """What the controller's last pass did, what is in flight, and whether the cluster is quiet."""
+    _status_command(settings, output)
+
+
+@click.command("status")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_connection_options
+def status(settings: WorkerSettings, output: str) -> None:
+    """The controller's status (same as `karpflow controller status`)."""
+    _status_command(settings, output)
+
+
+def render(status: ControllerStatus, console: Console) -> None:
+    when = status.last_pass_at
+    ago = f"{(datetime.now(UTC) - when).total_seconds():.0f}s ago" if when else "never"
+    state = "[green]quiet[/]" if status.quiet else "[yellow]working[/]"
+    console.print(
+        f"controller of [bold]{status.cluster}[/]: {state}; pass {status.passes}, last {ago} "
+        f"({status.last_pass_seconds:.2f}s, {status.last_pass_nodes} nodes)"
+    )
+    if status.error:
+        console.print(f"[red]last pass failed:[/] {status.error}")
+    for title, rows in (
+        ("started by the last pass", status.started),
+        ("in flight", status.in_flight),
+        ("validating", status.validating),
+        ("taints cleaned up", status.cleaned_taints),
+        ("waiting (consolidateAfter)", status.waiting),
+    ):
+        if rows:
+            console.print(f"{title}: {', '.join(rows)}")
+    for workflow_id, why in status.rejected.items():
+        console.print(f"rejected by validation: {workflow_id}: {why}")
+    if status.backoffs:
+        table = Table("NodePool", "reason", "failures", "until", "last failure", title="backoffs")
+        for b in status.backoffs:
+            table.add_row(b.nodepool, b.reason, str(b.failures), f"{b.until:%H:%M:%S}", b.last_failure)
+        console.print(table)
+    if status.budgets:
+        table = Table("NodePool", "reason", "allowed now", title="budgets left")
+        for pool, reasons in sorted(status.budgets.items()):
+            for reason, allowed in sorted(reasons.items()):
+                table.add_row(pool, reason, str(allowed))
+        console.print(table)
+    if status.blocked:
+        table = Table("node", "why it was left alone", title=f"blocked ({len(status.blocked)})")
+        for node, why in sorted(status.blocked.items())[:50]:
+            table.add_row(node, why)
+        console.print(table)
+    for problem in status.problems:
+        console.print(f"[yellow]problem:[/] {problem}")

@@ -1,0 +1,96 @@
+"""Running beside Karpenter: its NodePool fields zeroed, karpflow's own settings in karpflow.dev/*."""
+
+from datetime import timedelta
+
+import pytest
+
+from api.karpflow_overrides import BUDGETS, read_overrides
+from planner.drift import Drift
+from planner.emptiness import Emptiness
+from planner.model import PlanOptions
+from planner.plan import plan
+from sim.cluster_builder import ClusterBuilder
+
+# What stops Karpenter from disrupting anything: the only switches it has.
+KARPENTER_OFF = {"budgets": [{"nodes": "0"}], "expire_after": "Never", "consolidate_after": "Never"}
+KARPFLOW_ON = {
+    "karpflow.dev/consolidation-policy": "WhenEmptyOrUnderutilized",
+    "karpflow.dev/consolidate-after": "0s",
+    "karpflow.dev/budgets": '[{"nodes": "100%"}]',
+    "karpflow.dev/expire-after": "24h",
+    "karpflow.dev/termination-grace-period": "1h",
+}
+
+
+def cluster(annotations: dict[str, str]) -> ClusterBuilder:
+    b = ClusterBuilder()
+    pool = b.nodepool("default", **KARPENTER_OFF)
+    pool["metadata"]["annotations"] = annotations
+    b.node("empty", age=timedelta(hours=2))
+    b.node("old", age=timedelta(hours=30))
+    b.pod("web-1", "old")
+    return b
+
+
+def run(b: ClusterBuilder):
+    return plan(
+        b.snapshot(), b.catalog, PlanOptions(all_methods=True), methods=[Emptiness(), Drift()], simulate=None
+    )
+
+
+def test_with_karpenters_fields_zeroed_nothing_is_disrupted():
+    result = run(cluster({}))
+    assert result.commands == []
+
+
+def test_karpflows_annotations_take_precedence_for_karpflow():
+    result = run(cluster(KARPFLOW_ON))
+    by_reason = {c.reason: c.nodes for c in result.commands}
+    assert by_reason == {"Expired": ["old"], "Empty": ["empty"]}
+    # The template is untouched, so the hashes stamped at launch still match: nothing is drifted.
+    assert all(c.reason != "Drifted" for c in result.commands)
+
+
+def test_the_termination_grace_period_comes_from_the_annotation():
+    b = cluster(KARPFLOW_ON)
+    result = run(b)
+    (expired,) = [c for c in result.commands_ if c.reason == "Expired"]
+    assert expired.candidates[0].termination_grace_period == timedelta(hours=1)
+
+
+def test_an_invalid_annotation_fails_the_pool_closed_and_says_why():
+    b = cluster({**KARPFLOW_ON, BUDGETS: '[{"nodes": "ten"}]'})
+    snapshot = b.snapshot()
+    assert any(
+        "karpflow.dev/budgets" in p and "expected a non-negative integer or a percentage" in p
+        for p in snapshot.problems
+    )
+    result = plan(snapshot, b.catalog, PlanOptions(all_methods=True), methods=[Emptiness()], simulate=None)
+    assert [c.reason for c in result.commands] == ["Expired"]  # forceful: budgets do not apply
+
+
+@pytest.mark.parametrize(
+    ("annotations", "problem"),
+    [
+        (
+            {"karpflow.dev/consolidation-policy": "Sometimes"},
+            "expected one of WhenEmpty, WhenEmptyOrUnderutilized",
+        ),
+        ({"karpflow.dev/expire-after": "a while"}, "karpflow.dev/expire-after='a while'"),
+        ({"karpflow.dev/termination-grace-period": "Never"}, "karpflow.dev/termination-grace-period"),
+        ({"karpflow.dev/budgets": "{"}, "not JSON"),
+        ({"karpflow.dev/budgets": '{"nodes": "1"}'}, "expected a JSON list of budgets"),
+        ({"karpflow.dev/consolidate-afer": "1m"}, "annotation karpflow.dev/consolidate-afer: unknown"),
+    ],
+)
+def test_each_bad_annotation_is_named(annotations: dict[str, str], problem: str):
+    overrides, problems = read_overrides(annotations)
+    assert overrides.disruption == {} and overrides.expire_after is None
+    assert len(problems) == 1 and problem in problems[0]
+
+
+def test_other_annotations_are_ignored():
+    overrides, problems = read_overrides(
+        {"karpenter.sh/nodepool-hash": "123", "karpflow.dev/expire-after": "Never"}
+    )
+    assert problems == [] and overrides.expire_after == "Never"

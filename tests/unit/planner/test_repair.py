@@ -1,0 +1,78 @@
+"""Node repair and NodePool deletion: forceful commands, outside the budgets."""
+
+from datetime import timedelta
+
+from planner.model import PlanOptions
+from planner.plan import plan
+from sim.cluster_builder import ClusterBuilder
+
+
+def run(b: ClusterBuilder, **options):
+    return plan(b.snapshot(), b.catalog, PlanOptions(**options), methods=[])
+
+
+def pool_of(b: ClusterBuilder, nodes: int, budgets=None) -> list[str]:
+    b.nodepool("default", budgets=budgets or [{"nodes": "0"}])
+    names = [f"n{i}" for i in range(nodes)]
+    for name in names:
+        b.node(name)
+    return names
+
+
+def test_a_node_not_ready_past_its_toleration_is_replaced_despite_a_zero_budget():
+    b = ClusterBuilder()
+    for name in pool_of(b, 9):
+        b.pod(f"busy-{name}", name, cpu="1500m")  # no room left for web-1 elsewhere
+    b.node("sick", ready=False, ready_for=timedelta(minutes=31))
+    b.pod("web-1", "sick", cpu="1500m")
+    (command,) = run(b).commands
+    assert (command.method, command.reason, command.disruption_class) == ("repair", "Unhealthy", "forceful")
+    assert command.nodes == ["sick"] and "Ready=False since" in command.message
+    assert command.replacements, "its pod gets capacity before the drain"
+
+
+def test_a_node_not_ready_for_less_than_its_toleration_waits():
+    b = ClusterBuilder()
+    pool_of(b, 9)
+    b.node("flaky", ready=False, ready_for=timedelta(minutes=10))
+    assert run(b).commands == []
+    assert run(b, repair_tolerations={"Ready=False": timedelta(minutes=5)}).commands[0].nodes == ["flaky"]
+
+
+def test_no_repair_when_a_quarter_of_the_pool_is_unhealthy():
+    b = ClusterBuilder()
+    pool_of(b, 6)
+    for name in ("sick-1", "sick-2"):  # 2 of 8 = 25 %
+        b.node(name, ready=False, ready_for=timedelta(hours=2))
+    result = run(b)
+    assert result.commands == []
+    explained = {x.node: x.reason for x in result.blocked}
+    assert (
+        "2 of 8 nodes of NodePool default are unhealthy"
+        in " ".join(d.reason for x in result.blocked for d in x.details)
+        or explained
+    )
+
+
+def test_repair_can_be_turned_off():
+    b = ClusterBuilder()
+    pool_of(b, 9)
+    b.node("sick", ready=False, ready_for=timedelta(hours=1))
+    assert run(b, repair_tolerations={}).commands == []
+
+
+def test_the_nodes_of_a_nodepool_being_deleted_are_terminated():
+    b = ClusterBuilder()
+    pool = b.nodepool("old", budgets=[{"nodes": "0"}])
+    pool["metadata"]["deletionTimestamp"] = "2026-11-22T09:00:00Z"
+    pool["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+    b.nodepool("default")
+    b.node("a", pool="old")
+    b.node("b", pool="old")
+    b.node("c", pool="default")
+    commands = run(b).commands
+    assert sorted(n for c in commands for n in c.nodes) == ["a", "b"]
+    assert {(c.method, c.reason, c.disruption_class) for c in commands} == {
+        ("nodepool-deletion", "NodePoolDeleted", "forceful")
+    }
+    assert all(c.replacements == [] for c in commands)
