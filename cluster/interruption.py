@@ -35,6 +35,7 @@ from api.constants import (
 )
 from api.controller_io import SIGNAL_OFFERING_UNAVAILABLE, OfferingUnavailable
 from api.interruption_events import Interruption, UnparseableMessage, parse_message
+from api.karpflow_overrides import REBALANCE_REPLACE, apply_disruption_overrides
 from api.nodepool import NodePool
 from api.workflow_ids import controller_workflow_id, interruption_workflow_id, termination_workflow_id
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
@@ -43,7 +44,7 @@ from planner.budgets import BudgetError, allowed_disruptions
 
 log = logging.getLogger(__name__)
 
-REBALANCE_ANNOTATION = "karpflow.dev/rebalance-replace"
+REBALANCE_ANNOTATION = REBALANCE_REPLACE
 SPOT_WARNING = timedelta(minutes=2)  # a spot interruption happens two minutes after its warning
 UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cache TTL
 # Seconds a node listing serves; short, since a message for a node that just joined must find it
@@ -312,8 +313,12 @@ class InterruptionPoller:
             or any(t.get("key") == DISRUPTED_TAINT_KEY for t in (n.get("spec") or {}).get("taints") or ())
         )
         try:
+            # karpflow.dev/budgets (running beside Karpenter) wins over spec, as in the planner.
+            effective, problems = apply_disruption_overrides(nodepool)
+            if problems:
+                raise ValueError("; ".join(problems))
             allowed = allowed_disruptions(
-                NodePool.model_validate(nodepool), len(members), datetime.now(UTC), "Drifted"
+                NodePool.model_validate(effective), len(members), datetime.now(UTC), "Drifted"
             )
         except (BudgetError, ValueError) as err:
             log.info("rebalance: budgets of NodePool %s unreadable (%s): no proactive replacement", pool, err)

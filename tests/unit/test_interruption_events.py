@@ -131,3 +131,13 @@ def test_the_iam_policy_grants_every_sqs_call_the_poller_makes():
         granted.update([listed] if isinstance(listed, str) else listed)
     assert calls >= {"receive_message", "delete_message", "get_queue_url"}
     assert actions <= granted, sorted(actions - granted)
+
+
+def test_the_rebalance_opt_in_is_a_known_karpflow_annotation():
+    """The planner fails a pool closed on unknown karpflow.dev/* annotations: the opt-in must not."""
+    from api.karpflow_overrides import read_overrides
+    from cluster.interruption import REBALANCE_ANNOTATION
+
+    overrides, problems = read_overrides({REBALANCE_ANNOTATION: "true"})
+    assert overrides.rebalance_replace is True and problems == []
+    assert read_overrides({REBALANCE_ANNOTATION: "yes"})[1]
