@@ -41,9 +41,16 @@ from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
 from cluster.informer import ClusterCache
+from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
-from runtime.connections import connect_kubernetes, connect_temporal, ec2_client, ensure_search_attributes
+from runtime.connections import (
+    connect_kubernetes,
+    connect_temporal,
+    ec2_client,
+    ensure_search_attributes,
+    sqs_client,
+)
 from runtime.controller_start import start_controller
 from runtime.health import HealthServer
 from runtime.settings import WorkerSettings, explain, settings_options
@@ -124,6 +131,7 @@ class KarpflowWorker:
         self._owns_kube = kube is None
         self.worker: Worker | None = None
         self.watcher: NodeDeletionWatcher | None = None
+        self.interruptions: InterruptionPoller | None = None
         self.cache: ClusterCache | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._health: HealthServer | None = None
@@ -169,6 +177,18 @@ class KarpflowWorker:
                 retry_first=timedelta(seconds=settings.node_watcher_retry),
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
+        if settings.interruption_queue:
+            self.interruptions = InterruptionPoller(
+                sqs_client(settings),
+                settings.interruption_queue,
+                self.kube,
+                self.client,
+                settings.task_queue,
+                settings.cluster_name,
+                concurrency=settings.interruption_concurrency,
+                wait_seconds=settings.interruption_wait,
+            )
+            self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:
             await self.start_controller()
         if settings.health:

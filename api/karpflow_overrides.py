@@ -33,6 +33,8 @@ CONSOLIDATE_AFTER = PREFIX + "consolidate-after"
 BUDGETS = PREFIX + "budgets"
 EXPIRE_AFTER = PREFIX + "expire-after"
 TERMINATION_GRACE_PERIOD = PREFIX + "termination-grace-period"
+# "true": a rebalance recommendation replaces the node proactively, within budgets (docs/interruption.md).
+REBALANCE_REPLACE = PREFIX + "rebalance-replace"
 
 POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
 
@@ -45,6 +47,7 @@ class NodePoolOverrides(BaseModel):
     budgets: list[dict[str, Any]] | None = None
     expire_after: str | None = None
     termination_grace_period: str | None = None
+    rebalance_replace: bool | None = None
 
     @property
     def disruption(self) -> dict[str, Any]:
@@ -88,12 +91,19 @@ def _policy(value: str) -> str:
     return value
 
 
+def _true_or_false(value: str) -> bool:
+    if value not in ("true", "false"):
+        raise ValueError('must be "true" or "false"')
+    return value == "true"
+
+
 _PARSERS = {
     CONSOLIDATION_POLICY: ("consolidation_policy", _policy),
     CONSOLIDATE_AFTER: ("consolidate_after", lambda v: _duration(v, never_ok=True)),
     BUDGETS: ("budgets", _budgets),
     EXPIRE_AFTER: ("expire_after", lambda v: _duration(v, never_ok=True)),
     TERMINATION_GRACE_PERIOD: ("termination_grace_period", lambda v: _duration(v, never_ok=False)),
+    REBALANCE_REPLACE: ("rebalance_replace", _true_or_false),
 }
 
 

@@ -104,3 +104,15 @@ def ec2_client(settings: WorkerSettings) -> Any:
     return boto3.client(
         "ec2", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url, config=config
     )
+
+
+def sqs_client(settings: WorkerSettings) -> Any:
+    """The interruption queue's client (same region and endpoint override as EC2)."""
+    import boto3
+    from botocore.config import Config
+
+    # One connection per message handled at once, plus the long poll.
+    config = Config(max_pool_connections=settings.interruption_concurrency + 2)
+    return boto3.client(
+        "sqs", region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url, config=config
+    )

@@ -87,6 +87,15 @@ class WorkerSettings(BaseSettings):
     otel_endpoint: str | None = None
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Interruption handling (issue 10; docs/interruption.md)
+    interruption_queue: str | None = Field(
+        default=None,
+        description="SQS queue (name or URL) of EC2 interruption events; off when unset",
+    )
+    interruption_wait: int = Field(default=20, ge=0, le=20, description="SQS long-poll seconds")
+    interruption_concurrency: int = Field(
+        default=50, gt=0, description="interruption messages handled at once"
+    )
 
     @field_validator("cluster_name")
     @classmethod

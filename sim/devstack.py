@@ -43,6 +43,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api import search_attributes
 from sim.binaries import temporal_cli
+from sim.interruption_queue import ensure_interruption_queue
 from sim.ports import free_port, port_is_free
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,8 @@ class DevSettings(BaseSettings):
     worker: bool = True
     # The worker's /healthz and /readyz; 0 picks a free port at `up` (recorded in dev.json).
     worker_health_port: int = 0
+    # SQS queue (in moto) that EventBridge rules feed EC2 interruption events into (docs/interruption.md).
+    interruption_queue_name: str = "karpflow-dev-interruption"
     # How long one part may take to become ready before `up` gives up and stops what it started.
     ready_timeout: float = 60.0
 
@@ -94,6 +97,11 @@ class DevSettings(BaseSettings):
     @property
     def ec2_endpoint(self) -> str:
         return f"http://{self.host}:{self.moto_port}"
+
+    @property
+    def interruption_queue_url(self) -> str:
+        # moto's URL for a queue of its default account, as create_queue returns it.
+        return f"{self.ec2_endpoint}/123456789012/{self.interruption_queue_name}"
 
     @property
     def ui_url(self) -> str:
@@ -129,6 +137,7 @@ class DevSettings(BaseSettings):
             "KARPFLOW_KUBECONFIG": str(self.kubeconfig_path),
             "KARPFLOW_AWS_REGION": self.region,
             "KARPFLOW_AWS_ENDPOINT_URL": self.ec2_endpoint,
+            "KARPFLOW_INTERRUPTION_QUEUE": self.interruption_queue_url,
         }
 
 
@@ -421,6 +430,7 @@ class DevStack:
             if "temporal" in started:
                 progress("temporal", "registering search attributes")
             self.register_search_attributes()
+            ensure_interruption_queue(s.ec2_endpoint, s.region, s.interruption_queue_name)
             if "temporal" in started:
                 progress("temporal", "ready")
             self.write_env_file()

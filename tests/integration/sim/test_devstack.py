@@ -8,12 +8,15 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
+import boto3
 import pytest
 
 from sim.devstack import DevStack, worker_available
+from sim.interruption_queue import MOTO_KEYS
 from sim.testing import SMALL
 
 pytestmark = pytest.mark.integration
@@ -99,6 +102,30 @@ def test_dev_up_status_down(tmp_path: Path):
         ).stdout
         assert "KarpflowNodes" in attributes and "KeywordList" in attributes
         assert urllib.request.urlopen(f"http://127.0.0.1:{ui}", timeout=10).status == 200
+        # The interruption queue exists in moto, fed by EventBridge, and the worker is told its URL.
+        queue_url = f"http://127.0.0.1:{moto}/123456789012/karpflow-dev-interruption"
+        assert f"export KARPFLOW_INTERRUPTION_QUEUE={queue_url}" in (state / "env").read_text()
+        sqs = boto3.client(
+            "sqs", endpoint_url=f"http://127.0.0.1:{moto}", region_name="us-west-2", **MOTO_KEYS
+        )
+        assert sqs.get_queue_url(QueueName="karpflow-dev-interruption")["QueueUrl"] == queue_url
+        if worker_available():  # the worker polls it: an unparseable message is consumed and deleted
+            sqs.send_message(QueueUrl=queue_url, MessageBody="not an event")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                depth = sqs.get_queue_attributes(
+                    QueueUrl=queue_url,
+                    AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+                )["Attributes"]
+                if (
+                    depth["ApproximateNumberOfMessages"]
+                    == depth["ApproximateNumberOfMessagesNotVisible"]
+                    == "0"
+                ):
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError("the dev worker did not consume the interruption queue")
         stack = DevStack.from_state_dir(state)
         pids = {name: stack.process(name).pid for name in ("temporal", "sim")}
         assert all((state / f"{name}.pid").is_file() for name in pids)

@@ -1,0 +1,243 @@
+"""Interruption handling end to end: moto SQS and EventBridge, the emulator, the real Temporal dev
+server and the real worker with its interruption poller."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from api.workflow_ids import interruption_workflow_id
+from cluster.interruption import REBALANCE_ANNOTATION, instance_id_of
+from tests.integration.workflows.conftest import Workload, node, scenario
+
+pytestmark = pytest.mark.integration
+
+A = node("172.31.1.10", "m5.large", capacity="spot")
+B = node("172.31.2.20", "m5.large")
+PODS = [Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1})]
+WORLD = scenario([A, B], PODS)
+
+
+async def instance_of(karpflow, name: str) -> str:
+    return instance_id_of((await karpflow.nodes())[name])
+
+
+async def runs_of(karpflow, workflow_id: str) -> int:
+    return len([e async for e in karpflow.client.list_workflows(f'WorkflowId="{workflow_id}"')])
+
+
+async def replaced(karpflow, old: str) -> str | None:
+    """The name of a Ready node other than the starting ones, once `old` is gone."""
+    nodes = await karpflow.nodes()
+    if old in nodes:
+        return None
+    new = [
+        n
+        for name, n in nodes.items()
+        if name not in (A.name, B.name)
+        and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
+        )
+    ]
+    return new[0]["metadata"]["name"] if new else None
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_spot_interruption_via_eventbridge_replaces_and_drains_the_node(karpflow, queue):
+    instance = await instance_of(karpflow, A.name)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        started = time.monotonic()
+        queue.put_spot_interruption(instance)
+        new = await karpflow.eventually(
+            lambda: replaced(karpflow, A.name),
+            within=60,
+            what=lambda: f"replacement, {w.interruptions.counters}",
+        )
+        drained = time.monotonic() - started
+        await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
+        print(f"spot interruption: event → node drained and gone in {drained:.2f}s (new node {new})")
+        assert w.interruptions.counters["kind:SpotInterruption"] == 1
+        assert w.interruptions.counters["deleted"] == 1
+    terminated = {i["InstanceId"] for i in karpflow.instances(("shutting-down", "terminated"))}
+    assert instance in terminated
+    pods = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert pods and all(p["spec"].get("nodeName") != A.name for p in pods)
+
+
+def _body(instance: str) -> str:
+    return json.dumps(
+        {
+            "version": "0",
+            "id": "7e3e5b4f-0000-0000-0000-000000000001",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-west-2",
+            "resources": [f"arn:aws:ec2:us-west-2:123456789012:instance/{instance}"],
+            "detail": {"instance-id": instance, "instance-action": "terminate"},
+        }
+    )
+
+
+async def _async(value):
+    return value
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_the_same_message_three_times_starts_one_workflow_and_one_replacement(karpflow, queue):
+    instance = await instance_of(karpflow, A.name)
+    before = {i["InstanceId"] for i in karpflow.instances()}
+    body = _body(instance)
+    for _ in range(3):
+        queue.send(body)
+    async with karpflow.worker(interruption_queue=queue.url, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="replacement")
+        await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
+        assert w.interruptions.counters["deleted"] == 3
+        assert w.interruptions.counters["kind:SpotInterruption"] == 3
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+    launched = {
+        i["InstanceId"] for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))
+    }
+    assert len(launched - before) == 1
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_malformed_unknown_instance_and_unknown_kind_are_deleted_and_nothing_happens(karpflow, queue):
+    before = {i["InstanceId"] for i in karpflow.instances()}
+    queue.send("this is not json {")
+    queue.send(_body("i-0000000000000dead"))
+    queue.send(json.dumps({**json.loads(_body("i-1")), "detail-type": "EC2 AMI State Change"}))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(
+            lambda: _async(w.interruptions.counters["deleted"] == 3),
+            within=20,
+            what=lambda: str(w.interruptions.counters),
+        )
+        assert queue.depth() == 0
+        c = w.interruptions.counters
+        assert (c["kind:Unparseable"], c["kind:Unknown"], c["kind:SpotInterruption"]) == (1, 1, 1)
+        # The worker keeps running: a real interruption afterwards is still handled.
+        queue.put_spot_interruption(await instance_of(karpflow, B.name))
+        await karpflow.eventually(lambda: replaced(karpflow, B.name), within=60, what="B replaced")
+    assert await runs_of(karpflow, interruption_workflow_id("i-0000000000000dead")) == 0
+    assert {A.name} <= set(await karpflow.nodes())
+    launched = {i["InstanceId"] for i in karpflow.instances()} - before
+    assert len(launched) == 1  # B's replacement only
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queue):
+    instance = await instance_of(karpflow, A.name)
+    failures = []
+
+    def fail_once(event):
+        if not failures:
+            failures.append(event.event_id)
+            raise RuntimeError("injected handler failure")
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        w.interruptions.fail_hook = fail_once
+        queue.put_spot_interruption(instance)
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["failed"] == 1), within=20)
+        assert w.interruptions.counters["deleted"] == 0 and queue.depth() == 1
+        await karpflow.eventually(
+            lambda: replaced(karpflow, A.name), within=60, what="replacement after redelivery"
+        )
+        assert w.interruptions.counters["received"] == 2 and w.interruptions.counters["deleted"] == 1
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+
+
+@pytest.mark.sim_stack(scenario=WORLD, time_scale=1)
+async def test_event_to_drained_at_time_scale_one(karpflow, queue):
+    """Real simulated delays (pod start, kubelet, boot): the old node is drained at once, while its
+    replacement boots alongside (termination_deadline); prints the figure for the report."""
+    instance = await instance_of(karpflow, A.name)
+
+    async def drained() -> bool:
+        pods = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+        return all(p["spec"].get("nodeName") != A.name for p in pods)
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
+        started = time.monotonic()
+        queue.put_spot_interruption(instance)
+        await karpflow.eventually(drained, within=150, what="pods off the interrupted node")
+        elapsed = time.monotonic() - started
+        print(f"spot interruption at time scale 1: event → node drained in {elapsed:.2f}s")
+        await karpflow.eventually(lambda: replaced(karpflow, A.name), within=180, what="Ready replacement")
+        print(
+            f"spot interruption at time scale 1: event → replacement Ready, old node gone in "
+            f"{time.monotonic() - started:.2f}s"
+        )
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_recommendation_without_opt_in_records_an_event_only(karpflow, queue):
+    instance = await instance_of(karpflow, A.name)
+    before = {i["InstanceId"] for i in karpflow.instances()}
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+        assert w.interruptions.counters["kind:RebalanceRecommendation"] == 1
+    events = (await karpflow.kube.request("GET", "/api/v1/namespaces/default/events"))["items"]
+    assert any(
+        e["reason"] == "RebalanceRecommendation" and e["involvedObject"]["name"] == A.name for e in events
+    )
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert A.name in await karpflow.nodes()
+    assert {i["InstanceId"] for i in karpflow.instances()} == before
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_recommendation_with_opt_in_replaces_the_node(karpflow, queue):
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={"metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}}},
+        content_type="application/merge-patch+json",
+    )
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
+        await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="proactive replacement")
+    described = await karpflow.client.get_workflow_handle(interruption_workflow_id(instance)).describe()
+    assert described.workflow_type == "DisruptionWorkflow"
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
+    """Opted in, but the NodePool's budget allows no disruption: the event only, no workflow."""
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={
+            "metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}},
+            "spec": {"disruption": {"budgets": [{"nodes": "0"}]}},
+        },
+        content_type="application/merge-patch+json",
+    )
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert A.name in await karpflow.nodes()
