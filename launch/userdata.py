@@ -112,8 +112,7 @@ def al2023(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> 
         ("application/node.eks.aws", yaml.safe_dump(_nodeconfig(cluster, node))),
     ]
     for content_type, payload in parts:
-        maintype, subtype = content_type.split("/", 1)
-        part = MIMEText(payload, _subtype=subtype)
+        part = MIMEText(payload, _subtype=content_type.split("/", 1)[1])
         part.replace_header("Content-Type", f'{content_type}; charset="us-ascii"')
         message.attach(part)
     return message.as_string()
@@ -177,7 +176,10 @@ def bottlerocket(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | Non
 
 
 def al2(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> str:
-    extra = f"--node-labels={_labels_flag(node.all_labels())} --register-with-taints={','.join(node.all_taints())}"
+    extra = (
+        f"--node-labels={_labels_flag(node.all_labels())} "
+        f"--register-with-taints={','.join(node.all_taints())}"
+    )
     if "maxPods" in node.kubelet:
         extra += f" --max-pods={int(node.kubelet['maxPods'])}"
     script = (

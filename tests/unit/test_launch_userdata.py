@@ -27,6 +27,11 @@ TAINTS = [
 ]
 
 
+NODECONFIG = (
+    "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 10"
+)
+
+
 def _parts(user_data: str) -> list[tuple[str, str]]:
     message = email.message_from_string(user_data)
     assert message.is_multipart()
@@ -65,12 +70,12 @@ def test_al2023_nodeconfig_carries_cluster_labels_taints_and_kubelet_config():
         (
             'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n--B\n'
             "Content-Type: text/x-shellscript\n\necho one\n--B\nContent-Type: application/node.eks.aws\n\n"
-            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 10\n--B--\n",
+            f"{NODECONFIG}\n--B--\n",
             [
                 ("text/x-shellscript", "echo one"),
                 (
                     "application/node.eks.aws",
-                    "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 10",
+                    NODECONFIG,
                 ),
             ],
         ),
@@ -83,7 +88,10 @@ def test_al2023_user_parts_come_first_and_survive(user_data, expected):
 
 
 def test_bottlerocket_settings_kubernetes_and_user_toml_survives():
-    user = '[settings.kubernetes]\ncluster-name = "wrong"\nallowed-unsafe-sysctls = ["net.core.somaxconn"]\n\n[settings.host-containers.admin]\nenabled = true\n'
+    user = (
+        '[settings.kubernetes]\ncluster-name = "wrong"\nallowed-unsafe-sysctls = ["net.core.somaxconn"]\n'
+        "\n[settings.host-containers.admin]\nenabled = true\n"
+    )
     settings = tomllib.loads(generate("Bottlerocket", CLUSTER, NODE, user))["settings"]
     kube = settings["kubernetes"]
     assert kube["cluster-name"] == "prod"
