@@ -131,3 +131,21 @@ def test_custom_is_untouched():
 def test_unknown_family_is_refused():
     with pytest.raises(ValueError):
         generate("Windows2022", CLUSTER, NODE, None)
+
+
+def test_metadata_options_default_as_karpenter_and_take_the_nodeclass_spelling():
+    from activities.ec2 import metadata_options
+
+    assert metadata_options(None) == {
+        "HttpEndpoint": "enabled",
+        "HttpProtocolIpv6": "disabled",
+        "HttpPutResponseHopLimit": 1,
+        "HttpTokens": "required",
+    }
+    given = metadata_options(
+        {"httpTokens": "optional", "httpPutResponseHopLimit": 2, "httpProtocolIPv6": "enabled"}
+    )
+    assert given["HttpTokens"] == "optional"
+    assert given["HttpPutResponseHopLimit"] == 2
+    assert given["HttpProtocolIpv6"] == "enabled"
+    assert given["HttpEndpoint"] == "enabled"
