@@ -158,3 +158,23 @@ async def test_terminate_is_idempotent(ec2):
     gone = await activities.terminate_instance(InstanceRequest(instance_id="i-0123456789abcdef0"))
     assert first.state == again.state == "terminated" and not gone.found
     assert await activities.find_command_instances("disruption/x") == []
+
+
+async def test_launch_sends_karpenters_metadata_defaults_and_tags_volumes_and_interfaces(ec2):
+    launched = await EC2Activities(ec2, "prod").launch_instance(request(ec2))
+    instance = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0]
+
+    metadata = instance["MetadataOptions"]
+    assert metadata["HttpTokens"] == "required"
+    assert metadata["HttpPutResponseHopLimit"] == 1
+    assert metadata["HttpEndpoint"] == "enabled"
+    assert tags(ec2, launched.instance_id)["eks:eks-cluster-name"] == "prod"
+    volumes = ec2.describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [launched.instance_id]}]
+    )
+    assert volumes["Volumes"]
+    for volume in volumes["Volumes"]:
+        volume_tags = {t["Key"]: t["Value"] for t in volume.get("Tags", [])}
+        assert volume_tags["eks:eks-cluster-name"] == "prod"
+        assert volume_tags["kubernetes.io/cluster/prod"] == "owned"
+        assert volume_tags["karpenter.sh/nodepool"] == "default"
