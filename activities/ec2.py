@@ -57,6 +57,24 @@ TAG_VALUE_MAX = 256
 ARCH = {"x86_64": "amd64", "arm64": "arm64", "i386": "386"}
 
 
+EKS_CLUSTER_NAME_TAG = "eks:eks-cluster-name"
+METADATA_DEFAULTS = {
+    "HttpEndpoint": "enabled",
+    "HttpProtocolIpv6": "disabled",
+    "HttpPutResponseHopLimit": 1,
+    "HttpTokens": "required",
+}
+
+
+def metadata_options(spec: dict[str, Any] | None) -> dict[str, Any]:
+    """EC2NodeClass metadataOptions (httpTokens, httpProtocolIPv6, ...) as RunInstances spells them."""
+    given = {
+        ("HttpProtocolIpv6" if key.lower() == "httpprotocolipv6" else key[:1].upper() + key[1:]): value
+        for key, value in (spec or {}).items()
+    }
+    return {**METADATA_DEFAULTS, **given}
+
+
 def client_token(command_id: str, index: int, offering: Offering) -> str:
     """Stable per (command, replacement, offering); EC2 allows at most 64 ASCII characters."""
     return hashlib.sha256(f"{command_id}\x00{index}\x00{offering.key}".encode()).hexdigest()[:64]
@@ -78,6 +96,7 @@ def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
     tags = {
         **template.instance_tags,
         cluster_tag(cluster): CLUSTER_TAG_VALUE,
+        EKS_CLUSTER_NAME_TAG: cluster,
         TAG_NODEPOOL: template.nodepool,
         TAG_NODECLASS: template.nodeclass,
         TAG_COMMAND_ID: request.command_id,
@@ -213,13 +232,17 @@ class EC2Activities:
             "ClientToken": client_token(request.command_id, request.index, offering),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
-                {
-                    "ResourceType": "volume",
-                    "Tags": [
-                        {"Key": cluster_tag(self.cluster), "Value": CLUSTER_TAG_VALUE},
-                        {"Key": TAG_NODEPOOL, "Value": template.nodepool},
-                    ],
-                },
+                *(
+                    {
+                        "ResourceType": kind,
+                        "Tags": [
+                            {"Key": cluster_tag(self.cluster), "Value": CLUSTER_TAG_VALUE},
+                            {"Key": EKS_CLUSTER_NAME_TAG, "Value": self.cluster},
+                            {"Key": TAG_NODEPOOL, "Value": template.nodepool},
+                        ],
+                    }
+                    for kind in ("volume", "network-interface")
+                ),
             ],
         }
         if template.security_group_ids:
@@ -230,8 +253,8 @@ class EC2Activities:
             params["UserData"] = template.user_data
         if template.block_device_mappings:
             params["BlockDeviceMappings"] = template.block_device_mappings
-        if template.metadata_options:
-            params["MetadataOptions"] = template.metadata_options
+        # Karpenter's EC2NodeClass defaults: IMDSv2 only, one hop (pods cannot reach the node's role).
+        params["MetadataOptions"] = metadata_options(template.metadata_options)
         if offering.capacity_type == CAPACITY_SPOT:
             # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
             # be created (deploy/iam-policy.json) and the request is traceable to its cluster.

@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = {"activities", "api", "cluster", "kube", "planner", "runtime", "workflows"}
+PRODUCT = {"activities", "api", "cluster", "kube", "launch", "planner", "runtime", "workflows"}
 DEV_ONLY = ("sim/", "bench/", "tests/", "planner/testing.py", "cluster_builder.py")
 
 

@@ -132,6 +132,8 @@ def test_instances_are_launched_and_tagged_only_as_this_clusters():
     assert not allowed("ec2:RunInstances", INSTANCE)
     assert allowed("ec2:CreateTags", INSTANCE, **at_launch)
     assert allowed("ec2:CreateTags", SPOT_REQUEST, **at_launch)  # spot requests are tagged at launch
+    eni = "arn:aws:ec2:us-west-2:111122223333:network-interface/eni-0123"
+    assert allowed("ec2:CreateTags", eni, **at_launch)  # and so are network interfaces
     assert allowed("ec2:RunInstances", SPOT_REQUEST, **{OWNED: "owned"})
     # The hole this closes: stamping the ownership tag on someone else's running instance.
     assert not allowed("ec2:CreateTags", INSTANCE, **{OWNED: "owned"})

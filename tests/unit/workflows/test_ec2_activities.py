@@ -185,5 +185,25 @@ def test_a_spot_launch_tags_its_spot_request_as_this_clusters():
         spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
         for spec in params["TagSpecifications"]
     }
-    assert set(by_type) == {"instance", "volume", "spot-instances-request"}
+    assert set(by_type) == {"instance", "volume", "network-interface", "spot-instances-request"}
     assert all(tags["kubernetes.io/cluster/prod"] == "owned" for tags in by_type.values())
+
+
+async def test_launch_sends_karpenters_metadata_defaults_and_tags_volumes_and_interfaces(ec2):
+    launched = await EC2Activities(ec2, "prod").launch_instance(request(ec2))
+    instance = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0]
+
+    metadata = instance["MetadataOptions"]
+    assert metadata["HttpTokens"] == "required"
+    assert metadata["HttpPutResponseHopLimit"] == 1
+    assert metadata["HttpEndpoint"] == "enabled"
+    assert tags(ec2, launched.instance_id)["eks:eks-cluster-name"] == "prod"
+    volumes = ec2.describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [launched.instance_id]}]
+    )
+    assert volumes["Volumes"]
+    for volume in volumes["Volumes"]:
+        volume_tags = {t["Key"]: t["Value"] for t in volume.get("Tags", [])}
+        assert volume_tags["eks:eks-cluster-name"] == "prod"
+        assert volume_tags["kubernetes.io/cluster/prod"] == "owned"
+        assert volume_tags["karpenter.sh/nodepool"] == "default"
