@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 PROVISIONER_KIND = "Provisioner"
+AWS_NODE_TEMPLATE_KIND = "AWSNodeTemplate"
 LEGACY_PROVISIONER_LABEL = "karpenter.sh/provisioner-name"
 LEGACY_DISRUPTION_TAINT_KEY = "karpenter.sh/disruption"
 LEGACY_DISRUPTION_TAINT_VALUE = "disrupting"
@@ -106,3 +107,44 @@ def is_legacy_nodepool(raw: Mapping[str, Any]) -> bool:
 def node_pool_name(labels: Mapping[str, str], nodepool_label: str) -> str | None:
     """The node's pool: the v1 label, else the Provisioner-era label."""
     return labels.get(nodepool_label) or labels.get(LEGACY_PROVISIONER_LABEL)
+
+
+def migration_warning(obj: Mapping[str, Any]) -> str | None:
+    """What to tell the operator about a seed-era object (shown by `karpflow plan` and the
+    controller's status), naming the newer field for each setting in use; None for a v1 object."""
+    name = (obj.get("metadata") or {}).get("name", "?")
+    kind = obj.get("kind")
+    if kind == PROVISIONER_KIND:
+        spec = obj.get("spec") or {}
+        moves = [
+            f"{old} -> NodePool {new}"
+            for old, new, present in (
+                (
+                    "ttlSecondsAfterEmpty",
+                    "spec.disruption.consolidateAfter (WhenEmpty)",
+                    "ttlSecondsAfterEmpty" in spec,
+                ),
+                (
+                    "ttlSecondsUntilExpired",
+                    "spec.template.spec.expireAfter",
+                    "ttlSecondsUntilExpired" in spec,
+                ),
+                ("consolidation.enabled", "spec.disruption.consolidationPolicy", "consolidation" in spec),
+                ("providerRef", "spec.template.spec.nodeClassRef (an EC2NodeClass)", "providerRef" in spec),
+            )
+            if present
+        ]
+        detail = f": {'; '.join(moves)}" if moves else ""
+        return f"warning: Provisioner {name} (karpenter.sh/v1alpha5) is read as NodePool {name}{detail}"
+    if kind == AWS_NODE_TEMPLATE_KIND:
+        return (
+            f"warning: AWSNodeTemplate {name} (karpenter.k8s.aws/v1alpha1) is not read: migrate it to an "
+            "EC2NodeClass (karpenter.k8s.aws/v1; subnetSelector -> subnetSelectorTerms, "
+            "securityGroupSelector -> securityGroupSelectorTerms, amiFamily -> amiSelectorTerms alias)"
+        )
+    if is_legacy_nodepool(obj):
+        return (
+            f"warning: NodePool {name} is karpenter.sh/v1beta1: read as v1 "
+            "(spec.disruption.expireAfter -> spec.template.spec.expireAfter)"
+        )
+    return None

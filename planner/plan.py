@@ -49,7 +49,14 @@ from planner.model import (
     Simulate,
     ValidationResult,
 )
-from planner.repair import NODEPOOL_DELETION, REPAIR, nodepool_deletion_commands, repair_commands
+from planner.repair import (
+    LIVENESS,
+    NODEPOOL_DELETION,
+    REPAIR,
+    liveness_commands,
+    nodepool_deletion_commands,
+    repair_commands,
+)
 from planner.snapshot import Snapshot
 
 
@@ -215,7 +222,12 @@ def plan(
 
     budgets_at_start = budget_report(ctx)
     # Forceful methods first, outside the budgets; their nodes then count as disrupting.
-    commands = expiration_commands(ctx) + nodepool_deletion_commands(ctx) + repair_commands(ctx)
+    commands = (
+        expiration_commands(ctx)
+        + nodepool_deletion_commands(ctx)
+        + liveness_commands(ctx)
+        + repair_commands(ctx)
+    )
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
 
@@ -257,9 +269,13 @@ def plan(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
             + len(blocked)
-            + sum(len(c.candidates) for c in commands if c.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION)),
+            + sum(
+                len(c.candidates)
+                for c in commands
+                if c.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION, LIVENESS)
+            ),
             candidates=len(candidates),
-            methods=[EXPIRATION, NODEPOOL_DELETION, REPAIR, *(m.name for m in methods)],
+            methods=[EXPIRATION, NODEPOOL_DELETION, LIVENESS, REPAIR, *(m.name for m in methods)],
             ended_by=ended_by,
         ),
     )
@@ -400,7 +416,7 @@ def validate_command(
     by_name = {m.name: m for m in (methods if methods is not None else default_methods())}
     method = by_name.get(command.method)
     if method is None:
-        if command.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION):
+        if command.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION, LIVENESS):
             return ValidationOut(valid=True, command=command)
         return ValidationOut(valid=False, reason=f"unknown method {command.method!r}")
     result: ValidationResult = method.validate(ctx, rebuilt)

@@ -29,6 +29,10 @@ from planner.model import Command, DisruptionClass, PlanContext
 from planner.snapshot import Node
 
 REPAIR = "repair"
+LIVENESS = "liveness"
+# A node launched for a NodePool that has not become Ready and initialized within this long never
+# will (Karpenter's registration/initialization TTL: 15 minutes); it is terminated.
+LIVENESS_TTL = timedelta(minutes=15)
 NODEPOOL_DELETION = "nodepool-deletion"
 
 
@@ -109,4 +113,28 @@ def nodepool_deletion_commands(ctx: PlanContext) -> list[Command]:
         )
         ctx.marked_for_deletion.add(name)
         commands.append(command)
+    return commands
+
+
+def liveness_commands(ctx: PlanContext) -> list[Command]:
+    """Nodes of a NodePool that never became Ready and initialized within LIVENESS_TTL of creation."""
+    commands = []
+    for node, pool in ctx.snapshot.live_managed_nodes():
+        if node.initialized or node.ready or node.name in ctx.marked_for_deletion:
+            continue
+        created = node.creation_timestamp
+        if created is None or ctx.now - created < LIVENESS_TTL:
+            continue
+        ctx.marked_for_deletion.add(node.name)
+        commands.append(
+            Command(
+                method=LIVENESS,
+                reason=REASON_UNHEALTHY,
+                candidates=[make_candidate(ctx, node, pool)],
+                replacements=[],
+                disruption_class=DisruptionClass.FORCEFUL,
+                message=f"not Ready and initialized {format_duration(ctx.now - created)} after launch "
+                f"(limit {format_duration(LIVENESS_TTL)})",
+            )
+        )
     return commands

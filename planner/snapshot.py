@@ -975,7 +975,11 @@ class Snapshot:
             elif kind in _DS_KINDS:
                 self._add(obj, kind, parse_daemonset, self.daemonsets.append)
             elif kind in _NODEPOOL_KINDS:
+                if (warning := legacy.migration_warning(obj)) is not None:
+                    self.problems.append(warning)
                 self._add(obj, kind, parse_nodepool, self._put_nodepool)
+            elif kind == legacy.AWS_NODE_TEMPLATE_KIND:
+                self.problems.append(legacy.migration_warning(obj) or "")
             elif kind in _NODECLASS_KINDS:
                 self._add(obj, kind, parse_nodeclass, self._put_nodeclass)
             elif kind in _NODECLAIM_KINDS:

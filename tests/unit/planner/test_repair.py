@@ -76,3 +76,17 @@ def test_the_nodes_of_a_nodepool_being_deleted_are_terminated():
         ("nodepool-deletion", "NodePoolDeleted", "forceful")
     }
     assert all(c.replacements == [] for c in commands)
+
+
+def test_a_node_that_never_became_ready_within_15_minutes_of_launch_is_terminated():
+    b = ClusterBuilder()
+    pool_of(b, 9)
+    b.node(
+        "stuck", age=timedelta(minutes=16), ready=False, initialized=False, ready_for=timedelta(minutes=16)
+    )
+    b.node(
+        "booting", age=timedelta(minutes=5), ready=False, initialized=False, ready_for=timedelta(minutes=5)
+    )
+    (command,) = run(b, repair_tolerations={}).commands
+    assert (command.method, command.reason, command.nodes) == ("liveness", "Unhealthy", ["stuck"])
+    assert "not Ready and initialized 16m" in command.message

@@ -351,3 +351,32 @@ def test_a_truncated_json_list_is_a_clear_error(tmp_path):
     (tmp_path / "cut.json").write_text(text[: len(text) // 2])
     with pytest.raises(SnapshotError, match=r"cut\.json: not valid YAML/JSON"):
         load_snapshot(tmp_path / "cut.json")
+
+
+def test_seed_era_objects_are_read_with_warnings_naming_the_newer_fields():
+    from planner.snapshot import Snapshot
+
+    provisioner = {
+        "apiVersion": "karpenter.sh/v1alpha5",
+        "kind": "Provisioner",
+        "metadata": {"name": "legacy"},
+        "spec": {
+            "ttlSecondsAfterEmpty": 30,
+            "ttlSecondsUntilExpired": 2592000,
+            "providerRef": {"name": "default"},
+        },
+    }
+    template = {
+        "apiVersion": "karpenter.k8s.aws/v1alpha1",
+        "kind": "AWSNodeTemplate",
+        "metadata": {"name": "default"},
+    }
+    snapshot = Snapshot.from_objects([provisioner, template])
+    pool = snapshot.nodepools["legacy"]
+    assert (
+        pool.spec.disruption.consolidate_after == "30s" and pool.spec.template.spec.expire_after == "2592000s"
+    )
+    (provisioner_warning,) = [p for p in snapshot.problems if "Provisioner legacy" in p]
+    assert "ttlSecondsAfterEmpty -> NodePool spec.disruption.consolidateAfter" in provisioner_warning
+    assert "ttlSecondsUntilExpired -> NodePool spec.template.spec.expireAfter" in provisioner_warning
+    assert any("AWSNodeTemplate default" in p and "EC2NodeClass" in p for p in snapshot.problems)
