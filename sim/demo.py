@@ -178,7 +178,7 @@ async def _outcome(client: Any, execution: Any) -> Any:
     """A DisruptionProgress row from a closed DisruptionWorkflow (its result or its failure)."""
     from api import search_attributes as sa
     from api.workflow_io import DisruptionStatus
-    from sim.plan_runner import DisruptionProgress
+    from sim.disruption_rows import DisruptionProgress
 
     handle = client.get_workflow_handle(execution.id, run_id=execution.run_id, result_type=DisruptionStatus)
     row = DisruptionProgress(
@@ -200,7 +200,7 @@ def watch_controller(demo: Demo) -> None:
     """Follow what the controller starts until it has nothing left to start and nothing is in flight."""
     from api.controller_io import ControllerStatus
     from api.workflow_ids import controller_workflow_id
-    from sim.plan_runner import short_node, ui_workflows_url
+    from sim.disruption_rows import short_node, ui_workflows_url
 
     s, client = demo.settings, demo.temporal()
     handle = client.get_workflow_handle(controller_workflow_id(s.cluster_name))
@@ -307,7 +307,7 @@ def new_node_line(node: dict[str, Any], outcomes: list[Any]) -> str:
     """`<name>: r5.large spot in us-west-2b, launched by <workflow> to replace <nodes> (Drifted)`:
     what a node that joined during the demo is, and which disruption launched it."""
     from api.constants import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
-    from sim.plan_runner import short_node
+    from sim.disruption_rows import short_node
 
     name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
     what = " ".join(labels.get(key, "?") for key in (INSTANCE_TYPE_LABEL, CAPACITY_TYPE_LABEL))
@@ -336,7 +336,7 @@ def check_invariants(demo: Demo) -> None:
 
 def show_temporal(demo: Demo) -> None:
     """Where this demo's workflows can be looked at (while the stack runs: `--keep`)."""
-    from sim.plan_runner import ui_workflows_url
+    from sim.disruption_rows import ui_workflows_url
 
     s = demo.settings
     console.print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from api.workflow_io import Offering, ReplacementStatus
 from sim.demo import new_node_line
-from sim.plan_runner import DisruptionProgress, progress_line, replacement_text
+from sim.disruption_rows import DisruptionProgress, progress_line, replacement_text
 
 NODE = "ip-172-31-16-4.us-west-2.compute.internal"
 OFFERING = Offering(instance_type="r5.large", zone="us-west-2b", capacity_type="spot")
