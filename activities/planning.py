@@ -264,6 +264,7 @@ class PlanningActivities:
         now = datetime.now(UTC)
         own = {n for c in request.commands for n in c.nodes}
         _, held = await self._in_flight()
+        held |= set(request.holding)
         snapshot = await self._snapshot(held - own, now)
         catalog = self._catalog_for(snapshot, [], now)
         verdicts = []

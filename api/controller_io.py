@@ -47,6 +47,14 @@ class Backoff(BaseModel):
     last_failure: str = Field(default="", description="the failed workflow and its message")
 
 
+class HeldCommand(BaseModel):
+    """A command this controller started that Temporal visibility may not list yet (it is eventually
+    consistent): its nodes stay out of planning until a pass sees the workflow in flight."""
+
+    nodes: list[str]
+    since: datetime
+
+
 class ControllerState(BaseModel):
     """What a ControllerWorkflow carries over continue-as-new."""
 
@@ -56,6 +64,9 @@ class ControllerState(BaseModel):
         default=None, description="failed commands that closed before this were already counted"
     )
     passes: int = 0
+    holding: dict[str, HeldCommand] = Field(
+        default_factory=dict, description="workflow id -> a started command not yet seen in flight"
+    )
 
 
 class ControllerInput(BaseModel):
@@ -101,7 +112,7 @@ class FailedCommand(BaseModel):
 
 class PassRequest(BaseModel):
     holding: list[str] = Field(
-        default_factory=list, description="nodes of commands this controller holds (waiting for validation)"
+        default_factory=list, description="nodes of commands started that visibility may not list yet"
     )
     unavailable: list[OfferingUnavailable] = Field(default_factory=list)
     failures_since: datetime | None = None
@@ -133,6 +144,9 @@ class PassResult(BaseModel):
 
 class ValidateRequest(BaseModel):
     commands: list[PlannedCommand]
+    holding: list[str] = Field(
+        default_factory=list, description="nodes of commands started that visibility may not list yet"
+    )
 
 
 class Verdict(BaseModel):

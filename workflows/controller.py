@@ -25,11 +25,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import NON_RETRYABLE_TYPES
+    from api import search_attributes as sa
     from api.controller_io import (
         SIGNAL_OFFERING_UNAVAILABLE,
         SIGNAL_WAKE,
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ControllerState,
         ControllerStatus,
         FailedCommand,
+        HeldCommand,
         OfferingUnavailable,
         PassRequest,
         PassResult,
@@ -56,6 +58,9 @@ PASS_RETRY = RetryPolicy(
 )
 # Planning heartbeats (activities/planning.py): a pass lost with its worker is retried within this.
 PASS_HEARTBEAT = timedelta(seconds=30)
+# Visibility lists a started workflow within seconds (Elasticsearch refreshes each second); its nodes
+# are held out of planning until then, and at most this long.
+HOLD_AT_MOST = timedelta(minutes=2)
 
 
 @workflow.defn(name="ControllerWorkflow")
@@ -104,6 +109,7 @@ class ControllerWorkflow:
             result: PassResult = await workflow.execute_activity(
                 "plan_pass",
                 PassRequest(
+                    holding=self._held_nodes(),
                     unavailable=list(self._state.unavailable.values()),
                     failures_since=self._state.failures_seen_until,
                 ),
@@ -117,6 +123,7 @@ class ControllerWorkflow:
             workflow.logger.warning("controller pass failed: %s", self._status.error)
             return False
         self._state.passes += 1
+        self._release_seen(result.in_flight, began)
         self._record_failures(request, result.failed, began)
         self._state.failures_seen_until = result.at
 
@@ -164,7 +171,7 @@ class ControllerWorkflow:
             await workflow.sleep(timedelta(seconds=request.validation_seconds))
             verdicts: list[Verdict] = await workflow.execute_activity(
                 "validate_commands",
-                ValidateRequest(commands=to_validate),
+                ValidateRequest(commands=to_validate, holding=self._held_nodes()),
                 result_type=list[Verdict],
                 start_to_close_timeout=PASS_TIMEOUT,
                 heartbeat_timeout=PASS_HEARTBEAT,
@@ -199,7 +206,8 @@ class ControllerWorkflow:
         return bool(started_ids)
 
     async def _start(self, request: ControllerInput, command: PlannedCommand) -> str | None:
-        """Start the command's DisruptionWorkflow; its id makes a second start a no-op."""
+        """Start the command's DisruptionWorkflow; its id makes a second start a no-op. Its nodes are
+        searchable from the start and held out of the next passes until visibility lists it."""
         try:
             await workflow.start_child_workflow(
                 "DisruptionWorkflow",
@@ -207,13 +215,38 @@ class ControllerWorkflow:
                 id=command.workflow_id,
                 task_queue=request.task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        sa.NODES.value_set(list(command.nodes)),
+                        sa.REASON.value_set(command.reason),
+                        sa.NODEPOOL.value_set(",".join(command.nodepools)),
+                    ]
+                ),
             )
         except WorkflowAlreadyStartedError:
             return None
+        held = HeldCommand(nodes=list(command.nodes), since=workflow.now())
+        self._state.holding[command.workflow_id] = held
         workflow.logger.info(
             "started %s (%s %s)", command.workflow_id, command.reason, ", ".join(command.nodes)
         )
         return command.workflow_id
+
+    # -- started, not yet visible ------------------------------------------------------------------------
+
+    def _held_nodes(self) -> list[str]:
+        return sorted({node for held in self._state.holding.values() for node in held.nodes})
+
+    def _release_seen(self, in_flight: list[str], now: datetime) -> None:
+        """Without the hold, a pass right after a start plans as if those nodes were still there to
+        take pods, and two commands count on the same room (Karpenter marks them in its cluster
+        state before the command runs)."""
+        seen = set(in_flight)
+        self._state.holding = {
+            wid: held
+            for wid, held in self._state.holding.items()
+            if wid not in seen and held.since + HOLD_AT_MOST > now
+        }
 
     # -- backoff -------------------------------------------------------------------------------------
 

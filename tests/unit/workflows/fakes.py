@@ -65,6 +65,8 @@ class FakeCluster:
         self.resolve_bug = False  # resolve_replacement raises an unexpected error on every attempt
         self.drain_failures = 0  # drain attempts that fail (retryable) before one succeeds
         self.planned: list[PlannedCommand] = []  # what the controller's next pass plans (once)
+        self.pass_requests: list[PassRequest] = []
+        self.visible: list[list[str]] = []  # what visibility lists as in flight, one entry per pass
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -98,8 +100,10 @@ class FakeCluster:
     @activity.defn(name="plan_pass")
     async def plan_pass(self, request: PassRequest) -> PassResult:
         self.calls.append(("plan_pass", None))
+        self.pass_requests.append(request)
         commands, self.planned = self.planned, []
-        return PassResult(at=datetime.now(UTC), commands=commands, nodes=len(self.nodes))
+        in_flight = self.visible.pop(0) if self.visible else []
+        return PassResult(at=datetime.now(UTC), commands=commands, nodes=len(self.nodes), in_flight=in_flight)
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
