@@ -7,7 +7,9 @@ reports violations as they happen (`check()` returns all of them; `GET /sim/inva
 same report as JSON).
 
 Definitions (bounds are *simulated* seconds, turned into wall time by the stack's TimeScale, with
-a floor of `min_wall` so a zero scale does not flag transients):
+a floor of `min_wall` so a zero scale does not flag transients; pods-lost has its own floor,
+`lost_min_wall`, because rescheduling a pod is the simulator's own real-time work, which a loaded
+machine slows whatever the scale):
 
 pdb-violation
     A *voluntary disruption* of a healthy pod after which a PodDisruptionBudget selecting it has
@@ -93,6 +95,7 @@ class InvariantBounds(BaseModel):
     orphan_node: float = 120.0
     disrupted_taint: float = 60.0
     min_wall: float = 0.2
+    lost_min_wall: float = 10.0
 
 
 class Violation(BaseModel):
@@ -484,8 +487,8 @@ class InvariantChecker:
             Violation(invariant=invariant, subject=subject, message=message, at=self._wall(), details=details)
         )
 
-    def _bound(self, simulated: float) -> float:
-        return max(self.scale.seconds(simulated), self.bounds.min_wall)
+    def _bound(self, simulated: float, floor: float | None = None) -> float:
+        return max(self.scale.seconds(simulated), self.bounds.min_wall if floor is None else floor)
 
     def _episode(
         self,
@@ -495,6 +498,7 @@ class InvariantChecker:
         bound: float,
         message: str,
         started: float | None = None,
+        floor: float | None = None,
     ) -> None:
         """Open/close an episode (it began at `started`, default now); report it once past its bound."""
         key = (invariant, subject)
@@ -503,7 +507,7 @@ class InvariantChecker:
             self._reported.discard(key)
             return
         since = self._since.setdefault(key, self._clock() if started is None else started)
-        if key not in self._reported and self._clock() - since >= self._bound(bound):
+        if key not in self._reported and self._clock() - since >= self._bound(bound, floor):
             self._reported.add(key)
             self._record(invariant, subject, message, {})
 
@@ -552,6 +556,7 @@ class InvariantChecker:
                 f"{have} of {want} replicas scheduled for longer than "
                 f"{self.bounds.replacement:.0f}s (simulated)",
                 started=self._loss_started.get(uid),
+                floor=max(self.bounds.min_wall, self.bounds.lost_min_wall),
             )
 
     def _tick_instances(self) -> None:

@@ -335,3 +335,14 @@ def test_announced_requests_give_the_store_event_its_cause(checker):
     # Without an announcement the same change is a controller's doing on a live node: not judged.
     checker.observe("MODIFIED", {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}})
     assert len(checker.check().violations) == 1
+
+
+def test_pods_lost_waits_for_its_wall_floor_on_a_fast_scale(clock):
+    fast = InvariantChecker("c1", scale=TimeScale(0.01), bounds=InvariantBounds(min_wall=0), clock=clock)
+    pods = seed(fast, replicas=2)
+    fast.tick()
+    fast.observe("DELETED", pods[0])
+    clock.t += 9  # 900 s simulated, but a loaded machine may take this long to reschedule
+    assert fast.check().ok
+    clock.t += 2
+    assert [v.invariant for v in fast.check().violations] == ["pods-lost"]
