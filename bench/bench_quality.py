@@ -24,7 +24,7 @@ the cheapest offering each type may use: spot prices in the spot scenario):
 - fluid optimum: the cheapest mix of fractional nodes whose allocatable (net of DaemonSets) covers
   the total cpu and memory; still a lower bound for any packing, and a tighter one.
 - full repack (a reference, not a bound): every pod placed at once on fresh nodes by the planner's
-  cost-aware packing (planner/scheduling_packing.py), with no budgets and no step-by-step rule.
+  cost-aware packing (planner/scheduling/packing.py), with no budgets and no step-by-step rule.
   Roughly what a good packing of these pods reaches; consolidation moves in strictly cheaper steps
   from the fragmented start, so it is not expected to beat it.
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL
 from planner.model import Command, PlanOptions
 from planner.plan import plan
-from planner.scheduling_adapter import SnapshotSimulation
+from planner.scheduling.adapter import SnapshotSimulation
 from sim.cluster_builder import ClusterBuilder
 
 GIB = 1 << 30

@@ -7,7 +7,8 @@ on malformed input so the loader can report the object and skip it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 _EMPTY_DICT: dict[str, str] = {}
@@ -54,26 +55,36 @@ class LabelSelector:
         return not self.match_labels and not self.match_expressions
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for key, operator, values in self.match_expressions:
-            present = key in labels
-            if operator == "In":
-                if not present or labels[key] not in values:
-                    return False
-            elif operator == "NotIn":
-                if present and labels[key] in values:
-                    return False
-            elif operator == "Exists":
-                if not present:
-                    return False
-            elif present:  # DoesNotExist
-                return False
-        return True
+        return selector_matches(self.match_labels.items(), self.match_expressions, labels)
 
     def __repr__(self) -> str:
         return f"LabelSelector({self.match_labels!r}, {self.match_expressions!r})"
+
+
+def selector_matches(
+    match_labels: Iterable[tuple[str, str]],
+    match_expressions: Iterable[tuple[str, str, frozenset[str]]],
+    labels: Mapping[str, str],
+) -> bool:
+    """metav1.LabelSelector semantics over its parts (the scheduling simulation keeps its own hashable
+    form of a selector and matches with this too)."""
+    for key, value in match_labels:
+        if labels.get(key) != value:
+            return False
+    for key, operator, values in match_expressions:
+        present = key in labels
+        if operator == "In":
+            if not present or labels[key] not in values:
+                return False
+        elif operator == "NotIn":
+            if present and labels[key] in values:
+                return False
+        elif operator == "Exists":
+            if not present:
+                return False
+        elif present:  # DoesNotExist
+            return False
+    return True
 
 
 # --- Node selector requirements (NodePool requirements, node affinity) ------------------------------
@@ -175,13 +186,16 @@ def terms_match(terms: tuple[tuple[Requirement, ...], ...], labels: Mapping[str,
 # --- Taints and tolerations -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
 class Taint:
-    __slots__ = ("effect", "key", "value")
+    """Values, hashable: the scheduling simulation keys pod signatures and node classes on them."""
 
-    def __init__(self, key: str, value: str | None, effect: str) -> None:
-        self.key = key
-        self.value = value or None
-        self.effect = effect
+    key: str
+    value: str | None
+    effect: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", self.value or None)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], field: str = "taint") -> Taint:
@@ -190,36 +204,27 @@ class Taint:
         except (KeyError, TypeError):
             raise ValueError(f"{field}: needs key and effect") from None
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Taint) and (self.key, self.value, self.effect) == (
-            other.key,
-            other.value,
-            other.effect,
-        )
+    def blocks(self) -> bool:
+        """PreferNoSchedule is a preference: it never stops a pod from landing."""
+        return self.effect != "PreferNoSchedule"
 
-    def __hash__(self) -> int:
-        return hash((self.key, self.value, self.effect))
-
-    def __repr__(self) -> str:
+    def __str__(self) -> str:
         return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
 
 
+@dataclass(frozen=True, slots=True)
 class Toleration:
-    __slots__ = ("effect", "key", "operator", "toleration_seconds", "value")
+    key: str | None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
 
-    def __init__(
-        self,
-        key: str | None,
-        operator: str = "Equal",
-        value: str | None = None,
-        effect: str | None = None,
-        toleration_seconds: int | None = None,
-    ) -> None:
-        self.key = key or None
-        self.operator = operator or "Equal"
-        self.value = value or None
-        self.effect = effect or None
-        self.toleration_seconds = toleration_seconds
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.key or None)
+        object.__setattr__(self, "operator", self.operator or "Equal")
+        object.__setattr__(self, "value", self.value or None)
+        object.__setattr__(self, "effect", self.effect or None)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], field: str = "toleration") -> Toleration:
@@ -240,17 +245,21 @@ class Toleration:
             return False
         if self.operator == "Exists":
             return True
-        return (self.value or None) == (taint.value or None)
+        return self.value == taint.value
 
 
-def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]) -> bool:
-    """Whether every NoSchedule/NoExecute taint is tolerated (PreferNoSchedule never blocks)."""
+def first_untolerated(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint that no toleration covers, or None."""
+    tols = tuple(tolerations)
     for taint in taints:
-        if taint.effect == "PreferNoSchedule":
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            return False
-    return True
+        if taint.blocks() and not any(t.tolerates(taint) for t in tols):
+            return taint
+    return None
+
+
+def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> bool:
+    """Whether every NoSchedule/NoExecute taint is tolerated (PreferNoSchedule never blocks)."""
+    return first_untolerated(tolerations, taints) is None
 
 
 # --- Pod affinity and topology spread ---------------------------------------------------------------

@@ -8,10 +8,9 @@ Where each rule lives (section numbers refer to the Karpenter behaviour notes):
 - expiration.py    expireAfter, forceful (§7.1)
 - emptiness.py     empty-node deletion and its validation (§2.1)
 - drift.py         drift detection, the NodePool hash, the Drift method (§6)
-- consolidation.py multi- and single-node consolidation (§2.2-2.5); scheduling.py the simulation (§2.6)
-                   (opt-in max_replacements extension: several new nodes, packed by scheduling_packing.py)
+- consolidation.py multi- and single-node consolidation (§2.2-2.5); scheduling/ the simulation (§2.6)
+                   (opt-in max_replacements extension: several new nodes, packed by scheduling/packing.py)
 - plan.py          one pass: `plan(snapshot, catalog, options) -> Plan`; cli.py is `karpflow plan`
 - model.py         the shared types: Candidate, Command, Replacement, BudgetMap, Method, Simulate
 - legacy.py        Provisioner-era and v1beta1 settings mapped onto v1 NodePools
-- testing.py       realistic cluster builders and the random cluster generator (tests, bench)
 """

@@ -20,16 +20,15 @@ import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from api.constants import DISRUPTED_TAINT_KEY, LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
+from api.constants import LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
 from api.duration import DurationError, format_duration, parse_optional_duration
 from api.karpflow_overrides import PREFIX as OVERRIDE_PREFIX
 from api.karpflow_overrides import NodePoolOverrides, read_overrides
 from api.nodepool import NodePool
-from kube.selectors import Taint
+from kube.drain_rules import DISRUPTED_TAINT
 from planner.model import Blocked, Candidate, PlanContext
 from planner.snapshot import Node, Pod, Snapshot
 
-_DISRUPTED_TAINT = Taint(DISRUPTED_TAINT_KEY, None, "NoSchedule")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -135,7 +134,7 @@ def pod_block(snapshot: Snapshot, node: Node) -> str | None:
     for pod in node.pods:
         # Only pods that would really be evicted matter: active, not mirror, not tolerating the
         # disrupted taint (those stay until the node goes).
-        if not pod.is_active or pod.is_mirror or pod.tolerates(_DISRUPTED_TAINT):
+        if not pod.is_active or pod.is_mirror or pod.tolerates(DISRUPTED_TAINT):
             continue
         pdbs = snapshot.pdbs_for(pod)
         if not pdbs:
@@ -216,6 +215,15 @@ def build_candidates(ctx: PlanContext) -> tuple[list[Candidate], list[Blocked]]:
             continue
         candidates.append(make_candidate(ctx, node, pool))
     return candidates, blocked
+
+
+def consolidation_policy_block(candidate: Candidate) -> str | None:
+    """Multi- and single-node consolidation only: the NodePool must allow consolidating used nodes."""
+    policy = candidate.nodepool.spec.disruption.consolidation_policy
+    if policy != "WhenEmptyOrUnderutilized":
+        pool = candidate.pool_name
+        return f"nodepool {pool} has consolidationPolicy {policy}: only empty nodes are consolidated"
+    return None
 
 
 def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:

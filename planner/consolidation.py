@@ -25,7 +25,7 @@ multi-node consolidation may replace its candidates with up to that many new nod
 Karpenter's, applied to the total: every pod must be placed, the worst case of all launches together
 must be strictly below what the candidates cost, spot/on-demand replacements are pinned to spot, an
 all-spot set needs spot-to-spot, and `filter_out_same_instance_type` applies to each new node. The new
-nodes are packed two ways (Karpenter's, and the cost-aware packing of planner.scheduling_packing) and
+nodes are packed two ways (Karpenter's, and the cost-aware packing of planner.scheduling.packing) and
 the cheaper is kept. With spot-to-spot off the candidates are searched spot nodes last (`spot_last`).
 Why: with one replacement, the end state keeps nodes that are full on CPU with memory idle next to
 replacements that are full on memory (bench/bench_quality.py); several new nodes sized for what they
@@ -38,7 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL, REASON_UNDERUTILIZED
-from planner.candidates import consolidation_block, round_robin_by_nodepool
+from planner.candidates import consolidation_block, consolidation_policy_block, round_robin_by_nodepool
+from planner.consolidation_validation import validate_consolidation
 from planner.model import (
     CONSOLIDATION_MULTI,
     CONSOLIDATION_SINGLE,
@@ -51,7 +52,9 @@ from planner.model import (
     PlanContext,
     ValidationResult,
 )
-from planner.scheduling import (
+from planner.scheduling.adapter import SnapshotSimulation, launch_capacity_type, snapshot_simulation
+from planner.scheduling.requirements import Req
+from planner.scheduling.results import (
     COST_PACKING,
     KARPENTER_PACKING,
     ClaimOption,
@@ -59,8 +62,6 @@ from planner.scheduling import (
     Packing,
     SimulationResult,
 )
-from planner.scheduling_adapter import SnapshotSimulation, launch_capacity_type, snapshot_simulation
-from planner.scheduling_requirements import Req
 
 # Single-node spot-to-spot needs this many strictly cheaper types and launches with the cheapest this
 # many, so the new node is always among them and the next pass cannot "race to the bottom" (§2.5).
@@ -77,14 +78,6 @@ class Proposal:
     # Per replacement, its launch options (cheapest first), in the order of command.replacements.
     options: list[list[ClaimOption]] = field(default_factory=list)
     simulation: SimulationResult | None = None
-
-
-def consolidation_policy_block(candidate: Candidate) -> str | None:
-    policy = candidate.nodepool.spec.disruption.consolidation_policy
-    if policy != "WhenEmptyOrUnderutilized":
-        pool = candidate.pool_name
-        return f"nodepool {pool} has consolidationPolicy {policy}: only empty nodes are consolidated"
-    return None
 
 
 def source_price(candidates: Sequence[Candidate]) -> float:
@@ -104,7 +97,7 @@ def compute_consolidation(
 
     With `max_replacements` > 1 (the karpflow extension, multi-node only) the pods may need up to that
     many new nodes. Two packings are simulated: Karpenter's (each new node grows until no instance
-    type holds more) and the cost-aware one of planner.scheduling_packing (each new node sized for
+    type holds more) and the cost-aware one of planner.scheduling.packing (each new node sized for
     the instance type that hosts its pods at the lowest price per share). The cheaper valid answer is
     kept; a delete always wins.
     """
@@ -375,9 +368,6 @@ class _Consolidation:
         return True
 
     def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
-        # Imported here: the validation module builds on this one.
-        from planner.consolidation_validation import validate_consolidation
-
         return validate_consolidation(ctx, command)
 
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from api.constants import REASON_UNDERUTILIZED
 from planner.budgets import build_budget_map
-from planner.candidates import build_candidates, consolidation_block
-from planner.consolidation import consolidation_policy_block
+from planner.candidates import build_candidates, consolidation_block, consolidation_policy_block
 from planner.model import Candidate, Command, PlanContext, ValidationResult
-from planner.scheduling import COST_PACKING, KARPENTER_PACKING
-from planner.scheduling_adapter import snapshot_simulation
+from planner.scheduling.adapter import snapshot_simulation
+from planner.scheduling.results import COST_PACKING, KARPENTER_PACKING
 
 
 def validate_consolidation(ctx: PlanContext, command: Command) -> ValidationResult:

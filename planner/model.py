@@ -16,14 +16,14 @@ How a pass works (`planner.plan.plan`):
 
 Implementing a method: a class with the attributes and the three methods of `Method` below,
 constructible without arguments. `plan()` picks up `MultiNodeConsolidation` and
-`SingleNodeConsolidation` from planner/consolidation.py and `simulate` from planner/scheduling.py
+`SingleNodeConsolidation` from planner/consolidation.py and `simulate` from planner/scheduling/adapter.py
 when those modules exist. Helpers to use rather than re-write:
 `candidates.consolidation_block(ctx, c)` (the consolidation-only filter: instance type and labels
 known, consolidateAfter not Never, Consolidatable, node not do-not-consolidate),
 `candidates.sort_by_disruption_cost`, `candidates.round_robin_by_nodepool`,
 `ctx.explain(node, method, text)` (why a candidate was not chosen, shown by `karpflow plan`).
 
-The scheduling simulation (planner/scheduling.py) is reached through `ctx.simulate(ctx, candidates,
+The scheduling simulation (planner/scheduling/) is reached through `ctx.simulate(ctx, candidates,
 pods)`, which must satisfy the `Simulate` protocol and return a `SchedulingResult`.
 """
 
@@ -435,7 +435,7 @@ class SchedulingResult:
 
 
 class Simulate(Protocol):
-    """The scheduling simulation (planner/scheduling.py exposes one as `simulate`).
+    """The scheduling simulation (planner/scheduling/adapter.py exposes one as `simulate`).
 
     Remove `candidates` from the cluster of `ctx.snapshot` (also treating `ctx.marked_for_deletion`
     nodes as gone) and place `pods` on the remaining existing nodes first, then on new nodes built

@@ -184,7 +184,7 @@ def default_methods() -> list[Method]:
 
 
 def default_simulate() -> Simulate | None:
-    module = _optional_module("planner.scheduling")
+    module = _optional_module("planner.scheduling.adapter")
     return getattr(module, "simulate", None) if module is not None else None
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from planner.catalog import Catalog, catalog_from_dict
 from planner.model import PlanContext, PlanOptions
-from planner.scheduling_adapter import SnapshotSimulation
+from planner.scheduling.adapter import SnapshotSimulation
 from planner.snapshot import Snapshot
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -18,7 +18,8 @@ from planner.consolidation import (
 )
 from planner.model import PlanOptions
 from planner.plan import command_out, plan
-from planner.scheduling import ClaimOption, simulate
+from planner.scheduling.adapter import simulate
+from planner.scheduling.results import ClaimOption
 from tests.unit.planner.sched_fixtures import (
     CATALOG,
     NOW,

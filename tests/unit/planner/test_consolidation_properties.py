@@ -14,7 +14,7 @@ from planner.consolidation import MultiNodeConsolidation, SingleNodeConsolidatio
 from planner.model import PlanOptions
 from planner.plan import plan
 from planner.resources import ZERO
-from planner.scheduling_adapter import SnapshotSimulation
+from planner.scheduling.adapter import SnapshotSimulation
 from sim.cluster_builder import DEFAULT_NOW, ClusterSpec, generate_cluster
 
 specs = st.builds(

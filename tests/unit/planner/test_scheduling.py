@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.catalog import catalog_from_dict
-from planner.scheduling import IGNORE
+from planner.scheduling.results import IGNORE
 from tests.unit.planner.sched_fixtures import (
     daemonset,
     from_yaml,

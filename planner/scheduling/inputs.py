@@ -7,29 +7,22 @@ equal `PodConstraints`; the simulation keys its caches on it, which is what make
 clusters affordable.
 
 Pods already bound to nodes that stay put only need a `BoundPod`: their requests (used room), labels
-(topology counts) and required anti-affinity (which constrains newcomers). `planner.scheduling_adapter`
+(topology counts) and required anti-affinity (which constrains newcomers). `planner.scheduling.adapter`
 builds all of these from a `planner.snapshot.Snapshot` and a `planner.catalog.Catalog`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from api import constants as k
 from api.nodepool import NodePool
 from api.quantity import QuantityError, millicores, to_int
+from kube.selectors import Taint, Toleration, selector_matches
 from planner.catalog import Offering
-from planner.scheduling_requirements import (
-    DOES_NOT_EXIST,
-    EXISTS,
-    IN,
-    NOT_IN,
-    Req,
-    Reqs,
-    freeze,
-)
+from planner.scheduling.requirements import Req, Reqs, freeze
 
 CPU, MEMORY, PODS, EPHEMERAL = "cpu", "memory", "pods", "ephemeral-storage"
 CORE_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL)
@@ -57,44 +50,6 @@ def resources_from(mapping: Mapping[str, Any] | None, where: str) -> dict[str, i
 # Taints, tolerations, selectors
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str | None
-    effect: str
-
-    def blocks(self) -> bool:
-        """PreferNoSchedule is a preference: it never stops a pod from landing."""
-        return self.effect in ("NoSchedule", "NoExecute")
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value or ''}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str | None
-    operator: str
-    value: str | None
-    effect: str | None
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and (self.value or "") == (taint.value or "")
-
-
-def tolerates_all(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> Taint | None:
-    """The first blocking taint that no toleration covers, or None."""
-    tols = tuple(tolerations)
-    for taint in taints:
-        if taint.blocks() and not any(t.tolerates(taint) for t in tols):
-            return taint
-    return None
-
-
-@dataclass(frozen=True, slots=True)
 class LabelSelector:
     """A metav1.LabelSelector; `nothing` marks a null selector, which selects no pod."""
 
@@ -103,25 +58,7 @@ class LabelSelector:
     nothing: bool = False
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.nothing:
-            return False
-        for key, value in self.match_labels:
-            if labels.get(key) != value:
-                return False
-        for key, op, values in self.match_expressions:
-            present = key in labels
-            if op == IN:
-                if not present or labels[key] not in values:
-                    return False
-            elif op == NOT_IN:
-                if present and labels[key] in values:
-                    return False
-            elif op == EXISTS:
-                if not present:
-                    return False
-            elif op == DOES_NOT_EXIST and present:
-                return False
-        return True
+        return not self.nothing and selector_matches(self.match_labels, self.match_expressions, labels)
 
 
 NOTHING = LabelSelector(nothing=True)

@@ -15,18 +15,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from api import constants as k
+from kube.selectors import Taint, Toleration
 from planner.model import Replacement, SchedulingResult
-from planner.scheduling import (
-    KARPENTER_PACKING,
-    LAUNCH_PRECEDENCE,
-    RESPECT,
-    NewNodeClaim,
-    Packing,
-    PreferencePolicy,
-    SimulationResult,
-    Simulator,
-)
-from planner.scheduling_inputs import (
+from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
     BoundPod,
@@ -39,14 +30,22 @@ from planner.scheduling_inputs import (
     SimNode,
     SimPod,
     SpreadConstraint,
-    Taint,
-    Toleration,
     nodepool_from_api,
 )
-from planner.scheduling_requirements import IN, Req, Reqs, freeze
+from planner.scheduling.requirements import IN, Req, Reqs, freeze
+from planner.scheduling.results import (
+    KARPENTER_PACKING,
+    RESPECT,
+    NewNodeClaim,
+    Packing,
+    PreferencePolicy,
+    SimulationResult,
+)
+from planner.scheduling.simulator import Simulator
+from planner.scheduling.state import LAUNCH_PRECEDENCE
 
 if TYPE_CHECKING:
-    from planner import selectors
+    from kube import selectors
     from planner.catalog import Catalog, InstanceType
     from planner.model import Candidate, PlanContext
     from planner.resources import Resources as KubeResources
@@ -465,10 +464,12 @@ def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     return prepared
 
 
-def simulate_for(
+def simulate(
     ctx: PlanContext, candidates: Sequence[Candidate], pods: Sequence[Pod] | None = None
 ) -> SchedulingResult:
-    """The `Simulate` protocol of planner.model (see `planner.scheduling.simulate`)."""
+    """planner.model's `Simulate`: remove `candidates` (and `ctx.marked_for_deletion`) from the
+    snapshot's cluster and place `pods` (default: the §2.6 set). The prepared cluster is cached per
+    snapshot, so repeated calls only pay for the pods that move."""
     prepared = snapshot_simulation(ctx)
     names = [c.name for c in candidates]
     gone = ctx.marked_for_deletion

@@ -24,25 +24,57 @@ Pods no new node takes are returned to the caller for the usual pod-by-pod place
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from planner.scheduling import _add, _fits, _share, _sub
+from planner.scheduling.state import (
+    Effective,
+    OpenClaim,
+    PreparedPool,
+    Probe,
+    TypeEntry,
+    Vec,
+    vec_add,
+    vec_fits,
+    vec_share,
+    vec_sub,
+)
 
 if TYPE_CHECKING:
-    from planner.scheduling import SimulationResult, Simulator, Vec, _Claim, _Eff, _Pool, _Probe, _TypeEntry
-    from planner.scheduling_inputs import SimPod
+    from planner.scheduling.inputs import SimPod
+    from planner.scheduling.results import SimulationResult
+
+
+class ClaimRules(Protocol):
+    """What packing asks of the simulator (planner/scheduling/new_nodes.py): every pod still goes
+    through its claim rules."""
+
+    @property
+    def pools(self) -> list[PreparedPool]: ...
+
+    def pool_tolerates(self, pool: PreparedPool, eff: Effective) -> bool: ...
+
+    def pool_types(self, pool: PreparedPool, probe: Probe | None = None) -> list[TypeEntry]: ...
+
+    def fair_price(self, vec: Vec) -> float: ...
+
+    def open_claim(
+        self, probe: Probe, eff: Effective, pod_key: str, max_new_claims: int | None, pool: PreparedPool
+    ) -> OpenClaim | None: ...
+
+    def join_claim(self, probe: Probe, claim: OpenClaim, eff: Effective, pod_key: str) -> bool: ...
+
 
 # Instance types tried per NodePool for each new node: the ones that host the remaining pods at the
 # lowest fractional price. Bounds the dry runs on catalogs with hundreds of types.
 CANDIDATE_TYPES = 12
 
-Queue = dict["Vec", list[tuple["SimPod", "_Eff"]]]
+Queue = dict[Vec, list[tuple["SimPod", Effective]]]
 
 
 def pack_new_nodes(
-    sim: Simulator,
-    probe: _Probe,
-    items: list[tuple[SimPod, _Eff]],
+    sim: ClaimRules,
+    probe: Probe,
+    items: list[tuple[SimPod, Effective]],
     result: SimulationResult,
     max_new_claims: int | None,
 ) -> list[SimPod]:
@@ -76,14 +108,14 @@ def _match(vec: Vec, room: Vec, alloc: Vec) -> float:
 def _best_shape(shapes: dict[Vec, int], room: Vec, alloc: Vec) -> Vec | None:
     best: tuple[float, Vec] | None = None
     for vec, count in shapes.items():
-        if count and _fits(vec, room):
+        if count and vec_fits(vec, room):
             score = _match(vec, room, alloc)
             if best is None or score > best[0]:
                 best = (score, vec)
     return best[1] if best is not None else None
 
 
-def _dry_fill(sim: Simulator, shapes: dict[Vec, int], alloc: Vec) -> tuple[float, Vec]:
+def _dry_fill(sim: ClaimRules, shapes: dict[Vec, int], alloc: Vec) -> tuple[float, Vec]:
     """Fill a node of `alloc` from `shapes` (request vector -> count) by resources alone: the fair
     price of what it takes, and what it takes."""
     shapes = dict(shapes)
@@ -92,15 +124,15 @@ def _dry_fill(sim: Simulator, shapes: dict[Vec, int], alloc: Vec) -> tuple[float
     value = 0.0
     while (vec := _best_shape(shapes, room, alloc)) is not None:
         shapes[vec] -= 1
-        room = _sub(room, vec)
-        used = _add(used, vec)
+        room = vec_sub(room, vec)
+        used = vec_add(used, vec)
         value += sim.fair_price(vec)
     return value, used
 
 
-def _choose_node(sim: Simulator, probe: _Probe, queue: Queue) -> tuple[_Pool, _TypeEntry] | None:
+def _choose_node(sim: ClaimRules, probe: Probe, queue: Queue) -> tuple[PreparedPool, TypeEntry] | None:
     """The NodePool and instance type to size the next new node for (see the module docstring)."""
-    best: tuple[tuple, _Pool, _TypeEntry] | None = None
+    best: tuple[tuple, PreparedPool, TypeEntry] | None = None
     for pool in sim.pools:
         # Shapes whose first pod tolerates the pool (the real fill checks every pod).
         shapes = {vec: len(pods) for vec, pods in queue.items() if sim.pool_tolerates(pool, pods[0][1])}
@@ -110,12 +142,12 @@ def _choose_node(sim: Simulator, probe: _Probe, queue: Queue) -> tuple[_Pool, _T
         total = tuple(
             sum(col) for col in zip(*(tuple(x * n for x in v) for v, n in shapes.items()), strict=True)
         )
-        ranked = sorted(entries, key=lambda e: (e.price * _share(total, e.alloc), e.name))
+        ranked = sorted(entries, key=lambda e: (e.price * vec_share(total, e.alloc), e.name))
         for entry in ranked[:CANDIDATE_TYPES]:
             value, used = _dry_fill(sim, shapes, entry.alloc)
             if value <= 0:
                 continue
-            price = next((e.price for e in entries if _fits(used, e.alloc)), entry.price)
+            price = next((e.price for e in entries if vec_fits(used, e.alloc)), entry.price)
             key = (-value / price, -value, pool.pool.name, entry.name)
             if best is None or key < best[0]:
                 best = (key, pool, entry)
@@ -130,15 +162,15 @@ def _take(queue: Queue, vec: Vec, index: int) -> None:
 
 
 def _open(
-    sim: Simulator,
-    probe: _Probe,
-    pool: _Pool,
-    target: _TypeEntry,
+    sim: ClaimRules,
+    probe: Probe,
+    pool: PreparedPool,
+    target: TypeEntry,
     queue: Queue,
     result: SimulationResult,
     max_new_claims: int | None,
     rest: list[SimPod],
-) -> _Claim | None:
+) -> OpenClaim | None:
     """Open a claim in `pool` with the pod that best fills an empty `target`. A pod that cannot open
     one there goes to `rest` (so every call makes progress); None when none could."""
     shapes = {vec: len(pods) for vec, pods in queue.items()}
@@ -155,13 +187,13 @@ def _open(
 
 
 def _fill(
-    sim: Simulator, probe: _Probe, claim: _Claim, alloc: Vec, queue: Queue, result: SimulationResult
+    sim: ClaimRules, probe: Probe, claim: OpenClaim, alloc: Vec, queue: Queue, result: SimulationResult
 ) -> None:
     """Add pods to `claim` while they fit `alloc`, best-matching shape first, each checked by the claim
     rules. A shape none of whose pods may join is not offered again to this claim."""
     refused: set[Vec] = set()
     while True:
-        room = _sub(alloc, claim.used)
+        room = vec_sub(alloc, claim.used)
         shapes = {vec: len(pods) for vec, pods in queue.items() if vec not in refused}
         vec = _best_shape(shapes, room, alloc)
         if vec is None:

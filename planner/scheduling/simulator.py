@@ -1,0 +1,486 @@
+"""`Simulator`: a prepared cluster and its probe loop. How placement works, and where it differs
+from Karpenter's scheduler, is told in planner/scheduling/__init__.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
+
+from kube.selectors import first_untolerated
+from planner.scheduling.existing_nodes import ExistingNodes
+from planner.scheduling.inputs import (
+    CORE_RESOURCES,
+    BoundPod,
+    PodAffinityTerm,
+    PodConstraints,
+    Resources,
+    SimDaemonSet,
+    SimInstanceType,
+    SimNode,
+    SimNodePool,
+    SimPod,
+)
+from planner.scheduling.new_nodes import NewNodes
+from planner.scheduling.nodepools import NodePoolTypes
+from planner.scheduling.requirements import Reqs
+from planner.scheduling.results import (
+    COST_PACKING,
+    IGNORE,
+    KARPENTER_PACKING,
+    RESPECT,
+    Packing,
+    PreferencePolicy,
+    SimulationAborted,
+    SimulationResult,
+)
+from planner.scheduling.state import (
+    BASE_WELL_KNOWN,
+    HOSTNAME,
+    Effective,
+    FitList,
+    PreparedNode,
+    PreparedPool,
+    Probe,
+    ProbeBase,
+    TopologyGroup,
+    TypeSet,
+    Vec,
+    vec_add,
+    vec_sub,
+)
+from planner.scheduling.topology import Topology
+
+
+class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
+    """A prepared cluster that answers "where would these pods go without these nodes?"."""
+
+    def __init__(
+        self,
+        nodes: Sequence[SimNode],
+        bound: Iterable[BoundPod],
+        nodepools: Sequence[SimNodePool],
+        instance_types: Sequence[SimInstanceType],
+        daemonsets: Sequence[SimDaemonSet] = (),
+        *,
+        preference_policy: PreferencePolicy = RESPECT,
+    ) -> None:
+        if preference_policy not in (RESPECT, IGNORE):
+            raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
+        self.preference_policy = preference_policy
+        # Memo tables: keyed by values (signatures, requirement sets), valid for the simulator's life.
+        self._eff_cache: dict[tuple[PodConstraints, int], Effective] = {}
+        self._levels_cache: dict[PodConstraints, int] = {}
+        self._fitlists: dict[tuple, FitList] = {}
+        self._merge_cache: dict[tuple, Reqs | None] = {}
+        self._typeset_cache: dict[tuple, TypeSet] = {}
+        self._tolerates_pool: dict[tuple, bool] = {}
+        self._domains_cache: dict[tuple, frozenset[str]] = {}
+        self._compat_cache: dict[tuple[str, Reqs], bool] = {}
+        self._bases: dict[tuple, ProbeBase] = {}
+        self._fair_cache: dict[Vec, float] = {}
+        pods_by_node: dict[str, list[BoundPod]] = {}
+        for pod in bound:
+            pods_by_node.setdefault(pod.node_name, []).append(pod)
+
+        names = set(CORE_RESOURCES)
+        for n in nodes:
+            names.update(n.allocatable)
+        for it in instance_types:
+            names.update(it.allocatable)
+        self._res_names = list(CORE_RESOURCES) + sorted(names - set(CORE_RESOURCES))
+        self._res_index = {n: i for i, n in enumerate(self._res_names)}
+        self._zero: Vec = (0,) * len(self._res_names)
+        self._vec_cache: dict[Resources, Vec | None] = {}
+
+        self.well_known = set(BASE_WELL_KNOWN)
+        for it in instance_types:
+            self.well_known.update(it.labels)
+
+        # Existing nodes: every node not being deleted, initialized ones first, then by name.
+        self.deleting_nodes = frozenset(n.name for n in nodes if n.deleting)
+        live = sorted((n for n in nodes if not n.deleting), key=lambda n: (not n.initialized, n.name))
+        self._ref_keys: set[str] = {HOSTNAME}
+        self._class_ids: dict[tuple, int] = {}
+        self._static_ok: dict[tuple, dict[int, bool]] = {}
+        self.nodes: list[PreparedNode] = []
+        self.node_index: dict[str, int] = {}
+        for idx, n in enumerate(live):
+            alloc = self._vec_dict(n.allocatable)
+            ports: list[tuple[int, str, str]] = []
+            # Replicas share requests: sum per distinct request, then scale.
+            per_request: dict[Resources, int] = {}
+            for p in pods_by_node.get(n.name, ()):
+                per_request[p.requests] = per_request.get(p.requests, 0) + 1
+                if p.host_ports:
+                    ports.extend(p.host_ports)
+            used_list = [0] * len(self._zero)
+            for requests, count in per_request.items():
+                for i, value in enumerate(self._vec(requests) or self._zero):
+                    if value:
+                        used_list[i] += value * count
+            used = tuple(used_list)
+            self.nodes.append(
+                PreparedNode(
+                    idx,
+                    n.name,
+                    n.labels,
+                    n.taints,
+                    alloc,
+                    vec_sub(alloc, used),
+                    tuple(ports),
+                    n.initialized,
+                    0,
+                    n.nodepool,
+                )
+            )
+            self.node_index[n.name] = idx
+        self._node_capacity = {n.name: self._vec_dict(n.capacity or n.allocatable) for n in live}
+        self._reclassify()
+
+        # Bound pods by (namespace, labels): topology groups count over these, not over 100k pods.
+        self._labelsets: dict[tuple, dict[int, int]] = {}
+        self._inv_terms: dict[PodAffinityTerm, Counter[int]] = {}
+        labelsets = self._labelsets
+        for n in self.nodes:
+            idx = n.idx
+            for p in pods_by_node.get(n.name, ()):
+                if p.terminating:
+                    continue  # terminating pods do not count for topology
+                key = (p.namespace, p.labels)
+                per_node = labelsets.get(key)
+                if per_node is None:
+                    per_node = labelsets[key] = {}
+                per_node[idx] = per_node.get(idx, 0) + 1
+                for term in p.anti_affinity:
+                    self._inv_terms.setdefault(term, Counter())[idx] += 1
+        self._inv_base: dict[PodAffinityTerm, dict[str, int]] = {}
+        self._inv_version = 0
+        self._inv_cache: dict[tuple, tuple[int, list[PodAffinityTerm]]] = {}
+        self._inv_by_label: dict[tuple[str, str], list[PodAffinityTerm]] = {}
+        self._inv_scan: list[PodAffinityTerm] = []
+        for term in self._inv_terms:
+            self._index_inverse(term)
+        self._groups: list[TopologyGroup] = []
+        self._group_ids: dict[tuple, int] = {}
+        self._selecting_cache: dict[tuple, tuple[int, list[TopologyGroup]]] = {}
+        # Indexes so that thousands of workloads with topology rules stay cheap: label sets by label,
+        # groups by their first matchLabels pair (groups without matchLabels are always checked).
+        self._labelset_index: dict[tuple[str, str], list[tuple]] = {}
+        for ns_labels in self._labelsets:
+            for pair in ns_labels[1]:
+                self._labelset_index.setdefault(pair, []).append(ns_labels)
+        self._groups_by_label: dict[tuple[str, str], list[int]] = {}
+        self._groups_scan: list[int] = []
+        self._universes: dict[tuple, frozenset[str]] = {}
+
+        self.instance_types = {it.name: it for it in instance_types}
+        self._pools: list[PreparedPool] = []
+        for pool in sorted(nodepools, key=lambda p: (-p.weight, p.name)):
+            self._pools.append(self._prepare_pool(pool, instance_types, daemonsets))
+        self._pool_by_name = {p.pool.name: p for p in self._pools}
+        self._pool_nodes_capacity: dict[str, Vec] = {}
+        for n in self.nodes:
+            if n.nodepool in self._pool_by_name:
+                cap = self._node_capacity[n.name]
+                self._pool_nodes_capacity[n.nodepool] = vec_add(
+                    self._pool_nodes_capacity.get(n.nodepool, self._zero), cap
+                )
+
+    def _vec(self, resources: Resources) -> Vec | None:
+        cached = self._vec_cache.get(resources, False)
+        if cached is not False:
+            return cached  # type: ignore[return-value]
+        out = list(self._zero)
+        vec: Vec | None
+        for name, value in resources:
+            i = self._res_index.get(name)
+            if i is None:
+                vec = None
+                break
+            out[i] += value
+        else:
+            vec = tuple(out)
+        self._vec_cache[resources] = vec
+        return vec
+
+    def _vec_dict(self, resources: dict[str, int]) -> Vec:
+        out = list(self._zero)
+        for name, value in resources.items():
+            i = self._res_index.get(name)
+            if i is not None:
+                out[i] = value
+        return tuple(out)
+
+    def describe_vec(self, vec: Vec) -> dict[str, int]:
+        return {n: v for n, v in zip(self._res_names, vec, strict=True) if v}
+
+    def _reclassify(self) -> None:
+        """Group nodes whose labels (on the keys some pod looks at) and taints are equal."""
+        keys = sorted(self._ref_keys)
+        self._class_ids.clear()
+        for n in self.nodes:
+            key = (tuple(n.labels.get(x) for x in keys), n.taints)
+            n.klass = self._class_ids.setdefault(key, len(self._class_ids))
+        # Finer classes do not change any answer, so the fit lists stay valid; only the per-class
+        # compatibility memo is keyed by class id.
+        self._static_ok = {}
+
+    def _note_keys(self, terms: Iterable[Reqs]) -> None:
+        new = {r.key for term in terms for r in term} - self._ref_keys
+        if new:
+            self._ref_keys |= new
+            self._reclassify()
+
+    def simulate(
+        self,
+        remove: Collection[str],
+        pods: Sequence[SimPod],
+        *,
+        background: Sequence[SimPod] = (),
+        gone: Collection[str] = (),
+        from_deleting: Collection[str] = (),
+        max_new_claims: int | None = None,
+        stop_on_failure: bool = False,
+        packing: Packing = KARPENTER_PACKING,
+    ) -> SimulationResult:
+        """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
+        as needed.
+
+        `background` pods (pending pods, pods of nodes being deleted or `gone`) are placed first: they
+        take room before the moved pods, and the NodeClaims they open stand for capacity the
+        provisioner launches anyway, so they are marked `background`, do not count against
+        `max_new_claims`, and do not take moved pods (like Karpenter's in-flight, uninitialized nodes).
+        The background placement is computed once per (`gone`, `background`) and reused by every
+        probe; only background pods sitting on a probe's `remove` nodes are placed again.
+
+        `max_new_claims` and `stop_on_failure` let a caller that will reject the answer anyway
+        (consolidation needs 0 or 1 new node and every non-pending pod placed) stop early; the
+        result then has `aborted` set. Pods whose current node is being deleted, or named in
+        `from_deleting` (ns/name), may land on uninitialized nodes.
+
+        `packing` decides how `pods` that no existing node takes fill new NodeClaims:
+        - "karpenter": pod by pod, largest first, each joins the open claim with the fewest pods that
+          can take it or opens one, and a claim grows until no instance type holds more;
+        - "cost" (for callers that may launch several nodes, planner.scheduling.packing): every pod
+          first tries the existing nodes; the rest fill one new node at a time, each sized for the
+          instance type that hosts its pods at the lowest price per share. Pods it cannot pack fall
+          back to the "karpenter" way.
+        """
+        deleting_keys = set(from_deleting) | {
+            p.key
+            for p in (*pods, *background)
+            if p.node_name is not None and p.node_name in self.deleting_nodes
+        }
+        # Topology groups must exist before anything is placed, or pods placed earlier would not be
+        # counted in them (Karpenter builds every group up front too). A new group makes the cached
+        # background placements stale.
+        if self.register({p.constraints for p in (*pods, *background)}):
+            self._bases.clear()
+        base = self._base(frozenset(gone), background, deleting_keys)
+        probe, displaced = self._fork(base, frozenset(remove))
+        result = SimulationResult(
+            placements={k: v for k, v in base.placements.items() if k not in displaced},
+            unschedulable=dict(base.unschedulable),
+            pending=base.pending | frozenset(p.key for p in pods if p.pending),
+        )
+        try:
+            if stop_on_failure:
+                for key, why in sorted(result.unschedulable.items()):
+                    if key not in result.pending:
+                        raise SimulationAborted(f"pod {key} cannot be placed: {why}")
+            probe.background = True
+            for pod in sorted(displaced.values(), key=self._pod_order):
+                self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
+            probe.background = False
+            ordered = sorted(pods, key=self._pod_order)
+            if packing == COST_PACKING:
+                ordered = self._place_cost(
+                    probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
+                )
+            for pod in ordered:
+                self._place(probe, pod, result, deleting_keys, max_new_claims, stop_on_failure)
+        except SimulationAborted as stop:
+            result.aborted = str(stop)
+        result.new_claims = [self._finalize(c) for c in probe.claims]
+        return result
+
+    def register(self, signatures: Iterable[PodConstraints]) -> bool:
+        """Prepare pod signatures (every relaxation level) and their topology groups. Returns whether a
+        new topology group appeared. Cheap for signatures seen before."""
+        before = len(self._groups)
+        for sig in signatures:
+            if sig in self._levels_cache:
+                continue
+            levels = self._levels(sig) if self.preference_policy == RESPECT else 0
+            for level in range(levels + 1):
+                self._eff(sig, level)
+        return len(self._groups) != before
+
+    def _base(self, gone: frozenset[str], background: Sequence[SimPod], deleting_keys: set[str]) -> ProbeBase:
+        keys = tuple(p.key for p in background)
+        cached = self._bases.get((gone, keys))
+        if cached is not None:
+            return cached
+        # Within a pass the gone nodes and the background only grow (each method marks more nodes):
+        # start from the largest base this one contains and place only what is new.
+        key_set = frozenset(keys)
+        parent = max(
+            (b for (g, k), b in self._bases.items() if g <= gone and b.keys <= key_set),
+            key=lambda b: (len(b.probe.removed_names), len(b.keys)),
+            default=None,
+        )
+        if parent is None:
+            probe = Probe({self.node_index[n] for n in gone if n in self.node_index}, gone)
+            self._limits_start(probe)
+            result = SimulationResult()
+            todo = list(background)
+        else:
+            probe, displaced = self._fork(parent, gone)
+            result = SimulationResult(
+                placements={k: v for k, v in parent.placements.items() if k not in displaced},
+                unschedulable=dict(parent.unschedulable),
+            )
+            todo = [*displaced.values(), *(p for p in background if p.key not in parent.keys)]
+        probe.background = True
+        for pod in sorted(todo, key=self._pod_order):
+            self._place(probe, pod, result, deleting_keys, None, False)
+        probe.background = False
+        pending = frozenset(p.key for p in background if p.pending)
+        base = ProbeBase(probe, result.placements, result.unschedulable, pending, key_set)
+        if len(self._bases) >= 8:
+            self._bases.pop(next(iter(self._bases)))
+        self._bases[(gone, keys)] = base
+        return base
+
+    def _fork(self, base: ProbeBase, remove: frozenset[str]) -> tuple[Probe, dict[str, SimPod]]:
+        """A probe starting from `base` with the `remove` nodes gone too; returns the background pods
+        those nodes held (they must be placed again)."""
+        b = base.probe
+        extra = {self.node_index[n] for n in remove if n in self.node_index} - b.removed
+        probe = Probe(b.removed | extra, b.removed_names | remove)
+        probe.free = dict(b.free)
+        probe.ports = {i: list(v) for i, v in b.ports.items()}
+        probe.ptr = dict(b.ptr)
+        probe.claims = [replace(c, pods=list(c.pods), ports=list(c.ports)) for c in b.claims]
+        probe.refused = set(b.refused)
+        probe.on_node = {i: list(v) for i, v in b.on_node.items() if i not in extra}
+        probe.limits = dict(b.limits)
+        for idx in extra:
+            node = self.nodes[idx]
+            if node.nodepool in probe.limits:
+                probe.limits[node.nodepool] = vec_add(
+                    probe.limits[node.nodepool], self._node_capacity[node.name]
+                )
+        for gid, counts in b.delta.items():
+            counts = dict(counts)
+            g = self._groups[gid]
+            for idx in extra:
+                c = g.per_node.get(idx)
+                d = self.nodes[idx].labels.get(g.key)
+                if c and d is not None:
+                    counts[d] = counts.get(d, 0) - c
+            probe.delta[gid] = counts
+        for term, counts in b.inv_delta.items():
+            counts = dict(counts)
+            owners = self._inv_terms.get(term, {})
+            for idx in extra:
+                c = owners.get(idx)
+                d = self.nodes[idx].labels.get(term.topology_key)
+                if c and d is not None:
+                    counts[d] = counts.get(d, 0) - c
+            probe.inv_delta[term] = counts
+        displaced: dict[str, SimPod] = {}
+        for idx in sorted(extra):
+            node = self.nodes[idx]
+            for pod, eff in b.on_node.get(idx, ()):
+                self._record(probe, eff, self._node_domains(node), self._node_filter(node), -1)
+                displaced[pod.key] = pod
+        return probe, displaced
+
+    def _pod_order(self, pod: SimPod) -> tuple:
+        v = self._vec(pod.constraints.requests) or self._zero
+        return (-v[0], -v[1], pod.namespace, pod.name)
+
+    def _place(
+        self,
+        probe: Probe,
+        pod: SimPod,
+        result: SimulationResult,
+        deleting_keys: set[str],
+        max_new_claims: int | None,
+        stop_on_failure: bool,
+    ) -> None:
+        sig = pod.constraints
+        levels = self._levels(sig) if self.preference_policy == RESPECT else 0
+        for level in range(levels + 1):
+            eff = self._eff(sig, level)
+            if eff.vec is None:
+                break
+            dest = self._try_existing(probe, eff)
+            if dest is not None:
+                self._commit_existing(
+                    probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure
+                )
+                return
+            claim = self._try_claims(probe, eff, pod.key)
+            if claim is not None:
+                result.placements[pod.key] = claim.name
+                return
+            claim = self._open_claim(probe, eff, pod.key, max_new_claims)
+            if claim is not None:
+                result.placements[pod.key] = claim.name
+                return
+        self._fail(result, pod, self._explain(probe, pod), stop_on_failure)
+
+    def _commit_existing(
+        self,
+        probe: Probe,
+        eff: Effective,
+        node: PreparedNode,
+        pod: SimPod,
+        result: SimulationResult,
+        deleting_keys: set[str],
+        stop_on_failure: bool,
+    ) -> None:
+        self._commit_node(probe, eff, node, pod)
+        result.placements[pod.key] = node.name
+        if not node.initialized and pod.key not in deleting_keys:
+            self._fail(result, pod, f"would schedule to uninitialized node {node.name}", stop_on_failure)
+
+    def _fail(self, result: SimulationResult, pod: SimPod, why: str, stop: bool) -> None:
+        result.unschedulable[pod.key] = why
+        if stop and not pod.pending:
+            raise SimulationAborted(f"pod {pod.key} cannot be placed: {why}")
+
+    def _explain(self, probe: Probe, pod: SimPod) -> str:
+        """Why a pod found no place. Cheap: it runs once per failed probe, thousands of times per plan."""
+        sig = pod.constraints
+        eff = self._eff(sig, self._levels(sig) if self.preference_policy == RESPECT else 0)
+        if eff.vec is None:
+            unknown = sorted(n for n, _ in sig.requests if n not in self._res_index)
+            return f"requests {', '.join(unknown)}, which no node or instance type offers"
+        want = ", ".join(f"{n}={v}" for n, v in self.describe_vec(eff.vec).items())
+        parts = [f"no existing node has room for {want} within its selectors, taints, ports and topology"]
+        for pool in self._pools:
+            name = pool.pool.name
+            if not self._pool_tolerated(pool, eff.tolerations):
+                taint = first_untolerated(eff.tolerations, pool.taints)
+                parts.append(f"NodePool {name}: does not tolerate taint {taint}")
+                continue
+            merged = [m for t in eff.terms if (m := self._merge(pool.base, pool.base_keys, t)) is not None]
+            if not merged:
+                parts.append(f"NodePool {name}: requirements do not overlap the pod's node selector/affinity")
+                continue
+            excluded = self._excluded(probe, pool)
+            if not any(self._typeset(pool, m, excluded).entries for m in merged):
+                within = " within limits" if excluded else ""
+                parts.append(f"NodePool {name}: no instance type offered{within}")
+                continue
+            if not any(self._viable(self._typeset(pool, m, excluded), eff.vec, m) for m in merged):
+                parts.append(f"NodePool {name}: no instance type has room for {want}")
+                continue
+            parts.append(f"NodePool {name}: topology or host-port rules cannot be met on a new node")
+        if not self._pools:
+            parts.append("no NodePool to launch from")
+        return "; ".join(parts)
