@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
+from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
@@ -45,6 +46,7 @@ from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from runtime.connections import (
+    aws_client,
     connect_kubernetes,
     connect_temporal,
     ec2_client,
@@ -68,12 +70,22 @@ def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
+    given = settings.cluster_endpoint and settings.cluster_ca_bundle
+    endpoint = ClusterEndpoint(
+        settings.cluster_name,
+        endpoint=settings.cluster_endpoint,
+        ca_bundle=settings.cluster_ca_bundle,
+        service_cidr=settings.service_cidr,
+        eks=None if given else aws_client("eks", settings),
+    )
     aws = EC2Activities(
         ec2,
         settings.cluster_name,
         unavailable_ttl_seconds=settings.unavailable_offering_ttl,
         poll_interval=settings.ec2_poll_interval,
         threads=settings.ec2_threads,
+        endpoint=endpoint,
+        iam=aws_client("iam", settings),
     )
     kubernetes = KubernetesActivities(
         kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name

@@ -29,25 +29,25 @@ from typing import Any
 from temporalio import activity
 
 from activities import errors
+from activities.cluster_endpoint import ClusterEndpoint
 from activities.errors import classify_ec2, ec2_code, permanent
+from activities.instance_profiles import InstanceProfiles
 from api.activity_io import InstanceRequest, InstanceState, LaunchedInstance, LaunchRequest, LaunchTemplate
 from api.constants import (
     CAPACITY_SPOT,
     CAPACITY_TYPE_LABEL,
     CLUSTER_TAG_VALUE,
+    TAG_CAPACITY_TYPE,
     TAG_COMMAND_ID,
-    TAG_NODE_LABELS,
     TAG_NODE_NAME,
-    TAG_NODE_TAINTS,
     TAG_NODECLASS,
     TAG_NODEPOOL,
     TAG_REPLACEMENT_INDEX,
-    TAG_STARTUP_TAINTS,
-    UNREGISTERED_TAINT_KEY,
     aws_provider_id,
     cluster_tag,
 )
-from api.workflow_io import Offering, TaintSpec
+from api.workflow_io import Offering
+from launch.userdata import ClusterInfo, NodeBootstrap, generate
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +80,10 @@ def client_token(command_id: str, index: int, offering: Offering) -> str:
     return hashlib.sha256(f"{command_id}\x00{index}\x00{offering.key}".encode()).hexdigest()[:64]
 
 
-def kubelet_labels(labels: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
-def kubelet_taints(taints: list[TaintSpec]) -> str:
-    return ",".join(taint.kubelet() for taint in taints)
-
-
 def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
-    """Ownership, provenance (NodePool, command, index) and what the kubelet registers with."""
+    """Ownership and provenance (NodePool, command, index). What the kubelet registers with travels in
+    the user data, as on a real node (bootstrap_user_data)."""
     template, offering = request.template, request.offering
-    labels = {**template.labels, CAPACITY_TYPE_LABEL: offering.capacity_type}
-    taints = [*template.taints, TaintSpec(key=UNREGISTERED_TAINT_KEY, effect="NoExecute")]
     tags = {
         **template.instance_tags,
         cluster_tag(cluster): CLUSTER_TAG_VALUE,
@@ -101,20 +92,38 @@ def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
         TAG_NODECLASS: template.nodeclass,
         TAG_COMMAND_ID: request.command_id,
         TAG_REPLACEMENT_INDEX: str(request.index),
+        TAG_CAPACITY_TYPE: offering.capacity_type,
         TAG_NODE_NAME: f"karpflow/{template.nodepool}",
-        TAG_NODE_LABELS: kubelet_labels(labels),
-        TAG_NODE_TAINTS: kubelet_taints(taints),
     }
-    if template.startup_taints:
-        tags[TAG_STARTUP_TAINTS] = kubelet_taints(template.startup_taints)
     for key, value in tags.items():
         if len(value) > TAG_VALUE_MAX:
             raise permanent(
                 f"replacement {request.index}: tag {key} would be {len(value)} characters (EC2 allows "
-                f"{TAG_VALUE_MAX}); too many labels or taints on NodePool {template.nodepool}",
+                f"{TAG_VALUE_MAX})",
                 errors.INVALID,
             )
     return tags
+
+
+def bootstrap_user_data(cluster: ClusterInfo, request: LaunchRequest) -> str:
+    """The EC2NodeClass user data merged with the bootstrap of its AMI family: the NodePool's labels,
+    taints and startup taints, and the kubelet settings (launch/userdata.py)."""
+    template = request.template
+    node = NodeBootstrap(
+        nodepool=template.nodepool,
+        labels={**template.labels, CAPACITY_TYPE_LABEL: request.offering.capacity_type},
+        taints=[t.kubelet() for t in template.taints],
+        startup_taints=[t.kubelet() for t in template.startup_taints],
+        kubelet=dict(template.kubelet or {}),
+    )
+    try:
+        return generate(template.ami_family, cluster, node, template.user_data)
+    except ValueError as err:  # unknown family, user data that is not what its family reads
+        raise permanent(
+            f"EC2NodeClass {template.nodeclass}: cannot build user data for amiFamily "
+            f"{template.ami_family}: {err}",
+            errors.INVALID,
+        ) from None
 
 
 def pick_image(template: LaunchTemplate, architecture: str | None) -> str:
@@ -163,9 +172,14 @@ class EC2Activities:
         unavailable_ttl_seconds: float = 180.0,
         poll_interval: float = 5.0,
         threads: int = 32,
+        *,
+        endpoint: ClusterEndpoint | None = None,
+        iam: Any = None,
     ) -> None:
         self.ec2 = ec2
         self.cluster = cluster_name
+        self.endpoint = endpoint or ClusterEndpoint(cluster_name)
+        self.profiles = InstanceProfiles(iam, cluster_name)
         self.unavailable = UnavailableOfferings(unavailable_ttl_seconds)
         self.poll_interval = poll_interval
         self._architectures: dict[str, str | None] = {}
@@ -199,9 +213,15 @@ class EC2Activities:
                 f"{what}: EC2NodeClass {request.template.nodeclass} has no subnet in zone {offering.zone}",
                 errors.OFFERING_UNAVAILABLE,
             )
+        template = request.template
+        cluster = await self.endpoint.get()
+        profile = template.instance_profile
+        if not profile and template.role:
+            profile = await self.profiles.for_role(template.role)
         try:
-            image = pick_image(request.template, await self._architecture(offering.instance_type))
-            response = await self._call("run_instances", **self._run_params(request, subnet, image))
+            image = pick_image(template, await self._architecture(offering.instance_type))
+            params = self._run_params(request, subnet, image, bootstrap_user_data(cluster, request), profile)
+            response = await self._call("run_instances", **params)
         except errors.ApplicationError:
             raise
         except Exception as err:
@@ -220,7 +240,9 @@ class EC2Activities:
         log.info("%s: launched instance %s", what, instance["InstanceId"])
         return self._launched_instance(instance, adopted=False)
 
-    def _run_params(self, request: LaunchRequest, subnet: str, image: str) -> dict[str, Any]:
+    def _run_params(
+        self, request: LaunchRequest, subnet: str, image: str, user_data: str, profile: str | None
+    ) -> dict[str, Any]:
         template, offering = request.template, request.offering
         tags = launch_tags(self.cluster, request)
         params: dict[str, Any] = {
@@ -245,12 +267,24 @@ class EC2Activities:
                 ),
             ],
         }
-        if template.security_group_ids:
+        if template.associate_public_ip_address is not None:
+            # Only a network interface can say it; the subnet and groups then move onto it.
+            del params["SubnetId"]
+            params["NetworkInterfaces"] = [
+                {
+                    "DeviceIndex": 0,
+                    "SubnetId": subnet,
+                    "Groups": template.security_group_ids,
+                    "AssociatePublicIpAddress": template.associate_public_ip_address,
+                }
+            ]
+        elif template.security_group_ids:
             params["SecurityGroupIds"] = template.security_group_ids
-        if template.instance_profile:
-            params["IamInstanceProfile"] = {"Name": template.instance_profile}
-        if template.user_data:
-            params["UserData"] = template.user_data
+        if profile:
+            params["IamInstanceProfile"] = {"Name": profile}
+        if user_data:
+            params["UserData"] = user_data  # boto3 base64-encodes it
+        params["Monitoring"] = {"Enabled": bool(template.detailed_monitoring)}
         if template.block_device_mappings:
             params["BlockDeviceMappings"] = template.block_device_mappings
         # Karpenter's EC2NodeClass defaults: IMDSv2 only, one hop (pods cannot reach the node's role).
@@ -300,8 +334,7 @@ class EC2Activities:
     def _launched_instance(self, instance: dict[str, Any], adopted: bool) -> LaunchedInstance:
         zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
         capacity = CAPACITY_SPOT if instance.get("InstanceLifecycle") == CAPACITY_SPOT else "on-demand"
-        labels = _tags(instance).get(TAG_NODE_LABELS, "")
-        if f"{CAPACITY_TYPE_LABEL}={CAPACITY_SPOT}" in labels.split(","):
+        if _tags(instance).get(TAG_CAPACITY_TYPE) == CAPACITY_SPOT:
             capacity = CAPACITY_SPOT
         index = _tags(instance).get(TAG_REPLACEMENT_INDEX, "")
         return LaunchedInstance(

@@ -119,6 +119,9 @@ def classify_ec2(err: BaseException, what: str) -> ApplicationError:
             return permanent(text, INSUFFICIENT_CAPACITY, code)
         if code in _EC2_THROTTLE:
             return retryable(text, THROTTLED)
+        if code == "InvalidParameterValue" and "iaminstanceprofile" in message.lower():
+            # A profile created moments ago: IAM is eventually consistent.
+            return retryable(text, UNAVAILABLE)
         if code in _EC2_SERVER or status >= 500:
             return retryable(text, SERVER_ERROR)
         if code in _EC2_FORBIDDEN:

@@ -60,7 +60,12 @@ class LaunchTemplate(BaseModel):
     security_group_ids: list[str]
     amis: list[AmiChoice]
     instance_profile: str | None = None
-    user_data: str | None = None
+    role: str | None = Field(default=None, description="for an instance profile when none is named")
+    ami_family: str = "AL2023"
+    user_data: str | None = Field(default=None, description="the EC2NodeClass userData, merged at launch")
+    kubelet: dict | None = None
+    associate_public_ip_address: bool | None = None
+    detailed_monitoring: bool | None = None
     block_device_mappings: list[dict] = Field(default_factory=list)
     metadata_options: dict | None = None
     instance_tags: dict[str, str] = Field(default_factory=dict, description="EC2NodeClass spec.tags")

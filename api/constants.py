@@ -98,12 +98,9 @@ TAG_NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
 TAG_COMMAND_ID = "karpflow.io/command-id"
 TAG_REPLACEMENT_INDEX = "karpflow.io/replacement-index"
 TAG_NODE_NAME = "Name"
-# What a launched instance asks its kubelet for, in kubelet flag syntax: `k=v,k2=v2` for labels
-# (--node-labels) and `key=value:Effect,key2:Effect` for taints (--register-with-taints). The
-# simulator registers nodes from these; startup taints are removed later by "the node's agents".
-TAG_NODE_LABELS = "karpflow.io/node-labels"
-TAG_NODE_TAINTS = "karpflow.io/node-taints"
-TAG_STARTUP_TAINTS = "karpflow.io/startup-taints"
+# The capacity type asked for (spot requests are not always visible as InstanceLifecycle at once).
+# Labels and taints are not tags: they travel in the bootstrap user data, as on a real node.
+TAG_CAPACITY_TYPE = "karpflow.io/capacity-type"
 
 
 def cluster_tag(cluster_name: str) -> str:

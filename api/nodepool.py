@@ -240,6 +240,20 @@ class EC2NodeClassSpec(KubeModel):
     block_device_mappings: list[dict[str, Any]] = Field(default_factory=list)
     metadata_options: dict[str, Any] | None = None
     kubelet: dict[str, Any] | None = None
+    # Karpenter spells it with "IP" in capitals, which the camelCase generator would not.
+    associate_public_ip_address: bool | None = Field(default=None, alias="associatePublicIPAddress")
+    detailed_monitoring: bool | None = None
+
+    @property
+    def family(self) -> str:
+        """amiFamily, else the family of the first `alias` AMI selector term (`al2023@latest`), else
+        AL2023 (Karpenter v1's default)."""
+        if self.ami_family:
+            return self.ami_family
+        for term in self.ami_selector_terms:
+            if term.alias:
+                return term.alias.split("@", 1)[0]
+        return "AL2023"
 
 
 class EC2NodeClassStatus(KubeModel):

@@ -106,6 +106,13 @@ def ec2_client(settings: WorkerSettings) -> Any:
     )
 
 
+def aws_client(service: str, settings: WorkerSettings) -> Any:
+    """EKS (DescribeCluster, once) and IAM (instance profiles for a role): few calls, default config."""
+    import boto3
+
+    return boto3.client(service, region_name=settings.aws_region, endpoint_url=settings.aws_endpoint_url)
+
+
 def sqs_client(settings: WorkerSettings) -> Any:
     """The interruption queue's client (same region and endpoint override as EC2)."""
     import boto3

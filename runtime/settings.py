@@ -45,6 +45,15 @@ class WorkerSettings(BaseSettings):
     aws_region: str | None = Field(default=None, description="default: the AWS SDK's (AWS_REGION, profile)")
     aws_endpoint_url: str | None = Field(default=None, description="EC2 endpoint override, e.g. moto")
     ec2_threads: int = Field(default=32, ge=1, description="concurrent EC2 calls (boto3 is synchronous)")
+    cluster_endpoint: str | None = Field(
+        default=None, description="API server URL for new nodes' bootstrap; default: EKS DescribeCluster"
+    )
+    cluster_ca_bundle: str | None = Field(
+        default=None, description="the cluster CA (base64 PEM) for new nodes; default: EKS DescribeCluster"
+    )
+    service_cidr: str | None = Field(
+        default=None, description="the service CIDR (kube-dns address); default: EKS DescribeCluster"
+    )
     # Behaviour
     max_concurrent_activities: int = Field(default=200, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=100, ge=1)

@@ -43,6 +43,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api import search_attributes
 from sim.binaries import temporal_cli
+from sim.controllers.bootstrap import SIM_CA_BUNDLE
 from sim.interruption_queue import ensure_interruption_queue
 from sim.ports import free_port, port_is_free
 
@@ -131,6 +132,8 @@ class DevSettings(BaseSettings):
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
+            "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
+            "KARPFLOW_CLUSTER_CA_BUNDLE": SIM_CA_BUNDLE,
             # The worker's and karpflow's own settings (see `karpflow worker --help`).
             "KARPFLOW_TEMPORAL_ADDRESS": self.temporal_address,
             "KARPFLOW_TEMPORAL_NAMESPACE": self.temporal_namespace,

@@ -62,6 +62,7 @@ from sim.apiserver.faults import Faults, RequestLog
 from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.server import ApiServer, parse_path
 from sim.apiserver.store import Store
+from sim.controllers.bootstrap import SIM_CA_BUNDLE
 from sim.invariants import InvariantBounds, InvariantChecker
 from sim.scenario import Scenario, SeedReport, load_scenario, parse_scenario, seed
 from sim.tasks import cancel_and_wait
@@ -235,6 +236,9 @@ class SimStack:
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
+            # What a launched node's bootstrap must name for the simulator to register it.
+            "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
+            "KARPFLOW_CLUSTER_CA_BUNDLE": SIM_CA_BUNDLE,
         }
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -352,6 +356,7 @@ class SimStack:
             enabled=self.enabled,
             faults=self.faults,
             pod_start_seconds=self.pod_start_seconds,
+            api_endpoint=self.kube_url,
             **kwargs,
         )
         await self.controllers.start()

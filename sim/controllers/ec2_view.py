@@ -21,6 +21,7 @@ HTTP and looks for it in this process's moto backend.
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Iterable
 from datetime import UTC
@@ -77,12 +78,23 @@ class ApiInstanceSource:
             return [i for one in ids for i in self._describe([one])]
         return [i for r in response.get("Reservations", ()) for i in r.get("Instances", ())]
 
+    def _user_data(self, instance_id: str) -> str | None:
+        """What the instance boots with (DescribeInstances does not return it)."""
+        try:
+            value = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        except Exception as err:
+            log.debug("DescribeInstanceAttribute %s failed: %s", instance_id, err)
+            return None
+        encoded = (value.get("UserData") or {}).get("Value")
+        return base64.b64decode(encoded).decode(errors="replace") if encoded else None
+
     def list_instances(self) -> list[dict[str, Any]]:
         states = self._states()
         new = [i for i in states if i not in self.known and i not in self.foreign]
         for chunk in _chunks(new, DESCRIBE_CHUNK):
             owned = self._describe(chunk)
             for instance in owned:
+                instance["UserData"] = self._user_data(instance["InstanceId"])
                 self.known[instance["InstanceId"]] = instance
             self.foreign.update(set(chunk) - {i["InstanceId"] for i in owned})
         for instance_id in [i for i in self.known if i not in states]:
@@ -102,6 +114,7 @@ class MotoInstanceSource:
         self.tag = cluster_tag(cluster_name)
         self.region = region
         self.account_id = account_id or DEFAULT_ACCOUNT_ID
+        self.user_data: dict[str, str | None] = {}  # decoded once per instance
 
     def list_instances(self) -> list[dict[str, Any]]:
         from moto.ec2.models import ec2_backends
@@ -123,6 +136,8 @@ class MotoInstanceSource:
             state = inst.state
             if inst_tags.get(self.tag) != CLUSTER_TAG_VALUE or state not in LISTED_STATES:
                 continue
+            if inst.id not in self.user_data:
+                self.user_data[inst.id] = inst.user_data.decode() if inst.user_data else None
             launched = inst.launch_time
             if launched.tzinfo is None:
                 launched = launched.replace(tzinfo=UTC)
@@ -138,8 +153,11 @@ class MotoInstanceSource:
                     "InstanceLifecycle": inst.lifecycle,
                     "Architecture": inst.architecture,
                     "Tags": [{"Key": k, "Value": v} for k, v in inst_tags.items()],
+                    "UserData": self.user_data[inst.id],
                 }
             )
+        listed = {i["InstanceId"] for i in out}
+        self.user_data = {k: v for k, v in self.user_data.items() if k in listed}
         return out
 
 

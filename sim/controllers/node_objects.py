@@ -8,9 +8,9 @@ Conventions (as on EKS with Karpenter):
 - labels: instance type, zone, region, arch, os, `karpenter.sh/capacity-type` (spot when EC2 says
   `InstanceLifecycle: spot`, else the value the launch labels ask for, else on-demand), the
   `karpenter.k8s.aws/instance-*` labels of the catalog, `karpenter.sh/nodepool` from the
-  instance's nodepool tag, then every label of the `TAG_NODE_LABELS` tag (`--node-labels` syntax).
-- taints: `node.kubernetes.io/not-ready:NoSchedule` until Ready, the `TAG_NODE_TAINTS` taints and
-  the `TAG_STARTUP_TAINTS` taints (`--register-with-taints` syntax).
+  instance's nodepool tag, then every `--node-labels` label of its user data (sim/controllers/bootstrap.py).
+- taints: `node.kubernetes.io/not-ready:NoSchedule` until Ready, and the `--register-with-taints`
+  taints of its user data; those its NodePool lists as startupTaints are the node agents' to remove.
 - capacity / allocatable: `planner.catalog.InstanceType.capacity` / `.allocatable`, the very
   numbers the planner packs against.
 """
@@ -33,15 +33,12 @@ from api.constants import (
     NOT_READY_TAINT_KEY,
     OS_LABEL,
     REGION_LABEL,
-    TAG_NODE_LABELS,
-    TAG_NODE_TAINTS,
     TAG_NODEPOOL,
-    TAG_STARTUP_TAINTS,
     ZONE_LABEL,
     aws_provider_id,
 )
 from planner.catalog import InstanceType
-from sim.controllers.kubelet_flags import parse_node_labels, parse_taints
+from sim.controllers.bootstrap import KubeletBoot
 
 KUBELET_VERSION = "v1.32.0-eks-sim"
 NOT_READY_TAINT = {"key": NOT_READY_TAINT_KEY, "effect": "NoSchedule"}
@@ -79,20 +76,22 @@ def instance_id_from_provider_id(value: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class LaunchedNodeSpec:
-    """What an instance's tags ask the kubelet for, parsed once (errors name the instance and tag)."""
+    """What the instance's user data asks the kubelet for; `startup_taints` are the registered taints
+    that the node's agents remove once it is Ready (its NodePool's startupTaints)."""
 
     labels: dict[str, str]
     taints: list[dict[str, str]]
     startup_taints: list[dict[str, str]]
 
     @classmethod
-    def from_instance(cls, instance: Mapping[str, Any]) -> LaunchedNodeSpec:
-        tags = tags_of(instance)
-        where = f"instance {instance.get('InstanceId')}: tag"
+    def from_boot(cls, boot: KubeletBoot, startup: list[dict[str, Any]]) -> LaunchedNodeSpec:
+        def is_startup(taint: dict[str, str]) -> bool:
+            return any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"] for t in startup)
+
         return cls(
-            labels=parse_node_labels(tags.get(TAG_NODE_LABELS), f"{where} {TAG_NODE_LABELS}"),
-            taints=parse_taints(tags.get(TAG_NODE_TAINTS), f"{where} {TAG_NODE_TAINTS}"),
-            startup_taints=parse_taints(tags.get(TAG_STARTUP_TAINTS), f"{where} {TAG_STARTUP_TAINTS}"),
+            labels=dict(boot.labels),
+            taints=[t for t in boot.taints if not is_startup(t)],
+            startup_taints=[t for t in boot.taints if is_startup(t)],
         )
 
 

@@ -7,7 +7,9 @@ count, never a call per node.
 
 An instance's life as a Node (all delays are base seconds scaled by the TimeScale):
 
-    launched ──register──▶ Node (NotReady, tainted not-ready, launch taints + startup taints)
+    launched ──register──▶ Node (NotReady, tainted not-ready, the taints its user data registers)
+                           (never, when the user data would not bootstrap a kubelet here:
+                           sim/controllers/bootstrap.py)
              ──ready─────▶ Ready=True, not-ready taint removed        (never, for never-ready faults)
              ──startup───▶ startup taints removed (their agents are up)
     stopped / terminated / gone from EC2
@@ -31,14 +33,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from api.constants import NOT_READY_TAINT_KEY, UNREACHABLE_TAINT_KEY
+from api.constants import NODEPOOL_LABEL, NOT_READY_TAINT_KEY, TAG_NODEPOOL, UNREACHABLE_TAINT_KEY
 from sim import ec2_faults
 from sim.apiserver.errors import AlreadyExists, NotFound
 from sim.apiserver.store import Store
+from sim.controllers.bootstrap import BootError
+from sim.controllers.bootstrap import read as read_boot
 from sim.controllers.ec2_view import InstanceSource
 from sim.controllers.informer import Informer
 from sim.controllers.instance_types import InstanceTypes
-from sim.controllers.kubelet_flags import FlagSyntaxError
 from sim.controllers.node_objects import (
     NOT_READY_TAINT,
     LaunchedNodeSpec,
@@ -47,6 +50,7 @@ from sim.controllers.node_objects import (
     now_rfc3339,
     ready_condition,
     registered_node,
+    tags_of,
 )
 from sim.controllers.predicates import node_condition
 from sim.controllers.timers import Timers
@@ -119,11 +123,13 @@ class NodeLifecycleController:
         instance_types: InstanceTypes,
         faults: Ec2Faults | None = None,
         timings: NodeTimings | None = None,
+        api_endpoint: str | None = None,
     ) -> None:
         self.store = store
         self.informer = informer
         self.source = source
         self.cluster_name = cluster_name
+        self.api_endpoint = api_endpoint  # what a kubelet must be told to reach (None: not checked)
         self.region = region
         self.scale = timescale
         self.types = instance_types
@@ -131,6 +137,7 @@ class NodeLifecycleController:
         self.t = timings or NodeTimings()
         self.timers = Timers()
         self.tracked: dict[str, _Tracked] = {}
+        self.boot_failures: dict[str, str] = {}  # instance id -> why its node never registered
         self.polls = 0
         self.last_poll_seconds = 0.0
         self._poll_now = asyncio.Event()
@@ -212,8 +219,8 @@ class NodeLifecycleController:
         tracked.held = False
         if tracked.launch is None:
             try:
-                tracked.launch = LaunchedNodeSpec.from_instance(tracked.instance)
-            except FlagSyntaxError:
+                tracked.launch = self._boot(tracked.instance)
+            except BootError:
                 tracked.launch = LaunchedNodeSpec({}, [], [])
         self.timers.after(
             self.scale.seconds(self.t.ready), lambda: self._ready(tracked), f"ready {tracked.node}"
@@ -240,10 +247,11 @@ class NodeLifecycleController:
             return
         instance = tracked.instance
         try:
-            launch = LaunchedNodeSpec.from_instance(instance)
-        except FlagSyntaxError as err:
-            # A kubelet would refuse to start: the instance never registers, like a bad user data.
-            log.error("%s; the node will not register", err)
+            launch = self._boot(instance)
+        except BootError as err:
+            # What a real instance does with such user data: it runs, and no node ever joins.
+            log.error("instance %s: %s; its node will never register", tracked.instance_id, err)
+            self.boot_failures[tracked.instance_id] = str(err)
             tracked.phase = "released"
             return
         itype = self.types.get(instance.get("InstanceType", ""))
@@ -267,6 +275,23 @@ class NodeLifecycleController:
         tracked.launch = launch
         self.timers.after(
             self.scale.seconds(self.t.ready), lambda: self._ready(tracked), f"ready {tracked.node}"
+        )
+
+    def _boot(self, instance: dict[str, Any]) -> LaunchedNodeSpec:
+        boot = read_boot(instance.get("UserData"), cluster=self.cluster_name, endpoint=self.api_endpoint)
+        nodepool = boot.labels.get(NODEPOOL_LABEL) or tags_of(instance).get(TAG_NODEPOOL)
+        return LaunchedNodeSpec.from_boot(boot, self._startup_taints(nodepool))
+
+    def _startup_taints(self, nodepool: str | None) -> list[dict[str, Any]]:
+        """The taints the node's agents remove once they run: its NodePool's startupTaints."""
+        if not nodepool:
+            return []
+        try:
+            pool = self.store.get("nodepools", nodepool)
+        except NotFound:
+            return []
+        return list(
+            (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("startupTaints") or []
         )
 
     def _mutate(self, tracked: _Tracked, fn: Callable[[dict[str, Any]], None], status: bool = False) -> bool:

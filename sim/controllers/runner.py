@@ -95,6 +95,7 @@ class SimControllers:
         pod_gc_sweep_seconds: float = 10.0,
         ec2_client: Any = None,
         ec2_source: str = "auto",
+        api_endpoint: str | None = None,
     ) -> None:
         chosen = frozenset(CONTROLLERS if enabled is None else enabled)
         unknown = chosen - set(CONTROLLERS)
@@ -118,6 +119,7 @@ class SimControllers:
                 f"got {ec2_source!r}"
             )
         self.ec2_source = ec2_source
+        self.api_endpoint = api_endpoint  # the URL a booting kubelet must be told (None: not checked)
         self.store = store
         self.ec2 = (
             ec2_client
@@ -155,6 +157,7 @@ class SimControllers:
                 instance_types=types,
                 faults=self.faults,
                 timings=s.node_timings,
+                api_endpoint=self.api_endpoint,
             )
         if "scheduler" in s.enabled:
             built["scheduler"] = Scheduler(self.store, informer)

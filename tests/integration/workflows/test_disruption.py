@@ -163,3 +163,38 @@ async def test_temporal_workflow_cancel_while_waiting_for_a_replacement_compensa
 
 async def _phase_is(handle, phase: str) -> bool:
     return (await handle.query(DisruptionWorkflow.status)).phase == phase
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], TWENTY_PODS))
+async def test_user_data_that_does_not_bootstrap_gives_no_node_and_the_disruption_rolls_back(karpflow):
+    """The simulator registers a node only from what its user data tells the kubelet. With amiFamily
+    Custom the EC2NodeClass's user data goes out untouched; this one never starts a kubelet."""
+
+    def custom(nodeclass: dict) -> None:
+        nodeclass["spec"]["amiFamily"] = "Custom"
+        nodeclass["spec"]["userData"] = "#!/bin/bash\necho 'no bootstrap here'\n"
+
+    karpflow.stack.store.mutate("ec2nodeclasses", "default", custom)
+    before = {i["InstanceId"] for i in karpflow.instances()}
+    async with karpflow.worker():
+        handle = await karpflow.client.start_workflow(
+            DisruptionWorkflow.run,
+            replace_both(replacement_ready="3s", heartbeat="2s"),
+            id=karpflow.workflow_id("disruption/no-bootstrap"),
+            task_queue=karpflow.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+
+    message = failure.value.cause.message
+    assert "failed while Launched: no node registered within 0:00:03" in message, message
+    assert "untainted 2 candidate(s), terminated 1 replacement instance(s)" in message
+    nodes = await karpflow.nodes()
+    assert set(nodes) == {A.name, B.name}
+    assert not any(
+        t["key"] == DISRUPTED_TAINT_KEY for n in nodes.values() for t in n["spec"].get("taints") or ()
+    )
+    assert {i["InstanceId"] for i in karpflow.instances()} == before
+    failures = karpflow.stack.controllers.controllers["nodes"].boot_failures
+    assert any("names no cluster" in why for why in failures.values()), failures
+    assert_no_violations(karpflow.stack)

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from api.nodepool import NodePool
+from api.nodepool import EC2NodeClass, NodePool
 from planner.candidates import build_candidates
 from planner.drift import (
     NODEPOOL_HASH_VERSION,
@@ -376,3 +376,17 @@ def test_drifted_nodes_are_marked_and_the_mark_goes_when_drift_goes():
     assert _markers(b) == {("drifted", key, "drifted"), ("fixed", key, None)}
     # Drift turned off: no node is drifted any more, so marks go (and nothing new is marked).
     assert _markers(b, drift=False) == {("fixed", key, None)}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("associatePublicIPAddress", False), ("detailedMonitoring", True), ("kubelet", {"maxPods": 58})],
+)
+def test_the_launch_fields_are_in_the_nodeclass_hash_and_absent_ones_change_nothing(field, value):
+    base = {"metadata": {"name": "default"}, "spec": {"role": "NodeRole", "amiFamily": "AL2023"}}
+    before = nodeclass_hash(EC2NodeClass.model_validate(base))
+    # A field that is absent hashes as before (no mass drift when karpflow learns a field) ...
+    assert nodeclass_hash(EC2NodeClass.model_validate({**base, "spec": {**base["spec"]}})) == before
+    # ... and setting it changes the hash, so the nodes launched without it drift.
+    changed = {**base, "spec": {**base["spec"], field: value}}
+    assert nodeclass_hash(EC2NodeClass.model_validate(changed)) != before

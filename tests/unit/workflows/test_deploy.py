@@ -76,6 +76,42 @@ def test_the_iam_policy_grants_every_ec2_call_the_activities_make():
     assert "aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME" in terminate["Condition"]["StringEquals"]
 
 
+def test_the_iam_policy_grants_the_eks_and_iam_calls_of_the_launch():
+    root = Path(__file__).resolve().parents[3] / "activities"
+    calls = {
+        ("iam", call)
+        for call in re.findall(r"self\.iam\.(\w+)\(", (root / "instance_profiles.py").read_text())
+    } | {
+        ("eks", call) for call in re.findall(r"self\.eks\.(\w+)", (root / "cluster_endpoint.py").read_text())
+    }
+    assert ("eks", "describe_cluster") in calls and ("iam", "create_instance_profile") in calls
+    granted = set()
+    for statement in json.loads((DEPLOY / "iam-policy.json").read_text())["Statement"]:
+        listed = statement["Action"]
+        granted.update([listed] if isinstance(listed, str) else listed)
+    needed = {f"{service}:" + "".join(part.title() for part in call.split("_")) for service, call in calls}
+    assert needed <= granted, sorted(needed - granted)
+
+
+def test_instance_profiles_are_created_and_changed_only_as_this_clusters():
+    profile = "arn:aws:iam::111122223333:instance-profile/karpflow_CLUSTER_NAME_0123456789abcdef"
+    assert allowed("iam:CreateInstanceProfile", profile, **{OWNED: "owned"})
+    assert not allowed("iam:CreateInstanceProfile", profile)
+    assert allowed(
+        "iam:AddRoleToInstanceProfile",
+        profile,
+        **{"aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME": "owned"},
+    )
+    assert not allowed("iam:AddRoleToInstanceProfile", profile)
+    # Someone else's profile is out of reach, tagged or not.
+    other = "arn:aws:iam::111122223333:instance-profile/AdminProfile"
+    assert not allowed(
+        "iam:AddRoleToInstanceProfile",
+        other,
+        **{"aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME": "owned"},
+    )
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_workers_pdb_selects_the_workers_pods(overlay):
     """policy/v1: a PDB without a selector protects nothing (a bug the base once had)."""

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import base64
+import email
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
+import yaml
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from temporalio.exceptions import ApplicationError
 
 from activities import errors
+from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities, client_token, launch_tags
 from api.activity_io import AmiChoice, InstanceRequest, LaunchRequest, LaunchTemplate
-from api.constants import TAG_COMMAND_ID, TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_STARTUP_TAINTS
+from api.constants import TAG_CAPACITY_TYPE, TAG_COMMAND_ID
 from api.workflow_io import Offering, TaintSpec
 
 REGION = "us-west-2"
+
+
+API = "https://prod.example.eks.amazonaws.com"
+
+
+def aws(ec2: Any, cluster: str = "prod", **options: Any) -> EC2Activities:
+    endpoint = ClusterEndpoint(cluster, endpoint=API, ca_bundle="UFJPRC1DQQ==", service_cidr="172.20.0.0/16")
+    return EC2Activities(ec2, cluster, endpoint=endpoint, **options)
 
 
 @pytest.fixture
@@ -52,13 +64,25 @@ def request(
     return LaunchRequest(command_id=command, index=index, offering=offering, template=template(ec2))
 
 
+def user_data(ec2: Any, instance_id: str) -> str:
+    value = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
+    return base64.b64decode(value).decode()
+
+
+def nodeconfig_of(ec2: Any, instance_id: str) -> dict[str, Any]:
+    """The last NodeConfig of the AL2023 MIME document, parsed as nodeadm would."""
+    message = email.message_from_string(user_data(ec2, instance_id))
+    parts = [p for p in message.walk() if p.get_content_type() == "application/node.eks.aws"]
+    return yaml.safe_load(parts[-1].get_payload(decode=True))
+
+
 def tags(ec2: Any, instance_id: str) -> dict[str, str]:
     instance = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return {t["Key"]: t["Value"] for t in instance["Tags"]}
 
 
 async def test_a_retried_launch_adopts_the_instance_it_already_launched(ec2):
-    activities = EC2Activities(ec2, "prod")
+    activities = aws(ec2, "prod")
     first = await activities.launch_instance(request(ec2))
     again = await activities.launch_instance(request(ec2))
     other = await activities.launch_instance(request(ec2, index=1))
@@ -69,18 +93,32 @@ async def test_a_retried_launch_adopts_the_instance_it_already_launched(ec2):
     assert [i.index for i in await activities.find_command_instances("disruption/x")] == [0, 1]
 
 
-async def test_launch_tags_carry_ownership_provenance_and_kubelet_flags(ec2):
-    launched = await EC2Activities(ec2, "prod").launch_instance(request(ec2))
+async def test_launch_tags_carry_ownership_and_provenance_and_the_user_data_the_kubelet_flags(ec2):
+    launched = await aws(ec2, "prod").launch_instance(request(ec2))
     found = tags(ec2, launched.instance_id)
 
     assert found["kubernetes.io/cluster/prod"] == "owned"
     assert found[TAG_COMMAND_ID] == "disruption/x" and found["karpflow.io/replacement-index"] == "0"
-    assert (
-        found[TAG_NODE_LABELS]
-        == "karpenter.sh/capacity-type=on-demand,karpenter.sh/nodepool=default,team=web"
-    )
-    assert found[TAG_NODE_TAINTS] == "dedicated=web:NoSchedule,karpenter.sh/unregistered:NoExecute"
-    assert found[TAG_STARTUP_TAINTS] == "agent-not-ready:NoExecute"
+    assert found[TAG_CAPACITY_TYPE] == "on-demand"
+    assert not any("label" in key or "taint" in key for key in found)  # not tags: user data
+    config = nodeconfig_of(ec2, launched.instance_id)
+    assert config["spec"]["cluster"] == {
+        "name": "prod",
+        "apiServerEndpoint": API,
+        "certificateAuthority": "UFJPRC1DQQ==",
+        "cidr": "172.20.0.0/16",
+    }
+    flags = dict(f.split("=", 1) for f in config["spec"]["kubelet"]["flags"])
+    assert set(flags["--node-labels"].split(",")) == {
+        "karpenter.sh/capacity-type=on-demand",
+        "karpenter.sh/nodepool=default",
+        "team=web",
+    }
+    assert flags["--register-with-taints"].split(",") == [
+        "dedicated=web:NoSchedule",
+        "agent-not-ready:NoExecute",
+        "karpenter.sh/unregistered:NoExecute",
+    ]
     image = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0][
         "ImageId"
     ]
@@ -94,16 +132,16 @@ def test_the_client_token_is_stable_and_short():
     assert token != client_token("disruption/default/Drifted/abc", 1, offering)
 
 
-def test_labels_too_long_for_a_tag_are_refused_with_the_nodepool_named(ec2):
+def test_a_tag_too_long_for_ec2_is_refused_with_its_key_named(ec2):
     launch = request(ec2)
-    launch.template.labels = {f"example.com/label-{i}": "x" * 30 for i in range(10)}
+    launch.template.instance_tags = {"team.example.com/owner": "x" * 300}
     with pytest.raises(ApplicationError) as refused:
         launch_tags("prod", launch)
-    assert refused.value.non_retryable and "NodePool default" in refused.value.message
+    assert refused.value.non_retryable and "team.example.com/owner" in refused.value.message
 
 
 async def test_insufficient_capacity_is_final_and_remembered(ec2, monkeypatch):
-    activities = EC2Activities(ec2, "prod", unavailable_ttl_seconds=60)
+    activities = aws(ec2, "prod", unavailable_ttl_seconds=60)
     calls = []
 
     def run_instances(**kwargs: Any) -> Any:
@@ -127,7 +165,7 @@ async def test_a_zone_without_a_subnet_is_an_unavailable_offering(ec2):
     launch = request(ec2)
     launch.offering = Offering(instance_type="m5.large", zone="us-west-2c")
     with pytest.raises(ApplicationError) as refused:
-        await EC2Activities(ec2, "prod").launch_instance(launch)
+        await aws(ec2, "prod").launch_instance(launch)
     assert (
         refused.value.type == errors.OFFERING_UNAVAILABLE
         and "no subnet in zone us-west-2c" in refused.value.message
@@ -135,23 +173,21 @@ async def test_a_zone_without_a_subnet_is_an_unavailable_offering(ec2):
 
 
 async def test_terminate_refuses_an_instance_of_another_cluster(ec2):
-    launched = await EC2Activities(ec2, "other").launch_instance(request(ec2))
+    launched = await aws(ec2, "other").launch_instance(request(ec2))
     with pytest.raises(ApplicationError) as refused:
-        await EC2Activities(ec2, "prod").terminate_instance(
+        await aws(ec2, "prod").terminate_instance(
             InstanceRequest(instance_id=launched.instance_id, node="n1")
         )
 
     assert refused.value.type == errors.NOT_OWNED and refused.value.non_retryable
     assert f"instance {launched.instance_id} of node n1" in refused.value.message
     assert "kubernetes.io/cluster/prod" in refused.value.message
-    state = await EC2Activities(ec2, "other").describe_instance(
-        InstanceRequest(instance_id=launched.instance_id)
-    )
+    state = await aws(ec2, "other").describe_instance(InstanceRequest(instance_id=launched.instance_id))
     assert state.state == "running" and state.owned
 
 
 async def test_terminate_is_idempotent(ec2):
-    activities = EC2Activities(ec2, "prod", poll_interval=0.01)
+    activities = aws(ec2, "prod", poll_interval=0.01)
     launched = await activities.launch_instance(request(ec2))
     first = await activities.terminate_instance(InstanceRequest(instance_id=launched.instance_id))
     again = await activities.terminate_instance(InstanceRequest(instance_id=launched.instance_id))
@@ -163,11 +199,10 @@ async def test_terminate_is_idempotent(ec2):
 def test_a_spot_launch_tags_its_spot_request_as_this_clusters():
     """A tag-conditioned IAM policy (deploy/iam-policy.json) only lets a spot request be created
     with the ownership tag in the request."""
-    from activities.ec2 import EC2Activities
     from api.activity_io import AmiChoice, LaunchRequest, LaunchTemplate
     from api.workflow_io import Offering
 
-    activities = EC2Activities(None, "prod", unavailable_ttl_seconds=0)
+    activities = aws(None, "prod", unavailable_ttl_seconds=0)
     request = LaunchRequest(
         command_id="disruption/default/Drifted/abc",
         index=0,
@@ -180,7 +215,7 @@ def test_a_spot_launch_tags_its_spot_request_as_this_clusters():
             amis=[AmiChoice(id="ami-1")],
         ),
     )
-    params = activities._run_params(request, "subnet-a", "ami-1")
+    params = activities._run_params(request, "subnet-a", "ami-1", "", None)
     by_type = {
         spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
         for spec in params["TagSpecifications"]
@@ -190,7 +225,7 @@ def test_a_spot_launch_tags_its_spot_request_as_this_clusters():
 
 
 async def test_launch_sends_karpenters_metadata_defaults_and_tags_volumes_and_interfaces(ec2):
-    launched = await EC2Activities(ec2, "prod").launch_instance(request(ec2))
+    launched = await aws(ec2, "prod").launch_instance(request(ec2))
     instance = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0]
 
     metadata = instance["MetadataOptions"]
@@ -207,3 +242,54 @@ async def test_launch_sends_karpenters_metadata_defaults_and_tags_volumes_and_in
         assert volume_tags["eks:eks-cluster-name"] == "prod"
         assert volume_tags["kubernetes.io/cluster/prod"] == "owned"
         assert volume_tags["karpenter.sh/nodepool"] == "default"
+
+
+async def test_the_launch_surface_public_ip_monitoring_and_a_profile_made_for_the_role(ec2):
+    iam = boto3.client("iam", region_name=REGION)
+    iam.create_role(RoleName="KarpenterNodeRole-prod", AssumeRolePolicyDocument="{}")
+    launch = request(ec2)
+    launch.template.role = "KarpenterNodeRole-prod"
+    launch.template.associate_public_ip_address = False
+    launch.template.detailed_monitoring = True
+    activities = aws(ec2, "prod", iam=iam)
+    launched = await activities.launch_instance(launch)
+    instance = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0]
+
+    assert instance["Monitoring"]["State"] in ("enabled", "pending")
+    assert instance["SubnetId"] == launch.template.subnets["us-west-2a"]  # via the network interface
+    assert not instance.get("PublicIpAddress")
+    profile_arn = instance["IamInstanceProfile"]["Arn"]
+    name = profile_arn.rsplit("/", 1)[-1]
+    profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == ["KarpenterNodeRole-prod"]
+    assert {t["Key"]: t["Value"] for t in profile["Tags"]}["kubernetes.io/cluster/prod"] == "owned"
+    # Another launch for the same role reuses the profile.
+    second = request(ec2, index=1)
+    second.template.role = "KarpenterNodeRole-prod"
+    await activities.launch_instance(second)
+    assert len(iam.list_instance_profiles()["InstanceProfiles"]) == 1
+
+
+async def test_a_role_that_does_not_exist_is_a_final_error_naming_it(ec2):
+    launch = request(ec2)
+    launch.template.role = "NoSuchRole"
+    with pytest.raises(ApplicationError) as failed:
+        await aws(ec2, "prod", iam=boto3.client("iam", region_name=REGION)).launch_instance(launch)
+    assert failed.value.non_retryable and "NoSuchRole" in failed.value.message
+
+
+async def test_without_an_endpoint_the_cluster_is_described_by_eks(ec2):
+    eks = boto3.client("eks", region_name=REGION)
+    iam = boto3.client("iam", region_name=REGION)
+    role = iam.create_role(RoleName="eks", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    created = eks.create_cluster(name="prod", roleArn=role, resourcesVpcConfig={})["cluster"]
+    activities = EC2Activities(ec2, "prod", endpoint=ClusterEndpoint("prod", eks=eks))
+    launched = await activities.launch_instance(request(ec2))
+    cluster = nodeconfig_of(ec2, launched.instance_id)["spec"]["cluster"]
+    assert cluster["apiServerEndpoint"] == created["endpoint"]
+    assert cluster["certificateAuthority"] == created["certificateAuthority"]["data"]
+
+    unknown = EC2Activities(ec2, "missing", endpoint=ClusterEndpoint("missing", eks=eks))
+    with pytest.raises(ApplicationError) as failed:
+        await unknown.launch_instance(request(ec2))
+    assert failed.value.non_retryable and "--cluster-endpoint" in failed.value.message

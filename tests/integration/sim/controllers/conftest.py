@@ -17,6 +17,8 @@ from moto.server import ThreadedMotoServer
 from api.constants import cluster_tag
 from sim import ec2_faults
 from sim.apiserver.runner import EmulatorServer
+from sim.controllers.bootstrap import nodeconfig
+from sim.controllers.kubelet_flags import parse_taints
 from sim.controllers.nodes import NodeTimings
 from sim.controllers.runner import SimControllers
 from sim.timescale import TimeScale
@@ -104,9 +106,16 @@ class SimCluster:
         instance_type: str = "m5.large",
         count: int = 1,
         tags: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        taints: str = "",
         **kwargs: Any,
     ) -> list[str]:
+        """Instances whose user data bootstraps a kubelet with these labels and taints (kubelet flag
+        syntax), as a real AMI would read it."""
         all_tags = {cluster_tag(self.cluster_name): "owned", **(tags or {})}
+        kwargs.setdefault(
+            "UserData", nodeconfig(self.cluster_name, "https://sim.invalid", labels, parse_taints(taints))
+        )
         response = self.ec2.run_instances(
             ImageId="ami-12345678",
             MinCount=count,
@@ -156,6 +165,7 @@ def sim_cluster_factory(moto_endpoint: str, cluster_name: str):
             enabled=enabled,
             pod_start_seconds=pod_start_seconds,
             ec2_source=ec2_source,
+            api_endpoint="https://sim.invalid",
         )
         server.run_coroutine(controllers.start()).result(timeout=30)
         started.append((server, controllers))

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
+from api.constants import TAG_NODEPOOL
 from planner.catalog import bundled_catalog
+from sim.controllers.bootstrap import nodeconfig
 from sim.controllers.nodes import NodeTimings
 from sim.testing import wait_for
 
@@ -19,6 +20,26 @@ pytestmark = pytest.mark.integration
 SLOW_STEPS = NodeTimings(startup_taints=50, delete=50)
 
 
+STARTUP_TAINT = {"key": "agent.example.com/not-ready", "effect": "NoSchedule"}
+
+
+def nodepool(name, startup=()):
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [],
+                    "startupTaints": list(startup),
+                }
+            }
+        },
+    }
+
+
 def taint_keys(node):
     return [(t.key, t.effect) for t in node.spec.taints or []]
 
@@ -26,14 +47,13 @@ def taint_keys(node):
 @pytest.mark.parametrize("ec2_source", ["api", "moto"])
 def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_cluster_factory, ec2_source):
     cluster = sim_cluster_factory(SLOW_STEPS, ec2_source=ec2_source)
+    # The agent's taint is a startup taint because the node's NodePool says so.
+    cluster.server.store.create("nodepools", nodepool("general", startup=[STARTUP_TAINT]))
     [instance_id] = cluster.launch(
         "m5.large",
-        tags={
-            TAG_NODEPOOL: "general",
-            TAG_NODE_LABELS: "team=payments,karpenter.sh/nodepool=general",
-            TAG_NODE_TAINTS: "dedicated=payments:NoSchedule",
-            TAG_STARTUP_TAINTS: "agent.example.com/not-ready:NoSchedule",
-        },
+        tags={TAG_NODEPOOL: "general"},
+        labels={"team": "payments", "karpenter.sh/nodepool": "general"},
+        taints="dedicated=payments:NoSchedule,agent.example.com/not-ready:NoSchedule",
         Placement={"AvailabilityZone": f"{REGION}c"},
     )
     node = wait_for(
@@ -168,3 +188,28 @@ def test_auto_source_finds_moto_in_this_process(ec2):
     assert not [
         k for k in ec2.describe_key_pairs()["KeyPairs"] if k["KeyName"].startswith("karpflow-sim-probe")
     ]
+
+
+@pytest.mark.parametrize(
+    ("user_data", "why"),
+    [
+        ("#!/bin/bash\necho hello\n", "names no cluster"),
+        (nodeconfig("another-cluster", "https://sim.invalid"), "joins cluster 'another-cluster'"),
+        ("CLUSTER", "wrong-endpoint"),
+        ("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec: [", "cannot read a NodeConfig"),
+    ],
+    ids=["no-bootstrap", "other-cluster", "wrong-endpoint", "broken-yaml"],
+)
+def test_an_instance_whose_user_data_would_not_bootstrap_never_registers(sim_cluster, user_data, why):
+    if user_data == "CLUSTER":
+        user_data, why = (
+            nodeconfig(sim_cluster.cluster_name, "https://elsewhere.invalid"),
+            "is not this cluster's",
+        )
+    [broken] = sim_cluster.launch("t3.large", UserData=user_data)
+    [healthy] = sim_cluster.launch("t3.medium")
+    wait_for(lambda: (n := sim_cluster.node_of(healthy)) is not None and node_ready(n) == "True")
+    nodes = sim_cluster.controllers.controllers["nodes"]
+    wait_for(lambda: broken in nodes.boot_failures, what="the boot failure")
+    assert why in nodes.boot_failures[broken]
+    assert sim_cluster.node_of(broken) is None

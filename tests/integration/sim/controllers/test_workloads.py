@@ -3,7 +3,6 @@
 import pytest
 from kubernetes import client as k8s
 
-from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS
 from sim.testing import wait_for
 
 from .conftest import node_ready
@@ -121,10 +120,8 @@ def test_a_template_change_moves_the_replicas_to_a_new_replicaset(sim_cluster):
 
 
 def test_scheduling_honours_resources_selectors_affinity_and_taints(sim_cluster):
-    sim_cluster.launch("m5.large", tags={TAG_NODE_LABELS: "pool=general"})
-    sim_cluster.launch(
-        "c5.large", tags={TAG_NODE_LABELS: "pool=gpu", TAG_NODE_TAINTS: "dedicated=gpu:NoSchedule"}
-    )
+    sim_cluster.launch("m5.large", labels={"pool": "general"})
+    sim_cluster.launch("c5.large", labels={"pool": "gpu"}, taints="dedicated=gpu:NoSchedule")
     ready_nodes(sim_cluster, 2)
     by_pool = {n.metadata.labels["pool"]: n.metadata.name for n in sim_cluster.core.list_node().items}
 
@@ -189,11 +186,9 @@ def unschedulable_count(cluster, app):
 
 
 def test_daemonset_runs_one_pod_per_matching_node(sim_cluster):
-    sim_cluster.launch("m5.large", count=2, tags={TAG_NODE_LABELS: "agents=yes"})
-    sim_cluster.launch("m5.large", tags={TAG_NODE_LABELS: "agents=no"})
-    sim_cluster.launch(
-        "m5.large", tags={TAG_NODE_LABELS: "agents=yes", TAG_NODE_TAINTS: "special=x:NoSchedule"}
-    )
+    sim_cluster.launch("m5.large", count=2, labels={"agents": "yes"})
+    sim_cluster.launch("m5.large", labels={"agents": "no"})
+    sim_cluster.launch("m5.large", labels={"agents": "yes"}, taints="special=x:NoSchedule")
     ready_nodes(sim_cluster, 4)
     ds = {
         "apiVersion": "apps/v1",
@@ -241,7 +236,7 @@ def test_daemonset_runs_one_pod_per_matching_node(sim_cluster):
     sim_cluster.core.patch_node(target, {"spec": {"unschedulable": True}})
     victim = next(p.metadata.name for p in pods if p.spec.node_name == target)
     sim_cluster.core.delete_namespaced_pod(victim, "kube-system")
-    sim_cluster.launch("c5.large", tags={TAG_NODE_LABELS: "agents=yes"})
+    sim_cluster.launch("c5.large", labels={"agents": "yes"})
     wait_for(
         lambda: (
             len(r := running(pods_of(sim_cluster, "agent", "kube-system"))) == 3

@@ -1,10 +1,10 @@
 import pytest
 
-from api.constants import TAG_NODE_LABELS, TAG_NODE_TAINTS, TAG_NODEPOOL, TAG_STARTUP_TAINTS
+from api.constants import TAG_NODEPOOL
 from planner.catalog import bundled_catalog
 from planner.catalog_live import instance_type_from_describe
+from sim.controllers.bootstrap import BootError, KubeletBoot, nodeconfig, read
 from sim.controllers.instance_types import InstanceTypes
-from sim.controllers.kubelet_flags import FlagSyntaxError
 from sim.controllers.node_objects import (
     LaunchedNodeSpec,
     instance_id_from_provider_id,
@@ -29,17 +29,19 @@ def instance(**extra):
 
 
 def test_registered_node_carries_eks_names_labels_and_taints():
-    inst = instance(
-        InstanceLifecycle="spot",
-        Tags=[
-            {"Key": TAG_NODEPOOL, "Value": "default"},
-            {"Key": TAG_NODE_LABELS, "Value": "team=a,karpenter.sh/capacity-type=on-demand"},
-            {"Key": TAG_NODE_TAINTS, "Value": "dedicated=db:NoSchedule"},
-            {"Key": TAG_STARTUP_TAINTS, "Value": "agent.example.com/not-ready:NoExecute"},
+    inst = instance(InstanceLifecycle="spot", Tags=[{"Key": TAG_NODEPOOL, "Value": "default"}])
+    boot = KubeletBoot(
+        labels={"team": "a", "karpenter.sh/capacity-type": "on-demand"},
+        taints=[
+            {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+            {"key": "agent.example.com/not-ready", "effect": "NoExecute"},
         ],
     )
+    startup = [{"key": "agent.example.com/not-ready", "effect": "NoExecute"}]
+    launch = LaunchedNodeSpec.from_boot(boot, startup)
+    assert launch.startup_taints == startup
     itype = CATALOG.get("m5.large")
-    node = registered_node(inst, "us-west-2", itype, LaunchedNodeSpec.from_instance(inst))
+    node = registered_node(inst, "us-west-2", itype, launch)
     labels = node["metadata"]["labels"]
     assert node["metadata"]["name"] == "ip-10-0-1-2.us-west-2.compute.internal"
     assert node["spec"]["providerID"] == "aws:///us-west-2b/i-0abc"
@@ -63,15 +65,15 @@ def test_registered_node_carries_eks_names_labels_and_taints():
 
 def test_us_east_1_uses_ec2_internal_and_capacity_type_defaults():
     inst = instance()
-    node = registered_node(inst, "us-east-1", CATALOG.get("m5.large"), LaunchedNodeSpec.from_instance(inst))
+    node = registered_node(inst, "us-east-1", CATALOG.get("m5.large"), LaunchedNodeSpec({}, [], []))
     assert node["metadata"]["name"] == "ip-10-0-1-2.ec2.internal"
     assert node["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"
 
 
-def test_bad_launch_tags_name_the_instance_and_tag():
-    inst = instance(Tags=[{"Key": TAG_NODE_TAINTS, "Value": "x:Whenever"}])
-    with pytest.raises(FlagSyntaxError, match=r"i-0abc.*karpflow.io/node-taints"):
-        LaunchedNodeSpec.from_instance(inst)
+def test_a_taint_the_kubelet_refuses_is_a_boot_error():
+    bad = nodeconfig("c1", "https://api", taints=[{"key": "x", "effect": "Whenever"}])
+    with pytest.raises(BootError, match=r"--register-with-taints.*Whenever"):
+        read(bad, cluster="c1", endpoint="https://api")
 
 
 def test_provider_id_round_trip():

@@ -1,0 +1,214 @@
+"""What a booting instance's kubelet is told, read from its user data the way the AMI reads it.
+
+The simulator's own reader, written apart from karpflow's writer (launch/userdata.py) on purpose: it
+is the referee, so a launch whose bootstrap a real AMI would not understand gives a node that never
+registers here too. Formats, by what the AMI runs:
+
+- AL2023 (nodeadm): a MIME multi-part document whose `application/node.eks.aws` parts are NodeConfig
+  YAML, or one bare NodeConfig. Parts are merged in order: later scalars win, kubelet flags add up.
+- AL2: a shell script (alone or a MIME part) calling `/etc/eks/bootstrap.sh <cluster>` with
+  `--apiserver-endpoint`, `--b64-cluster-ca` and `--kubelet-extra-args '<flags>'`.
+- Bottlerocket: TOML `settings.kubernetes` (cluster-name, api-server, cluster-certificate,
+  node-labels, node-taints as `key = ["value:Effect"]`).
+
+The kubelet flags that matter here are `--node-labels` and `--register-with-taints`
+(sim/controllers/kubelet_flags.py). A node joins only the cluster it names, at the API endpoint the
+simulator serves, with a certificate authority; anything else is a `BootError` and no node.
+"""
+
+from __future__ import annotations
+
+import email
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sim.controllers.kubelet_flags import (
+    FlagSyntaxError,
+    format_node_labels,
+    format_taints,
+    parse_node_labels,
+    parse_taints,
+)
+
+NODECONFIG_TYPE = "application/node.eks.aws"
+SIM_CA_BUNDLE = "c2ltdWxhdGVkLWNsdXN0ZXItY2E="  # base64 of "simulated-cluster-ca": any non-empty CA joins
+BOOTSTRAP_SH = "/etc/eks/bootstrap.sh"
+
+
+class BootError(ValueError):
+    """User data a real AMI could not join the cluster with."""
+
+
+@dataclass
+class KubeletBoot:
+    cluster: str = ""
+    endpoint: str = ""
+    ca: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
+
+
+def read(user_data: str | None, *, cluster: str, endpoint: str | None = None) -> KubeletBoot:
+    """The kubelet's registration settings, or BootError saying why the node would never join."""
+    text = (user_data or "").strip()
+    if not text:
+        raise BootError("no user data: nothing bootstraps the kubelet")
+    if text.startswith(("MIME-Version", "Content-Type")):
+        boot = _mime(text)
+    elif text.startswith("#!"):
+        boot = _script(text)
+    elif "[settings" in text:
+        boot = _bottlerocket(text)
+    else:
+        boot = KubeletBoot()
+        _nodeconfig(text, boot)
+    if not boot.cluster:
+        raise BootError(
+            "the user data names no cluster (no NodeConfig, bootstrap.sh or Bottlerocket settings)"
+        )
+    if boot.cluster != cluster:
+        raise BootError(f"the user data joins cluster {boot.cluster!r}, not {cluster!r}")
+    if not boot.endpoint:
+        raise BootError("the user data gives no API server endpoint")
+    if endpoint and boot.endpoint.rstrip("/") != endpoint.rstrip("/"):
+        raise BootError(f"the user data's API server {boot.endpoint} is not this cluster's ({endpoint})")
+    if not boot.ca:
+        raise BootError("the user data gives no cluster certificate authority")
+    return boot
+
+
+def _mime(text: str) -> KubeletBoot:
+    message = email.message_from_string(text)
+    boot = KubeletBoot()
+    parts = [p for p in message.walk() if not p.is_multipart()]
+    if not parts:
+        raise BootError("the MIME user data has no parts")
+    for part in parts:
+        payload = part.get_payload(decode=True)
+        body = payload.decode() if isinstance(payload, bytes) else str(part.get_payload())
+        if part.get_content_type() == NODECONFIG_TYPE:
+            _nodeconfig(body, boot)
+        elif part.get_content_type() == "text/x-shellscript" and BOOTSTRAP_SH in body:
+            _merge(boot, _script(body))
+    return boot
+
+
+def _nodeconfig(body: str, boot: KubeletBoot) -> None:
+    try:
+        documents = [d for d in yaml.safe_load_all(body) if d]
+    except yaml.YAMLError as err:
+        raise BootError(f"nodeadm cannot read a NodeConfig: {err}") from None
+    for doc in documents:
+        if not isinstance(doc, dict) or doc.get("kind") != "NodeConfig":
+            raise BootError(
+                f"nodeadm expects kind NodeConfig, got {doc.get('kind') if isinstance(doc, dict) else doc!r}"
+            )
+        spec = doc.get("spec") or {}
+        cluster = spec.get("cluster") or {}
+        boot.cluster = cluster.get("name") or boot.cluster
+        boot.endpoint = cluster.get("apiServerEndpoint") or boot.endpoint
+        boot.ca = cluster.get("certificateAuthority") or boot.ca
+        for flag in (spec.get("kubelet") or {}).get("flags") or ():
+            _flag(str(flag), boot)
+
+
+def _flag(flag: str, boot: KubeletBoot) -> None:
+    name, _, value = flag.partition("=")
+    try:
+        if name == "--node-labels":
+            boot.labels.update(parse_node_labels(value))
+        elif name == "--register-with-taints":
+            boot.taints.extend(parse_taints(value))
+    except FlagSyntaxError as err:
+        raise BootError(f"the kubelet refuses {name}: {err}") from None
+
+
+def _script(body: str) -> KubeletBoot:
+    boot = KubeletBoot()
+    for line in body.splitlines():
+        if BOOTSTRAP_SH not in line:
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as err:
+            raise BootError(f"the shell cannot parse the bootstrap.sh line: {err}") from None
+        args = words[words.index(BOOTSTRAP_SH) + 1 :] if BOOTSTRAP_SH in words else []
+        options: dict[str, str] = {}
+        positional = []
+        i = 0
+        while i < len(args):
+            if args[i].startswith("--") and i + 1 < len(args):
+                options[args[i]] = args[i + 1]
+                i += 2
+            else:
+                positional.append(args[i])
+                i += 1
+        boot.cluster = positional[0] if positional else ""
+        boot.endpoint = options.get("--apiserver-endpoint", "")
+        boot.ca = options.get("--b64-cluster-ca", "")
+        for flag in (options.get("--kubelet-extra-args") or "").split():
+            _flag(flag, boot)
+    return boot
+
+
+def _bottlerocket(text: str) -> KubeletBoot:
+    try:
+        kube = tomllib.loads(text).get("settings", {}).get("kubernetes", {})
+    except tomllib.TOMLDecodeError as err:
+        raise BootError(f"Bottlerocket cannot read its settings: {err}") from None
+    boot = KubeletBoot(
+        cluster=kube.get("cluster-name", ""),
+        endpoint=kube.get("api-server", ""),
+        ca=kube.get("cluster-certificate", ""),
+    )
+    labels = kube.get("node-labels") or {}
+    taints: dict[str, Any] = kube.get("node-taints") or {}
+    try:
+        boot.labels = parse_node_labels(format_node_labels({str(k): str(v) for k, v in labels.items()}))
+        for key, values in taints.items():
+            for entry in values if isinstance(values, list) else [values]:
+                value, _, effect = str(entry).rpartition(":")
+                boot.taints.extend(parse_taints(f"{key}={value}:{effect}" if value else f"{key}:{effect}"))
+    except FlagSyntaxError as err:
+        raise BootError(f"Bottlerocket refuses its node settings: {err}") from None
+    return boot
+
+
+def _merge(into: KubeletBoot, other: KubeletBoot) -> None:
+    into.cluster = other.cluster or into.cluster
+    into.endpoint = other.endpoint or into.endpoint
+    into.ca = other.ca or into.ca
+    into.labels.update(other.labels)
+    into.taints.extend(other.taints)
+
+
+def nodeconfig(
+    cluster: str,
+    endpoint: str,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+) -> str:
+    """A bare AL2023 NodeConfig, for instances the simulator's own tests and scenarios launch."""
+    flags = []
+    if labels:
+        flags.append(f"--node-labels={format_node_labels(labels)}")
+    if taints:
+        flags.append(f"--register-with-taints={format_taints(taints)}")
+    return yaml.safe_dump(
+        {
+            "apiVersion": "node.eks.aws/v1alpha1",
+            "kind": "NodeConfig",
+            "spec": {
+                "cluster": {
+                    "name": cluster,
+                    "apiServerEndpoint": endpoint,
+                    "certificateAuthority": SIM_CA_BUNDLE,
+                },
+                "kubelet": {"flags": flags},
+            },
+        }
+    )
