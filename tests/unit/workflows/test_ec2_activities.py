@@ -251,6 +251,9 @@ async def test_the_launch_surface_public_ip_monitoring_and_a_profile_made_for_th
     launch.template.role = "KarpenterNodeRole-prod"
     launch.template.associate_public_ip_address = False
     launch.template.detailed_monitoring = True
+    launch.template.block_device_mappings = [
+        {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 80, "VolumeType": "gp3", "Encrypted": True}}
+    ]
     activities = aws(ec2, "prod", iam=iam)
     launched = await activities.launch_instance(launch)
     instance = ec2.describe_instances(InstanceIds=[launched.instance_id])["Reservations"][0]["Instances"][0]
@@ -258,6 +261,10 @@ async def test_the_launch_surface_public_ip_monitoring_and_a_profile_made_for_th
     assert instance["Monitoring"]["State"] in ("enabled", "pending")
     assert instance["SubnetId"] == launch.template.subnets["us-west-2a"]  # via the network interface
     assert not instance.get("PublicIpAddress")
+    volumes = ec2.describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [launched.instance_id]}]
+    )["Volumes"]
+    assert [(v["Size"], v["VolumeType"], v["Encrypted"]) for v in volumes] == [(80, "gp3", True)]
     profile_arn = instance["IamInstanceProfile"]["Arn"]
     name = profile_arn.rsplit("/", 1)[-1]
     profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
