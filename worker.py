@@ -24,15 +24,18 @@ Every flag has an environment variable (`KARPFLOW_<FLAG>`, e.g. KARPFLOW_CLUSTER
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import signal
 import sys
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import click
+from kubernetes.aio.config import incluster_config
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
@@ -66,15 +69,23 @@ log = logging.getLogger("karpflow.worker")
 WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow)
 
 
+def in_cluster_ca(settings: WorkerSettings) -> str | None:
+    """In a pod the mounted ca.crt is the cluster's CA: what new nodes need when only the endpoint is
+    set (base64 PEM, as DescribeCluster gives it)."""
+    path = settings.kube_ca_file or Path(incluster_config.SERVICE_CERT_FILENAME)
+    return base64.b64encode(path.read_bytes()).decode() if path.is_file() else None
+
+
 def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
-    given = settings.cluster_endpoint and settings.cluster_ca_bundle
+    ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
+    given = settings.cluster_endpoint and ca_bundle
     endpoint = ClusterEndpoint(
         settings.cluster_name,
         endpoint=settings.cluster_endpoint,
-        ca_bundle=settings.cluster_ca_bundle,
+        ca_bundle=ca_bundle or None,
         service_cidr=settings.service_cidr,
         eks=None if given else aws_client("eks", settings),
     )

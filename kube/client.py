@@ -20,6 +20,7 @@ from urllib.parse import quote
 import aiohttp
 from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
+from kubernetes.aio.config import incluster_config
 
 Json = dict[str, Any]
 
@@ -70,11 +71,18 @@ class KubeApi:
         context: str | None = None,
         request_timeout: float = 30.0,
         connection_pool: int = 200,
+        token_file: str | None = None,
+        ca_file: str | None = None,
     ) -> KubeApi:
-        """In-cluster configuration when running in a pod and no kubeconfig is given, else the kubeconfig."""
+        """In-cluster configuration when running in a pod and no kubeconfig is given (the mounted
+        ServiceAccount token and CA, or `token_file` / `ca_file`), else the kubeconfig."""
         configuration = kclient.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            kconfig.load_incluster_config(client_configuration=configuration)
+            loader = incluster_config.InClusterConfigLoader(
+                token_filename=token_file or incluster_config.SERVICE_TOKEN_FILENAME,
+                cert_filename=ca_file or incluster_config.SERVICE_CERT_FILENAME,
+            )
+            loader.load_and_set(configuration)
         else:
             await kconfig.load_kube_config(
                 config_file=kubeconfig,
@@ -92,9 +100,16 @@ class KubeApi:
         request_timeout: float = 30.0,
         connection_pool: int = 200,
         user_agent: str = USER_AGENT,
+        token: str | None = None,
+        ca_file: str | None = None,
     ) -> KubeApi:
-        """A plain-HTTP API server without authentication (the local emulator)."""
+        """An API server by URL: the local emulator (plain HTTP, no authentication), or with a
+        bearer token and the CA that signed its certificate."""
         configuration = kclient.Configuration(host=host)
+        if token:
+            configuration.api_key = {"authorization": f"Bearer {token}"}
+        if ca_file:
+            configuration.ssl_ca_cert = ca_file
         configuration.connection_pool_maxsize = connection_pool
         return cls(kclient.ApiClient(configuration), request_timeout, user_agent)
 

@@ -90,6 +90,8 @@ async def connect_kubernetes(settings: WorkerSettings) -> KubeApi:
         str(settings.kubeconfig) if settings.kubeconfig else None,
         settings.kube_context,
         settings.kube_request_timeout,
+        token_file=str(settings.kube_token_file) if settings.kube_token_file else None,
+        ca_file=str(settings.kube_ca_file) if settings.kube_ca_file else None,
     )
 
 

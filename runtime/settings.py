@@ -41,6 +41,12 @@ class WorkerSettings(BaseSettings):
         default=None, description="plain URL without auth (the local emulator)"
     )
     kube_request_timeout: float = Field(default=30.0, gt=0)
+    kube_token_file: Path | None = Field(
+        default=None, description="in-cluster: the ServiceAccount token (default: where Kubernetes mounts it)"
+    )
+    kube_ca_file: Path | None = Field(
+        default=None, description="in-cluster: the cluster CA (default: where Kubernetes mounts it)"
+    )
     # AWS
     aws_region: str | None = Field(default=None, description="default: the AWS SDK's (AWS_REGION, profile)")
     aws_endpoint_url: str | None = Field(default=None, description="EC2 endpoint override, e.g. moto")

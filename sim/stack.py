@@ -60,6 +60,7 @@ from sim import ec2_faults
 from sim.apiserver.errors import ApiError, BadRequest
 from sim.apiserver.faults import Faults, RequestLog
 from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.security import Tls, Tokens
 from sim.apiserver.server import ApiServer, parse_path
 from sim.apiserver.store import Store
 from sim.controllers.bootstrap import SIM_CA_BUNDLE
@@ -161,7 +162,10 @@ class SimStack:
         invariant_bounds: InvariantBounds | None = None,
         node_timings: Any = None,
         pod_start_seconds: float = 2.0,
+        secure: bool = False,
     ) -> None:
+        """`secure`: the emulator serves HTTPS and authenticates and authorizes every request
+        (sim/apiserver/security.py); the kubeconfig then carries the CA and the admin's token."""
         self.scale = TimeScale(time_scale)
         self.cluster_name = cluster_name
         self.region = region
@@ -184,7 +188,16 @@ class SimStack:
         self.faults = ec2_faults.Ec2Faults()
         self.api_faults = Faults()
         self.requests = RequestLog()
-        self.api = ApiServer(self.store, faults=self.api_faults, request_log=self.requests)
+        self.tls: Tls | None = None
+        if secure:
+            self._tls_dir = tempfile.TemporaryDirectory(prefix="karpflow-sim-tls-")
+            self.tls = Tls(Path(self._tls_dir.name))
+        self.api = ApiServer(
+            self.store,
+            faults=self.api_faults,
+            request_log=self.requests,
+            tokens=Tokens() if secure else None,
+        )
         self.invariants = InvariantChecker(cluster_name, scale=self.scale, bounds=invariant_bounds)
         self.controllers: Any = None
         self.seed_report: SeedReport | None = None
@@ -203,7 +216,22 @@ class SimStack:
 
     @property
     def kube_url(self) -> str:
-        return f"http://{self.host}:{self.kube_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.kube_port}"
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of `kubernetes-admin` (any string when the stack is not secure)."""
+        return self.api.tokens.admin_token if self.api.tokens is not None else "emulator"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA that signed the emulator's certificate (secure stacks only)."""
+        return self.tls.ca_file if self.tls is not None else None
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 3600) -> str:
+        """What the TokenRequest API gives for the ServiceAccount (it must exist)."""
+        self.store.get("serviceaccounts", name, namespace)
+        return self.api.issuer.issue(namespace, name, seconds)[0]
 
     @property
     def ec2_endpoint(self) -> str:
@@ -224,6 +252,9 @@ class SimStack:
 
         configuration = client.Configuration()
         configuration.host = self.kube_url
+        configuration.api_key = {"authorization": f"Bearer {self.admin_token}"}
+        if self.ca_file is not None:
+            configuration.ssl_ca_cert = str(self.ca_file)
         return client.ApiClient(configuration)
 
     def client_env(self) -> dict[str, str]:
@@ -319,14 +350,26 @@ class SimStack:
         # Watches are long-lived: shutdown must not wait a minute for them.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self._kube_port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            self.host,
+            self._kube_port,
+            reuse_address=True,
+            ssl_context=self.tls.server_context() if self.tls is not None else None,
+        )
         await site.start()
         self.kube_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.api.server_address = f"{self.host}:{self.kube_port}"
         if self._kubeconfig is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="karpflow-sim-")
             self._kubeconfig = Path(self._tmp.name) / "kubeconfig"
-        write_kubeconfig(self._kubeconfig, self.kube_url, name=self.cluster_name)
+        write_kubeconfig(
+            self._kubeconfig,
+            self.kube_url,
+            name=self.cluster_name,
+            token=self.admin_token,
+            ca_pem=self.tls.ca_pem if self.tls is not None else None,
+        )
         if self.scenario is not None:
             self.seed_report = await asyncio.to_thread(self._seed, self.scenario)
         await self._start_controllers()

@@ -25,10 +25,16 @@ VERSION_INFO = {
     "platform": "linux/amd64",
 }
 
-_SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "eviction": ["create"], "binding": ["create"]}
+_SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "eviction": ["create"],
+    "binding": ["create"],
+    "token": ["create"],
+}
 _SUBRESOURCE_KIND = {
     "eviction": ("policy", "v1", "Eviction"),
     "binding": ("", "v1", "Binding"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
 }
 
 

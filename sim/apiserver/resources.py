@@ -229,6 +229,7 @@ class FieldValues(tuple):
 
 
 _STATUS = ("status",)
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
@@ -331,6 +332,26 @@ RESOURCES: tuple[ResourceType, ...] = (
         subresources=_STATUS,
     ),
     ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
+    # What a deployment of karpflow stores (deploy/), and what the secure mode authorizes by.
+    ResourceType(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        True,
+        ("sa",),
+        subresources=("token",),
+    ),
+    ResourceType("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",)),
+    ResourceType("", "v1", "Secret", "secrets", "secret", True),
+    ResourceType(
+        "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, ("pc",)
+    ),
+    ResourceType(RBAC_GROUP, "v1", "ClusterRole", "clusterroles", "clusterrole", False),
+    ResourceType(RBAC_GROUP, "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False),
+    ResourceType(RBAC_GROUP, "v1", "Role", "roles", "role", True),
+    ResourceType(RBAC_GROUP, "v1", "RoleBinding", "rolebindings", "rolebinding", True),
     ResourceType(
         KARPENTER_GROUP,
         KARPENTER_VERSION,

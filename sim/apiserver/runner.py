@@ -30,6 +30,7 @@ from aiohttp import web
 
 from sim.apiserver.faults import Faults, RequestLog
 from sim.apiserver.kubeconfig import write_kubeconfig
+from sim.apiserver.security import Tls, Tokens
 from sim.apiserver.server import ApiServer
 from sim.apiserver.store import Store
 from sim.timescale import TimeScale
@@ -48,12 +49,20 @@ class EmulatorServer:
         faults: Faults | None = None,
         request_log: RequestLog | None = None,
         bookmark_interval: float = 10.0,
+        secure_dir: Path | None = None,
     ) -> None:
+        """`secure_dir`: serve HTTPS with a CA written there, and authenticate and authorize every
+        request (sim/apiserver/security.py)."""
         self.store = store or Store(timescale or TimeScale(1.0))
         self.host = host
         self.port = port
+        self.tls = Tls(secure_dir) if secure_dir is not None else None
         self.api = ApiServer(
-            self.store, faults=faults, request_log=request_log, bookmark_interval=bookmark_interval
+            self.store,
+            faults=faults,
+            request_log=request_log,
+            bookmark_interval=bookmark_interval,
+            tokens=Tokens() if secure_dir is not None else None,
         )
         self._runner: web.ServerRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -68,8 +77,22 @@ class EmulatorServer:
         return self.api.requests
 
     @property
+    def secure(self) -> bool:
+        return self.tls is not None
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.port}"
+
+    @property
+    def admin_token(self) -> str:
+        """The bearer token of `kubernetes-admin` (system:masters); any string when not secure."""
+        return self.api.tokens.admin_token if self.api.tokens is not None else "emulator"
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token for the ServiceAccount, as the TokenRequest API would give (it must exist)."""
+        self.store.get("serviceaccounts", name, namespace)
+        return self.api.issuer.issue(namespace, name)[0]
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -97,7 +120,13 @@ class EmulatorServer:
         # Watches are long-lived: do not let shutdown wait on them for the default minute.
         self._runner = web.ServerRunner(server, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner,
+            self.host,
+            self.port,
+            reuse_address=True,
+            ssl_context=self.tls.server_context() if self.tls is not None else None,
+        )
         await site.start()
         sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
         if sockets:
@@ -169,15 +198,26 @@ class EmulatorServer:
 
     # --- clients -------------------------------------------------------------------------------------
 
-    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
-        return write_kubeconfig(path, self.url, namespace=namespace)
+    def write_kubeconfig(
+        self, path: str | Path, *, namespace: str = "default", token: str | None = None
+    ) -> Path:
+        """A kubeconfig for the admin (or for `token`), with the CA in secure mode."""
+        return write_kubeconfig(
+            path,
+            self.url,
+            namespace=namespace,
+            token=token or self.admin_token,
+            ca_pem=self.tls.ca_pem if self.tls is not None else None,
+        )
 
-    def client_configuration(self) -> Any:
+    def client_configuration(self, token: str | None = None) -> Any:
         from kubernetes import client
 
         cfg = client.Configuration()
         cfg.host = self.url
-        cfg.api_key = {"authorization": "Bearer emulator"}
+        cfg.api_key = {"authorization": f"Bearer {token or self.admin_token}"}
+        if self.tls is not None:
+            cfg.ssl_ca_cert = str(self.tls.ca_file)
         return cfg
 
     def api_client(self) -> Any:
@@ -190,5 +230,7 @@ class EmulatorServer:
         """A `kubernetes.aio.client.ApiClient` for this emulator (close it with `await .close()`)."""
         from kubernetes.aio import client
 
-        cfg = client.Configuration(host=self.url, api_key={"authorization": "Bearer emulator"})
+        cfg = client.Configuration(host=self.url, api_key={"authorization": f"Bearer {self.admin_token}"})
+        if self.tls is not None:
+            cfg.ssl_ca_cert = str(self.tls.ca_file)
         return client.ApiClient(cfg)

@@ -38,6 +38,7 @@ from sim.apiserver import discovery, openapi, tables
 from sim.apiserver.errors import (
     ApiError,
     BadRequest,
+    Forbidden,
     Gone,
     InternalError,
     MethodNotAllowed,
@@ -50,6 +51,8 @@ from sim.apiserver.errors import (
 from sim.apiserver.faults import FaultRule, Faults, RequestLog
 from sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from sim.apiserver.resources import ResourceType, by_gvr
+from sim.apiserver.security import Authorizer, Tokens, non_resource_allowed
+from sim.apiserver.security import Request as RbacRequest
 from sim.apiserver.store import Store
 
 log = logging.getLogger(__name__)
@@ -152,8 +155,13 @@ class ApiServer:
         request_log: RequestLog | None = None,
         bookmark_interval: float = 10.0,
         max_watch_seconds: float = 1800.0,
+        tokens: Tokens | None = None,
     ) -> None:
         self.store = store
+        # Secure mode (sim/apiserver/security.py): every request authenticated and authorized.
+        self.tokens = tokens
+        self.authorizer = Authorizer(store) if tokens is not None else None
+        self.issuer = tokens or Tokens()  # TokenRequest works either way; only secure mode checks
         self.faults = faults or Faults()
         self.requests = request_log or RequestLog()
         self.bookmark_interval = bookmark_interval
@@ -181,10 +189,19 @@ class ApiServer:
         fault = False
         try:
             target = parse_path(path)
+            user = self.tokens.authenticate(request.headers.get("Authorization")) if self.tokens else None
             if target is None:
+                if user is not None and not non_resource_allowed(user, path):
+                    raise Forbidden(f'forbidden: User "{user.name}" cannot get path "{path}"')
                 response = await self._non_resource(request)
             else:
                 verb = _verb(request.method, target, request.query)
+                if user is not None and self.authorizer is not None:
+                    rt = target.rt
+                    asked = RbacRequest(
+                        verb, rt.group, rt.plural, target.subresource, target.namespace, target.name
+                    )
+                    self.authorizer.check(user, asked, rt.plural)
                 decision = self.faults.decide(verb, target.resource, target.namespace, target.name)
                 fault = bool(decision.status or decision.hang_s or decision.latency_s)
                 if decision.latency_s:
@@ -297,6 +314,8 @@ class ApiServer:
                 return _json(self._evict(ns, name, body, dry_run), status=201)  # type: ignore[arg-type]
             if sub == "binding":
                 return _json(self._bind(ns, name, body), status=201)  # type: ignore[arg-type]
+            if sub == "token":
+                return _json(self._token_request(ns, name, body), status=201)  # type: ignore[arg-type]
             if name is not None:
                 raise MethodNotAllowed(f"POST is not supported on {target.resource} objects")
             return _raw(store.create(rt, body, ns, dry_run=dry_run, copy=False, raw=True), status=201)
@@ -456,6 +475,26 @@ class ApiServer:
             grace_period_seconds=options.get("gracePeriodSeconds"),
             dry_run=dry_run or "All" in (options.get("dryRun") or []),
         )
+
+    def _token_request(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """TokenRequest: a token that authenticates as the ServiceAccount (which must exist)."""
+        self.store.get("serviceaccounts", name, ns)  # NotFound, as kube-apiserver answers
+        seconds = int((body.get("spec") or {}).get("expirationSeconds") or 3600)
+        if seconds < 600:
+            raise BadRequest(
+                "spec.expirationSeconds: Invalid value: may not specify a duration less than 10 minutes"
+            )
+        token, expires = self.issuer.issue(ns, name, seconds)
+        return {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
+            "spec": {
+                "audiences": (body.get("spec") or {}).get("audiences") or [],
+                "expirationSeconds": seconds,
+            },
+            "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        }
 
     def _bind(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("kind") not in (None, "Binding"):

@@ -226,7 +226,10 @@ async def karpflow(
     marker = request.node.get_closest_marker("sim_stack")
     kwargs = {"time_scale": 0.01, **(marker.kwargs if marker else {})}
     stack = await asyncio.to_thread(make_sim_stack, **kwargs)
-    kube = KubeApi.for_host(stack.kube_url, user_agent="karpflow-tests")
+    ca_file = str(stack.ca_file) if stack.ca_file else None
+    kube = KubeApi.for_host(
+        stack.kube_url, user_agent="karpflow-tests", token=stack.admin_token, ca_file=ca_file
+    )
     world = Karpflow(stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path)
     try:
         yield world
