@@ -34,7 +34,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sim.apiserver import discovery, openapi, tables
+from sim.apiserver import discovery, openapi, protobuf_wire, tables
 from sim.apiserver.errors import (
     ApiError,
     BadRequest,
@@ -51,7 +51,7 @@ from sim.apiserver.errors import (
 from sim.apiserver.faults import FaultRule, Faults, RequestLog
 from sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from sim.apiserver.resources import ResourceType, by_gvr
-from sim.apiserver.security import Authorizer, Tokens, non_resource_allowed
+from sim.apiserver.security import Authorizer, Tokens, User, non_resource_allowed
 from sim.apiserver.security import Request as RbacRequest
 from sim.apiserver.store import Store
 
@@ -187,6 +187,7 @@ class ApiServer:
         target: Target | None = None
         verb: str | None = None
         fault = False
+        user: User | None = None
         try:
             target = parse_path(path)
             user = self.tokens.authenticate(request.headers.get("Authorization")) if self.tokens else None
@@ -237,6 +238,7 @@ class ApiServer:
             duration_ms=(time.perf_counter() - started) * 1000,
             user_agent=request.headers.get("User-Agent"),
             fault=fault,
+            user=user.name if user is not None else None,
         )
         return response
 
@@ -309,6 +311,12 @@ class ApiServer:
                 )
             return _raw(raw)
         if verb == "create":
+            if sub == "token" and "protobuf" in request.headers.get("Content-Type", ""):
+                try:
+                    token_body = protobuf_wire.token_request(await request.read())
+                except protobuf_wire.WireError as err:
+                    raise BadRequest(f"the TokenRequest body could not be decoded: {err}") from None
+                return _json(self._token_request(ns, name, token_body), status=201)  # type: ignore[arg-type]
             body = await self._body(request)
             if sub == "eviction":
                 return _json(self._evict(ns, name, body, dry_run), status=201)  # type: ignore[arg-type]
