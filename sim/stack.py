@@ -43,6 +43,7 @@ HTTP endpoints added to the emulator under `/sim/` (the emulator's own are liste
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import tempfile
@@ -228,6 +229,12 @@ class SimStack:
         """The CA that signed the emulator's certificate (secure stacks only)."""
         return self.tls.ca_file if self.tls is not None else None
 
+    @property
+    def ca_bundle(self) -> str:
+        """What new nodes' user data must carry as the cluster CA (base64 PEM, as DescribeCluster
+        gives it): the real CA of a secure stack, else any non-empty bundle."""
+        return base64.b64encode(self.tls.ca_pem).decode() if self.tls is not None else SIM_CA_BUNDLE
+
     def service_account_token(self, namespace: str, name: str, seconds: int = 3600) -> str:
         """What the TokenRequest API gives for the ServiceAccount (it must exist)."""
         self.store.get("serviceaccounts", name, namespace)
@@ -269,7 +276,7 @@ class SimStack:
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
             # What a launched node's bootstrap must name for the simulator to register it.
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
-            "KARPFLOW_CLUSTER_CA_BUNDLE": SIM_CA_BUNDLE,
+            "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle,
         }
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -400,6 +407,7 @@ class SimStack:
             faults=self.faults,
             pod_start_seconds=self.pod_start_seconds,
             api_endpoint=self.kube_url,
+            api_ca_pem=self.tls.ca_pem if self.tls is not None else None,
             **kwargs,
         )
         await self.controllers.start()

@@ -145,6 +145,7 @@ class RequestRecord:
     duration_ms: float
     user_agent: str | None = None
     fault: bool = False
+    user: str | None = None  # who the secure emulator authenticated (None: not secure, or no token)
 
 
 class RequestLog:

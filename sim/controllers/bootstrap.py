@@ -18,6 +18,7 @@ simulator serves, with a certificate authority; anything else is a `BootError` a
 
 from __future__ import annotations
 
+import base64
 import email
 import shlex
 import tomllib
@@ -52,8 +53,12 @@ class KubeletBoot:
     taints: list[dict[str, str]] = field(default_factory=list)
 
 
-def read(user_data: str | None, *, cluster: str, endpoint: str | None = None) -> KubeletBoot:
-    """The kubelet's registration settings, or BootError saying why the node would never join."""
+def read(
+    user_data: str | None, *, cluster: str, endpoint: str | None = None, ca_pem: bytes | None = None
+) -> KubeletBoot:
+    """The kubelet's registration settings, or BootError saying why the node would never join.
+    `ca_pem`: the CA that signed the API server's certificate (a secure stack); a kubelet given
+    another one fails its TLS handshake and never registers."""
     text = (user_data or "").strip()
     if not text:
         raise BootError("no user data: nothing bootstraps the kubelet")
@@ -78,7 +83,17 @@ def read(user_data: str | None, *, cluster: str, endpoint: str | None = None) ->
         raise BootError(f"the user data's API server {boot.endpoint} is not this cluster's ({endpoint})")
     if not boot.ca:
         raise BootError("the user data gives no cluster certificate authority")
+    if ca_pem is not None and _pem(boot.ca) != ca_pem.strip():
+        raise BootError("the user data's certificate authority did not sign the API server's certificate")
     return boot
+
+
+def _pem(ca: str) -> bytes:
+    """The base64 CA bundle of user data as PEM bytes (empty when it is not base64)."""
+    try:
+        return base64.b64decode(ca, validate=True).strip()
+    except ValueError:
+        return b""
 
 
 def _mime(text: str) -> KubeletBoot:

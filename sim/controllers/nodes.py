@@ -124,12 +124,14 @@ class NodeLifecycleController:
         faults: Ec2Faults | None = None,
         timings: NodeTimings | None = None,
         api_endpoint: str | None = None,
+        api_ca_pem: bytes | None = None,
     ) -> None:
         self.store = store
         self.informer = informer
         self.source = source
         self.cluster_name = cluster_name
         self.api_endpoint = api_endpoint  # what a kubelet must be told to reach (None: not checked)
+        self.api_ca_pem = api_ca_pem  # the CA a kubelet must be given to trust it (None: not checked)
         self.region = region
         self.scale = timescale
         self.types = instance_types
@@ -278,7 +280,12 @@ class NodeLifecycleController:
         )
 
     def _boot(self, instance: dict[str, Any]) -> LaunchedNodeSpec:
-        boot = read_boot(instance.get("UserData"), cluster=self.cluster_name, endpoint=self.api_endpoint)
+        boot = read_boot(
+            instance.get("UserData"),
+            cluster=self.cluster_name,
+            endpoint=self.api_endpoint,
+            ca_pem=self.api_ca_pem,
+        )
         nodepool = boot.labels.get(NODEPOOL_LABEL) or tags_of(instance).get(TAG_NODEPOOL)
         return LaunchedNodeSpec.from_boot(boot, self._startup_taints(nodepool))
 

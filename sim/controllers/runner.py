@@ -96,6 +96,7 @@ class SimControllers:
         ec2_client: Any = None,
         ec2_source: str = "auto",
         api_endpoint: str | None = None,
+        api_ca_pem: bytes | None = None,
     ) -> None:
         chosen = frozenset(CONTROLLERS if enabled is None else enabled)
         unknown = chosen - set(CONTROLLERS)
@@ -120,6 +121,7 @@ class SimControllers:
             )
         self.ec2_source = ec2_source
         self.api_endpoint = api_endpoint  # the URL a booting kubelet must be told (None: not checked)
+        self.api_ca_pem = api_ca_pem  # the CA it must be given (a secure stack; None: not checked)
         self.store = store
         self.ec2 = (
             ec2_client
@@ -158,6 +160,7 @@ class SimControllers:
                 faults=self.faults,
                 timings=s.node_timings,
                 api_endpoint=self.api_endpoint,
+                api_ca_pem=self.api_ca_pem,
             )
         if "scheduler" in s.enabled:
             built["scheduler"] = Scheduler(self.store, informer)

@@ -34,7 +34,6 @@ from api.workflow_io import TerminationInput
 from kube.client import USER_AGENT, KubeApi
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
@@ -94,7 +93,7 @@ class Karpflow:
             "temporal_address": self.temporal_address,
             "kube_api_server": self.stack.kube_url,
             "cluster_endpoint": self.stack.kube_url,
-            "cluster_ca_bundle": SIM_CA_BUNDLE,
+            "cluster_ca_bundle": self.stack.ca_bundle,
             "aws_endpoint_url": self.stack.ec2_endpoint,
             "aws_region": self.stack.region,
             "poll_interval": 0.05,

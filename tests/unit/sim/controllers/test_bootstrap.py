@@ -64,3 +64,12 @@ def test_a_node_joins_only_the_cluster_and_endpoint_it_is_told(cluster, endpoint
 def test_no_user_data_boots_nothing():
     with pytest.raises(BootError, match="no user data"):
         read(None, cluster="prod")
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_a_secure_cluster_takes_only_nodes_given_its_own_ca(family):
+    """CLUSTER's bundle is base64 of b"CA-DATA": the kubelet trusts that CA and no other."""
+    written = generate(family, CLUSTER, NODE, None)
+    assert read(written, cluster="prod", ca_pem=b"CA-DATA").ca == "Q0EtREFUQQ=="
+    with pytest.raises(BootError, match="did not sign the API server's certificate"):
+        read(written, cluster="prod", ca_pem=b"ANOTHER CA")
