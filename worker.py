@@ -58,6 +58,7 @@ from runtime.connections import (
 )
 from runtime.controller_start import start_controller
 from runtime.health import HealthServer
+from runtime.permission_log import PermissionDeniedLog
 from runtime.settings import WorkerSettings, explain, settings_options
 from runtime.telemetry import configure_logging, tracing_interceptors
 from workflows.controller import ControllerWorkflow
@@ -188,6 +189,7 @@ class KarpflowWorker:
             # Pollers follow the backlog: many terminations at once get picked up in parallel.
             workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
             activity_task_poller_behavior=PollerBehaviorAutoscaling(),
+            interceptors=[PermissionDeniedLog()],
         )
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:
