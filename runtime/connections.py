@@ -31,7 +31,7 @@ async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Inte
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
-        api_key=settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None,
+        api_key=settings.temporal_api_key_value(),
         tls=tls,
         data_converter=pydantic_data_converter,
         interceptors=list(interceptors),

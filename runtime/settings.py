@@ -33,6 +33,9 @@ class WorkerSettings(BaseSettings):
     temporal_api_key: SecretStr | None = Field(
         default=None, description="API key (Temporal Cloud); implies TLS"
     )
+    temporal_api_key_file: Path | None = Field(
+        default=None, description="API key in a file, e.g. a mounted Secret; implies TLS"
+    )
     register_search_attributes: bool = True
     # Kubernetes
     kubeconfig: Path | None = Field(default=None, description="default: in-cluster, else ~/.kube/config")
@@ -125,7 +128,9 @@ class WorkerSettings(BaseSettings):
     def _upper(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig")
+    @field_validator(
+        "temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig", "temporal_api_key_file"
+    )
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
         if value is not None and not value.expanduser().is_file():
@@ -136,6 +141,8 @@ class WorkerSettings(BaseSettings):
     def _consistent(self) -> WorkerSettings:
         if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
             raise ValueError("temporal_tls_cert and temporal_tls_key must be given together")
+        if self.temporal_api_key and self.temporal_api_key_file:
+            raise ValueError("give temporal_api_key or temporal_api_key_file, not both")
         if self.kube_api_server and (self.kubeconfig or self.kube_context):
             raise ValueError("give kube_api_server or kubeconfig/kube_context, not both")
         if self.otel_exporter == "otlp" and not self.otel_endpoint:
@@ -150,7 +157,15 @@ class WorkerSettings(BaseSettings):
             or self.temporal_tls_ca
             or self.temporal_tls_server_name
             or self.temporal_api_key
+            or self.temporal_api_key_file
         )
+
+    def temporal_api_key_value(self) -> str | None:
+        """The API key, from the setting or its file (read at each connection, so a rotated Secret
+        is picked up when the worker restarts)."""
+        if self.temporal_api_key_file is not None:
+            return self.temporal_api_key_file.read_text().strip() or None
+        return self.temporal_api_key.get_secret_value() if self.temporal_api_key else None
 
 
 def explain(err: ValidationError) -> str:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from activities import errors
 from activities.errors import classify_ec2, classify_kube
@@ -114,6 +115,18 @@ def test_settings_come_from_the_environment_and_flags_win(monkeypatch):
     assert settings.cluster_name == "prod" and settings.task_queue == "from-flag"
     assert not settings.uses_tls
     assert WorkerSettings(temporal_api_key="secret").uses_tls
+
+
+def test_the_temporal_api_key_can_come_from_a_mounted_secret(tmp_path):
+    key = tmp_path / "api-key"
+    key.write_text("from-the-secret\n")
+    settings = WorkerSettings(cluster_name="prod", temporal_api_key_file=key)
+    assert settings.uses_tls and settings.temporal_api_key_value() == "from-the-secret"
+    assert WorkerSettings(cluster_name="prod", temporal_api_key="inline").temporal_api_key_value() == "inline"
+    with pytest.raises(ValidationError, match="not both"):
+        WorkerSettings(cluster_name="prod", temporal_api_key="inline", temporal_api_key_file=key)
+    with pytest.raises(ValidationError, match="does not exist"):
+        WorkerSettings(cluster_name="prod", temporal_api_key_file=tmp_path / "missing")
 
 
 def test_bad_settings_stop_the_worker_naming_flag_and_variable(monkeypatch, tmp_path):
