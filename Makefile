@@ -3,6 +3,9 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+# checkov pins boto3/botocore older than the worker's, so it gets a virtualenv of its own.
+TOOLS  ?= .venv-tools
+TOOLS_STAMP = $(TOOLS)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: install test unit integration lint format demo up down status bench clean
@@ -18,8 +21,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "karpflow-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $@
 
+$(TOOLS_STAMP):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --upgrade pip
+	$(TOOLS)/bin/pip install --quiet 'checkov>=3.2,<4'
+	touch $@
+
 ## test: lint, then every test (unit and integration against real servers)
-test: install
+test: install $(TOOLS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -55,4 +64,4 @@ bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .state .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .state .pytest_cache .ruff_cache .hypothesis

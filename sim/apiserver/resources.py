@@ -346,6 +346,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",)),
     ResourceType("", "v1", "Secret", "secrets", "secret", True),
     ResourceType(
+        "networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", True, ("netpol",)
+    ),
+    ResourceType(
         "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", False, ("pc",)
     ),
     ResourceType(RBAC_GROUP, "v1", "ClusterRole", "clusterroles", "clusterrole", False),

@@ -44,6 +44,7 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
             "ConfigMap",
             "Deployment",
             "PodDisruptionBudget",
+            "NetworkPolicy",
         ]
     )
     config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
