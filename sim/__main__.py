@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from sim.ports import port_is_free
 from sim.scenario import ScenarioError
@@ -32,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.0, help="factor on every simulated delay")
     parser.add_argument("--scenario", help="a kubectl-style List (YAML or JSON) to seed the cluster with")
     parser.add_argument("--kubeconfig", help="where to write a kubeconfig for the emulator")
+    parser.add_argument(
+        "--secure-dir",
+        help="serve HTTPS with a CA written to DIR/ca.crt, and authenticate and authorize every request",
+    )
     parser.add_argument(
         "--controllers", help="comma-separated subset of the simulated controllers (default: all)"
     )
@@ -54,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         kube_port=args.kube_port,
         moto_port=args.moto_port,
         kubeconfig_path=args.kubeconfig,
+        secure=bool(args.secure_dir),
+        tls_dir=Path(args.secure_dir) if args.secure_dir else None,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -10,7 +10,9 @@ Layout of the state directory:
 
     dev.json            the settings the running stack was started with (ports, cluster, scenario)
     temporal.db         Temporal's persistent store (kept by `dev down`, removed by `--purge`)
-    kubeconfig          points kubectl and the worker at the emulator
+    kubeconfig          points kubectl at the emulator (and the worker, unless --secure)
+    tls/ca.crt          --secure: the CA of the emulator's certificate (new at each start)
+    serviceaccount/     --secure: the worker's ServiceAccount token and ca.crt (sim/dev_identity.py)
     env                 `export ...` lines for the shell: KUBECONFIG, TEMPORAL_ADDRESS, AWS_*
     <part>.pid          one per running part (temporal, sim, worker)
     logs/<part>.log     stdout and stderr of each part, appended across runs
@@ -22,12 +24,14 @@ was written (so a recycled pid is never signalled) — see `_owned_process`.
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -42,6 +46,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api import search_attributes
+from sim import dev_identity
 from sim.binaries import temporal_cli
 from sim.controllers.bootstrap import SIM_CA_BUNDLE
 from sim.interruption_queue import ensure_interruption_queue
@@ -80,6 +85,8 @@ class DevSettings(BaseSettings):
     time_scale: float = 1.0
     ui: bool = True
     worker: bool = True
+    # HTTPS, tokens and RBAC on the emulator; the worker runs as its ServiceAccount (sim/dev_identity.py).
+    secure: bool = False
     # The worker's /healthz and /readyz; 0 picks a free port at `up` (recorded in dev.json).
     worker_health_port: int = 0
     # SQS queue (in moto) that EventBridge rules feed EC2 interruption events into (docs/interruption.md).
@@ -93,7 +100,20 @@ class DevSettings(BaseSettings):
 
     @property
     def kube_url(self) -> str:
-        return f"http://{self.host}:{self.kube_port}"
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.kube_port}"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state_dir / "tls"
+
+    @property
+    def serviceaccount_dir(self) -> Path:
+        return self.state_dir / "serviceaccount"
+
+    def ca_bundle(self) -> str:
+        """What new nodes' user data carries: the secure emulator's CA once written, else any."""
+        ca = self.tls_dir / "ca.crt"
+        return base64.b64encode(ca.read_bytes()).decode() if self.secure and ca.is_file() else SIM_CA_BUNDLE
 
     @property
     def ec2_endpoint(self) -> str:
@@ -133,7 +153,7 @@ class DevSettings(BaseSettings):
             "AWS_DEFAULT_REGION": self.region,
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
-            "KARPFLOW_CLUSTER_CA_BUNDLE": SIM_CA_BUNDLE,
+            "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle(),
             # The worker's and karpflow's own settings (see `karpflow worker --help`).
             "KARPFLOW_TEMPORAL_ADDRESS": self.temporal_address,
             "KARPFLOW_TEMPORAL_NAMESPACE": self.temporal_namespace,
@@ -154,6 +174,7 @@ class Part:
     probe: Callable[[], bool]  # True once it answers
     describe: str
     env: dict[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()  # variables of the calling shell the part must not see
 
 
 @dataclass
@@ -183,16 +204,21 @@ def temporal_serving(address: str, timeout: float = 5.0) -> bool:
     return "SERVING" in result.stdout
 
 
-def http_json(url: str, timeout: float = 2.0) -> Any | None:
+def http_json(url: str, timeout: float = 2.0, ca_file: Path | None = None) -> Any | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        context = None
+        if url.startswith("https://"):
+            if ca_file is None or not ca_file.is_file():
+                return None  # the secure emulator has not written its CA yet
+            context = ssl.create_default_context(cafile=str(ca_file))
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return json.loads(response.read() or b"null")
     except (urllib.error.URLError, OSError, ValueError):
         return None
 
 
-def simulator_ready(kube_url: str) -> bool:
-    status = http_json(f"{kube_url}/sim/status")
+def simulator_ready(kube_url: str, ca_file: Path | None = None) -> bool:
+    status = http_json(f"{kube_url}/sim/status", ca_file=ca_file)
     return isinstance(status, dict) and bool(status.get("ready"))
 
 
@@ -340,6 +366,8 @@ class DevStack:
         ]
         if s.scenario is not None:
             simulator += ["--scenario", str(s.scenario)]
+        if s.secure:
+            simulator += ["--secure-dir", str(s.tls_dir)]
         parts = [
             Part(
                 "temporal",
@@ -352,7 +380,7 @@ class DevStack:
                 "sim",
                 simulator,
                 {"Kubernetes emulator": s.kube_port, "EC2 (moto)": s.moto_port},
-                lambda: simulator_ready(s.kube_url),
+                lambda: simulator_ready(s.kube_url, s.tls_dir / "ca.crt"),
                 f"simulator: Kubernetes emulator on {s.kube_url}, EC2 on {s.ec2_endpoint}",
             ),
         ]
@@ -368,8 +396,7 @@ class DevStack:
                 s.temporal_address,
                 "--temporal-namespace",
                 s.temporal_namespace,
-                "--kubeconfig",
-                str(s.kubeconfig_path),
+                *([] if s.secure else ["--kubeconfig", str(s.kubeconfig_path)]),
                 "--aws-region",
                 s.region,
                 "--aws-endpoint-url",
@@ -388,10 +415,22 @@ class DevStack:
                     {"worker health": s.worker_health_port},
                     lambda: http_ok(f"http://{s.host}:{s.worker_health_port}/readyz"),
                     f"karpflow worker on task queue karpflow (health http://{s.host}:{s.worker_health_port})",
-                    env=s.client_env(),
+                    env=self._worker_env(),
+                    # As its ServiceAccount only: no admin kubeconfig from the shell (`source env`).
+                    unset=("KUBECONFIG", "KARPFLOW_KUBECONFIG") if s.secure else (),
                 )
             )
         return parts
+
+    def _worker_env(self) -> dict[str, str]:
+        s = self.settings
+        env = s.client_env()
+        if not s.secure:
+            return env
+        # A new CA at each emulator start: the worker reads it from its "mounted" ca.crt instead.
+        for name in ("KUBECONFIG", "KARPFLOW_KUBECONFIG", "KARPFLOW_CLUSTER_CA_BUNDLE"):
+            env.pop(name, None)
+        return {**env, **dev_identity.pod_env(s.kube_url, s.serviceaccount_dir)}
 
     def pid_file(self, name: str) -> Path:
         return self.settings.state_dir / f"{name}.pid"
@@ -437,6 +476,12 @@ class DevStack:
             if "temporal" in started:
                 progress("temporal", "ready")
             self.write_env_file()
+            if s.secure and later:
+                progress("worker", "applying deploy/overlays/local; token of ServiceAccount karpflow-worker")
+                try:
+                    dev_identity.install(s.kubeconfig_path, s.tls_dir / "ca.crt", s.serviceaccount_dir)
+                except dev_identity.IdentityError as err:
+                    raise DevStackError(str(err)) from None
             for part in later:
                 if self._start(part, progress):
                     started.append(part.name)
@@ -468,7 +513,7 @@ class DevStack:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=self.settings.state_dir,
-                env={**os.environ, **part.env},
+                env={**{k: v for k, v in os.environ.items() if k not in part.unset}, **part.env},
                 start_new_session=True,
             )
         self.pid_file(part.name).write_text(f"{process.pid}\n")

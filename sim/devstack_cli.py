@@ -52,7 +52,12 @@ def endpoints_table(stack: DevStack) -> Table:
     if s.ui:
         table.add_row("Temporal Web UI", s.ui_url)
     table.add_row("Kubernetes API (emulator)", s.kube_url)
-    table.add_row("kubeconfig", str(s.kubeconfig_path))
+    table.add_row("kubeconfig", str(s.kubeconfig_path) + ("  (admin token, CA)" if s.secure else ""))
+    if s.secure:
+        table.add_row(
+            "Worker identity",
+            f"ServiceAccount karpflow/karpflow-worker, token in {s.serviceaccount_dir}",
+        )
     table.add_row("EC2 (moto)", s.ec2_endpoint + f"  region {s.region}")
     table.add_row("Simulator controls", f"{s.kube_url}/sim/status, /sim/invariants, /sim/ec2/faults")
     table.add_row(
@@ -108,6 +113,13 @@ def dev() -> None:
 @click.option("--no-worker", is_flag=True, help="Do not start the karpflow worker.")
 @click.option(
     "--timeout", "ready_timeout", type=float, help="Seconds each part may take to become ready [60]."
+)
+@click.option(
+    "--secure",
+    is_flag=True,
+    default=None,
+    help="HTTPS, bearer tokens and RBAC on the emulator; the worker runs as its ServiceAccount "
+    "with the rights of deploy/overlays/local.",
 )
 def up(empty: bool, no_worker: bool, **flags: Any) -> None:
     """Start the stack in the background (idempotent: what already runs is left alone)."""

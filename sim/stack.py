@@ -164,9 +164,11 @@ class SimStack:
         node_timings: Any = None,
         pod_start_seconds: float = 2.0,
         secure: bool = False,
+        tls_dir: Path | None = None,
     ) -> None:
         """`secure`: the emulator serves HTTPS and authenticates and authorizes every request
-        (sim/apiserver/security.py); the kubeconfig then carries the CA and the admin's token."""
+        (sim/apiserver/security.py); the kubeconfig then carries the CA and the admin's token. The CA
+        is written to `tls_dir/ca.crt` (a temporary directory when not given)."""
         self.scale = TimeScale(time_scale)
         self.cluster_name = cluster_name
         self.region = region
@@ -190,7 +192,9 @@ class SimStack:
         self.api_faults = Faults()
         self.requests = RequestLog()
         self.tls: Tls | None = None
-        if secure:
+        if secure and tls_dir is not None:
+            self.tls = Tls(Path(tls_dir))
+        elif secure:
             self._tls_dir = tempfile.TemporaryDirectory(prefix="karpflow-sim-tls-")
             self.tls = Tls(Path(self._tls_dir.name))
         self.api = ApiServer(

@@ -189,8 +189,10 @@ class ApiServer:
         fault = False
         user: User | None = None
         try:
-            target = parse_path(path)
+            # kube-apiserver authenticates before it routes: an unserved resource is a 404 for a
+            # known caller, a 401 for anyone else.
             user = self.tokens.authenticate(request.headers.get("Authorization")) if self.tokens else None
+            target = parse_path(path)
             if target is None:
                 if user is not None and not non_resource_allowed(user, path):
                     raise Forbidden(f'forbidden: User "{user.name}" cannot get path "{path}"')

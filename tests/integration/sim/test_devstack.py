@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -163,3 +165,55 @@ def test_dev_up_status_down(tmp_path: Path):
     purged = karpflow("dev", "down", "--purge", env={"KARPFLOW_STATE_DIR": str(state)})
     assert purged.returncode == 0 and "Nothing was running" in purged.stdout
     assert not (state / "temporal.db").exists()
+
+
+@pytest.mark.skipif(not worker_available(), reason="needs the worker's dependencies (make install)")
+def test_dev_up_secure_runs_the_worker_as_its_service_account(tmp_path: Path):
+    temporal, kube, moto = free_ports(3)
+    state = tmp_path / "state"
+    env = {
+        "KARPFLOW_STATE_DIR": str(state),
+        "KARPFLOW_TEMPORAL_PORT": str(temporal),
+        "KARPFLOW_KUBE_PORT": str(kube),
+        "KARPFLOW_MOTO_PORT": str(moto),
+        "KARPFLOW_UI": "false",
+        # A shell that sourced an admin's env must not hand the worker the admin's kubeconfig.
+        "KARPFLOW_KUBECONFIG": str(tmp_path / "admin-kubeconfig"),
+    }
+    (tmp_path / "admin-kubeconfig").write_text("{}")
+    up = karpflow("dev", "up", "--secure", "--scenario", str(SMALL), "--time-scale", "0.1", env=env)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        url = f"https://127.0.0.1:{kube}"
+        assert url in up.stdout and "ServiceAccount karpflow/karpflow-worker" in " ".join(up.stdout.split())
+        ca = state / "tls" / "ca.crt"
+        # The admin kubeconfig works over HTTPS; no token is 401, as on a real cluster.
+        nodes = subprocess.run(
+            ["kubectl", "--kubeconfig", str(state / "kubeconfig"), "get", "nodes", "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+        assert len(nodes) == 3
+        context = ssl.create_default_context(cafile=str(ca))
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(f"{url}/api/v1/nodes", context=context, timeout=10)
+        assert anonymous.value.code == 401
+        # The worker's calls: every one as the ServiceAccount, none refused.
+        deadline = time.monotonic() + 60
+        calls: list[dict] = []
+        while time.monotonic() < deadline and not calls:
+            with urllib.request.urlopen(f"{url}/sim/requests", context=context, timeout=10) as response:
+                log = json.loads(response.read())["items"]
+            calls = [r for r in log if (r.get("user_agent") or "").startswith("karpflow-worker")]
+            time.sleep(0.2)
+        assert calls, "the worker made no Kubernetes request"
+        assert {r["user"] for r in calls} == {"system:serviceaccount:karpflow:karpflow-worker"}, [
+            (r["method"], r["path"], r["status"]) for r in calls if r["user"] is None
+        ]
+        assert not [r for r in calls if r["status"] in (401, 403)]
+        assert (state / "serviceaccount" / "token").stat().st_mode & 0o077 == 0
+    finally:
+        down = karpflow("dev", "down", "--purge", env={"KARPFLOW_STATE_DIR": str(state)})
+    assert down.returncode == 0, down.stdout
