@@ -10,7 +10,10 @@ Responses: 201 on create (and on eviction / binding, with a Success Status), typ
 `metadata.resourceVersion` (and `continue`, `remainingItemCount` with `limit`), server-side Tables
 when kubectl asks for them, watch as a stream of JSON lines with bookmarks, and every error as a
 `Status` object with its code and reason. A body that is not JSON, or of the wrong kind, is a 400;
-protobuf and server-side apply are 415.
+protobuf bodies (but kubectl's TokenRequest, protobuf_wire.py) and server-side apply are 415.
+Discovery and OpenAPI are served as kubectl asks for them: OpenAPI v3 per group-version, v2 as
+JSON or as gnostic protobuf (openapi_protobuf.py). In secure mode (security.py) every request is
+authenticated, then authorized, then routed.
 
 Everything outside the Kubernetes URL space lives under `/sim/`:
   GET  /sim/state            every object (the store's dump); POST /sim/state loads one, or
@@ -34,7 +37,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sim.apiserver import discovery, openapi, protobuf_wire, tables
+from sim.apiserver import discovery, openapi, openapi_protobuf, protobuf_wire, tables
 from sim.apiserver.errors import (
     ApiError,
     BadRequest,
@@ -42,7 +45,6 @@ from sim.apiserver.errors import (
     Gone,
     InternalError,
     MethodNotAllowed,
-    NotAcceptable,
     NotFound,
     Timeout,
     UnsupportedMediaType,
@@ -273,8 +275,10 @@ class ApiServer:
         elif parts[0] == "apis" and len(parts) == 3:
             doc = discovery.resource_list(parts[1], parts[2])
         elif path == "/openapi/v2":
-            if "protobuf" in accept and JSON not in accept and "*/*" not in accept:
-                raise NotAcceptable("only application/json is served for /openapi/v2")
+            if "protobuf" in accept:  # kubectl asks for gnostic's protobuf first
+                return web.Response(
+                    body=openapi_protobuf.document(openapi.v2()), content_type=openapi_protobuf.CONTENT_TYPE
+                )
             doc = openapi.v2()
         elif path == "/openapi/v3":
             doc = openapi.v3_root()
