@@ -22,6 +22,7 @@ from typing import Any
 
 from api import quantity
 from api.constants import DEFAULT_POD_TOLERATIONS
+from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest, invalid
 from sim.apiserver.resources import ResourceType
 from sim.apiserver.selectors import label_key_error, label_value_error, selector_from_label_selector
@@ -393,6 +394,8 @@ def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None =
     fn = _VALIDATORS.get(rt.kind)
     if fn:
         errs += fn(obj, old)
+    if rt.schema is not None:  # a kind registered from a CustomResourceDefinition
+        errs += crds.schema_errors(rt, obj)
     return errs
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from sim.apiserver.resources import RESOURCES, ResourceType
+from sim.apiserver.resources import ResourceType, all_resources
 
 
 def _definition_name(rt: ResourceType) -> str:
@@ -52,7 +52,7 @@ def v2() -> dict[str, Any]:
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
         "paths": {},
-        "definitions": {_definition_name(rt): _schema(rt) for rt in RESOURCES},
+        "definitions": {_definition_name(rt): _schema(rt) for rt in all_resources()},
     }
 
 
@@ -81,7 +81,7 @@ def _paths(rt: ResourceType) -> dict[str, Any]:
 
 
 def v3_document(gv_path: str) -> dict[str, Any] | None:
-    rts = [rt for rt in RESOURCES if _gv_path(rt) == gv_path]
+    rts = [rt for rt in all_resources() if _gv_path(rt) == gv_path]
     if not rts:
         return None
     paths: dict[str, Any] = {}
@@ -97,7 +97,7 @@ def v3_document(gv_path: str) -> dict[str, Any] | None:
 
 def v3_root() -> dict[str, Any]:
     paths = {}
-    for gv in sorted({_gv_path(rt) for rt in RESOURCES}):
+    for gv in sorted({_gv_path(rt) for rt in all_resources()}):
         digest = hashlib.sha512(orjson.dumps(v3_document(gv))).hexdigest()[:64].upper()
         paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
     return {"paths": paths}

@@ -15,7 +15,7 @@ resources have no Go types, so kube-apiserver refuses strategic merge for them (
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -173,6 +173,8 @@ class ResourceType:
     fields: Callable[[dict[str, Any]], dict[str, str]] = _meta_fields
     # kube-apiserver drops status on create for most types; nodes keep what the kubelet sent.
     keep_status_on_create: bool = False
+    # A type registered from a CustomResourceDefinition: its served version's openAPIV3Schema.
+    schema: dict[str, Any] | None = None
 
     @property
     def api_version(self) -> str:
@@ -230,6 +232,7 @@ class FieldValues(tuple):
 
 _STATUS = ("status",)
 RBAC_GROUP = "rbac.authorization.k8s.io"
+CRD_GROUP = "apiextensions.k8s.io"
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
@@ -355,6 +358,18 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(RBAC_GROUP, "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False),
     ResourceType(RBAC_GROUP, "v1", "Role", "roles", "role", True),
     ResourceType(RBAC_GROUP, "v1", "RoleBinding", "rolebindings", "rolebinding", True),
+    # CRDs applied with kubectl register their kind (sim/apiserver/crds.py).
+    ResourceType(
+        CRD_GROUP,
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        False,
+        ("crd", "crds"),
+        ("api-extensions",),
+        subresources=_STATUS,
+    ),
     ResourceType(
         KARPENTER_GROUP,
         KARPENTER_VERSION,
@@ -405,27 +420,63 @@ class UnknownResource(LookupError):
     pass
 
 
+# Types registered from CustomResourceDefinitions, by (group, plural). Module state like the table
+# above: one emulator runs per process (SimStack enforces it), and a new ApiServer clears it.
+_REGISTERED: dict[tuple[str, str], ResourceType] = {}
+
+
+def _names(r: ResourceType) -> tuple[str, ...]:
+    return (r.plural, r.singular, r.kind, r.kind.lower(), r.group_resource, *r.short_names)
+
+
 def resolve(resource: str | ResourceType) -> ResourceType:
     """Find a resource type by plural, singular, Kind, short name or `plural.group`."""
     if isinstance(resource, ResourceType):
         return resource
-    try:
-        return _BY_NAME[resource]
-    except KeyError:
-        raise UnknownResource(f"the emulator serves no resource named {resource!r}") from None
+    found = _BY_NAME.get(resource)
+    if found is None:
+        found = next((r for r in _REGISTERED.values() if resource in _names(r)), None)
+    if found is None:
+        raise UnknownResource(f"the emulator serves no resource named {resource!r}")
+    return found
 
 
 def by_gvr(group: str, version: str, plural: str) -> ResourceType | None:
-    return _BY_GVR.get((group, version, plural))
+    found = _BY_GVR.get((group, version, plural))
+    if found is None and (registered := _REGISTERED.get((group, plural))) is not None:
+        return registered if registered.version == version else None
+    return found
 
 
 def groups() -> dict[str, list[ResourceType]]:
     """Resource types by API group, in registry order (the core group is "")."""
     out: dict[str, list[ResourceType]] = {}
-    for r in RESOURCES:
+    for r in all_resources():
         out.setdefault(r.group, []).append(r)
     return out
 
 
-def all_resources() -> Iterable[ResourceType]:
-    return RESOURCES
+def all_resources() -> tuple[ResourceType, ...]:
+    return (*RESOURCES, *_REGISTERED.values())
+
+
+def is_builtin(group: str, plural: str) -> bool:
+    return any(r.group == group and r.plural == plural for r in RESOURCES)
+
+
+def registered() -> dict[tuple[str, str], ResourceType]:
+    return dict(_REGISTERED)
+
+
+def register(rt: ResourceType) -> None:
+    if is_builtin(rt.group, rt.plural):
+        raise ValueError(f"{rt.group_resource} is built in")
+    _REGISTERED[(rt.group, rt.plural)] = rt
+
+
+def unregister(group: str, plural: str) -> ResourceType | None:
+    return _REGISTERED.pop((group, plural), None)
+
+
+def clear_registered() -> None:
+    _REGISTERED.clear()

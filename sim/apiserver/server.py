@@ -37,7 +37,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sim.apiserver import discovery, openapi, openapi_protobuf, protobuf_wire, tables
+from sim.apiserver import crds, discovery, openapi, openapi_protobuf, protobuf_wire, tables
 from sim.apiserver.errors import (
     ApiError,
     BadRequest,
@@ -52,7 +52,7 @@ from sim.apiserver.errors import (
 )
 from sim.apiserver.faults import FaultRule, Faults, RequestLog
 from sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
-from sim.apiserver.resources import ResourceType, by_gvr
+from sim.apiserver.resources import ResourceType, by_gvr, clear_registered
 from sim.apiserver.security import Authorizer, Tokens, User, non_resource_allowed
 from sim.apiserver.security import Request as RbacRequest
 from sim.apiserver.store import Store
@@ -169,6 +169,9 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.max_watch_seconds = max_watch_seconds
         self.server_address = "127.0.0.1:6443"
+        # Kinds registered from CRDs are module state: a new server serves its own store's CRDs only.
+        clear_registered()
+        crds.sync(store)
 
     def app(self) -> web.Application:
         # /sim/state loads whole clusters (100k pods is ~200 MB of JSON).
@@ -225,6 +228,12 @@ class ApiServer:
                         retry_after=1 if decision.status == 429 else None,
                     )
                 response = await self._resource(request, target, verb, decision)
+                if (
+                    target.rt.plural == crds.CRDS
+                    and verb not in ("get", "list", "watch")
+                    and response.status < 300
+                ):
+                    crds.sync(self.store)
         except ApiError as err:
             response = _error(err)
         except Exception as err:  # never let a handler bug become a dropped connection
@@ -654,9 +663,11 @@ class ApiServer:
                 dump = self._parse(body, JSON)
                 self.store.load(dump)
                 count = sum(len(v) for v in (dump.get("objects") or {}).values())
+            crds.sync(self.store)
             return _json({"resourceVersion": self.store.resource_version, "objects": count})
         if what == "reset" and method == "POST":
             self.store.reset()
+            crds.sync(self.store)
             self.faults.clear()
             self.requests.clear()
             return _json({"resourceVersion": self.store.resource_version})
