@@ -85,7 +85,14 @@ async def ensure_search_attributes(client: Client) -> bool:
 
 async def connect_kubernetes(settings: WorkerSettings) -> KubeApi:
     if settings.kube_api_server:
-        return KubeApi.for_host(settings.kube_api_server, settings.kube_request_timeout)
+        # A URL (the local emulator): with a bearer token and CA when the server checks them.
+        token = settings.kube_token_file.read_text().strip() if settings.kube_token_file else None
+        return KubeApi.for_host(
+            settings.kube_api_server,
+            settings.kube_request_timeout,
+            token=token,
+            ca_file=str(settings.kube_ca_file) if settings.kube_ca_file else None,
+        )
     return await KubeApi.connect(
         str(settings.kubeconfig) if settings.kubeconfig else None,
         settings.kube_context,

@@ -41,14 +41,17 @@ class WorkerSettings(BaseSettings):
     kubeconfig: Path | None = Field(default=None, description="default: in-cluster, else ~/.kube/config")
     kube_context: str | None = None
     kube_api_server: str | None = Field(
-        default=None, description="plain URL without auth (the local emulator)"
+        default=None,
+        description="API server URL, no kubeconfig (the local emulator); token and CA files if it checks",
     )
     kube_request_timeout: float = Field(default=30.0, gt=0)
     kube_token_file: Path | None = Field(
-        default=None, description="in-cluster: the ServiceAccount token (default: where Kubernetes mounts it)"
+        default=None,
+        description="ServiceAccount token (in-cluster default: where Kubernetes mounts it)",
     )
     kube_ca_file: Path | None = Field(
-        default=None, description="in-cluster: the cluster CA (default: where Kubernetes mounts it)"
+        default=None,
+        description="cluster CA (in-cluster default: where Kubernetes mounts it)",
     )
     # AWS
     aws_region: str | None = Field(default=None, description="default: the AWS SDK's (AWS_REGION, profile)")

@@ -2,7 +2,8 @@
 that play kubelets / scheduler / workload controllers, and the invariant checker.
 
     with SimStack(time_scale=0.01, scenario="sim/scenarios/demo.yaml") as sim:
-        sim.kube_url            # http://127.0.0.1:<port>  (plain HTTP, no auth)
+        sim.kube_url            # http://127.0.0.1:<port>  (plain HTTP, no auth; secure=True: https,
+                                # bearer tokens and RBAC, sim/apiserver/security.py)
         sim.kubeconfig_path     # for kubectl and kubernetes.config.load_kube_config
         sim.ec2_endpoint        # http://127.0.0.1:<port>  (moto; AWS_ENDPOINT_URL)
         sim.ec2_client()        # boto3 EC2 client for moto

@@ -7,4 +7,5 @@ from tests.integration.workflows.conftest import (  # noqa: F401 - fixtures
     pytest_configure,
     sim_stack,
     temporal_address,
+    worker_identity_objects,
 )

@@ -19,6 +19,7 @@ from tests.integration.workflows.conftest import (  # noqa: F401 - fixtures
     make_sim_stack,
     pytest_configure,
     temporal_address,
+    worker_identity_objects,
 )
 
 

@@ -75,9 +75,53 @@ def temporal_address(dev_server_env: WorkflowEnvironment) -> str:
     return dev_server_env.client.service_client.config.target_host
 
 
+WORKER_NAMESPACE, WORKER_ACCOUNT = "karpflow", "karpflow-worker"
+IDENTITY_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+
+
+@pytest.fixture(scope="session")
+def worker_identity_objects() -> list[dict[str, Any]]:
+    """deploy/base's Namespace, ServiceAccount, ClusterRole and binding, as kustomize renders them."""
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", os.path.join(REPO, "deploy", "base")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in IDENTITY_KINDS]
+
+
+@dataclass
+class WorkerIdentity:
+    """What a pod of the Deployment has: its ServiceAccount's token and the cluster CA, as files."""
+
+    token_file: Path
+    ca_file: Path
+
+
+def grant_worker_identity(stack: SimStack, objects: list[dict[str, Any]], directory: Path) -> WorkerIdentity:
+    """Store the rendered RBAC and write the ServiceAccount's token: the worker then runs with
+    exactly deploy/base's rights, enforced by the secure emulator."""
+    plural = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts"}
+    plural |= {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
+    for obj in objects:
+        if obj["kind"] == "Namespace" and obj["metadata"]["name"] in {
+            o["metadata"]["name"] for o in stack.store.list("namespaces").items
+        }:
+            continue
+        stack.store.create(plural[obj["kind"]], copy.deepcopy(obj))
+    directory.mkdir(parents=True, exist_ok=True)
+    token_file = directory / "token"
+    token_file.write_text(stack.service_account_token(WORKER_NAMESPACE, WORKER_ACCOUNT, seconds=24 * 3600))
+    return WorkerIdentity(token_file, Path(stack.ca_file))  # type: ignore[arg-type]
+
+
 @dataclass
 class Karpflow:
-    """One test's world: a simulated cluster, a worker on a task queue of its own, and helpers."""
+    """One test's world: a simulated cluster, a worker on a task queue of its own, and helpers.
+    The stack is secure unless the test says otherwise: the worker (in process or as a process)
+    authenticates as ServiceAccount karpflow/karpflow-worker and has only deploy/base's ClusterRole."""
 
     stack: SimStack
     client: Client
@@ -85,13 +129,20 @@ class Karpflow:
     task_queue: str
     temporal_address: str
     log_dir: Path
+    identity: WorkerIdentity | None = None
+
+    def kube_settings(self) -> dict[str, Any]:
+        values: dict[str, Any] = {"kube_api_server": self.stack.kube_url}
+        if self.identity is not None:
+            values |= {"kube_token_file": self.identity.token_file, "kube_ca_file": self.identity.ca_file}
+        return values
 
     def settings(self, **overrides: Any) -> WorkerSettings:
         values: dict[str, Any] = {
             "cluster_name": self.stack.cluster_name,
             "task_queue": self.task_queue,
             "temporal_address": self.temporal_address,
-            "kube_api_server": self.stack.kube_url,
+            **self.kube_settings(),
             "cluster_endpoint": self.stack.kube_url,
             "cluster_ca_bundle": self.stack.ca_bundle,
             "aws_endpoint_url": self.stack.ec2_endpoint,
@@ -128,8 +179,10 @@ class Karpflow:
             "KARPFLOW_REGISTER_SEARCH_ATTRIBUTES": "false",
             "KARPFLOW_STICKY_QUEUE_TIMEOUT": "1",
             "KARPFLOW_CONTROLLER": "false",
+            **{f"KARPFLOW_{k.upper()}": str(v) for k, v in self.kube_settings().items()},
             **env,
         }
+        environment.pop("KUBECONFIG", None)  # the admin's: the worker has its own identity
         log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - handed to the child process
             "wb", dir=self.log_dir, prefix="worker-", suffix=".log", delete=False
         )
@@ -217,21 +270,37 @@ async def karpflow(
     make_sim_stack,  # noqa: F811 - the fixture imported above
     dev_client,
     temporal_address,
+    worker_identity_objects,
     request,
     tmp_path,
 ) -> AsyncIterator[Karpflow]:
     """Configure the stack with `@pytest.mark.sim_stack(scenario=..., ...)` (time scale 0.01: the
-    invariant checker's bounds are simulated time, so they need a non-zero scale)."""
+    invariant checker's bounds are simulated time, so they need a non-zero scale). Stacks are secure
+    and the worker runs as its ServiceAccount with deploy/base's RBAC, unless the marker says
+    `secure=False`; `@pytest.mark.rbac_by_test` leaves the RBAC objects for the test to apply."""
     marker = request.node.get_closest_marker("sim_stack")
-    kwargs = {"time_scale": 0.01, **(marker.kwargs if marker else {})}
+    kwargs = {"time_scale": 0.01, "secure": True, **(marker.kwargs if marker else {})}
     stack = await asyncio.to_thread(make_sim_stack, **kwargs)
+    identity = None
+    if stack.tls is not None and request.node.get_closest_marker("rbac_by_test") is None:
+        identity = grant_worker_identity(stack, worker_identity_objects, tmp_path / "serviceaccount")
     ca_file = str(stack.ca_file) if stack.ca_file else None
     kube = KubeApi.for_host(
         stack.kube_url, user_agent="karpflow-tests", token=stack.admin_token, ca_file=ca_file
     )
-    world = Karpflow(stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path)
+    world = Karpflow(
+        stack, dev_client, kube, f"it-{uuid.uuid4().hex[:8]}", temporal_address, tmp_path, identity
+    )
     try:
         yield world
+        if identity is not None:
+            # The rendered ClusterRole was enough for everything this test had the worker do.
+            refused = [
+                (r.method, r.path, r.status, r.user)
+                for r in stack.requests.query()
+                if (r.user_agent or "").startswith(USER_AGENT) and r.status in (401, 403)
+            ]
+            assert not refused, f"deploy/base/rbac.yaml refused the worker: {refused}"
     finally:
         await world.cleanup()
         await kube.close()

@@ -192,6 +192,7 @@ def drop_rule(stack: SimStack, resource: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.rbac_by_test
 @pytest.mark.sim_stack(scenario=scenario([A, B], PODS), secure=True)
 async def test_the_rendered_deployment_disrupts_as_its_service_account_and_rolls_back_without_a_rule(
     karpflow, tmp_path
@@ -307,6 +308,7 @@ async def call(stack: SimStack, token: str, method: str, path: str, body: Any) -
         return response.status, text
 
 
+@pytest.mark.rbac_by_test
 @pytest.mark.sim_stack(secure=True)
 async def test_each_rule_of_the_cluster_role_is_needed_for_its_calls(karpflow, tmp_path):
     stack = karpflow.stack
