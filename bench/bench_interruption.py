@@ -132,6 +132,9 @@ async def main() -> None:
             task_queue=f"bench-{uuid.uuid4().hex[:6]}",
             temporal_address=env.client.service_client.config.target_host,
             kube_api_server=sim.kube_url,
+            # what a replacement bootstraps against (the simulator boots nodes only from it)
+            cluster_endpoint=sim.kube_url,
+            cluster_ca_bundle=sim.ca_bundle,
             aws_endpoint_url=sim.ec2_endpoint,
             aws_region=sim.region,
             poll_interval=0.1,

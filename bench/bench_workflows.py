@@ -45,6 +45,7 @@ from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
 from sim.binaries import temporal_cli
+from sim.controllers.bootstrap import SIM_CA_BUNDLE
 from sim.scenarios import generate_demo as gen
 from worker import KarpflowWorker
 from workflows.disruption import DisruptionWorkflow
@@ -97,6 +98,8 @@ class Simulator:
         self.kube_url = f"http://127.0.0.1:{self.kube_port}"
         self.ec2_endpoint = f"http://127.0.0.1:{self.moto_port}"
         self.region = "us-west-2"
+        # Any CA joins a plain-HTTP simulator; the user data must carry one.
+        self.ca_bundle = SIM_CA_BUNDLE
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -157,6 +160,9 @@ class Bench:
             task_queue=f"bench-{uuid.uuid4().hex[:6]}",
             temporal_address=self.address,
             kube_api_server=self.sim.kube_url,
+            # what a replacement bootstraps against (the simulator boots nodes only from it)
+            cluster_endpoint=self.sim.kube_url,
+            cluster_ca_bundle=self.sim.ca_bundle,
             aws_endpoint_url=self.sim.ec2_endpoint,
             aws_region=self.sim.region,
             poll_interval=self.poll_interval,
