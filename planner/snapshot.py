@@ -936,7 +936,9 @@ class Snapshot:
     nodeclass_not_ready: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
-    _pdb_index: dict[str, tuple[PDB, ...]] | None = field(default=None, repr=False)
+    _pdb_index: dict[tuple[str, tuple[str, str] | None], tuple[tuple[int, PDB], ...]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         # Every rule compares with UTC times, and budget schedules are evaluated in now's offset.
@@ -1062,14 +1064,26 @@ class Snapshot:
         cached = self._pdb_cache.get(key)
         if cached is None:
             if self._pdb_index is None:
-                index: dict[str, list[PDB]] = defaultdict(list)
-                for pdb in self.pdbs:
-                    index[pdb.namespace].append(pdb)
-                self._pdb_index = {k: tuple(v) for k, v in index.items()}
-            candidates = self._pdb_index.get(pod.namespace, ())
-            cached = tuple(p for p in candidates if p.selects(pod))
+                self._pdb_index = self._index_pdbs()
+            # Only PDBs whose first matchLabels pair the pod carries can select it, plus those
+            # without matchLabels; then the full selector decides (in the PDBs' own order).
+            candidates: dict[int, PDB] = dict(self._pdb_index.get((pod.namespace, None), ()))
+            for pair in (labels or {}).items():
+                candidates.update(self._pdb_index.get((pod.namespace, pair), ()))
+            cached = tuple(candidates[i] for i in sorted(candidates) if candidates[i].selects(pod))
             self._pdb_cache[key] = cached
         return cached
+
+    def _index_pdbs(self) -> dict[tuple[str, tuple[str, str] | None], tuple[tuple[int, PDB], ...]]:
+        """PDBs (with their position, to keep their order) by (namespace, one of their matchLabels
+        pairs), or (namespace, None) when they have none: with hundreds of PDBs in a namespace, a
+        pod is checked against a handful, not all."""
+        index: dict[tuple[str, tuple[str, str] | None], list[tuple[int, PDB]]] = defaultdict(list)
+        for position, pdb in enumerate(self.pdbs):
+            labels = pdb.selector.match_labels if pdb.selector is not None else {}
+            pair = min(labels.items()) if labels else None
+            index[(pdb.namespace, pair)].append((position, pdb))
+        return {k: tuple(v) for k, v in index.items()}
 
     @property
     def pending_pods(self) -> list[Pod]:

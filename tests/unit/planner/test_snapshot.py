@@ -380,3 +380,54 @@ def test_seed_era_objects_are_read_with_warnings_naming_the_newer_fields():
     assert "ttlSecondsAfterEmpty -> NodePool spec.disruption.consolidateAfter" in provisioner_warning
     assert "ttlSecondsUntilExpired -> NodePool spec.template.spec.expireAfter" in provisioner_warning
     assert any("AWSNodeTemplate default" in p and "EC2NodeClass" in p for p in snapshot.problems)
+
+
+def test_the_pdb_index_finds_exactly_what_checking_every_pdb_finds():
+    """pdbs_for looks only at PDBs whose first matchLabels pair the pod carries (and those without
+    matchLabels); compared here with every PDB checked, over selectors of every shape."""
+    import random
+
+    rng = random.Random(7)
+    keys, values = ["app", "tier", "team"], ["a", "b", "c"]
+    objects = []
+    for i in range(60):
+        selector: dict | None
+        shape = i % 5
+        if shape == 0:
+            selector = None  # selects nothing
+        elif shape == 1:
+            selector = {}  # every pod of the namespace
+        elif shape == 2:
+            selector = {
+                "matchExpressions": [{"key": rng.choice(keys), "operator": "In", "values": ["a", "b"]}]
+            }
+        else:
+            labels = {k: rng.choice(values) for k in rng.sample(keys, rng.randint(1, 2))}
+            selector = {"matchLabels": labels}
+        spec = {"maxUnavailable": 1} | ({"selector": selector} if selector is not None else {})
+        objects.append(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": f"pdb-{i}", "namespace": f"ns-{i % 2}"},
+                "spec": spec,
+            }
+        )
+    for i in range(200):
+        labels = {k: rng.choice(values) for k in rng.sample(keys, rng.randint(0, 3))}
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"p-{i}", "namespace": f"ns-{i % 2}", "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            }
+        )
+    snapshot = Snapshot.from_objects(objects, DEFAULT_NOW)
+    assert len(snapshot.pdbs) == 60 and len(snapshot.pods) == 200
+    matched = 0
+    for pod in snapshot.pods:
+        expected = tuple(pdb for pdb in snapshot.pdbs if pdb.selects(pod))
+        assert snapshot.pdbs_for(pod) == expected, pod.name
+        matched += bool(expected)
+    assert matched > 50  # the comparison is not vacuous
