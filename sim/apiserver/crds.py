@@ -26,7 +26,7 @@ import jsonschema
 
 from sim.apiserver import resources
 from sim.apiserver.errors import ApiError
-from sim.apiserver.resources import CRD_GROUP, ResourceType
+from sim.apiserver.resources import ResourceType
 
 log = logging.getLogger("sim.apiserver.crds")
 FieldErrors = list[tuple[str, str, str]]
@@ -156,5 +156,3 @@ def schema_errors(rt: ResourceType, obj: dict[str, Any]) -> FieldErrors:
         errs.append((path, kind, message))
     return errs
 
-
-__all__ = ["CRD_GROUP", "resource_type", "schema_errors", "sync"]

@@ -182,12 +182,12 @@ class Authorizer:
                         return True
         return False
 
-    def check(self, user: User, request: Request, kind: str) -> None:
+    def check(self, user: User, request: Request) -> None:
         if not self.allows(user, request):
-            raise forbidden(user, request, kind)
+            raise forbidden(user, request)
 
 
-def forbidden(user: User, request: Request, kind: str) -> Forbidden:
+def forbidden(user: User, request: Request) -> Forbidden:
     """kube-apiserver's wording, so clients and people see what they would see on a real cluster."""
     group_resource = f"{request.resource}.{request.group}" if request.group else request.resource
     subject = f'{group_resource} "{request.name}"' if request.name else group_resource

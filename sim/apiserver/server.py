@@ -209,7 +209,7 @@ class ApiServer:
                     asked = RbacRequest(
                         verb, rt.group, rt.plural, target.subresource, target.namespace, target.name
                     )
-                    self.authorizer.check(user, asked, rt.plural)
+                    self.authorizer.check(user, asked)
                 decision = self.faults.decide(verb, target.resource, target.namespace, target.name)
                 fault = bool(decision.status or decision.hang_s or decision.latency_s)
                 if decision.latency_s:
@@ -326,13 +326,7 @@ class ApiServer:
                 )
             return _raw(raw)
         if verb == "create":
-            if sub == "token" and "protobuf" in request.headers.get("Content-Type", ""):
-                try:
-                    token_body = protobuf_wire.token_request(await request.read())
-                except protobuf_wire.WireError as err:
-                    raise BadRequest(f"the TokenRequest body could not be decoded: {err}") from None
-                return _json(self._token_request(ns, name, token_body), status=201)  # type: ignore[arg-type]
-            body = await self._body(request)
+            body = await self._body(request, token_request=sub == "token")
             if sub == "eviction":
                 return _json(self._evict(ns, name, body, dry_run), status=201)  # type: ignore[arg-type]
             if sub == "binding":
@@ -527,8 +521,15 @@ class ApiServer:
         self.store.bind(ns, name, str((body.get("target") or {}).get("name") or ""))
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        body = self._parse(await request.read(), request.headers.get("Content-Type", JSON))
+    async def _body(self, request: web.Request, *, token_request: bool = False) -> dict[str, Any]:
+        """The request's object; a TokenRequest may come as protobuf (`kubectl create token`)."""
+        content_type = request.headers.get("Content-Type", JSON)
+        if token_request and "protobuf" in content_type:
+            try:
+                return protobuf_wire.token_request(await request.read())
+            except protobuf_wire.WireError as err:
+                raise BadRequest(f"the TokenRequest body could not be decoded: {err}") from None
+        body = self._parse(await request.read(), content_type)
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         return body
