@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from temporalio.client import WorkflowFailureError
 
 from api.constants import DISRUPTED_TAINT_KEY
 from api.workflow_io import DisruptionInput, DisruptionTimeouts, ReplacementSpec
+from sim import dev_identity
 from sim.apiserver.resources import RESOURCES
 from sim.binaries import temporal_cli
 from sim.stack import SimStack
@@ -119,12 +121,8 @@ def pod_environment(stack: SimStack, mounts: Path) -> dict[str, str]:
     token = kubectl(stack, "create", "token", ACCOUNT, "-n", NAMESPACE, "--duration", "1h").strip()
     (mounts / "token").write_text(token)
     (mounts / "ca.crt").write_bytes(Path(stack.ca_file).read_bytes())  # type: ignore[arg-type]
-    host, port = stack.kube_url.removeprefix("https://").rsplit(":", 1)
     return {
-        "KUBERNETES_SERVICE_HOST": host,
-        "KUBERNETES_SERVICE_PORT": port,
-        "KARPFLOW_KUBE_TOKEN_FILE": str(mounts / "token"),
-        "KARPFLOW_KUBE_CA_FILE": str(mounts / "ca.crt"),
+        **dev_identity.pod_env(stack.kube_url, mounts),
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "PATH": os.environ["PATH"],
@@ -292,14 +290,14 @@ def probe(group: str, resource: str, verb: str) -> tuple[str, str, dict[str, Any
 
 
 async def call(stack: SimStack, token: str, method: str, path: str, body: Any) -> tuple[int, str]:
-    ssl = __import__("ssl").create_default_context(cafile=str(stack.ca_file))
+    context = ssl.create_default_context(cafile=str(stack.ca_file))
     async with (
         aiohttp.ClientSession() as session,
         session.request(
             method,
             stack.kube_url + path,
             json=body,
-            ssl=ssl,
+            ssl=context,
             headers={"Authorization": f"Bearer {token}"},
             timeout=aiohttp.ClientTimeout(total=10),
         ) as response,

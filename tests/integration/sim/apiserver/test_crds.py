@@ -4,16 +4,9 @@ schema validation) until the CRD goes."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
-
-from sim.apiserver import EmulatorServer
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(KUBECTL is None, reason="needs kubectl")]
@@ -58,27 +51,6 @@ WIDGETS = {
 
 def widget(name: str, **spec: object) -> dict:
     return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec}
-
-
-@pytest.fixture
-def kubectl(emu: EmulatorServer, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    config = emu.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}  # a private discovery cache
-
-    def run(*args: str, stdin: object = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [KUBECTL, *args],
-            env=env,
-            input=None if stdin is None else yaml.safe_dump(stdin),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-        return proc
-
-    return run
 
 
 def test_a_crd_applied_with_kubectl_serves_its_kind_until_it_is_deleted(kubectl):

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -22,21 +20,6 @@ pytestmark = [
         KUBECTL is None, reason="kubectl is not on PATH; these tests need the real kubectl v1.32"
     ),
 ]
-
-
-@pytest.fixture
-def kubectl(emu: EmulatorServer, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    config = emu.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {**os.environ, "KUBECONFIG": str(config), "HOME": str(tmp_path)}  # HOME: a private discovery cache
-
-    def run(*args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-        return proc
-
-    run.env = env  # type: ignore[attr-defined]
-    return run
 
 
 def seed_workload(emu: EmulatorServer, node_name: str = "n1") -> None:
