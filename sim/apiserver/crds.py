@@ -155,4 +155,3 @@ def schema_errors(rt: ResourceType, obj: dict[str, Any]) -> FieldErrors:
         kind, message = _reason(error, path)
         errs.append((path, kind, message))
     return errs
-
