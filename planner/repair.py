@@ -4,7 +4,8 @@ Repair (Karpenter v1.1+ NodeRepair): a managed node whose condition has been unh
 than its toleration (`PlanOptions.repair_tolerations`: Ready False or Unknown 30 min; the AWS node
 monitoring agent's AcceleratedHardwareReady 10 min, StorageReady, NetworkingReady, KernelReady,
 ContainerRuntimeReady 30 min) is replaced: no budget, no do-not-disrupt at selection time. Never in a
-NodePool where more than `repair_max_unhealthy` (20 %) of the nodes are unhealthy: then the cluster
+NodePool where more than `repair_max_unhealthy` (20 %) of the nodes, rounded up as Karpenter's health
+controller rounds (like a PDB's maxUnavailable: 1 of 3 or 4, 2 of 8), are unhealthy: then the cluster
 is sick (a bad AMI, a network outage), not the node, and replacing nodes would only churn.
 
 NodePool deletion (Karpenter's owner-reference cascade): the nodes of a NodePool that is being
@@ -20,6 +21,7 @@ node of the pool being deleted.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from api.constants import REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
@@ -45,6 +47,12 @@ def unhealthy_since(node: Node, tolerations: dict[str, timedelta]) -> tuple[str,
     return None
 
 
+def unhealthy_allowed(pool_size: int, share: float) -> int:
+    """How many unhealthy nodes a pool of `pool_size` may have and still be repaired: the share of
+    its nodes, rounded up."""
+    return math.ceil(round(share * pool_size, 9))
+
+
 def _with_replacements(ctx: PlanContext, command: Command) -> Command:
     candidate = command.candidates[0]
     if not candidate.is_empty and ctx.simulate is not None:
@@ -66,14 +74,15 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
             by_pool.setdefault(pool.name, []).append((node, *found))
     commands = []
     for pool_name, unhealthy in sorted(by_pool.items()):
-        share = len(unhealthy) / sizes[pool_name]
-        if share > ctx.options.repair_max_unhealthy:
+        allowed = unhealthy_allowed(sizes[pool_name], ctx.options.repair_max_unhealthy)
+        if len(unhealthy) > allowed:
             for node, key, _ in unhealthy:
                 ctx.explain(
                     node.name,
                     REPAIR,
                     f"{key}, but {len(unhealthy)} of {sizes[pool_name]} nodes of NodePool {pool_name} are "
-                    f"unhealthy (more than {ctx.options.repair_max_unhealthy:.0%}): no repair",
+                    f"unhealthy (more than {allowed}: {ctx.options.repair_max_unhealthy:.0%} rounded up): "
+                    "no repair",
                 )
             continue
         for node, key, since in unhealthy:
