@@ -10,7 +10,9 @@ node and the rule, and changes nothing when it refuses.
   the delete. An EKS managed node group's node, a hand-made node, or a providerID pointing nowhere
   is refused.
 - Voluntary disruption (Underutilized, Empty, Drifted) also re-checks `karpenter.sh/do-not-disrupt`
-  on the node and on its active pods, and refuses a node that another command holds. The holder is
+  on the node and on its active pods, and refuses a node that another command holds. Drift of a
+  node whose NodePool sets a terminationGracePeriod is Karpenter's eventual class: its pods'
+  do-not-disrupt does not refuse it (the grace period bounds the drain), the node's own does. The holder is
   recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
   under the same command is idempotent. An emptiness command also refuses a node that is no longer
   empty (pods landed after the planner's validation, and it has no replacement for them).
@@ -19,10 +21,15 @@ node and the rule, and changes nothing when it refuses.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
 
 from activities.errors import REFUSED, permanent
 from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
+from api.duration import DurationError, parse_optional_duration
+from api.karpflow_overrides import read_overrides
+from api.nodepool import NodePool
 from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
@@ -30,6 +37,7 @@ from kube.pods import node_do_not_disrupt_reason
 
 OWNER_ANNOTATION = "karpflow.io/disruption-command"
 NODEPOOL_DELETED = "NodePoolDeleted"
+DRIFTED = "Drifted"
 
 # instance id -> (found, owned by this cluster): EC2Activities.ownership, bound by the worker.
 OwnershipCheck = Callable[[str], Awaitable[tuple[bool, bool]]]
@@ -53,14 +61,16 @@ def instance_id_of(provider_id: str | None) -> str | None:
 
 async def check_managed(
     kube: KubeApi, node: Json, reason: str, ownership: OwnershipCheck | None, cluster: str = ""
-) -> None:
-    """Refuse a node karpflow does not manage. A node already being deleted whose instance is gone
-    passes (there is nothing left to protect, and its finalizer must still be released)."""
+) -> Json | None:
+    """Refuse a node karpflow does not manage; return its NodePool (None if it is gone and the
+    command is that NodePool's deletion). A node already being deleted whose instance is gone passes
+    (there is nothing left to protect, and its finalizer must still be released)."""
     name = node["metadata"]["name"]
     pool = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
     if not pool:
         raise Refused(f"node {name} has no {NODEPOOL_LABEL} label: karpflow does not manage it")
-    if reason != NODEPOOL_DELETED and not await _nodepool_exists(kube, pool):
+    nodepool = await _nodepool(kube, pool)
+    if reason != NODEPOOL_DELETED and nodepool is None:
         raise Refused(f"node {name} belongs to NodePool {pool}, which does not exist")
     provider_id = (node.get("spec") or {}).get("providerID")
     instance_id = instance_id_of(provider_id)
@@ -75,32 +85,68 @@ async def check_managed(
                 f"node {name}: its instance {instance_id} is not tagged "
                 f"kubernetes.io/cluster/{cluster}=owned, so this cluster does not own it"
             )
+    return nodepool
 
 
-async def _nodepool_exists(kube: KubeApi, pool: str) -> bool:
+async def _nodepool(kube: KubeApi, pool: str) -> Json | None:
     from activities.errors import not_found
     from api.constants import KARPENTER_GROUP, KARPENTER_VERSION
 
     try:
-        await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool)
+        return await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool)
     except Exception as err:
         if not_found(err):
-            return False
+            return None
         raise
-    return True
 
 
-def check_voluntary(node: Json, pods: list[Json], reason: str, command_id: str, now: datetime) -> None:
-    """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder."""
+def termination_grace_period(pool: NodePool) -> timedelta | None:
+    """The terminationGracePeriod a NodePool gives its nodes: `karpflow.dev/termination-grace-period`
+    (running beside Karpenter), else the template's. None when unset, or when it does not parse or is
+    negative: then nothing bounds a drain."""
+    overrides, _ = read_overrides(pool.metadata.annotations)
+    try:
+        grace = (
+            parse_optional_duration(overrides.termination_grace_period)
+            if overrides.termination_grace_period is not None
+            else pool.spec.template.spec.termination_grace_period_delta
+        )
+    except DurationError:
+        return None
+    return grace if grace is not None and grace >= timedelta(0) else None
+
+
+def raw_termination_grace_period(pool: Json | None) -> timedelta | None:
+    """`termination_grace_period` of a NodePool as the API returned it (None if it does not validate)."""
+    if pool is None:
+        return None
+    try:
+        return termination_grace_period(NodePool.model_validate(pool))
+    except (ValidationError, ValueError):
+        return None
+
+
+def check_voluntary(
+    node: Json,
+    pods: list[Json],
+    reason: str,
+    command_id: str,
+    now: datetime,
+    grace: timedelta | None = None,
+) -> None:
+    """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder.
+    `grace`: the NodePool's terminationGracePeriod; with one, drift (Karpenter's eventual class) is
+    not refused by a pod's do-not-disrupt, since the drain ends by the grace period anyway."""
     if reason not in VOLUNTARY_REASONS:
         return
     name = node["metadata"]["name"]
     annotations = node["metadata"].get("annotations") or {}
     if (why := node_do_not_disrupt_reason(annotations)) is not None:
         raise Refused(f"node {name} is annotated {why}: no voluntary disruption ({reason})")
+    eventual = reason == DRIFTED and grace is not None
     for raw in pods:
         pod = Pod(raw)
-        if not pod.terminal and not pod.terminating and pod.do_not_disrupt(now):
+        if not eventual and not pod.terminal and not pod.terminating and pod.do_not_disrupt(now):
             raise Refused(
                 f"node {name} runs pod {pod.key} annotated do-not-disrupt: no voluntary disruption ({reason})"
             )

@@ -223,13 +223,14 @@ class KubernetesActivities:
             node = await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
                 return  # reported by the taint below
-            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
             raise
         except Exception as err:
             raise classify_kube(err, f"checking node {name}") from None
-        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC))
+        grace = guards.raw_termination_grace_period(pool)
+        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC), grace)
 
     async def _taint_candidate(self, name: str, command_id: str) -> CandidateNode:
         def mutate(node: Json) -> bool:
@@ -555,12 +556,13 @@ class KubernetesActivities:
         return parse_time(stamp)
 
     async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
-        """Deletion time + terminationGracePeriod (the request's, else the NodePool's); None without one."""
+        """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the guards read
+        it: guards.termination_grace_period); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
             try:
-                grace = (await self._nodepool(pool_name)).spec.template.spec.termination_grace_period_delta
+                grace = guards.termination_grace_period(await self._nodepool(pool_name))
             except errors.ApplicationError as err:
                 # A deleted NodePool must not block the termination of its nodes: no deadline then.
                 log.warning(

@@ -1,0 +1,74 @@
+"""The guards evaluated where the step is taken (activities/guards.py), against the emulator and moto."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import errors
+from api.activity_io import BeginTerminationRequest, TaintRequest
+from api.constants import DISRUPTED_TAINT_KEY, TERMINATION_TIMESTAMP_ANNOTATION
+
+pytestmark = pytest.mark.integration
+
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+
+
+def tainted(node: dict) -> bool:
+    return any(t["key"] == DISRUPTED_TAINT_KEY for t in node["spec"].get("taints") or ())
+
+
+async def taint(world, reason: str, *nodes: str, command: str = "disruption/prod/default/x/1"):
+    request = TaintRequest(nodes=list(nodes), command_id=command, reason=reason)
+    return await ActivityEnvironment().run(world.activities().taint_disrupted, request)
+
+
+# -- item 11: drift with a terminationGracePeriod is Karpenter's eventual class ----------------------
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        {"termination_grace_period": "1h"},
+        {"annotations": {"karpflow.dev/termination-grace-period": "1h"}},
+    ],
+    ids=["template", "karpflow.dev override"],
+)
+async def test_drift_takes_a_node_with_a_do_not_disrupt_pod_when_a_grace_period_bounds_the_drain(world, pool):
+    created = world.nodepool(termination_grace_period=pool.get("termination_grace_period"))
+    if "annotations" in pool:
+        created["metadata"]["annotations"] = pool["annotations"]
+        world.emu.store.update("nodepools", created)
+    world.node("n1")
+    world.pod("batch-1", "n1", annotations=DO_NOT_DISRUPT)
+
+    (result,) = await taint(world, "Drifted", "n1")
+
+    assert result.ok and tainted(world.get_node("n1"))
+    # The drain it leads to is bounded by the same grace period.
+    info = await ActivityEnvironment().run(
+        world.activities().begin_termination, BeginTerminationRequest(node="n1", reason="Drifted")
+    )
+    stamped = world.get_node("n1")["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION]
+    assert info.deadline is not None and info.deletion_timestamp is not None and stamped
+    assert round((info.deadline - info.deletion_timestamp).total_seconds()) == 3600
+
+
+async def test_drift_without_a_grace_period_and_consolidation_still_refuse_a_do_not_disrupt_pod(world):
+    world.nodepool()
+    world.node("n1")
+    world.pod("batch-1", "n1", annotations=DO_NOT_DISRUPT)
+    for reason in ("Drifted", "Underutilized"):
+        with pytest.raises(ApplicationError) as refused:
+            await taint(world, reason, "n1")
+        assert refused.value.type == errors.REFUSED and "annotated do-not-disrupt" in refused.value.message
+    assert not tainted(world.get_node("n1"))
+
+
+async def test_a_do_not_disrupt_node_is_refused_by_drift_even_with_a_grace_period(world):
+    world.nodepool(termination_grace_period="1h")
+    world.node("n1", annotations=DO_NOT_DISRUPT)
+    with pytest.raises(ApplicationError, match=r"is annotated karpenter\.sh/do-not-disrupt"):
+        await taint(world, "Drifted", "n1")
+    assert not tainted(world.get_node("n1"))
