@@ -7,8 +7,9 @@ node and the rule, and changes nothing when it refuses.
 - Managed: the node carries `karpenter.sh/nodepool`, that NodePool exists (or the command is a
   NodePool deletion's), the node has an AWS providerID, and its instance carries this cluster's
   `kubernetes.io/cluster/<name>: owned` tag. Checked before the disrupted taint, the finalizer or
-  the delete. An EKS managed node group's node, a hand-made node, or a providerID pointing nowhere
-  is refused.
+  the delete. An EKS managed node group's node, a hand-made node, or a Ready node whose providerID
+  points nowhere is refused; a NotReady node whose instance is gone is not (nothing is left to
+  protect, and only its termination can release it).
 - Voluntary disruption (Underutilized, Empty, Drifted) also re-checks `karpenter.sh/do-not-disrupt`
   on the node and on its active pods, and refuses a node that another command holds. Drift of a
   node whose NodePool sets a terminationGracePeriod is Karpenter's eventual class: its pods'
@@ -63,8 +64,9 @@ async def check_managed(
     kube: KubeApi, node: Json, reason: str, ownership: OwnershipCheck | None, cluster: str = ""
 ) -> Json | None:
     """Refuse a node karpflow does not manage; return its NodePool (None if it is gone and the
-    command is that NodePool's deletion). A node already being deleted whose instance is gone passes
-    (there is nothing left to protect, and its finalizer must still be released)."""
+    command is that NodePool's deletion). A node whose instance is gone passes when it is already
+    being deleted or NotReady: there is nothing left to protect, and its finalizer must still be
+    released (the termination's "instance already gone" path)."""
     name = node["metadata"]["name"]
     pool = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
     if not pool:
@@ -78,7 +80,10 @@ async def check_managed(
         raise Refused(f"node {name} has no AWS providerID ({provider_id or 'none'}): no instance to manage")
     if ownership is not None:
         found, owned = await ownership(instance_id)
-        if not found and not node["metadata"].get("deletionTimestamp"):
+        if not found and not node["metadata"].get("deletionTimestamp") and _ready(node):
+            # A live kubelet says the machine exists: a providerID EC2 does not know is not ours. A
+            # silent one whose instance is gone leaves nothing to protect: the termination only
+            # releases its finalizer (Karpenter's "NotReady and instance not found").
             raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
         if found and not owned:
             raise Refused(
@@ -160,6 +165,13 @@ def check_voluntary(
             pod = Pod(raw)
             if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
                 raise Refused(f"node {name} is no longer empty: pod {pod.key} runs on it")
+
+
+def _ready(node: Json) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _is_tainted(node: Json) -> bool:

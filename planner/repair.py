@@ -14,6 +14,10 @@ NodePool is simply absent is left alone: a cache that has not seen the pool yet 
 a deletion (`karpflow` never decides on an unsynced cache, but a pool deleted before karpflow ever
 saw it is indistinguishable from a typo'd label; Karpenter's NodeClaims would cascade those).
 
+None of them plans a node that a command already holds (`karpenter.sh/disrupted`, which the controller
+also shows on the nodes of running workflows): it is on its way out, and planning it again would
+start a second command the moment the first closed and count its pods' capacity twice.
+
 Repair launches what the node's pods need first, with the same scheduling simulation as
 expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new
 node of the pool being deleted.
@@ -45,6 +49,11 @@ def unhealthy_since(node: Node, tolerations: dict[str, timedelta]) -> tuple[str,
         if key in tolerations:
             return key, since
     return None
+
+
+def held(ctx: PlanContext, node: Node) -> bool:
+    """Already on its way out: chosen earlier in this pass, or held by a command in flight."""
+    return node.name in ctx.marked_for_deletion or node.has_disrupted_taint
 
 
 def unhealthy_allowed(pool_size: int, share: float) -> int:
@@ -87,7 +96,7 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
             continue
         for node, key, since in unhealthy:
             toleration = tolerations[key]
-            if node.name in ctx.marked_for_deletion or (since is not None and ctx.now - since < toleration):
+            if held(ctx, node) or (since is not None and ctx.now - since < toleration):
                 continue
             pool = ctx.snapshot.nodepools[pool_name]
             message = f"{key} since {since:%Y-%m-%dT%H:%M:%SZ}" if since else f"{key} (since unknown)"
@@ -110,7 +119,7 @@ def nodepool_deletion_commands(ctx: PlanContext) -> list[Command]:
         pool = ctx.snapshot.nodepools.get(node.nodepool or "")
         if pool is None or not pool.metadata.deletion_timestamp or node.is_deleting:
             continue
-        if name in ctx.marked_for_deletion:
+        if held(ctx, node):
             continue
         command = Command(
             method=NODEPOOL_DELETION,
@@ -129,7 +138,7 @@ def liveness_commands(ctx: PlanContext) -> list[Command]:
     """Nodes of a NodePool that never became Ready and initialized within LIVENESS_TTL of creation."""
     commands = []
     for node, pool in ctx.snapshot.live_managed_nodes():
-        if node.initialized or node.ready or node.name in ctx.marked_for_deletion:
+        if node.initialized or node.ready or held(ctx, node):
             continue
         created = node.creation_timestamp
         if created is None or ctx.now - created < LIVENESS_TTL:

@@ -72,3 +72,37 @@ async def test_a_do_not_disrupt_node_is_refused_by_drift_even_with_a_grace_perio
     with pytest.raises(ApplicationError, match=r"is annotated karpenter\.sh/do-not-disrupt"):
         await taint(world, "Drifted", "n1")
     assert not tainted(world.get_node("n1"))
+
+
+# -- item 10: a node whose instance is gone ---------------------------------------------------------
+
+
+async def test_a_notready_node_whose_instance_is_gone_is_taken_by_a_forceful_command(world):
+    """Its instance was terminated outside karpflow and its kubelet is silent: nothing is left to
+    protect, so a forceful command may taint it and its termination may delete it (which then only
+    releases the finalizer), instead of being refused every pass."""
+    world.nodepool()
+    instance = world.instance()
+    world.node("n1", instance_id=instance, ready=False)
+    world.ec2.terminate_instances(InstanceIds=[instance])
+
+    (result,) = await taint(world, "Unhealthy", "n1")
+    assert result.ok and tainted(world.get_node("n1"))
+    info = await ActivityEnvironment().run(
+        world.activities().begin_termination, BeginTerminationRequest(node="n1", reason="Unhealthy")
+    )
+    assert info.found and not info.ready and info.instance_id == instance
+    assert world.get_node("n1")["metadata"].get("deletionTimestamp")
+
+
+async def test_a_ready_node_whose_instance_ec2_does_not_know_is_still_refused(world):
+    """A live kubelet says the machine exists: a providerID EC2 does not know is not ours to act on."""
+    world.nodepool()
+    world.node("n1", instance_id="i-0000000000000dead")
+    with pytest.raises(ApplicationError, match="its instance i-0000000000000dead does not exist in EC2"):
+        await taint(world, "Unhealthy", "n1")
+    with pytest.raises(ApplicationError, match="does not exist in EC2"):
+        await ActivityEnvironment().run(
+            world.activities().begin_termination, BeginTerminationRequest(node="n1", reason="Unhealthy")
+        )
+    assert not tainted(world.get_node("n1")) and not world.get_node("n1")["metadata"].get("deletionTimestamp")

@@ -98,3 +98,19 @@ def test_a_node_that_never_became_ready_within_15_minutes_of_launch_is_terminate
     (command,) = run(b, repair_tolerations={}).commands
     assert (command.method, command.reason, command.nodes) == ("liveness", "Unhealthy", ["stuck"])
     assert "not Ready and initialized 16m" in command.message
+
+
+def test_nodes_already_in_flight_get_no_second_forceful_command():
+    """A node a running workflow holds (shown to the planner with the disrupted taint) is not planned
+    again by expiration, repair, liveness or NodePool deletion: each pass would otherwise start its
+    command again the moment the previous one closed, and count its pods' capacity twice."""
+    b = ClusterBuilder()
+    held = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    pool_of(b, 9)
+    b.node("expired", age=timedelta(days=40), taints=held)
+    b.node("sick", ready=False, ready_for=timedelta(hours=1), taints=held)
+    b.node("stuck", age=timedelta(minutes=20), ready=False, initialized=False, taints=held)
+    old = b.nodepool("old")
+    old["metadata"]["deletionTimestamp"] = "2026-11-22T09:00:00Z"
+    b.node("leaving", pool="old", taints=held)
+    assert run(b).commands == []
