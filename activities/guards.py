@@ -6,7 +6,10 @@ node and the rule, and changes nothing when it refuses.
 
 - Managed: the node carries `karpenter.sh/nodepool`, that NodePool exists (or the command is a
   NodePool deletion's), the node has an AWS providerID, and its instance carries this cluster's
-  `kubernetes.io/cluster/<name>: owned` tag. Checked before the disrupted taint, the finalizer or
+  `kubernetes.io/cluster/<name>: owned` tag and a `karpenter.sh/nodepool` tag naming the same
+  NodePool as the node's label. The launch sets both tags (Karpenter's and karpflow's); an EKS
+  managed node group's instance carries the cluster tag too, and a kubelet can label itself with
+  any NodePool, so neither alone says the node is ours. Checked before the disrupted taint, the finalizer or
   the delete. An EKS managed node group's node, a hand-made node, or a Ready node whose providerID
   points nowhere is refused; a NotReady node whose instance is gone is not (nothing is left to
   protect, and only its termination can release it).
@@ -27,7 +30,8 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from activities.errors import REFUSED, permanent
-from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
+from api.activity_io import InstanceState
+from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL, TAG_NODEPOOL
 from api.duration import DurationError, parse_optional_duration
 from api.karpflow_overrides import read_overrides
 from api.nodepool import NodePool
@@ -40,8 +44,8 @@ OWNER_ANNOTATION = "karpflow.io/disruption-command"
 NODEPOOL_DELETED = "NodePoolDeleted"
 DRIFTED = "Drifted"
 
-# instance id -> (found, owned by this cluster): EC2Activities.ownership, bound by the worker.
-OwnershipCheck = Callable[[str], Awaitable[tuple[bool, bool]]]
+# instance id -> its state and ownership tags: EC2Activities.ownership, bound by the worker.
+OwnershipCheck = Callable[[str], Awaitable[InstanceState]]
 
 
 class Refused(Exception):
@@ -79,16 +83,28 @@ async def check_managed(
     if instance_id is None:
         raise Refused(f"node {name} has no AWS providerID ({provider_id or 'none'}): no instance to manage")
     if ownership is not None:
-        found, owned = await ownership(instance_id)
-        if not found and not node["metadata"].get("deletionTimestamp") and _ready(node):
-            # A live kubelet says the machine exists: a providerID EC2 does not know is not ours. A
-            # silent one whose instance is gone leaves nothing to protect: the termination only
-            # releases its finalizer (Karpenter's "NotReady and instance not found").
-            raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
-        if found and not owned:
+        instance = await ownership(instance_id)
+        if not instance.found:
+            if not node["metadata"].get("deletionTimestamp") and _ready(node):
+                # A live kubelet says the machine exists: a providerID EC2 does not know is not ours.
+                # A silent one whose instance is gone leaves nothing to protect: the termination
+                # only releases its finalizer (Karpenter's "NotReady and instance not found").
+                raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
+            return nodepool
+        if not instance.cluster_owned:
             raise Refused(
                 f"node {name}: its instance {instance_id} is not tagged "
                 f"kubernetes.io/cluster/{cluster}=owned, so this cluster does not own it"
+            )
+        if instance.nodepool is None:
+            raise Refused(
+                f"node {name}: its instance {instance_id} is not tagged {TAG_NODEPOOL}: it was not "
+                "launched for a NodePool (an EKS managed node group's instance carries the cluster tag too)"
+            )
+        if instance.nodepool != pool:
+            raise Refused(
+                f"node {name} claims NodePool {pool} by label, but its instance {instance_id} is tagged "
+                f"{TAG_NODEPOOL}={instance.nodepool}: a label is not proof of ownership"
             )
     return nodepool
 

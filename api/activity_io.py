@@ -168,4 +168,6 @@ class InstanceState(BaseModel):
     instance_id: str
     found: bool
     state: str | None = None
-    owned: bool = False
+    owned: bool = Field(default=False, description="tagged for this cluster and for a NodePool")
+    cluster_owned: bool = Field(default=False, description="kubernetes.io/cluster/<name>: owned")
+    nodepool: str | None = Field(default=None, description="its karpenter.sh/nodepool tag")

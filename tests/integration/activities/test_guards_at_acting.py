@@ -7,8 +7,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import errors
-from api.activity_io import BeginTerminationRequest, TaintRequest
-from api.constants import DISRUPTED_TAINT_KEY, TERMINATION_TIMESTAMP_ANNOTATION
+from api.activity_io import BeginTerminationRequest, InstanceRequest, TaintRequest
+from api.constants import (
+    CLUSTER_TAG_VALUE,
+    DISRUPTED_TAINT_KEY,
+    TAG_NODEPOOL,
+    TERMINATION_TIMESTAMP_ANNOTATION,
+    cluster_tag,
+)
+from tests.integration.activities.conftest import CLUSTER
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +113,45 @@ async def test_a_ready_node_whose_instance_ec2_does_not_know_is_still_refused(wo
             world.activities().begin_termination, BeginTerminationRequest(node="n1", reason="Unhealthy")
         )
     assert not tainted(world.get_node("n1")) and not world.get_node("n1")["metadata"].get("deletionTimestamp")
+
+
+# -- item 8: ownership is the cluster tag AND the NodePool tag, and the NodePool must match ---------
+
+
+async def test_an_owned_instance_without_a_nodepool_tag_is_not_karpflows(world):
+    """EKS managed node groups tag their instances kubernetes.io/cluster/<name>=owned too, and a
+    kubelet may label itself karpenter.sh/nodepool: only the NodePool tag set at launch (by Karpenter
+    or karpflow) makes an instance one of ours. Nothing is tainted, deleted or terminated."""
+    world.nodepool()
+    instance = world.instance({cluster_tag(CLUSTER): CLUSTER_TAG_VALUE, "eks:nodegroup-name": "system"})
+    world.node("n1", instance_id=instance)
+    for reason in ("Expired", "Drifted"):
+        with pytest.raises(ApplicationError) as refused:
+            await taint(world, reason, "n1")
+        assert refused.value.type == errors.REFUSED
+        assert f"its instance {instance} is not tagged karpenter.sh/nodepool" in refused.value.message
+    with pytest.raises(ApplicationError, match=r"is not tagged karpenter\.sh/nodepool"):
+        await ActivityEnvironment().run(
+            world.activities().begin_termination, BeginTerminationRequest(node="n1", reason="Manual")
+        )
+    with pytest.raises(ApplicationError) as refused:
+        await world.aws().terminate_instance(InstanceRequest(instance_id=instance, node="n1"))
+    assert refused.value.type == errors.NOT_OWNED
+    node = world.get_node("n1")
+    assert not tainted(node) and not node["metadata"].get("deletionTimestamp")
+    state = world.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] == "running"
+
+
+async def test_a_node_claiming_another_nodepool_than_its_instance_is_refused(world):
+    world.nodepool("default")
+    world.nodepool("gpu")
+    instance = world.instance({cluster_tag(CLUSTER): CLUSTER_TAG_VALUE, TAG_NODEPOOL: "gpu"})
+    world.node("n1", instance_id=instance, pool="default")
+    with pytest.raises(ApplicationError) as refused:
+        await taint(world, "Expired", "n1")
+    assert (
+        f"node n1 claims NodePool default by label, but its instance {instance} is tagged "
+        "karpenter.sh/nodepool=gpu" in refused.value.message
+    )
+    assert not tainted(world.get_node("n1"))
