@@ -58,6 +58,7 @@ from api.nodepool import EC2NodeClass, NodePool
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import Pod
+from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
 
 log = logging.getLogger(__name__)
@@ -209,14 +210,14 @@ class KubernetesActivities:
         First every candidate passes the guards (activities/guards.py: managed; for voluntary reasons
         do-not-disrupt and no other holder); one refusal refuses the command, before any change. A
         candidate that is missing or already being deleted is reported (ok=False), not raised: the
-        workflow decides whether that aborts."""
+        workflow decides whether that aborts. So is one that another command claimed between the
+        guards and the taint: the claim is a read-modify-write with a resourceVersion precondition
+        that re-checks the holder on the version it replaces (`_taint_candidate`)."""
         try:
             await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
         except guards.Refused as err:
             raise guards.refusal(err) from None
-        return list(
-            await asyncio.gather(*(self._taint_candidate(n, request.command_id) for n in request.nodes))
-        )
+        return list(await asyncio.gather(*(self._taint_candidate(n, request) for n in request.nodes)))
 
     async def _guard_candidate(self, name: str, request: TaintRequest) -> None:
         try:
@@ -232,54 +233,80 @@ class KubernetesActivities:
         grace = guards.raw_termination_grace_period(pool)
         guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC), grace)
 
-    async def _taint_candidate(self, name: str, command_id: str) -> CandidateNode:
-        def mutate(node: Json) -> bool:
-            if (node.get("metadata") or {}).get("deletionTimestamp"):
+    async def _taint_candidate(self, name: str, request: TaintRequest) -> CandidateNode:
+        voluntary = request.reason in VOLUNTARY_REASONS
+        took_over: list[str] = []
+
+        def claim(node: Json) -> bool:
+            # Runs on the version the write replaces (update_node sends its resourceVersion, and a
+            # conflict re-reads and runs this again): whatever claimed the node since the guards ran
+            # is seen here, so two commands can never both hold it.
+            meta = node["metadata"]
+            if meta.get("deletionTimestamp"):
                 raise _Refused("node is already being deleted")
+            annotations = meta.setdefault("annotations", {})
+            holder = guards.other_holder(node, request.command_id)
+            took_over.clear()
+            if holder is not None:
+                if voluntary:  # one command at a time; a retried step never takes a node back
+                    raise _Refused(f"node {name} is already held by {holder}: one command at a time")
+                took_over.append(holder)  # forceful: the node goes whatever; this command drives it now
+            if voluntary and (why := node_do_not_disrupt_reason(annotations)) is not None:
+                raise _Refused(f"node {name} is annotated {why}: no voluntary disruption ({request.reason})")
             changed = add_taint(node, dict(DISRUPTED_TAINT))
-            annotations = node["metadata"].setdefault("annotations", {})
-            if command_id and annotations.get(guards.OWNER_ANNOTATION) != command_id:
-                annotations[guards.OWNER_ANNOTATION] = command_id
+            if request.command_id and annotations.get(guards.OWNER_ANNOTATION) != request.command_id:
+                annotations[guards.OWNER_ANNOTATION] = request.command_id
                 changed = True
             return changed
 
         try:
-            node = await self.kube.update_node(name, mutate)
+            node = await self.kube.update_node(name, claim)
         except _Refused as err:
             return CandidateNode(node=name, ok=False, message=str(err))
         except Exception as err:
             if not_found(err):
                 return CandidateNode(node=name, ok=False, message="node not found")
             raise classify_kube(err, f"tainting node {name}") from None
+        message = ""
+        if took_over:
+            message = f"took over from {took_over[0]}"
+            log.warning("node %s: %s %s", name, request.command_id, message)
         return CandidateNode(
             node=name,
             ok=True,
             provider_id=(node.get("spec") or {}).get("providerID"),
             nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
+            message=message,
         )
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
         """Remove the disrupted taint; nodes already being deleted keep it (their termination owns them),
-        and so do nodes another command holds (a rollback undoes only its own taints)."""
+        and so do nodes another command holds (a rollback undoes only its own taints; the holder is
+        read on the version the write replaces). Returns the nodes released."""
 
         async def untaint(name: str) -> str | None:
+            released = False  # untainted now, or was not tainted: no claim of this command left on it
+
             def mutate(node: Json) -> bool:
+                nonlocal released
+                released = False
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
                     return False
                 if request.command_id and guards.other_holder(node, request.command_id) is not None:
                     return False
+                released = True
                 annotations = node["metadata"].get("annotations") or {}
-                released = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
-                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or released
+                dropped = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
+                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or dropped
 
             try:
                 await self.kube.update_node(name, mutate)
-                return name
             except Exception as err:
                 if not_found(err):
                     return None
                 raise classify_kube(err, f"untainting node {name}") from None
+            return name if released else None
 
         return [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
 
