@@ -175,7 +175,12 @@ class KarpflowWorker:
             self.cache = ClusterCache(self.kube)
             self.cache.start()
             planning = PlanningActivities(
-                self.cache, self.kube, self.client, task_queue=settings.task_queue, region=settings.aws_region
+                self.cache,
+                self.kube,
+                self.client,
+                task_queue=settings.task_queue,
+                region=settings.aws_region,
+                cluster=settings.cluster_name,
             )
         self.worker = Worker(
             self.client,
@@ -200,6 +205,7 @@ class KarpflowWorker:
                 settings.node_watcher_resync,
                 retry_every=min(10.0, settings.node_watcher_retry),
                 retry_first=timedelta(seconds=settings.node_watcher_retry),
+                cluster=settings.cluster_name,
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
         if settings.interruption_queue:

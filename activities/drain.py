@@ -54,6 +54,7 @@ class DrainProgress:
     evicted: int = 0
     deleted: int = 0
     blocked: dict[str, str] = field(default_factory=dict)
+    stopped: str = ""  # why the drain ended before its pods were gone (the node is another now)
 
     def details(self) -> dict[str, Any]:
         return {
@@ -91,6 +92,7 @@ class Drainer:
         on_progress: Callable[[DrainProgress], None] = lambda _: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         resumed: DrainProgress | None = None,
+        replaced: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self.kube = kube
         self.node = node
@@ -100,12 +102,20 @@ class Drainer:
         self.clock = clock
         # A retried attempt (the worker died) carries on with the counters of the one before it.
         self.progress = resumed or DrainProgress()
+        # Says why the node of this name is no longer the one being drained (None while it is).
+        self.replaced = replaced
         self._backoff: dict[tuple[str, ...], _Backoff] = {}
 
     async def run(self) -> DrainProgress:
         while True:
             now = self.clock()
             pods = [Pod(raw) for raw in await self.kube.pods_on_node(self.node)]
+            # Checked after the listing: if the node is still the pinned one (or gone, and none has
+            # the name), every pod listed was bound to it, and evictions carry each pod's UID.
+            if self.replaced is not None and (why := await self.replaced()) is not None:
+                log.warning("drain of node %s stops: %s", self.node, why)
+                self.progress.stopped = why
+                return self.progress
             current = plan(pods, self.deadline, now)
             self.progress.tier = current.tier
             self.progress.pods_left = len(current.waiting)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from temporalio import activity
 
@@ -28,6 +30,7 @@ from api.activity_io import (
     InitializationRequest,
     LaunchTemplate,
     NodeInfo,
+    NodeRef,
     RegisteredNode,
     RegistrationRequest,
     ResolveRequest,
@@ -55,8 +58,9 @@ from api.constants import (
 )
 from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
-from kube.client import Json, KubeApi, KubeError
+from kube.client import NODES, Json, KubeApi, KubeError
 from kube.drain_rules import Pod
 from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
@@ -131,6 +135,36 @@ def is_ready(node: Json) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or ()
     )
+
+
+def uid_of(node: Json) -> str | None:
+    return (node.get("metadata") or {}).get("uid")
+
+
+def another_node(node: Json | None, uid: str | None, provider_id: str | None = None) -> str | None:
+    """Why `node` is not the node a workflow was pinned to (by UID, and by providerID when both are
+    known), or None when it is (or nothing is pinned, or no node has the name)."""
+    if node is None:
+        return None
+    name = node["metadata"]["name"]
+    if uid and uid_of(node) != uid:
+        return f"node {name} is another node now (uid {uid_of(node)}, not {uid}): the name was reused"
+    current = (node.get("spec") or {}).get("providerID")
+    if provider_id and current and current != provider_id:
+        return f"node {name} is another node now (providerID {current}, not {provider_id})"
+    return None
+
+
+def pinned(uid: str | None, mutate: Callable[[Json], bool]) -> Callable[[Json], bool]:
+    """`mutate` for update_node, applied only to the node with `uid` (checked on the very version the
+    write replaces); another node of the name is left as it is."""
+
+    def guarded(node: Json) -> bool:
+        if another_node(node, uid) is not None:
+            return False
+        return mutate(node)
+
+    return guarded
 
 
 def instance_id_of(provider_id: str | None) -> str | None:
@@ -224,6 +258,8 @@ class KubernetesActivities:
             node = await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
                 return  # reported by the taint below
+            if another_node(node, request.uids.get(name)) is not None:
+                return  # not the node the command is for: reported by the taint below, never touched
             pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
@@ -242,6 +278,8 @@ class KubernetesActivities:
             # conflict re-reads and runs this again): whatever claimed the node since the guards ran
             # is seen here, so two commands can never both hold it.
             meta = node["metadata"]
+            if (why := another_node(node, request.uids.get(name))) is not None:
+                raise _Refused(why)
             if meta.get("deletionTimestamp"):
                 raise _Refused("node is already being deleted")
             annotations = meta.setdefault("annotations", {})
@@ -271,11 +309,14 @@ class KubernetesActivities:
         if took_over:
             message = f"took over from {took_over[0]}"
             log.warning("node %s: %s %s", name, request.command_id, message)
+        uid = uid_of(node) or ""
         return CandidateNode(
             node=name,
             ok=True,
+            uid=uid or None,
             provider_id=(node.get("spec") or {}).get("providerID"),
             nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
+            termination_id=termination_workflow_id(self.cluster, name, uid) if uid else None,
             message=message,
         )
 
@@ -291,6 +332,8 @@ class KubernetesActivities:
             def mutate(node: Json) -> bool:
                 nonlocal released
                 released = False
+                if another_node(node, request.uids.get(name)) is not None:
+                    return False  # the pinned node is gone: nothing of this command's is on this one
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
                     return False
                 if request.command_id and guards.other_holder(node, request.command_id) is not None:
@@ -515,34 +558,33 @@ class KubernetesActivities:
     async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
         """Make sure the node is deleting (with the finalizer first, so the instance cannot leak), and stamp
         the drain deadline = deletion time + terminationGracePeriod as an annotation everyone can see.
-        An annotation already present is never moved (interruption may have set it to now)."""
+        An annotation already present is never moved (interruption may have set it to now).
+
+        Pinning: with `uid` (or `provider_id`) given, a node of the name that is another node (the
+        name was reused after the pinned one went) is not touched: the pinned node is gone, and its
+        instance is all that may be left to terminate. Without, the node found first is pinned: the
+        returned `uid` is what every later step of the termination acts on."""
         name = request.node
         try:
             node = await self.kube.find_node(name)
-            if node is None and activity.info().attempt == 1:
+            if (why := another_node(node, request.uid, request.provider_id)) is not None:
+                log.warning("termination of node %s: %s; not touching it", name, why)
+                return self._gone(request, why)
+            if node is None and activity.info().attempt == 1 and not request.uid:
                 # Only a retry may find the node gone (an earlier attempt deleted it): a first look
                 # that finds nothing means a wrong name, or a node someone else already removed.
+                # (A pinned node existed once: someone removed it, and only its instance may be left.)
                 raise guards.Refused(f"node {name} does not exist")
-            if node is not None:
-                await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             if node is None:
-                return NodeInfo(
-                    node=name,
-                    found=False,
-                    provider_id=request.provider_id,
-                    instance_id=instance_id_of(request.provider_id),
-                )
+                return self._gone(request)
+            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            uid = uid_of(node)
             if not node["metadata"].get("deletionTimestamp"):
-                await self.kube.update_node(name, ensure_finalizer)
-                await self.kube.delete_node(name)
+                await self.kube.update_node(name, pinned(uid, ensure_finalizer))
+                await self._delete_node(name, uid)
                 node = await self.kube.find_node(name)
-                if node is None:  # gone at once: someone removed the finalizer meanwhile
-                    return NodeInfo(
-                        node=name,
-                        found=False,
-                        provider_id=request.provider_id,
-                        instance_id=instance_id_of(request.provider_id),
-                    )
+                if node is None or another_node(node, uid) is not None:
+                    return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
             deadline = await self._deadline(node, request)
         except guards.Refused as err:
             raise guards.refusal(err) from None
@@ -554,6 +596,7 @@ class KubernetesActivities:
         return NodeInfo(
             node=name,
             found=True,
+            uid=uid_of(node),
             ready=is_ready(node),
             provider_id=provider_id,
             instance_id=instance_id_of(provider_id),
@@ -561,6 +604,26 @@ class KubernetesActivities:
             deletion_timestamp=parse_time(node["metadata"].get("deletionTimestamp")),
             deadline=deadline,
         )
+
+    @staticmethod
+    def _gone(request: BeginTerminationRequest, why: str = "") -> NodeInfo:
+        """The pinned node no longer exists: its instance (from the pinned providerID) is all that may
+        be left."""
+        return NodeInfo(
+            node=request.node,
+            found=False,
+            uid=request.uid,
+            provider_id=request.provider_id,
+            instance_id=instance_id_of(request.provider_id),
+            message=why,
+        )
+
+    async def _delete_node(self, name: str, uid: str | None) -> None:
+        """Delete with a UID precondition: the API server refuses (409) if the name is another node's."""
+        body: Json = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self.kube.request("DELETE", f"{NODES}/{quote(name, safe='')}", body=body)
 
     async def _deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
         annotations = node["metadata"].get("annotations") or {}
@@ -575,9 +638,12 @@ class KubernetesActivities:
         stamp = rfc3339(deadline)
         await self.kube.update_node(
             node["metadata"]["name"],
-            lambda n: (
-                TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
-                and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
+            pinned(
+                uid_of(node),
+                lambda n: (
+                    TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
+                    and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
+                ),
             ),
         )
         return parse_time(stamp)
@@ -602,20 +668,22 @@ class KubernetesActivities:
         return deleted + grace
 
     @activity.defn(name="taint_for_termination")
-    async def taint_for_termination(self, node: str) -> None:
+    async def taint_for_termination(self, node: str | NodeRef) -> None:
         """The disrupted taint and the exclude-from-external-load-balancers label, so nothing new lands and
-        load balancers deregister the node while it drains."""
+        load balancers deregister the node while it drains. Only on the pinned node (a plain name, as
+        workflows started before pinning send it, pins nothing)."""
+        ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
 
         def mutate(n: Json) -> bool:
             changed = add_taint(n, dict(DISRUPTED_TAINT))
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
-            await self.kube.update_node(node, mutate)
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
-            raise classify_kube(err, f"tainting node {node} for termination") from None
+            raise classify_kube(err, f"tainting node {ref.node} for termination") from None
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
@@ -631,6 +699,7 @@ class KubernetesActivities:
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
             resumed=resumed_progress(previous[0]) if previous else None,
+            replaced=(lambda: self._replaced(request.node, request.uid)) if request.uid else None,
         )
 
         async def keep_beating() -> None:
@@ -648,8 +717,15 @@ class KubernetesActivities:
         finally:
             beating.cancel()
         return DrainResult(
-            evicted=progress.evicted, deleted=progress.deleted, seconds=time.monotonic() - started
+            evicted=progress.evicted,
+            deleted=progress.deleted,
+            seconds=time.monotonic() - started,
+            message=progress.stopped,
         )
+
+    async def _replaced(self, name: str, uid: str | None) -> str | None:
+        """Why the node of this name is not the pinned one any more (None while it is, or is gone)."""
+        return another_node(await self.kube.find_node(name), uid)
 
     @activity.defn(name="await_volumes_detached")
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
@@ -659,6 +735,8 @@ class KubernetesActivities:
         interval = self._interval(request.poll_interval_seconds)
 
         async def detached() -> bool:
+            if request.uid and await self._replaced(request.node, request.uid) is not None:
+                return True  # the pinned node is gone: the attachments on this name are another's
             remaining = await self._blocking_attachments(request.node)
             _heartbeat({"node": request.node, "attached": remaining[:10]})
             return not remaining
@@ -701,11 +779,13 @@ class KubernetesActivities:
         return blocking
 
     @activity.defn(name="remove_finalizer")
-    async def remove_finalizer(self, node: str) -> None:
-        """The last step: once the finalizer is gone the API server removes the node."""
+    async def remove_finalizer(self, node: str | NodeRef) -> None:
+        """The last step: once the finalizer is gone the API server removes the node. Only the pinned
+        node's: another node that reuses the name keeps its finalizer."""
+        ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
         try:
-            await self.kube.update_node(node, drop_finalizer)
+            await self.kube.update_node(ref.node, pinned(ref.uid, drop_finalizer))
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
-            raise classify_kube(err, f"removing the finalizer of node {node}") from None
+            raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None

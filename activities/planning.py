@@ -146,8 +146,10 @@ class PlanningActivities:
         region: str | None = None,
         options: PlanOptions | None = None,
         catalog: Catalog | None = None,
+        cluster: str = "",
     ) -> None:
         self.cache = cache
+        self.cluster = cluster  # workflow ids carry it (api/workflow_ids.py)
         self.kube = kube
         self.client = client
         self.task_queue = task_queue
@@ -247,7 +249,7 @@ class PlanningActivities:
     def _planned(self, command: Any) -> PlannedCommand:
         workflow_input = disruption_input(command)
         return PlannedCommand(
-            workflow_id=disruption_workflow_id(command),
+            workflow_id=disruption_workflow_id(command, self.cluster),
             method=command.method,
             reason=command.reason,
             nodes=list(command.nodes),

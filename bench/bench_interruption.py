@@ -157,7 +157,10 @@ async def main() -> None:
                     break
             handled = time.perf_counter() - started
             handles = [
-                client.get_workflow_handle(interruption_workflow_id(i), result_type=dict) for i in instances
+                client.get_workflow_handle(
+                    interruption_workflow_id(sim.cluster_name, i, "spot"), result_type=dict
+                )
+                for i in instances
             ]
             statuses = []
             for handle in handles:
@@ -169,7 +172,12 @@ async def main() -> None:
         runs = 0
         for i in instances:
             runs += len(
-                [e async for e in client.list_workflows(f'WorkflowId="{interruption_workflow_id(i)}"')]
+                [
+                    e
+                    async for e in client.list_workflows(
+                        f'WorkflowId="{interruption_workflow_id(sim.cluster_name, i, "spot")}"'
+                    )
+                ]
             )
         after = sum(len(r["Instances"]) for r in ec2.describe_instances()["Reservations"])
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])

@@ -3,9 +3,11 @@
 A task inside every worker process, like the node-deletion watcher, not a workflow: the durable
 record is the SQS message itself, which is deleted only once its workflow has been started (or it
 was found to need nothing), so a crash anywhere leaves it for redelivery. Exactly-once effect comes
-from the workflow ids, derived from the instance id: `interruption/<instance-id>` (reject duplicate:
-a redelivered or repeated message starts nothing, even after the first run closed) and
-`termination/<node>` (the id every other part of karpflow uses for a node's termination).
+from the workflow ids, derived from the instance id and the kind of event:
+`interruption/<cluster>/<instance-id>/spot|rebalance` (reject duplicate: a redelivered or repeated
+message starts nothing, even after the first run closed) and `termination/<cluster>/<node>/<uid>`
+(the id every other part of karpflow uses for that node's termination). Every workflow is pinned to
+the node's UID and carries its search attributes from the start.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from api import search_attributes as sa
 from api.constants import (
     CAPACITY_TYPE_LABEL,
     DISRUPTED_TAINT_KEY,
@@ -37,7 +40,12 @@ from api.controller_io import SIGNAL_OFFERING_UNAVAILABLE, OfferingUnavailable
 from api.interruption_events import Interruption, UnparseableMessage, parse_message
 from api.karpflow_overrides import REBALANCE_REPLACE, apply_disruption_overrides
 from api.nodepool import NodePool
-from api.workflow_ids import controller_workflow_id, interruption_workflow_id, termination_workflow_id
+from api.workflow_ids import (
+    InterruptionKind,
+    controller_workflow_id,
+    interruption_workflow_id,
+    termination_workflow_id,
+)
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from kube.client import Json, KubeApi
 from planner.budgets import BudgetError, allowed_disruptions
@@ -50,6 +58,10 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 # Seconds a node listing serves; short, since a message for a node that just joined must find it
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
 NODE_INDEX_TTL = 1.0
+
+
+def _nodepool(node: Json) -> str | None:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL)
 
 
 def instance_id_of(node: Json) -> str | None:
@@ -211,19 +223,23 @@ class InterruptionPoller:
             return self._nodes
 
     async def _act(self, event: Interruption, instance_id: str, node: Json) -> str:
-        name = node["metadata"]["name"]
+        name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
+        pins = {name: uid} if uid else {}
         provider_id = (node.get("spec") or {}).get("providerID")
         if event.kind == "SpotInterruption":
             await self._offering_unavailable(node, instance_id)
             spec = like_for_like(node)
             return await self._disruption(
                 instance_id,
+                "spot",
                 DisruptionInput(
                     reason="Interrupted",
                     nodes=[name],
+                    node_uids=pins,
                     replacements=[spec] if spec else [],
                     termination_deadline=event.time + SPOT_WARNING,
                 ),
+                node,
             )
         if event.kind == "RebalanceRecommendation":
             await self._record_event(
@@ -235,21 +251,30 @@ class InterruptionPoller:
             # Voluntary: budgets, do-not-disrupt and rollback on a failed replacement apply.
             return await self._disruption(
                 instance_id,
-                DisruptionInput(reason="Drifted", nodes=[name], replacements=[spec] if spec else []),
+                "rebalance",
+                DisruptionInput(
+                    reason="Drifted", nodes=[name], node_uids=pins, replacements=[spec] if spec else []
+                ),
+                node,
             )
         # StateChange, ScheduledChange: cordon, drain, terminate; the instance goes whatever happens.
         deadline = event.time if event.kind == "StateChange" else None
         handle = await self.client.start_workflow(
             "TerminationWorkflow",
-            TerminationInput(node=name, reason="Interrupted", provider_id=provider_id, deadline=deadline),
-            id=termination_workflow_id(name),
+            TerminationInput(
+                node=name, uid=uid or None, reason="Interrupted", provider_id=provider_id, deadline=deadline
+            ),
+            id=termination_workflow_id(self.cluster, name, uid or name),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=sa.at_start([name], "Interrupted", _nodepool(node)),
         )
         return f"termination {handle.id}"
 
-    async def _disruption(self, instance_id: str, command: DisruptionInput) -> str:
-        workflow_id = interruption_workflow_id(instance_id)
+    async def _disruption(
+        self, instance_id: str, kind: InterruptionKind, command: DisruptionInput, node: Json
+    ) -> str:
+        workflow_id = interruption_workflow_id(self.cluster, instance_id, kind)
         try:
             await self.client.start_workflow(
                 "DisruptionWorkflow",
@@ -257,6 +282,7 @@ class InterruptionPoller:
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=sa.at_start(command.nodes, command.reason, _nodepool(node)),
             )
         except WorkflowAlreadyStartedError:
             self.counters["duplicate"] += 1

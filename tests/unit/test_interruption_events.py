@@ -141,3 +141,12 @@ def test_the_rebalance_opt_in_is_a_known_karpflow_annotation():
     overrides, problems = read_overrides({REBALANCE_ANNOTATION: "true"})
     assert overrides.rebalance_replace is True and problems == []
     assert read_overrides({REBALANCE_ANNOTATION: "yes"})[1]
+
+
+def test_workflows_started_outside_the_controller_are_searchable_from_the_start():
+    from api import search_attributes as sa
+
+    attributes = sa.at_start(["ip-10-0-1-7"], "Interrupted", "default")
+    assert attributes.get(sa.NODES) == ["ip-10-0-1-7"] and attributes.get(sa.REASON) == "Interrupted"
+    assert attributes.get(sa.NODEPOOL) == "default"
+    assert sa.at_start(["n"], "Manual").get(sa.NODEPOOL) is None

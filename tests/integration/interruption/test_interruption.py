@@ -29,6 +29,14 @@ async def runs_of(karpflow, workflow_id: str) -> int:
     return len([e async for e in karpflow.client.list_workflows(f'WorkflowId="{workflow_id}"')])
 
 
+def spot_id(karpflow, instance: str) -> str:
+    return interruption_workflow_id(karpflow.stack.cluster_name, instance, "spot")
+
+
+def rebalance_id(karpflow, instance: str) -> str:
+    return interruption_workflow_id(karpflow.stack.cluster_name, instance, "rebalance")
+
+
 async def replaced(karpflow, old: str) -> str | None:
     """The name of a Ready node other than the starting ones, once `old` is gone."""
     nodes = await karpflow.nodes()
@@ -99,7 +107,7 @@ async def test_the_same_message_three_times_starts_one_workflow_and_one_replacem
         await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
         assert w.interruptions.counters["deleted"] == 3
         assert w.interruptions.counters["kind:SpotInterruption"] == 3
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+    assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
     launched = {
         i["InstanceId"] for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))
     }
@@ -124,7 +132,7 @@ async def test_malformed_unknown_instance_and_unknown_kind_are_deleted_and_nothi
         # The worker keeps running: a real interruption afterwards is still handled.
         queue.put_spot_interruption(await instance_of(karpflow, B.name))
         await karpflow.eventually(lambda: replaced(karpflow, B.name), within=60, what="B replaced")
-    assert await runs_of(karpflow, interruption_workflow_id("i-0000000000000dead")) == 0
+    assert await runs_of(karpflow, spot_id(karpflow, "i-0000000000000dead")) == 0
     assert {A.name} <= set(await karpflow.nodes())
     launched = {i["InstanceId"] for i in karpflow.instances()} - before
     assert len(launched) == 1  # B's replacement only
@@ -149,7 +157,7 @@ async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queu
             lambda: replaced(karpflow, A.name), within=60, what="replacement after redelivery"
         )
         assert w.interruptions.counters["received"] == 2 and w.interruptions.counters["deleted"] == 1
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+    assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
 
 
 @pytest.mark.sim_stack(scenario=WORLD, time_scale=1)
@@ -192,7 +200,7 @@ async def test_a_rebalance_recommendation_without_opt_in_records_an_event_only(k
     assert any(
         e["reason"] == "RebalanceRecommendation" and e["involvedObject"]["name"] == A.name for e in events
     )
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()
     assert {i["InstanceId"] for i in karpflow.instances()} == before
 
@@ -214,7 +222,7 @@ async def test_a_rebalance_recommendation_with_opt_in_replaces_the_node(karpflow
     queue.send(json.dumps(rebalance))
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
         await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="proactive replacement")
-    described = await karpflow.client.get_workflow_handle(interruption_workflow_id(instance)).describe()
+    described = await karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance)).describe()
     assert described.workflow_type == "DisruptionWorkflow"
 
 
@@ -239,5 +247,5 @@ async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
     queue.send(json.dumps(rebalance))
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
         await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()

@@ -317,7 +317,7 @@ async def test_node_repair_replaces_a_node_not_ready_for_half_an_hour(karpflow):
             ]
 
         (repair_id,) = await karpflow.eventually(repaired, within=90)
-        assert repair_id.startswith("disruption/default/Unhealthy/")
+        assert repair_id.startswith(f"disruption/{karpflow.stack.cluster_name}/default/Unhealthy/")
         await karpflow.client.get_workflow_handle(
             controller_workflow_id(karpflow.stack.cluster_name)
         ).terminate("test over")

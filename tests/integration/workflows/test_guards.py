@@ -229,15 +229,14 @@ async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause
     back, the node is drained and its instance terminated."""
     from temporalio.client import WorkflowExecutionStatus
 
-    from api.workflow_ids import termination_workflow_id
-
     instance_id = (await karpflow.nodes())[A.name]["spec"]["providerID"].rsplit("/", 1)[-1]
     tag = f"kubernetes.io/cluster/{karpflow.stack.cluster_name}"
     ec2 = karpflow.stack.ec2_client()
     ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": tag}])
+    termination = await karpflow.termination_id(A.name)
     async with karpflow.worker(node_watcher_retry=0.5) as worker:
         await karpflow.kube.delete_node(A.name)
-        handle = karpflow.client.get_workflow_handle(termination_workflow_id(A.name))
+        handle = karpflow.client.get_workflow_handle(termination)
 
         async def refused() -> bool:
             try:
