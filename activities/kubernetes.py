@@ -155,6 +155,25 @@ def another_node(node: Json | None, uid: str | None, provider_id: str | None = N
     return None
 
 
+def annotated_deadline(node: Json | None) -> datetime | None:
+    """The node's `karpenter.sh/nodeclaim-termination-timestamp` (None when absent or unreadable)."""
+    value = ((node or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP_ANNOTATION)
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def bring_deadline_forward(node: Json, deadline: datetime) -> bool:
+    """Stamp the termination deadline on the node, or move it earlier; never later. Whoever knows
+    of an earlier one (a spot interruption's two minutes) shortens a drain already under way: the
+    drain re-reads it."""
+    existing = annotated_deadline(node)
+    if existing is not None and existing <= deadline.astimezone(UTC).replace(microsecond=0):
+        return False  # what the annotation holds already comes first (it has one-second resolution)
+    return set_annotations(node, {TERMINATION_TIMESTAMP_ANNOTATION: rfc3339(deadline)})
+
+
 def pinned(uid: str | None, mutate: Callable[[Json], bool]) -> Callable[[Json], bool]:
     """`mutate` for update_node, applied only to the node with `uid` (checked on the very version the
     write replaces); another node of the name is left as it is."""
@@ -280,8 +299,10 @@ class KubernetesActivities:
             meta = node["metadata"]
             if (why := another_node(node, request.uids.get(name))) is not None:
                 raise _Refused(why)
-            if meta.get("deletionTimestamp"):
+            if meta.get("deletionTimestamp") and voluntary:
                 raise _Refused("node is already being deleted")
+            # A forceful command takes a deleting node too: its termination goes on (the same id is
+            # started, or found running), and the command's deadline shortens it.
             annotations = meta.setdefault("annotations", {})
             holder = guards.other_holder(node, request.command_id)
             took_over.clear()
@@ -295,6 +316,8 @@ class KubernetesActivities:
             if request.command_id and annotations.get(guards.OWNER_ANNOTATION) != request.command_id:
                 annotations[guards.OWNER_ANNOTATION] = request.command_id
                 changed = True
+            if not voluntary and request.deadline is not None:
+                changed |= bring_deadline_forward(node, request.deadline)
             return changed
 
         try:
@@ -626,27 +649,20 @@ class KubernetesActivities:
         await self.kube.request("DELETE", f"{NODES}/{quote(name, safe='')}", body=body)
 
     async def _deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
-        annotations = node["metadata"].get("annotations") or {}
-        existing = parse_time(annotations.get(TERMINATION_TIMESTAMP_ANNOTATION))
-        if existing is not None:
-            return existing
-        deadline = await self._grace_deadline(node, request)
+        """The drain deadline: the node's annotation if it has one, else deletion time + grace period;
+        the request's deadline when earlier (never later: nobody's deadline is postponed)."""
+        existing = annotated_deadline(node)
+        deadline = existing if existing is not None else await self._grace_deadline(node, request)
         if request.deadline is not None:
             deadline = request.deadline if deadline is None else min(deadline, request.deadline)
         if deadline is None:
             return None
-        stamp = rfc3339(deadline)
-        await self.kube.update_node(
-            node["metadata"]["name"],
-            pinned(
-                uid_of(node),
-                lambda n: (
-                    TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
-                    and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
-                ),
-            ),
+        if existing is not None and existing <= deadline:
+            return existing
+        written = await self.kube.update_node(
+            node["metadata"]["name"], pinned(uid_of(node), lambda n: bring_deadline_forward(n, deadline))
         )
-        return parse_time(stamp)
+        return annotated_deadline(written) or deadline
 
     async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
         """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the guards read
@@ -699,7 +715,7 @@ class KubernetesActivities:
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
             resumed=resumed_progress(previous[0]) if previous else None,
-            replaced=(lambda: self._replaced(request.node, request.uid)) if request.uid else None,
+            check=lambda: self._drain_check(request.node, request.uid),
         )
 
         async def keep_beating() -> None:
@@ -726,6 +742,14 @@ class KubernetesActivities:
     async def _replaced(self, name: str, uid: str | None) -> str | None:
         """Why the node of this name is not the pinned one any more (None while it is, or is gone)."""
         return another_node(await self.kube.find_node(name), uid)
+
+    async def _drain_check(self, name: str, uid: str | None) -> tuple[str | None, datetime | None]:
+        """For the drain, each pass: whether the name is another node's now, and the node's
+        termination deadline as annotated (it may have been brought forward since the drain began)."""
+        node = await self.kube.find_node(name)
+        if (why := another_node(node, uid)) is not None:
+            return why, None
+        return None, annotated_deadline(node)
 
     @activity.defn(name="await_volumes_detached")
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:

@@ -30,6 +30,11 @@ class TaintRequest(BaseModel):
         default="", description="the command's reason: voluntary ones re-check do-not-disrupt"
     )
     uids: dict[str, str] = Field(default_factory=dict, description="node -> the UID it is pinned to")
+    deadline: datetime | None = Field(
+        default=None,
+        description="forceful: every pod must be gone by then (a spot interruption's time); stamped on "
+        "the node as its termination deadline, or moved earlier, never later",
+    )
 
 
 class CandidateNode(BaseModel):

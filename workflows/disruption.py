@@ -209,6 +209,7 @@ class DisruptionWorkflow:
                 command_id=self._status.command_id,
                 reason=command.reason,
                 uids=command.node_uids,
+                deadline=command.termination_deadline,
             ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,

@@ -3,11 +3,13 @@ server and the real worker with its interruption poller."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from api.workflow_ids import interruption_workflow_id
 from cluster.interruption import REBALANCE_ANNOTATION, instance_id_of
@@ -19,6 +21,7 @@ A = node("172.31.1.10", "m5.large", capacity="spot")
 B = node("172.31.2.20", "m5.large")
 PODS = [Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1})]
 WORLD = scenario([A, B], PODS)
+SPOT_DEADLINE_S = 120  # EC2 reclaims a spot instance two minutes after its warning
 
 
 async def instance_of(karpflow, name: str) -> str:
@@ -249,3 +252,107 @@ async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
         await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
     assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()
+
+
+async def opt_in_to_rebalance(karpflow) -> None:
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={"metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}}},
+        content_type="application/merge-patch+json",
+    )
+
+
+async def gone_and_terminated(karpflow, name: str, instance: str) -> bool:
+    states = {i["InstanceId"] for i in karpflow.instances(("shutting-down", "terminated"))}
+    return name not in await karpflow.nodes() and instance in states
+
+
+async def started_with_attributes(karpflow, workflow_id: str) -> dict:
+    """The search attributes a workflow carried in its very first event."""
+    history = await karpflow.client.get_workflow_handle(workflow_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    return dict(started.search_attributes.indexed_fields)
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_spot_warning_after_a_refused_rebalance_still_drains_the_node_before_its_deadline(
+    karpflow, queue
+):
+    """Issue 17's acceptance: a spot node annotated do-not-disrupt, in a pool opted in to rebalance
+    replacement. EC2 sends the rebalance recommendation first: its voluntary command is refused
+    (do-not-disrupt). The spot warning 15 s later has a workflow of its own (not a duplicate of the
+    rebalance's) and drains the node and terminates its instance before the two minutes are up."""
+    await opt_in_to_rebalance(karpflow)
+
+    def do_not_disrupt(n):
+        n["metadata"].setdefault("annotations", {})["karpenter.sh/do-not-disrupt"] = "true"
+        return True
+
+    await karpflow.kube.update_node(A.name, do_not_disrupt)
+    instance = await instance_of(karpflow, A.name)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_rebalance_recommendation(instance)
+        await karpflow.eventually(
+            lambda: _async(w.interruptions.counters["kind:RebalanceRecommendation"] == 1), within=20
+        )
+        await asyncio.sleep(15)
+        warned = datetime.now(UTC)
+        queue.put_spot_interruption(instance, when=warned)
+        deadline = warned + timedelta(minutes=2)
+        await karpflow.eventually(
+            lambda: gone_and_terminated(karpflow, A.name, instance),
+            within=(deadline - datetime.now(UTC)).total_seconds(),
+            what=lambda: f"node drained and instance terminated, {w.interruptions.counters}",
+        )
+        finished = datetime.now(UTC)
+        rebalance = await karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance)).describe()
+        spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).describe()
+    took = (finished - warned).total_seconds()
+    print(f"rebalance then spot: drained and terminated {took:.1f}s after the warning ({SPOT_DEADLINE_S}s)")
+    assert finished < deadline
+    assert rebalance.status == WorkflowExecutionStatus.FAILED  # refused: do-not-disrupt
+    assert spot.status == WorkflowExecutionStatus.COMPLETED
+    assert "KarpflowNodes" in await started_with_attributes(karpflow, spot_id(karpflow, instance))
+    pods = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert pods and all(p["spec"].get("nodeName") != A.name for p in pods)
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_spot_warning_takes_over_a_node_a_rebalance_command_still_holds(karpflow, queue):
+    """The rebalance's voluntary command holds the node while its replacement never gets ready; the
+    spot warning that follows takes the node over and drains it before its deadline, and the
+    voluntary command's rollback does not untaint the node the spot path drains."""
+    await opt_in_to_rebalance(karpflow)
+    karpflow.stack.faults.add_never_ready(instance_types=["m5.large"])
+    instance = await instance_of(karpflow, A.name)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_rebalance_recommendation(instance)
+        rebalance = karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance))
+
+        async def holds() -> bool:
+            node = (await karpflow.nodes())[A.name]
+            holder = (node["metadata"].get("annotations") or {}).get("karpflow.io/disruption-command", "")
+            return holder.startswith(rebalance.id)
+
+        await karpflow.eventually(holds, within=30, what="the rebalance command holding the node")
+        warned = datetime.now(UTC)
+        queue.put_spot_interruption(instance, when=warned)
+        await karpflow.eventually(
+            lambda: gone_and_terminated(karpflow, A.name, instance),
+            within=SPOT_DEADLINE_S,
+            what=lambda: f"node drained and instance terminated, {w.interruptions.counters}",
+        )
+        assert datetime.now(UTC) < warned + timedelta(seconds=SPOT_DEADLINE_S)
+        assert (await rebalance.describe()).status == WorkflowExecutionStatus.RUNNING  # still waiting
+        await rebalance.cancel()
+        await karpflow.eventually(
+            lambda: _closed(rebalance), within=30, what="the rebalance command rolled back"
+        )
+        # The spot command's own replacement never gets ready either; its termination is done.
+        spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).query("status")
+        assert spot["candidates"][0]["termination"] == "Succeeded", spot
+
+
+async def _closed(handle) -> bool:
+    return (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
