@@ -171,9 +171,13 @@ class KarpflowWorker:
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
         planning = None
-        if settings.controller:
+        if settings.controller or settings.interruption_queue:
+            # The cluster as the planner sees it: the controller's passes, and the interruption
+            # poller's replacements and budgets.
             self.cache = ClusterCache(self.kube)
             self.cache.start()
+        if settings.controller:
+            assert self.cache is not None
             planning = PlanningActivities(
                 self.cache,
                 self.kube,
@@ -218,6 +222,7 @@ class KarpflowWorker:
                 settings.cluster_name,
                 concurrency=settings.interruption_concurrency,
                 wait_seconds=settings.interruption_wait,
+                cache=self.cache,
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:

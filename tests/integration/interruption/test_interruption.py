@@ -19,7 +19,11 @@ pytestmark = pytest.mark.integration
 
 A = node("172.31.1.10", "m5.large", capacity="spot")
 B = node("172.31.2.20", "m5.large")
-PODS = [Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1})]
+# B is nearly full: A's pods need a replacement (the scheduling simulation finds none elsewhere).
+PODS = [
+    Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1}),
+    Workload("batch", "filler", "1700m", "256Mi", ["20"]),
+]
 WORLD = scenario([A, B], PODS)
 SPOT_DEADLINE_S = 120  # EC2 reclaims a spot instance two minutes after its warning
 
@@ -307,7 +311,9 @@ async def test_a_spot_warning_after_a_refused_rebalance_still_drains_the_node_be
         )
         finished = datetime.now(UTC)
         rebalance = await karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance)).describe()
-        spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).describe()
+        spot_handle = karpflow.client.get_workflow_handle(spot_id(karpflow, instance))
+        await karpflow.eventually(lambda: _closed(spot_handle), within=60, what="its replacement up")
+        spot = await spot_handle.describe()
     took = (finished - warned).total_seconds()
     print(f"rebalance then spot: drained and terminated {took:.1f}s after the warning ({SPOT_DEADLINE_S}s)")
     assert finished < deadline
@@ -321,14 +327,19 @@ async def test_a_spot_warning_after_a_refused_rebalance_still_drains_the_node_be
 @pytest.mark.sim_stack(scenario=WORLD)
 async def test_a_spot_warning_takes_over_a_node_a_rebalance_command_still_holds(karpflow, queue):
     """The rebalance's voluntary command holds the node while its replacement never gets ready; the
-    spot warning that follows takes the node over and drains it before its deadline, and the
-    voluntary command's rollback does not untaint the node the spot path drains."""
+    spot warning that follows takes the node over and drains it (onto its own replacement) before
+    its deadline, and the voluntary command's rollback does not untaint the node the spot path drains."""
     await opt_in_to_rebalance(karpflow)
-    karpflow.stack.faults.add_never_ready(instance_types=["m5.large"])
     instance = await instance_of(karpflow, A.name)
+    rebalance = karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance))
+
+    def launched_by_the_rebalance(described: dict) -> bool:
+        tags = {t["Key"]: t["Value"] for t in described.get("Tags") or ()}
+        return tags.get("karpflow.io/command-id", "").startswith(rebalance.id)
+
+    karpflow.stack.faults.add_never_ready(predicate=launched_by_the_rebalance)
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
         queue.put_rebalance_recommendation(instance)
-        rebalance = karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance))
 
         async def holds() -> bool:
             node = (await karpflow.nodes())[A.name]
@@ -349,10 +360,89 @@ async def test_a_spot_warning_takes_over_a_node_a_rebalance_command_still_holds(
         await karpflow.eventually(
             lambda: _closed(rebalance), within=30, what="the rebalance command rolled back"
         )
-        # The spot command's own replacement never gets ready either; its termination is done.
-        spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).query("status")
-        assert spot["candidates"][0]["termination"] == "Succeeded", spot
+    spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).describe()
+    assert spot.status == WorkflowExecutionStatus.COMPLETED
 
 
 async def _closed(handle) -> bool:
     return (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+
+# A spot node in us-west-2a running a pod pinned to its zone; B in us-west-2b cannot take it.
+PINNED_A = node("172.31.1.10", "m5.large", zone="us-west-2a", capacity="spot")
+OTHER_ZONE_B = node("172.31.2.20", "m5.large", zone="us-west-2b")
+PINNED = [
+    Workload(
+        "ml", "zonal", "1500m", "512Mi", ["10"], node_selector={"topology.kubernetes.io/zone": "us-west-2a"}
+    ),
+    Workload("shop", "web", "100m", "128Mi", ["20"]),
+]
+
+
+@pytest.mark.sim_stack(scenario=scenario([PINNED_A, OTHER_ZONE_B], PINNED))
+async def test_a_spot_replacement_honours_its_pods_zone_and_avoids_the_reclaimed_offering(karpflow, queue):
+    """Issue 17 item 4: the replacement is what the displaced pods need (the planner's scheduling
+    simulation on the informer cache), not the interrupted node's offering again: EC2 has no spot
+    m5.large left in us-west-2a (it is reclaiming it), and the pod may only run in us-west-2a."""
+    karpflow.stack.faults.add_insufficient_capacity("m5.large", "us-west-2a", "spot")
+    instance = await instance_of(karpflow, PINNED_A.name)
+
+    async def zonal_runs_in_its_zone() -> dict | None:
+        nodes = await karpflow.nodes()
+        for pod in await karpflow.pods():
+            if pod["metadata"]["namespace"] != "ml" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            host = nodes.get(pod["spec"].get("nodeName") or "")
+            if host and host["metadata"]["name"] != PINNED_A.name and pod["status"].get("phase") == "Running":
+                return host
+        return None
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_spot_interruption(instance)
+        host = await karpflow.eventually(
+            zonal_runs_in_its_zone,
+            within=60,
+            what=lambda: f"the zone-pinned pod running again, {w.interruptions.counters}",
+        )
+    labels = host["metadata"]["labels"]
+    assert labels["topology.kubernetes.io/zone"] == "us-west-2a"
+    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"]) != (
+        "m5.large",
+        "spot",
+    )
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_replacement_counts_a_notready_node_against_the_budget(karpflow, queue):
+    """Issue 17 item 13: one rule for "is this node disrupting" (planner/budgets.py). The pool allows
+    one disruption, and B is NotReady: the planner counts it as disrupting, so does the rebalance."""
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={
+            "metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}},
+            "spec": {"disruption": {"budgets": [{"nodes": "1"}]}},
+        },
+        content_type="application/merge-patch+json",
+    )
+    sick = (await karpflow.nodes())[B.name]
+    sick["status"]["conditions"] = [c for c in sick["status"]["conditions"] if c["type"] != "Ready"] + [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
+    await karpflow.kube.request("PUT", f"/api/v1/nodes/{B.name}/status", body=sick)
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
+    assert A.name in await karpflow.nodes()
