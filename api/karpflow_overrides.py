@@ -10,6 +10,7 @@ precedence for karpflow only:
     karpflow.dev/budgets: '[{"nodes": "10%"}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]'
     karpflow.dev/expire-after: 720h                              # or Never
     karpflow.dev/termination-grace-period: 48h
+    karpflow.dev/max-disruptions-per-hour: "2"                   # a rate budget: 2 per hour
 
 The values have the shape of the spec fields they replace (budgets as JSON). The template is not
 touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
@@ -35,6 +36,9 @@ EXPIRE_AFTER = PREFIX + "expire-after"
 TERMINATION_GRACE_PERIOD = PREFIX + "termination-grace-period"
 # "true": a rebalance recommendation replaces the node proactively, within budgets (docs/interruption.md).
 REBALANCE_REPLACE = PREFIX + "rebalance-replace"
+# "N": at most N of the pool's nodes start a disruption in any hour (a rate budget of N per 1h,
+# for every reason; planner/rate_budgets.py).
+MAX_DISRUPTIONS_PER_HOUR = PREFIX + "max-disruptions-per-hour"
 
 POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
 
@@ -48,6 +52,7 @@ class NodePoolOverrides(BaseModel):
     expire_after: str | None = None
     termination_grace_period: str | None = None
     rebalance_replace: bool | None = None
+    max_disruptions_per_hour: int | None = None
 
     @property
     def disruption(self) -> dict[str, Any]:
@@ -91,6 +96,12 @@ def _policy(value: str) -> str:
     return value
 
 
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError("expected a non-negative integer")
+    return int(value)
+
+
 def _true_or_false(value: str) -> bool:
     if value not in ("true", "false"):
         raise ValueError('must be "true" or "false"')
@@ -104,6 +115,7 @@ _PARSERS = {
     EXPIRE_AFTER: ("expire_after", lambda v: _duration(v, never_ok=True)),
     TERMINATION_GRACE_PERIOD: ("termination_grace_period", lambda v: _duration(v, never_ok=False)),
     REBALANCE_REPLACE: ("rebalance_replace", _true_or_false),
+    MAX_DISRUPTIONS_PER_HOUR: ("max_disruptions_per_hour", _count),
 }
 
 
