@@ -99,18 +99,24 @@ class WindowBlock:
     broken: tuple[str, ...] = ()
     unscheduled: tuple[str, ...] = ()
 
-    def message(self) -> str:
-        names = ", ".join(self.windows)
-        noun = "MaintenanceWindow" if len(self.windows) == 1 else "MaintenanceWindows"
+    def ends(self) -> str:
+        """When the block ends, for people: a time, or what has to happen first."""
         if self.broken:
-            which = ", ".join(self.broken)
-            return f"{noun} {names} blocks {self.action} until {which} is fixed (invalid: fails closed)"
+            return f"when {', '.join(self.broken)} {'is' if len(self.broken) == 1 else 'are'} fixed (invalid)"
         if self.unscheduled:
             which = ", ".join(self.unscheduled)
-            return f"{noun} {names} blocks {self.action} until {which} is deleted (no schedule)"
+            return f"when {which} {'is' if len(self.unscheduled) == 1 else 'are'} deleted (no schedule)"
         if self.until is None:
-            return f"{noun} {names} blocks {self.action} for more than a year (its schedules leave no gap)"
-        return f"{noun} {names} blocks {self.action} until {rfc3339(self.until)}"
+            return "not within a year (its schedules leave no gap)"
+        return rfc3339(self.until)
+
+    def message(self) -> str:
+        noun = "MaintenanceWindow" if len(self.windows) == 1 else "MaintenanceWindows"
+        ends = self.ends()
+        until = f"until {ends}" if self.until is not None else ends.replace("when ", "until ", 1)
+        if self.until is None and not (self.broken or self.unscheduled):
+            until = "for more than a year (its schedules leave no gap)"
+        return f"{noun} {', '.join(self.windows)} blocks {self.action} {until}"
 
 
 def last_hit(cron: str, when: datetime) -> datetime | None:

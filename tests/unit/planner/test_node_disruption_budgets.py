@@ -18,8 +18,12 @@ DISRUPTED = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
 
 
 def ndb(spec: dict, name: str = "ingress") -> dict:
-    return {"apiVersion": "karpflow.dev/v1alpha1", "kind": "NodeDisruptionBudget", "metadata": {"name": name},
-            "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "karpflow.dev/v1alpha1",
+        "kind": "NodeDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def status_of(b: ClusterBuilder):
