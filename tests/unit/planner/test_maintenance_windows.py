@@ -252,3 +252,22 @@ def test_validation_refuses_a_command_a_window_now_blocks():
     verdict = validate(b.snapshot(), b.catalog, command)
     assert not verdict.valid
     assert "MaintenanceWindow blue-hours blocks Consolidation" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        {"metadata": [], "spec": "all"},
+        {"metadata": {"name": "w"}, "spec": {"actions": "Drift", "selector": "x", "schedules": "daily"}},
+        {
+            "metadata": {"name": "w"},
+            "spec": {"actions": ["Drift"], "schedules": [{"cron": 5, "duration": None}]},
+        },
+        {"metadata": {"name": "w"}, "spec": {"actions": ["Drift"], "selector": [None, 3]}},
+    ],
+)
+def test_any_object_reads_as_a_window_that_fails_closed(raw):
+    w = read_window(raw)
+    assert w.broken and w.active_at(MONDAY_10) and w.actions
+    assert blocked([w], next(iter(w.actions)), {}, MONDAY_10) is not None

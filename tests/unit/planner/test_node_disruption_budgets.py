@@ -198,3 +198,17 @@ def test_validation_refuses_a_command_the_budget_no_longer_has_room_for():
     b.objects[2]["spec"]["taints"] = DISRUPTED  # in-1 started disrupting meanwhile
     verdict = validate(b.snapshot(), b.catalog, command)
     assert not verdict.valid and "NodeDisruptionBudget ingress allows 0" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        {"metadata": [], "spec": "all"},
+        {"metadata": {"name": "n"}, "spec": {"selector": "role=ingress", "maxUnavailable": 1}},
+        {"metadata": {"name": "n"}, "spec": {"selector": {"matchLabels": []}, "maxUnavailable": {}}},
+    ],
+)
+def test_any_object_reads_as_a_budget_that_allows_nothing(raw):
+    budget = read_ndb(raw)
+    assert budget.broken and budget.allowed_unavailable(5) == 0
