@@ -43,7 +43,7 @@ ACTION_OF_REASON = {"Empty": "Emptiness", "Underutilized": "Consolidation", "Dri
 HORIZON = timedelta(days=366)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap keys for the caches below
 class Window:
     """A MaintenanceWindow as the planner applies it (fail-closed when the object is broken)."""
 
@@ -72,13 +72,7 @@ class Window:
     def active_end(self, when: datetime) -> datetime | None:
         """While active at `when` through a schedule: when that activity ends (the latest end of the
         schedules active then). None when not active through a schedule (see `active_at`)."""
-        when = _utc(when)
-        ends = []
-        for cron, duration in self.schedules:
-            hit = last_hit(cron, when)
-            if hit is not None and when < hit + duration:
-                ends.append(hit + duration)
-        return max(ends) if ends else None
+        return _active_end(self, _utc(when))
 
     def next_start(self, when: datetime) -> datetime | None:
         """The next cron hit after `when` (None for a window that is always active)."""
@@ -119,6 +113,17 @@ class WindowBlock:
         return f"{noun} {', '.join(self.windows)} blocks {self.action} {until}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _active_end(window: Window, when: datetime) -> datetime | None:
+    # A pass asks this for every candidate and method at the same instant: cron arithmetic once.
+    ends = []
+    for cron, duration in window.schedules:
+        hit = last_hit(cron, when)
+        if hit is not None and when < hit + duration:
+            ends.append(hit + duration)
+    return max(ends) if ends else None
+
+
 def last_hit(cron: str, when: datetime) -> datetime | None:
     """The latest cron hit at or before `when` (cron hits fall on whole minutes)."""
     start = when.replace(second=0, microsecond=0) + timedelta(minutes=1)
@@ -150,7 +155,11 @@ def blocked(
     windows: Iterable[Window], action: str, labels: Mapping[str, str], when: datetime
 ) -> WindowBlock | None:
     """Whether `action` is blocked on a node with `labels` at `when`, by what and until when."""
-    relevant = tuple(w for w in windows if action in w.actions and w.matches(labels))
+    blocking = [w for w in windows if action in w.actions]
+    # Activity does not depend on the node (and is cached): look at labels only when something is on.
+    if not any(w.active_at(when) for w in blocking):
+        return None
+    relevant = tuple(w for w in blocking if w.matches(labels))
     active = [w for w in relevant if w.active_at(when)]
     if not active:
         return None

@@ -126,11 +126,11 @@ def statuses(
 ) -> list[NdbStatus]:
     """Every budget's status over `nodes`; `disrupted`: nodes this pass's commands already took."""
     nodes = list(nodes)
-    taken = set(disrupted)
+    down_now = {n.name for n in nodes if unavailable(n)} | set(disrupted)
     out = []
     for ndb in sorted(budgets, key=lambda b: b.name):
         selected = [n for n in nodes if ndb.selects(n.labels)]
-        down = [n.name for n in selected if unavailable(n) or n.name in taken]
+        down = [n.name for n in selected if n.name in down_now]
         allowed = ndb.allowed_unavailable(len(selected))
         out.append(NdbStatus(ndb, sorted(n.name for n in selected), sorted(down), allowed))
     return out
@@ -141,31 +141,29 @@ class NdbLedger:
 
     def __init__(self, status: list[NdbStatus]) -> None:
         self.status = status
-        self._by_node: dict[str, list[NdbStatus]] = {}
+        # node -> the budgets selecting it that still count it as available
+        self._available_in: dict[str, list[NdbStatus]] = {}
         for item in status:
+            down = set(item.unavailable) | set(item.taken)
             for name in item.selected:
-                self._by_node.setdefault(name, []).append(item)
+                if name not in down:
+                    self._available_in.setdefault(name, []).append(item)
 
     def blocking(self, nodes: Iterable[str]) -> NdbStatus | None:
         """The first budget that has no room for all of `nodes` (None: they may all go)."""
-        need: dict[int, int] = {}
-        by_id = {}
+        need: dict[int, tuple[NdbStatus, int]] = {}
         for name in dict.fromkeys(nodes):
-            for item in self._by_node.get(name, ()):
-                if name in item.unavailable or name in item.taken:
-                    continue  # already counted
-                need[id(item)] = need.get(id(item), 0) + 1
-                by_id[id(item)] = item
-        for key, count in need.items():
-            if by_id[key].remaining < count:
-                return by_id[key]
+            for item in self._available_in.get(name, ()):
+                need[id(item)] = (item, need.get(id(item), (item, 0))[1] + 1)
+        for item, count in need.values():
+            if item.remaining < count:
+                return item
         return None
 
     def take(self, nodes: Iterable[str]) -> None:
         for name in dict.fromkeys(nodes):
-            for item in self._by_node.get(name, ()):
-                if name not in item.unavailable and name not in item.taken:
-                    item.taken.append(name)
+            for item in self._available_in.pop(name, ()):
+                item.taken.append(name)
 
 
 # --- Reading the object (fail closed) -------------------------------------------------------------

@@ -60,13 +60,15 @@ def voluntary_block(ctx: PlanContext, node: Node, reason: str, ledger: NdbLedger
     return None
 
 
-def admit(ctx: PlanContext, method_name: str, commands: Sequence[Command]) -> list[Command]:
+def admit(
+    ctx: PlanContext, method_name: str, commands: Sequence[Command], ledger: NdbLedger | None = None
+) -> list[Command]:
     """The commands of a voluntary method that fit the NodeDisruptionBudgets, in order (a delete is
-    trimmed to the nodes that fit; a replace that does not fit is dropped). Every node left out is
-    explained on behalf of `method_name`."""
+    trimmed to the nodes that fit; a replace that does not fit is dropped), spent from `ledger` (a
+    fresh one by default). Every node left out is explained on behalf of `method_name`."""
     if not ctx.snapshot.node_disruption_budgets:
         return list(commands)
-    ledger = ndb_ledger(ctx)
+    ledger = ledger if ledger is not None else ndb_ledger(ctx)
     admitted = []
     for command in commands:
         status = ledger.blocking(command.nodes)

@@ -235,13 +235,14 @@ def plan(
 
     candidates, blocked = build_candidates(ctx)
     ended_by = None
+    # NodeDisruptionBudgets (planner/operator_controls.py): forceful commands counted, then spent by
+    # the voluntary commands each method's admitted commands take.
+    ledger = ndb_ledger(ctx) if snapshot.node_disruption_budgets else None
     for method in methods:
-        # MaintenanceWindows and NodeDisruptionBudgets (planner/operator_controls.py)
-        ledger = ndb_ledger(ctx) if snapshot.node_disruption_budgets else None
         eligible = [c for c in candidates if _eligible(ctx, method, c, ledger)]
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
-        produced = admit(ctx, method.name, produced)
+        produced = admit(ctx, method.name, produced, ledger)
         commands.extend(produced)
         for command in produced:
             ctx.marked_for_deletion.update(command.nodes)
