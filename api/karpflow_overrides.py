@@ -12,7 +12,8 @@ precedence for karpflow only:
     karpflow.dev/termination-grace-period: 48h
     karpflow.dev/max-disruptions-per-hour: "2"                   # a rate budget: 2 per hour
 
-The values have the shape of the spec fields they replace (budgets as JSON). The template is not
+The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
+karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
 touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
 and makes the pool fail closed, like an invalid budget: karpflow does not disrupt it voluntarily
 until it is fixed, and an unparseable expire-after does not expire anything.
