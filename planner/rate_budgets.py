@@ -18,6 +18,7 @@ answer to kubernetes-sigs/karpenter #2909, "30 % per 10 minutes"; docs/operator-
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -90,3 +91,16 @@ def rate_limit(ctx: PlanContext, pool: NodePool, total: int, reason: str) -> Rat
         if tightest is None or limit.remaining < tightest.remaining:
             tightest = limit
     return tightest
+
+
+def longest_period(pools: Iterable[NodePool]) -> timedelta | None:
+    """How far back the starts must be read for these pools' rate budgets (None: no rate budget),
+    so the controller asks Temporal visibility for no more than it needs."""
+    periods = []
+    for pool in pools:
+        for budget in rate_budgets(pool):
+            try:
+                periods.append(parse_duration(budget.per or ""))
+            except ValueError:
+                continue  # the pool fails closed anyway
+    return max(periods) if periods else None

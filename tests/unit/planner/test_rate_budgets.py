@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from api.nodepool import Budget
 from planner.budgets import build_budget_map
 from planner.plan import plan
+from planner.rate_budgets import longest_period
 from planner.snapshot import RecentDisruption
 from sim.cluster_builder import ClusterBuilder
 
@@ -112,3 +113,14 @@ def test_an_invalid_per_in_the_spec_fails_the_pool_closed():
     result = run(empty_pool([{"nodes": "100%"}, {"nodes": "2", "per": "0s"}]))
     assert result.commands == []
     assert any("per '0s': must be longer than 0s" in p for p in result.problems)
+
+
+def test_the_longest_period_says_how_far_back_the_controller_must_read_starts():
+    b = empty_pool(
+        [{"nodes": "100%"}, {"nodes": "2", "per": "10m"}],
+        annotations={"karpflow.dev/max-disruptions-per-hour": "5"},
+    )
+    b.nodepool("other")
+    snapshot = b.snapshot()
+    assert longest_period(snapshot.nodepools.values()) == timedelta(hours=1)
+    assert longest_period([snapshot.nodepools["other"]]) is None
