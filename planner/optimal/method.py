@@ -143,7 +143,7 @@ class OptimalConsolidation:
         report.step_seconds = round(step.seconds, 3)
         leaving = set(target.remove)
         command, why = None, ""
-        if step.remove and step.saving > 0:
+        if step.remove:
             remove = [ordered[n] for n in ordered if n in set(step.remove)]  # disruption-cost order
             command, why = step_command(
                 ctx, problem, self.name, remove, step.launches, leaving - set(step.remove)
@@ -286,8 +286,6 @@ def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:
         command.method, command.reason, kept, command.replacements, command.disruption_class, command.message
     )
     rebuilt.placements = command.placements
-    if rebuilt.savings_per_hour <= 0:
-        return ValidationResult(False, None, "price: the command is no longer cheaper")
     floor = below_floor(rebuilt)
     if floor is not None:
         return ValidationResult(False, None, floor)

@@ -9,10 +9,11 @@ simulation knows is checked, topology spread and pod (anti-)affinity included, a
 that will really be there. Pods the planned nodes cannot take (fragmentation the solver's pooled
 view cannot see, or a topology rule) may open ordinary new NodeClaims, launched by the command too.
 
-A command launches only the planned nodes pods landed on, each with the instance types that hold
-what landed there for no more than planned, cheapest first, in its planned zone. It must be strictly
-cheaper, worst case, than the nodes it removes, as every consolidation command; when the check
-fails, half the step is tried, then a quarter.
+A command launches only the planned nodes pods landed on, each as its planned type (or one as big for
+no more), in its planned zone, never a type one of its nodes already is for no less (Karpenter's
+filterOutSameInstanceType). It must be strictly cheaper, worst case, than the nodes it removes, as
+every consolidation command: the fleet's cost then falls with every command, so the moves cannot
+cycle. When the check fails, half the step is tried, then a quarter.
 """
 
 from __future__ import annotations
@@ -171,20 +172,52 @@ def _try(
         ]
         ct = launch_capacity_type(claim.capacity_types)
         replacements.append(virtual.replacement(claim, moving, options[:OVERFLOW_OPTIONS], capacity_type=ct))
+    same = _relaunches_removed_type(remove, replacements)
+    if same:
+        return (
+            None,
+            f"the move would launch {same} again, as one of its nodes already is: keeping it is better",
+        )
     command = Command(method, REASON_UNDERUTILIZED, remove, replacements, DisruptionClass.GRACEFUL)
     command.placements = placements
     if command.savings_per_hour <= 0:
+        # Every move saves now, worst case, as every consolidation command: the fleet's cost falls
+        # with each command, so moves (theirs and Karpenter's methods') can never cycle.
         return None, (
-            f"the step is not cheaper: its nodes cost ${command.source_price:.4f}/h, its new nodes up to "
-            f"${command.replacement_worst_case_price:.4f}/h"
+            f"the move is not cheaper: its nodes cost ${command.source_price:.4f}/h, its new nodes "
+            f"up to ${command.replacement_worst_case_price:.4f}/h"
         )
     command.message = describe(command, len(leaving_later))
     return command, ""
 
 
+def _relaunches_removed_type(remove: Sequence[Candidate], replacements: list[Replacement]) -> str | None:
+    """Karpenter's filterOutSameInstanceType, for moves: a new node whose options include a type one
+    of the removed nodes is, for no less than that node costs, is better not launched (keep the node).
+    Options of a new node are trimmed to those cheaper; returns the type when none is left."""
+    current: dict[str, float] = {}
+    for c in remove:
+        if c.instance_type_name and c.price is not None:
+            current[c.instance_type_name] = min(current.get(c.instance_type_name, float("inf")), c.price)
+    for r in replacements:
+        ceiling = min((current[t.name] for t in r.instance_types if t.name in current), default=None)
+        if ceiling is None:
+            continue
+        kept = [
+            t
+            for t in r.instance_types
+            if (p := t.worst_case_price([r.capacity_type], r.zones)) is not None and p < ceiling
+        ]
+        if not kept:
+            return r.instance_types[0].name
+        r.instance_types = kept
+    return None
+
+
 def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str, pods: list) -> Replacement:
-    """The launch for one planned node: the types of its pool that hold what landed on it, in its zone
-    and capacity type, for no more than the planned type costs there (cheapest first)."""
+    """The launch for one planned node: its planned type, or a type of its pool at least as big
+    everywhere for no more in its zone and capacity type (cheapest first). Not a smaller one: the
+    room left is for the pods of later moves."""
     sim = problem.prepared.simulator
     pool = next(p for p in sim.pools if p.pool.name == option.pool)
     used = sim._zero
@@ -192,12 +225,13 @@ def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str,
         vec = sim.vector(problem.prepared.sim_pod(pod).constraints.requests) or sim._zero
         used = tuple(a + b for a, b in zip(used, vec, strict=True))
     planned = sim.instance_types[option.instance_type]
+    planned_alloc = next(e.alloc for e in sim.pool_types(pool) if e.name == option.instance_type)
     ceiling = _price(planned, zone, option.capacity_type)
     fitting = []
     for entry in sim.pool_types(pool):
         kind = sim.instance_types[entry.name]
         price = _price(kind, zone, option.capacity_type)
-        if price is None or ceiling is None or price > ceiling or not vec_fits(used, entry.alloc):
+        if price is None or ceiling is None or price > ceiling or not vec_fits(planned_alloc, entry.alloc):
             continue
         fitting.append((price, entry.name))
     names = [n for _, n in sorted(fitting)] or [option.instance_type]

@@ -18,7 +18,7 @@ x_gc, x_go >= 0: pods of group g moved into room class c / onto new nodes of opt
 
 **This pass's step** toward it: z_i in {0,1}: remove node i now (only nodes the target removes),
 n'_o <= n_o new nodes now; the same placement rows over the room of the nodes the target keeps;
-    max  sum_i price_i z_i - sum_o price_o n'_o                          (saving now)
+    max  sum_i price_i z_i - 0.1 sum_o price_o n'_o         (progress first, then saving now)
     s.t. sum_{i in pool p} z_i <= budget_p;  pods of a PDB evicted <= its allowance (one node always);
          with spot-to-spot off: no launch unless an on-demand node goes.
 
@@ -44,8 +44,15 @@ from planner.optimal.fleet import FleetProblem, Room
 
 # $/h charged per pod moved: breaks ties toward fewer evictions, and keeps a node whose removal
 # would save less than its pods' churn.
-CHURN_PER_POD = 0.0002
+CHURN_PER_POD = 0.0005
 _EPS = 1e-6
+# The step's objective prices a launch at this share of its price: progress toward the target comes
+# first, saving now second.
+LAUNCH_WEIGHT = 0.1
+MIN_STEP_SAVING = 0.001  # $/h
+# The step places whole pods node by node when that takes at most this many columns; past it, room
+# is pooled per class as in the target.
+EXACT_ROOM_COLUMNS = 3000
 
 
 @dataclass
@@ -106,7 +113,7 @@ class _Model:
     ) -> tuple[list[float] | None, str]:
         h = new_highs()
         h.setOptionValue("time_limit", max(time_limit, 0.01))
-        h.setOptionValue("mip_rel_gap", 1e-4)
+        h.setOptionValue("mip_rel_gap", 0.002)
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
         inf = highspy.kHighsInf
@@ -190,25 +197,28 @@ def _placement_rows(
     room_cols: dict[str, int],
     option_cols: dict[int, int],
     scales: list[float],
+    exact_rooms: bool = False,
 ) -> dict[int, list[tuple[int, float]]]:
     """Flow columns and capacity rows; returns, per group, its flow columns (for conservation)."""
     flows: dict[int, list[tuple[int, float]]] = {g.index: [] for g in problem.groups}
-    # A node whose keeping is decided has rows of its own: pooling its room with others' would let
-    # the solver fill fragments no pod fits in. Fixed room is pooled per class.
-    units: list[tuple[frozenset[int], list[Room]]] = []
-    for admits, rooms in classes.items():
-        fixed = [r for r in rooms if r.name not in room_cols]
-        if fixed:
-            units.append((admits, fixed))
-        units.extend((admits, [r]) for r in rooms if r.name in room_cols)
+    # Room is pooled per class of nodes admitting the same pods (a per-node program is several times
+    # slower to solve well); a fragment smaller than half a typical pod counts for nothing, and what
+    # pooling still overstates the simulation catches (moves.py).
+    # With `exact_rooms` (the step: no keep decision on these nodes) every node has its own rows and
+    # whole pods, so fragments count exactly as the pods' shapes allow.
+    fragment = [0.0] * len(problem.dims) if exact_rooms else _typical_pod(problem)
+    units = (
+        [(a, [r]) for a, rooms in classes.items() for r in rooms] if exact_rooms else list(classes.items())
+    )
     for admits, rooms in units:
-        cols = {g: m.col(0.0) for g in sorted(admits)}
+        cols = {g: m.col(0.0, integer=exact_rooms) for g in sorted(admits)}
         for g, col in cols.items():
             flows[g].append((col, 1.0))
         for d, scale in enumerate(scales):
-            fixed_room = sum(max(r.free[d], 0) for r in rooms if r.name not in room_cols) / scale
+            usable = {r.name: max(r.free[d] - fragment[d] / 2, 0) / scale for r in rooms}
+            fixed_room = sum(v for n, v in usable.items() if n not in room_cols)
             terms = [(col, problem.groups[g].vec[d] / scale) for g, col in cols.items()]
-            terms += [(room_cols[r.name], -max(r.free[d], 0) / scale) for r in rooms if r.name in room_cols]
+            terms += [(room_cols[n], -v) for n, v in usable.items() if n in room_cols]
             m.row(terms, -math.inf, fixed_room)
     for o, n_col in option_cols.items():
         option = problem.options[o]
@@ -220,6 +230,13 @@ def _placement_rows(
             terms.append((n_col, -option.alloc[d] / scale))
             m.row(terms, -math.inf, 0.0)
     return flows
+
+
+def _typical_pod(problem: FleetProblem) -> list[float]:
+    count = sum(g.count for g in problem.groups)
+    if not count:
+        return [0.0] * len(problem.dims)
+    return [sum(g.vec[d] * g.count for g in problem.groups) / count for d in range(len(problem.dims))]
 
 
 def _launch_bound(problem: FleetProblem, o: int) -> int:
@@ -286,16 +303,17 @@ def solve_step(
         return Step([], {}, 0.0, "nothing to remove", 0.0)
     m = _Model()
     scales = _scales(problem)
-    go_cols = {
-        r.name: m.col(r.price - CHURN_PER_POD * sum(r.pods.values()), 0.0, 1.0, integer=True)
-        for r in removable
-    }
+    # Progress first: the most of the target's removals the budgets allow, as long as the step
+    # saves; launches are priced a little so that no node is launched for nothing.
+    go_cols = {r.name: m.col(r.price, 0.0, 1.0, integer=True) for r in removable}
     option_cols = {
-        o: m.col(-problem.options[o].price, 0.0, float(n), integer=True) for o, n in target.launches.items()
+        o: m.col(-LAUNCH_WEIGHT * problem.options[o].price, 0.0, float(n), integer=True)
+        for o, n in target.launches.items()
     }
     staying = [r for r in problem.rooms if r.name not in leaving]
     classes = _classes(r for r in staying)
-    flows = _placement_rows(m, problem, classes, {}, option_cols, scales)
+    exact = sum(len(r.admits) for r in staying) <= EXACT_ROOM_COLUMNS
+    flows = _placement_rows(m, problem, classes, {}, option_cols, scales, exact_rooms=exact)
     by_name = {r.name: r for r in removable}
     for g in problem.groups:
         moved = [(go_cols[node], -float(len(pods))) for node, pods in g.per_node.items() if node in go_cols]
@@ -314,6 +332,10 @@ def solve_step(
                 -math.inf,
                 float(max(allowed, *counts.values())),
             )
+    # Strictly cheaper now, as every consolidation command: the fleet's cost falls with each step.
+    saving = [(go_cols[r.name], r.price) for r in removable]
+    saving += [(c, -problem.options[o].price) for o, c in option_cols.items()]
+    m.row(saving, MIN_STEP_SAVING, math.inf)
     if not spot_to_spot and option_cols:
         # Karpenter's rule: spot nodes alone may only be deleted, never replaced (behaviour notes §2.5).
         on_demand = [
