@@ -48,7 +48,7 @@ def test_bad_floor_values_are_problems(annotations):
 
 
 def test_floor_annotations_are_known_and_never_fail_the_pools_budgets():
-    overrides, problems = read_overrides({"karpflow.dev/min-savings-fraction": "oops"})
+    _, problems = read_overrides({"karpflow.dev/min-savings-fraction": "oops"})
     assert problems == []  # read_savings_floor reports it; the pool's budgets stay valid
 
 
