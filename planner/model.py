@@ -157,7 +157,7 @@ class PlanOptions(BaseModel):
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
     # Time the Optimal method's solver may take per pass (planner/optimal/); it returns its best
     # answer when the time is up.
-    optimal_time_limit: timedelta = timedelta(seconds=1.5)
+    optimal_time_limit: timedelta = timedelta(seconds=1.2)
 
 
 # --- Candidates -----------------------------------------------------------------------------------
