@@ -20,6 +20,9 @@ and a single node needs at least 15 cheaper types and launches with the 15 cheap
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
   in `planner.consolidation_validation`.
 
+A replace under the NodePools' savings floor (`karpflow.dev/min-savings-*`, planner/savings_threshold.py)
+is no command either: single-node consolidation tries the next candidate, multi-node a shorter prefix.
+
 karpflow extension, opt-in (`PlanOptions.max_replacements` > 1, `karpflow plan --max-replacements`):
 multi-node consolidation may replace its candidates with up to that many new nodes. The rules stay
 Karpenter's, applied to the total: every pod must be placed, the worst case of all launches together

@@ -4,7 +4,8 @@ scheduling-simulation contract.
 How a pass works (`planner.plan.plan`):
 1. `candidates.build_candidates(ctx)` turns every managed node into a `Candidate` or a `Blocked`
    entry with a readable reason (§1.3 of the behaviour notes).
-2. For each `Method` in order (emptiness, drift, multi-node, single-node consolidation):
+2. For each `Method` in order (emptiness, drift, Optimal consolidation for the NodePools that opt in,
+   multi-node, single-node consolidation):
    - the candidates the method may touch are those passing `method.should_disrupt(ctx, c)` (and the
      class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost;
    - `budgets.build_budget_map(ctx, method.reason)` gives the per-pool allowance;

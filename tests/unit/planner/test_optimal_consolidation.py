@@ -199,3 +199,26 @@ def test_the_bench_scenario_ends_cheaper_than_it_starts_and_every_node_fits():
         b.now += timedelta(minutes=1)
     assert used_optimal
     assert cluster_cost(b)[0] < start / 2
+
+
+def test_karpflow_plan_strategy_optimal_shows_the_target_fleet(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+
+    path = fragmented(annotate=False).write(tmp_path / "cluster.yaml")
+    runner = CliRunner()
+    shown = runner.invoke(
+        main, ["plan", "--snapshot", str(path), "--strategy", "optimal"], env={"COLUMNS": "200"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "Target fleet (Optimal NodePools: 6 candidate nodes, 12 pods)" in shown.output
+    assert "fluid optimum" in shown.output and "move now:" in shown.output
+    as_json = runner.invoke(main, ["plan", "--snapshot", str(path), "--strategy", "optimal", "-o", "json"])
+    data = json.loads(as_json.output)  # nothing else on stdout (HiGHS prints a banner once per process)
+    assert data["targetFleet"]["nodes"] == 6
+    assert data["targetFleet"]["targetCost"] < data["targetFleet"]["currentCost"]
+    default = runner.invoke(main, ["plan", "--snapshot", str(path), "-o", "json"])
+    assert json.loads(default.output)["targetFleet"] is None

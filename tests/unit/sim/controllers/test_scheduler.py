@@ -160,7 +160,9 @@ async def test_prefer_no_schedule_nodes_take_pods_only_when_nothing_else_fits():
     make_pod(store, "filler", cpu="1", nodeName="busy")
     for i in range(3):
         make_pod(store, f"p{i}", cpu="400m")  # two fit on busy, the third does not
-    make_pod(store, "tolerant", cpu="100m", tolerations=[{"key": "karpflow.io/leaving", "operator": "Exists"}])
+    make_pod(
+        store, "tolerant", cpu="100m", tolerations=[{"key": "karpflow.io/leaving", "operator": "Exists"}]
+    )
     scheduler = scheduler_for(store)
     assert await scheduler.schedule_pass() == 4
     where = placement(store)
