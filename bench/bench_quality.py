@@ -45,9 +45,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL
+from planner.catalog import Catalog
 from planner.model import Command, PlanOptions
 from planner.plan import plan
 from planner.scheduling.adapter import SnapshotSimulation
+from planner.snapshot import Snapshot
 from sim.cluster_builder import ClusterBuilder
 
 GIB = 1 << 30
@@ -125,7 +127,14 @@ def launchable(builder: ClusterBuilder) -> list[tuple[str, float, tuple[int, int
     """What the NodePool may launch, as the planner sees it (its requirements against the catalog):
     (type, cheapest allowed offering's price, capacity (cpu m, memory B), allocatable net of
     DaemonSets (cpu m, memory B))."""
-    sim = SnapshotSimulation(builder.snapshot(via_yaml=False), builder.catalog).simulator
+    assert builder.catalog is not None
+    return launchable_in(builder.snapshot(via_yaml=False), builder.catalog)
+
+
+def launchable_in(
+    snapshot: Snapshot, catalog: Catalog
+) -> list[tuple[str, float, tuple[int, int], tuple[int, int]]]:
+    sim = SnapshotSimulation(snapshot, catalog).simulator
     out = []
     for pool in sim.pools:
         for e in sim.pool_types(pool):
@@ -153,8 +162,15 @@ def fluid_optimum(builder: ClusterBuilder) -> float:
     """A tighter reference, still a lower bound for any packing: the cheapest mix of fractional nodes
     whose allocatable (net of DaemonSets) covers the total cpu and memory. A 2-constraint LP, so some
     optimum uses at most two instance types: try every type alone and every pair."""
-    need_cpu, need_mem = requested(builder)
-    shapes = [(price, alloc[0], alloc[1]) for _, price, _, alloc in launchable(builder)]
+    assert builder.catalog is not None
+    return fluid_optimum_of(builder.snapshot(via_yaml=False), builder.catalog)
+
+
+def fluid_optimum_of(snapshot: Snapshot, catalog: Catalog) -> float:
+    """`fluid_optimum` on a snapshot (every pod but DaemonSet pods) and a catalog."""
+    pods = [p for p in snapshot.pods if not p.is_daemonset and not p.is_terminal]
+    need_cpu, need_mem = sum(p.requests.cpu for p in pods), sum(p.requests.memory for p in pods)
+    shapes = [(price, alloc[0], alloc[1]) for _, price, _, alloc in launchable_in(snapshot, catalog)]
     best = min(p * max(need_cpu / c, need_mem / m) for p, c, m in shapes)
     for pa, ca, ma in shapes:
         for pb, cb, mb in shapes:
