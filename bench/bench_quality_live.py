@@ -10,7 +10,7 @@ Deployments with PDBs (maxUnavailable 1), two of them running a do-not-disrupt p
 placed by the simulated kube-scheduler, not where the planner's simulation put them. The NodePool
 carries `karpflow.dev/consolidation-strategy: Optimal` for the Optimal run. The controller runs with
 a 1 s interval and a 2 s validation wait (Karpenter's 10 s and 15 s would only make the run longer)
-until its status is quiet; then printed: end cost (running instances, bundled prices) against the
+until its status is quiet; then printed: end cost (every node at its own offering) against the
 fluid optimum of the pods' requests (bench_quality.py's yardstick, computed on the start), the time
 to quiet, the DisruptionWorkflows and the nodes they disrupted, and the pods evicted (the
 simulator's invariant checker counts every admitted eviction). CPU-heavy: run it alone.
@@ -30,7 +30,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import boto3
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,12 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_quality import fluid_optimum_of
 
 from api import search_attributes as sa
+from api.constants import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
 from api.controller_io import ControllerStatus
 from api.quantity import millicores, to_int
 from api.workflow_ids import controller_workflow_id
 from planner.catalog import bundled_catalog
 from planner.snapshot import Snapshot
-from sim.cli import SimClient
+from sim.cli import SimClient, dump_as_list
 from sim.devstack import DevSettings, DevStack
 from sim.ports import free_port
 from sim.scenarios import generate_demo as gen
@@ -101,24 +101,19 @@ def scenario(nodes: int, seed: int, strategy: str) -> dict:
 
 
 def hourly_cost(settings: DevSettings) -> tuple[float, int]:
-    ec2 = boto3.client(
-        "ec2",
-        endpoint_url=settings.ec2_endpoint,
-        region_name=settings.region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    """What the cluster's nodes cost per hour: each at its own offering (type, zone, capacity type:
+    replacements may be spot), bundled prices."""
     catalog = bundled_catalog(settings.region)
+    state = dump_as_list(SimClient(settings.kube_url).request("GET", "/sim/state"))
     total, count = 0.0, 0
-    for reservation in ec2.describe_instances(
-        Filters=[{"Name": "instance-state-name", "Values": ["running", "pending"]}]
-    )["Reservations"]:
-        for instance in reservation["Instances"]:
-            kind = catalog.get(instance["InstanceType"])
-            total += (
-                (kind.price(instance["Placement"]["AvailabilityZone"], "on-demand") or 0.0) if kind else 0.0
-            )
-            count += 1
+    for obj in state["items"]:
+        if obj.get("kind") != "Node":
+            continue
+        labels = obj["metadata"].get("labels") or {}
+        kind = catalog.get(labels.get(INSTANCE_TYPE_LABEL))
+        zone, capacity_type = labels.get(ZONE_LABEL, ""), labels.get(CAPACITY_TYPE_LABEL, "on-demand")
+        total += (kind.price(zone, capacity_type) or 0.0) if kind else 0.0
+        count += 1
     return total, count
 
 
