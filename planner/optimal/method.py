@@ -31,7 +31,7 @@ from planner.model import (
     Replacement,
     ValidationResult,
 )
-from planner.optimal.fleet import FleetProblem, build_problem
+from planner.optimal.fleet import FleetProblem, LaunchOption, build_problem
 from planner.optimal.leaving import has_leaving_taint
 from planner.optimal.moves import planned_nodes, step_command
 from planner.optimal.solver import Step, TargetFleet, fluid_optimum, solve_step, solve_target
@@ -292,11 +292,11 @@ def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:
     return ValidationResult(True, rebuilt)
 
 
-def _as_option(r: Replacement) -> tuple:
-    from planner.optimal.fleet import LaunchOption
-
-    kind = r.instance_types[0]
-    option = LaunchOption(r.nodepool, kind.name, r.capacity_type, (r.zones[0],), 0.0, (), frozenset())
+def _as_option(r: Replacement) -> tuple[LaunchOption, str]:
+    """A planned replacement as the launch option `planned_nodes` adds: its first type and zone."""
+    option = LaunchOption(
+        r.nodepool, r.instance_types[0].name, r.capacity_type, (r.zones[0],), 0.0, (), frozenset()
+    )
     return option, r.zones[0]
 
 

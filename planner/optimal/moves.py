@@ -48,7 +48,7 @@ def planned_nodes(
     for index, (option, zone) in enumerate(launches):
         pool = pools[option.pool]
         kind = sim.instance_types[option.instance_type]
-        overhead = pool.overhead.get(kind.name, sim._zero)
+        overhead = pool.overhead.get(kind.name, (0,) * len(sim.resource_names))
         allocatable = {
             name: max(kind.allocatable.get(name, 0) - overhead[i], 0)
             for i, name in enumerate(sim.resource_names)
@@ -220,10 +220,6 @@ def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str,
     room left is for the pods of later moves."""
     sim = problem.prepared.simulator
     pool = next(p for p in sim.pools if p.pool.name == option.pool)
-    used = sim._zero
-    for pod in pods:
-        vec = sim.vector(problem.prepared.sim_pod(pod).constraints.requests) or sim._zero
-        used = tuple(a + b for a, b in zip(used, vec, strict=True))
     planned = sim.instance_types[option.instance_type]
     planned_alloc = next(e.alloc for e in sim.pool_types(pool) if e.name == option.instance_type)
     ceiling = _price(planned, zone, option.capacity_type)
