@@ -4,7 +4,8 @@ scheduling-simulation contract.
 How a pass works (`planner.plan.plan`):
 1. `candidates.build_candidates(ctx)` turns every managed node into a `Candidate` or a `Blocked`
    entry with a readable reason (§1.3 of the behaviour notes).
-2. For each `Method` in order (emptiness, drift, multi-node, single-node consolidation):
+2. For each `Method` in order (emptiness, drift, Optimal consolidation for the NodePools that opt in,
+   multi-node, single-node consolidation):
    - the candidates the method may touch are those passing `method.should_disrupt(ctx, c)` (and the
      class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost;
    - `budgets.build_budget_map(ctx, method.reason)` gives the per-pool allowance;
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,17 +53,21 @@ DRIFT = "drift"
 MULTI_NODE_CONSOLIDATION = "multi-node-consolidation"
 SINGLE_NODE_CONSOLIDATION = "single-node-consolidation"
 EXPIRATION = "expiration"
+# karpflow's opt-in target-fleet consolidation (planner/optimal/).
+OPTIMAL_CONSOLIDATION = "optimal-consolidation"
 
 # Consolidation types (Karpenter's `consolidation_type` metric label).
 CONSOLIDATION_EMPTY = "empty"
 CONSOLIDATION_MULTI = "multi"
 CONSOLIDATION_SINGLE = "single"
+CONSOLIDATION_OPTIMAL = "optimal"
 
 __all__ = [
     "DRIFT",
     "EMPTINESS",
     "EXPIRATION",
     "MULTI_NODE_CONSOLIDATION",
+    "OPTIMAL_CONSOLIDATION",
     "REASON_DRIFTED",
     "REASON_EMPTY",
     "REASON_EXPIRED",
@@ -148,6 +153,12 @@ class PlanOptions(BaseModel):
     # Repair stops for a NodePool when more than this share of its nodes is unhealthy: then the
     # cluster is sick, not the node, and replacing nodes would not help (Karpenter: 20 %).
     repair_max_unhealthy: float = Field(default=0.2, ge=0, le=1)
+    # Consolidation strategy for every NodePool, overriding their karpflow.dev/consolidation-strategy
+    # annotations (`karpflow plan --strategy`, benches). None: each pool's annotation (default Karpenter).
+    consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
+    # Time the Optimal method's solver may take per pass (planner/optimal/); it returns its best
+    # answer when the time is up.
+    optimal_time_limit: timedelta = timedelta(seconds=1.2)
 
 
 # --- Candidates -----------------------------------------------------------------------------------
@@ -474,6 +485,11 @@ class PlanContext:
     clock: Callable[[], float] = time.monotonic
     # node -> [(method, why it was not chosen)], shown by `karpflow plan`.
     explanations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # Nodes a target-fleet method will remove in a later pass (they get karpflow.io/leaving); None
+    # when no such method ran this pass (planner/optimal/leaving.py).
+    leaving: set[str] | None = None
+    # method name -> what it wants `karpflow plan` to show beside its commands (e.g. the target fleet).
+    outcomes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:

@@ -51,6 +51,8 @@ from planner.model import (
 )
 from planner.node_disruption_budgets import NdbLedger
 from planner.operator_controls import admit, ndb_ledger, voluntary_block
+from planner.optimal.leaving import TaintChange, leaving_taint_changes
+from planner.optimal.method import OptimalConsolidation, TargetFleetOut, optimal_pools
 from planner.repair import (
     LIVENESS,
     NODEPOOL_DELETION,
@@ -59,6 +61,7 @@ from planner.repair import (
     nodepool_deletion_commands,
     repair_commands,
 )
+from planner.savings_threshold import floor_problems
 from planner.snapshot import Snapshot
 
 
@@ -158,6 +161,13 @@ class Plan(_Out):
     annotations: list[AnnotationChange] = Field(
         default_factory=list, description="node annotations to set (value) or remove (null)"
     )
+    taints: list[TaintChange] = Field(
+        default_factory=list,
+        description="karpflow.io/leaving taints to add or remove: nodes the Optimal target removes later",
+    )
+    target_fleet: TargetFleetOut | None = Field(
+        default=None, description="the Optimal strategy's target fleet, when its method ran"
+    )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
 
@@ -174,8 +184,9 @@ class Plan(_Out):
 
 
 def default_methods() -> list[Method]:
-    """Emptiness, drift, then the consolidation methods of planner/consolidation.py when present."""
-    methods: list[Method] = [Emptiness(), Drift()]
+    """Emptiness, drift, Optimal consolidation (NodePools that opt in), then the consolidation methods
+    of planner/consolidation.py when present (for every pool, Optimal ones when it found nothing)."""
+    methods: list[Method] = [Emptiness(), Drift(), OptimalConsolidation()]
     module = _optional_module("planner.consolidation")
     if module is not None:
         for name in ("MultiNodeConsolidation", "SingleNodeConsolidation"):
@@ -251,7 +262,7 @@ def plan(
             break
 
     total, in_flight, planned = pool_counts(ctx)
-    problems = list(snapshot.problems) + _nodeclass_problems(snapshot)
+    problems = list(snapshot.problems) + _nodeclass_problems(snapshot) + floor_problems(snapshot)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
     result = Plan(
@@ -271,6 +282,10 @@ def plan(
             AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
             for node, value in voluntary_disruption_markers(ctx)
         ],
+        taints=leaving_taint_changes(
+            snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
+        ),
+        target_fleet=ctx.outcomes.get(OptimalConsolidation.name),
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
@@ -455,6 +470,7 @@ __all__ = [
     "CommandOut",
     "Plan",
     "ReplacementOut",
+    "TaintChange",
     "ValidationOut",
     "command_out",
     "default_methods",
