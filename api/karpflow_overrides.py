@@ -10,11 +10,13 @@ precedence for karpflow only:
     karpflow.dev/budgets: '[{"nodes": "10%"}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]'
     karpflow.dev/expire-after: 720h                              # or Never
     karpflow.dev/termination-grace-period: 48h
+    karpflow.dev/max-disruptions-per-hour: "2"                   # a rate budget: 2 per hour
     karpflow.dev/consolidation-strategy: Optimal                 # or Karpenter (the default)
     karpflow.dev/min-savings-per-hour: "0.05"                    # $/h a replace must save
     karpflow.dev/min-savings-fraction: "10%"                     # or 0.1: of what the nodes cost
 
-The values have the shape of the spec fields they replace (budgets as JSON). The template is not
+The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
+karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
 touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
 and makes the pool fail closed, like an invalid budget: karpflow does not disrupt it voluntarily
 until it is fixed, and an unparseable expire-after does not expire anything.
@@ -43,6 +45,9 @@ EXPIRE_AFTER = PREFIX + "expire-after"
 TERMINATION_GRACE_PERIOD = PREFIX + "termination-grace-period"
 # "true": a rebalance recommendation replaces the node proactively, within budgets (docs/interruption.md).
 REBALANCE_REPLACE = PREFIX + "rebalance-replace"
+# "N": at most N of the pool's nodes start a disruption in any hour (a rate budget of N per 1h,
+# for every reason; planner/rate_budgets.py).
+MAX_DISRUPTIONS_PER_HOUR = PREFIX + "max-disruptions-per-hour"
 CONSOLIDATION_STRATEGY = PREFIX + "consolidation-strategy"
 MIN_SAVINGS_PER_HOUR = PREFIX + "min-savings-per-hour"
 MIN_SAVINGS_FRACTION = PREFIX + "min-savings-fraction"
@@ -64,6 +69,7 @@ class NodePoolOverrides(BaseModel):
     expire_after: str | None = None
     termination_grace_period: str | None = None
     rebalance_replace: bool | None = None
+    max_disruptions_per_hour: int | None = None
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
 
     @property
@@ -108,6 +114,12 @@ def _policy(value: str) -> str:
     return value
 
 
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError("expected a non-negative integer")
+    return int(value)
+
+
 def _strategy(value: str) -> str:
     if value not in STRATEGIES:
         raise ValueError(f"expected one of {', '.join(STRATEGIES)}")
@@ -127,6 +139,7 @@ _PARSERS = {
     EXPIRE_AFTER: ("expire_after", lambda v: _duration(v, never_ok=True)),
     TERMINATION_GRACE_PERIOD: ("termination_grace_period", lambda v: _duration(v, never_ok=False)),
     REBALANCE_REPLACE: ("rebalance_replace", _true_or_false),
+    MAX_DISRUPTIONS_PER_HOUR: ("max_disruptions_per_hour", _count),
     CONSOLIDATION_STRATEGY: ("consolidation_strategy", _strategy),
 }
 

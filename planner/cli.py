@@ -39,8 +39,9 @@ def parse_at(value: str) -> datetime:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
-    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O)."""
+def live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
+    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O), as
+    `karpflow plan --live` and `karpflow windows` read them. Raises what the client raises."""
     import asyncio
 
     from cluster.informer import list_cluster
@@ -53,11 +54,15 @@ def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
         finally:
             await kube.close()
 
+    return Snapshot.from_objects(asyncio.run(read()), now=now, source="the live cluster")
+
+
+def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
     try:
-        objects = asyncio.run(read())
+        return live_snapshot(kubeconfig, now)
     except Exception as err:
         _fail(f"--live: cannot read the cluster: {err}")
-    return Snapshot.from_objects(objects, now=now, source="the live cluster")
+        raise  # unreachable: _fail exits
 
 
 def _fail(message: str) -> None:

@@ -376,6 +376,9 @@ class BudgetMap:
     disrupting: dict[str, int] = field(default_factory=dict)
     planned: dict[str, int] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
+    # pool -> why a rate budget (`per`, planner/rate_budgets.py) limits it below its concurrency
+    # budget, as a function of what is left.
+    rate_limited: dict[str, Callable[[int], str]] = field(default_factory=dict)
 
     def available(self, pool: str) -> int:
         return self.remaining.get(pool, 0)
@@ -397,6 +400,7 @@ class BudgetMap:
             dict(self.disrupting),
             dict(self.planned),
             self.errors,
+            self.rate_limited,
         )
 
     def exhausted_message(self, pool: str) -> str:
@@ -404,6 +408,8 @@ class BudgetMap:
         if self.errors.get(pool):
             first = self.errors[pool][0]
             return f"nodepool {pool} has an invalid disruption budget ({first}); budgets fail closed"
+        if pool in self.rate_limited and self.remaining.get(pool, 0) == 0:
+            return self.rate_limited[pool](0)
         allowed, planned = self.allowed.get(pool, 0), self.planned.get(pool, 0)
         if allowed == 0:
             return f"nodepool {pool} budget allows no {self.reason} disruptions now"
