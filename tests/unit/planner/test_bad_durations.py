@@ -17,7 +17,7 @@ from planner.candidates import pod_block
 from planner.emptiness import Emptiness
 from planner.model import PlanOptions
 from planner.plan import plan
-from sim.cluster_builder import ClusterBuilder
+from sim.cluster_builder import NODECLAIM_SPEC, ClusterBuilder
 
 BAD = ["-1h", "-5m", "a while", "1d"]
 
@@ -71,7 +71,7 @@ def test_a_bad_nodeclaim_expire_after_expires_nothing_and_is_reported():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "c1", "creationTimestamp": node["metadata"]["creationTimestamp"]},
-            "spec": {"expireAfter": "-1h"},
+            "spec": {**NODECLAIM_SPEC, "expireAfter": "-1h"},
             "status": {"nodeName": "n1"},
         }
     )
