@@ -294,11 +294,16 @@ class KubernetesActivities:
             raise classify_kube(err, f"reading {kind} {name}") from None
 
     async def _nodepool(self, name: str) -> NodePool:
+        """The NodePool as the planner reads it: an invalid duration reads as the value that disrupts
+        nothing (logged), so a forceful command's replacements still launch in such a pool."""
         raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name, "NodePool")
         try:
-            return NodePool.model_validate(raw)
+            pool, problems = read_nodepool(raw)
         except ValueError as err:
             raise permanent(f"NodePool {name} does not validate: {err}", errors.INVALID) from None
+        for problem in problems:
+            log.warning("NodePool %s: %s", name, problem)
+        return pool
 
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
@@ -568,28 +573,17 @@ class KubernetesActivities:
 
     async def _pool_grace(self, node: str, pool_name: str) -> timedelta | None:
         """The NodePool's terminationGracePeriod for karpflow (karpflow.dev/termination-grace-period,
-        else the template's), read as the planner reads it (api.nodepool.read_nodepool). An invalid
+        else the template's), read as the planner reads it (api.nodepool_reader). An invalid
         value reads as none, never as a deadline in the past: the drain keeps waiting for PDBs and
         do-not-disrupt, and the reason is logged. A deleted NodePool must not block the termination
         of its nodes either: no deadline then. A transient API error is retried, not read as none."""
         try:
-            raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool_name, "NodePool")
-            pool, problems = read_nodepool(raw)
+            pool = await self._nodepool(pool_name)  # logs the pool's invalid settings
         except errors.ApplicationError as err:
             if not err.non_retryable:
                 raise
             log.warning("node %s: %s; draining without a terminationGracePeriod", node, err)
             return None
-        except ValueError as err:  # invalid in another way: the planner skips such a pool too
-            log.warning(
-                "node %s: NodePool %s does not validate (%s); draining without a terminationGracePeriod",
-                node,
-                pool_name,
-                err,
-            )
-            return None
-        for problem in problems:
-            log.warning("node %s: NodePool %s: %s", node, pool_name, problem)
         return pool_termination_grace_period(pool)
 
     @activity.defn(name="taint_for_termination")
