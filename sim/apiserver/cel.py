@@ -116,6 +116,14 @@ def rule_errors(
     return errs
 
 
+def _eval_detail(err: celpy.CELEvalError) -> str:
+    """The cause of an evaluation error (celpy wraps it as (summary, type, args))."""
+    args = err.args
+    if len(args) >= 3 and args[2]:
+        return str(args[2][0] if isinstance(args[2], tuple) else args[2])
+    return str(args[0]) if args else str(err)
+
+
 def _evaluate(
     rules: list[dict[str, Any]], schema: dict[str, Any], value: Any, old: Any, path: str, has_old: bool
 ) -> FieldErrors:
@@ -137,7 +145,7 @@ def _evaluate(
         except celpy.CELEvalError as err:
             result = err
         if isinstance(result, celpy.CELEvalError):
-            detail = result.args[0] if result.args else str(result)
+            detail = _eval_detail(result)
             why = f"{detail} evaluating rule: {message or text}"
             errs.append((path, "FieldValueInvalid", f'Invalid value: "{kind}": {why}'))
         elif result != celtypes.BoolType(True):
