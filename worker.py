@@ -82,7 +82,7 @@ def activities_for(
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
     ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
-    given = settings.cluster_endpoint and ca_bundle
+    given = settings.cluster_endpoint and ca_bundle and settings.service_cidr
     endpoint = ClusterEndpoint(
         settings.cluster_name,
         endpoint=settings.cluster_endpoint,

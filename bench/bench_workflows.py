@@ -163,6 +163,7 @@ class Bench:
             # what a replacement bootstraps against (the simulator boots nodes only from it)
             cluster_endpoint=self.sim.kube_url,
             cluster_ca_bundle=self.sim.ca_bundle,
+            service_cidr=self.sim.service_cidr,
             aws_endpoint_url=self.sim.ec2_endpoint,
             aws_region=self.sim.region,
             poll_interval=self.poll_interval,
