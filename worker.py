@@ -42,6 +42,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
+from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
 from cluster.informer import ClusterCache
@@ -175,7 +176,12 @@ class KarpflowWorker:
             self.cache = ClusterCache(self.kube)
             self.cache.start()
             planning = PlanningActivities(
-                self.cache, self.kube, self.client, task_queue=settings.task_queue, region=settings.aws_region
+                self.cache,
+                self.kube,
+                self.client,
+                task_queue=settings.task_queue,
+                region=settings.aws_region,
+                instances=InstanceDescriptions(self.ec2),
             )
         self.worker = Worker(
             self.client,

@@ -293,8 +293,10 @@ def nodeconfig(
     endpoint: str,
     labels: dict[str, str] | None = None,
     taints: list[dict[str, Any]] | None = None,
+    max_pods: int | None = None,
 ) -> str:
     """A bare AL2023 NodeConfig, for instances the simulator's own tests and scenarios launch."""
+    config = {"maxPods": max_pods} if max_pods is not None else {}
     flags = []
     if labels:
         flags.append(f"--node-labels={format_node_labels(labels)}")
@@ -310,7 +312,7 @@ def nodeconfig(
                     "apiServerEndpoint": endpoint,
                     "certificateAuthority": SIM_CA_BUNDLE,
                 },
-                "kubelet": {"flags": flags},
+                "kubelet": {"config": config, "flags": flags},
             },
         }
     )
