@@ -62,13 +62,21 @@ class InstanceDescriptions:
     def _refresh(self, ids: list[str], now: float) -> None:
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
-            pages = self.ec2.get_paginator("describe_instances").paginate(
-                Filters=[{"Name": "instance-id", "Values": chunk}]
-            )
-            described: dict[str, dict[str, Any]] = {}
-            for page in pages:
-                for reservation in page.get("Reservations") or ():
-                    for instance in reservation.get("Instances") or ():
-                        described[instance["InstanceId"]] = {k: instance[k] for k in KEPT if k in instance}
+            try:
+                described = self._describe(InstanceIds=chunk)
+            except Exception as err:
+                if ec2_code(err) != "InvalidInstanceID.NotFound":
+                    raise
+                # One id EC2 no longer knows fails the whole call: ask again by filter, which
+                # leaves unknown ids out (slower: EC2 matches the filter instance by instance).
+                described = self._describe(Filters=[{"Name": "instance-id", "Values": chunk}])
             for instance_id in chunk:
                 self._seen[instance_id] = _Seen(now, described.get(instance_id))
+
+    def _describe(self, **query: Any) -> dict[str, dict[str, Any]]:
+        described: dict[str, dict[str, Any]] = {}
+        for page in self.ec2.get_paginator("describe_instances").paginate(**query):
+            for reservation in page.get("Reservations") or ():
+                for instance in reservation.get("Instances") or ():
+                    described[instance["InstanceId"]] = {k: instance[k] for k in KEPT if k in instance}
+        return described

@@ -223,7 +223,8 @@ class PlanningActivities:
             for instance_id in [instance_id_of((obj.get("spec") or {}).get("providerID"))]
             if instance_id
         ]
-        return await self.instances.describe(ids)
+        # A cold cache describes every managed node: keep heartbeating while EC2 answers.
+        return await heartbeating(self.instances.describe(ids))
 
     def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
