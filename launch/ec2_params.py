@@ -10,8 +10,8 @@ As Karpenter's AWS provider does (pkg/providers/amifamily, pkg/providers/launcht
   at /dev/xvda (AL2, AL2023); a 4 GiB OS volume at /dev/xvda and a 20 GiB data volume at /dev/xvdb
   (Bottlerocket); none for Custom, which keeps the AMI's own;
 - `volumeSize` is rounded up to whole GiB ("20G" is 18.6 GiB: 19);
-- `rootVolume` is not an EC2 parameter: it marks the volume holding the kubelet's root directory,
-  whose size is the node's ephemeral storage (`ephemeral_volume`);
+- `rootVolume` is not an EC2 parameter: it marks the volume holding the kubelet's root directory
+  (Karpenter sizes a node's ephemeral storage by it); at most one mapping may say it;
 - metadata options default to IMDSv2 only, one hop, IPv6 endpoint off.
 """
 
@@ -33,8 +33,6 @@ METADATA_DEFAULTS = {
     "HttpPutResponseHopLimit": 1,
     "HttpTokens": "required",
 }
-# The device the kubelet's root directory lives on when no mapping says `rootVolume`.
-EPHEMERAL_DEVICE = {"al2": "/dev/xvda", "al2023": "/dev/xvda", "bottlerocket": "/dev/xvdb"}
 
 
 def default_block_device_mappings(family: str | None) -> list[BlockDeviceMapping]:
@@ -110,19 +108,6 @@ def block_device_mappings(family: str | None, raw: list[dict[str, Any]]) -> list
             raise ValueError(f"blockDeviceMappings[{index}] ({mapping.device_name}) has no ebs")
         out.append({"DeviceName": mapping.device_name, "Ebs": ebs(mapping.ebs)})
     return out
-
-
-def ephemeral_volume(family: str | None, raw: list[dict[str, Any]]) -> BlockDeviceMapping | None:
-    """The volume the kubelet's root directory (its ephemeral storage) lives on: the mapping marked
-    `rootVolume`, else the family's ephemeral device, else for Custom the last mapping."""
-    mappings = parse_mappings(raw) or default_block_device_mappings(family)
-    marked = next((m for m in mappings if m.root_volume), None)
-    if marked is not None:
-        return marked
-    device = EPHEMERAL_DEVICE.get((family or "AL2023").lower())
-    if device is None:
-        return mappings[-1] if mappings else None
-    return next((m for m in mappings if m.device_name == device), None)
 
 
 def metadata_options(raw: dict[str, Any] | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.ec2_params import block_device_mappings, ephemeral_volume, metadata_options, volume_size_gib
+from launch.ec2_params import block_device_mappings, metadata_options, volume_size_gib
 
 
 def ebs_of(mapping: dict) -> dict:
@@ -82,20 +82,11 @@ def test_volume_initialization_rate_needs_a_snapshot_and_stays_in_range():
         )
 
 
-def test_root_volume_is_not_an_ec2_parameter_and_marks_the_kubelets_volume():
+def test_root_volume_is_not_an_ec2_parameter_and_only_one_mapping_may_say_it():
     mappings = [one(), {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "200Gi"}, "rootVolume": True}]
     assert all(set(m) == {"DeviceName", "Ebs"} for m in block_device_mappings("AL2023", mappings))
-    assert ephemeral_volume("AL2023", mappings).device_name == "/dev/xvdb"
     with pytest.raises(ValueError, match="only one blockDeviceMappings with rootVolume"):
         block_device_mappings("AL2023", [{**m, "rootVolume": True} for m in mappings])
-
-
-def test_without_root_volume_the_familys_device_holds_the_kubelet_and_custom_takes_the_last():
-    mappings = [one(), {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "200Gi"}}]
-    assert ephemeral_volume("AL2023", mappings).device_name == "/dev/xvda"
-    assert ephemeral_volume("Bottlerocket", mappings).device_name == "/dev/xvdb"
-    assert ephemeral_volume("Custom", mappings).device_name == "/dev/xvdb"
-    assert ephemeral_volume("AL2023", []).ebs.volume_size == "20Gi"  # the family's default root volume
 
 
 @pytest.mark.parametrize(
