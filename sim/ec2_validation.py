@@ -3,9 +3,10 @@ refused on the local stack too.
 
 moto checks that a block device has a size or a snapshot, and little else: it takes any volume
 type, IOPS on a gp2 volume, throughput on an io2 one, a KMS key on an unencrypted volume, the same
-device twice, a hop limit of 99. EC2 refuses all of these with a 400; so does the simulator, from
-EC2's documented limits (EbsBlockDevice and InstanceMetadataOptionsRequest in the EC2 API
-reference). The upper bounds are the widest EC2 has published, so nothing EC2 takes is refused.
+device twice, a hop limit of 99, an `aws:` tag or a 300-character tag value. EC2 refuses all of
+these with a 400; so does the simulator, from EC2's documented limits (EbsBlockDevice,
+InstanceMetadataOptionsRequest and the tag restrictions in the EC2 API reference). The upper bounds
+are the widest EC2 has published, so nothing EC2 takes is refused.
 
 Installed once per process by the simulator's moto (sim/stack.py) by wrapping moto's own parser of
 `BlockDeviceMappings`, which only RunInstances calls; sim/ec2_faults.py wraps other handlers, so the
@@ -32,6 +33,7 @@ IOPS = {"gp3": (3000, 80000), "io1": (100, 64000), "io2": (100, 256000)}
 THROUGHPUT_GP3 = (125, 2000)  # MiB/s, gp3 only
 INITIALIZATION_RATE = (100, 300)  # MiB/s, from a snapshot only
 HOP_LIMIT = (1, 64)
+TAG_KEY_MAX, TAG_VALUE_MAX, TAGS_PER_RESOURCE = 128, 256, 50
 METADATA_CHOICES = {
     "HttpTokens": ("required", "optional"),
     "HttpEndpoint": ("enabled", "disabled"),
@@ -131,6 +133,24 @@ def check_metadata_options(options: Mapping[str, Any]) -> None:
         _within(limit, HOP_LIMIT, "HttpPutResponseHopLimit", "the instance metadata service")
 
 
+def check_tag_specifications(specifications: list[Mapping[str, Any]]) -> None:
+    for specification in specifications:
+        tags = specification.get("Tags") or []
+        if len(tags) > TAGS_PER_RESOURCE:
+            raise Refused(
+                "TagLimitExceeded", f"The maximum number of tags per resource is {TAGS_PER_RESOURCE}."
+            )
+        for tag in tags:
+            key, value = str(tag.get("Key") or ""), str(tag.get("Value") or "")
+            if key.lower().startswith("aws:"):
+                raise Refused("InvalidParameterValue", f"Tag keys starting with 'aws:' are reserved: {key}")
+            if not key or len(key) > TAG_KEY_MAX or len(value) > TAG_VALUE_MAX:
+                raise Refused(
+                    "InvalidParameterValue",
+                    f"Tag {key!r}: keys take 1 to {TAG_KEY_MAX} characters, values at most {TAG_VALUE_MAX}.",
+                )
+
+
 def install() -> None:
     """Wrap moto's RunInstances parameter parsing with EC2's checks (once per process)."""
     global _installed
@@ -146,6 +166,7 @@ def install() -> None:
             try:
                 check_block_device_mappings(self._get_param("BlockDeviceMappings", []))
                 check_metadata_options(self._get_param("MetadataOptions", {}) or {})
+                check_tag_specifications(self._get_param("TagSpecifications", []) or [])
             except Refused as err:
                 raise EC2ClientError(err.code, str(err)) from None
             return original(self)

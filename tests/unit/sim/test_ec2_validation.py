@@ -65,6 +65,15 @@ def test_a_block_device_ec2_refuses_is_refused(ec2, mappings, code):
     assert refused.value.response["Error"]["Code"] == code
 
 
+@pytest.mark.parametrize(
+    "tags", [[{"Key": "aws:cloudformation:stack", "Value": "x"}], [{"Key": "team", "Value": "v" * 257}]]
+)
+def test_tags_ec2_refuses_are_refused(ec2, tags):
+    with pytest.raises(ClientError) as refused:
+        run(ec2, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+
+
 @pytest.mark.parametrize("options", [{"HttpPutResponseHopLimit": 65}, {"HttpTokens": "sometimes"}])
 def test_metadata_options_ec2_refuses_are_refused(ec2, options):
     with pytest.raises(ClientError) as refused:
