@@ -42,6 +42,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
+from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
 from cluster.informer import ClusterCache
@@ -82,7 +83,7 @@ def activities_for(
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
     ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
-    given = settings.cluster_endpoint and ca_bundle
+    given = settings.cluster_endpoint and ca_bundle and settings.service_cidr
     endpoint = ClusterEndpoint(
         settings.cluster_name,
         endpoint=settings.cluster_endpoint,
@@ -176,7 +177,12 @@ class KarpflowWorker:
             self.cache = ClusterCache(self.kube)
             self.cache.start()
             planning = PlanningActivities(
-                self.cache, self.kube, self.client, task_queue=settings.task_queue, region=settings.aws_region
+                self.cache,
+                self.kube,
+                self.client,
+                task_queue=settings.task_queue,
+                region=settings.aws_region,
+                instances=InstanceDescriptions(self.ec2),
             )
         self.worker = Worker(
             self.client,

@@ -328,8 +328,11 @@ class KubernetesActivities:
             ) from None
         status = nodeclass.status
         subnets: dict[str, str] = {}
+        zone_ids: dict[str, str] = {}
         for subnet in status.subnets:
             subnets.setdefault(subnet.zone, subnet.id)
+            if subnet.zone_id:
+                zone_ids.setdefault(subnet.zone, subnet.zone_id)
         if not subnets:
             raise permanent(f"EC2NodeClass {nodeclass_name} has no subnets in status.subnets", errors.INVALID)
         amis = [
@@ -374,8 +377,18 @@ class KubernetesActivities:
             kubelet=nodeclass.spec.kubelet,
             associate_public_ip_address=nodeclass.spec.associate_public_ip_address,
             detailed_monitoring=nodeclass.spec.detailed_monitoring,
-            block_device_mappings=nodeclass.spec.block_device_mappings,
-            metadata_options=nodeclass.spec.metadata_options,
+            # In the EC2NodeClass's own shape: the history shows what the user wrote, and the launch
+            # activity translates it for EC2 (launch/ec2_params.py).
+            block_device_mappings=[m.to_wire() for m in nodeclass.spec.block_device_mappings],
+            metadata_options=nodeclass.spec.metadata_options.to_wire()
+            if nodeclass.spec.metadata_options
+            else None,
+            instance_store_policy=nodeclass.spec.instance_store_policy,
+            ip_prefix_count=nodeclass.spec.ip_prefix_count,
+            enclave_options=nodeclass.spec.enclave_options.to_wire()
+            if nodeclass.spec.enclave_options
+            else None,
+            zone_ids=zone_ids,
             instance_tags=dict(nodeclass.spec.tags),
             labels=labels,
             annotations=annotations,
@@ -414,7 +427,9 @@ class KubernetesActivities:
             if node is not None:
                 name = node["metadata"]["name"]
                 try:
-                    await self.kube.update_node(name, lambda n: self._sync_registration(n, request.template))
+                    await self.kube.update_node(
+                        name, lambda n: self._sync_registration(n, request.template, instance.labels)
+                    )
                 except Exception as err:
                     raise classify_kube(err, f"registering node {name}") from None
                 log.info("node %s registered for %s", name, what)
@@ -424,8 +439,11 @@ class KubernetesActivities:
             await asyncio.sleep(interval)
 
     @staticmethod
-    def _sync_registration(node: Json, template: LaunchTemplate) -> bool:
-        changed = set_labels(node, {**template.labels, REGISTERED_LABEL: "true"})
+    def _sync_registration(node: Json, template: LaunchTemplate, instance_labels: dict[str, str]) -> bool:
+        """What Karpenter's registration copies from the NodeClaim: the instance type's and offering's
+        labels (karpenter.k8s.aws/instance-*, zone id, capacity type: as no kubelet writes them), the
+        NodePool's labels, annotations and taints."""
+        changed = set_labels(node, {**instance_labels, **template.labels, REGISTERED_LABEL: "true"})
         changed |= set_annotations(node, template.annotations)
         if (node["metadata"].get("labels") or {}).get(DO_NOT_SYNC_TAINTS_LABEL) != "true":
             for taint in template.taints:

@@ -4,6 +4,9 @@ The planner (planner/) is pure; these activities give it a view of the cluster a
 flight, and turn its commands into workflow inputs:
 
 - the view is the worker's informer cache (cluster/informer.py), never a fresh list of every pod;
+- what EC2NodeClass drift needs of the managed nodes' instances (AMI, subnet, security groups) comes
+  from EC2, through a cache of DescribeInstances (activities/instance_descriptions.py), as Karpenter
+  reads it from EC2 and not from any label;
 - what is in flight comes from Temporal visibility (running DisruptionWorkflows and
   TerminationWorkflows, by their KarpflowNodes search attribute) plus the commands the controller
   holds for validation. Their nodes are shown to the planner as tainted `karpenter.sh/disrupted`
@@ -31,6 +34,7 @@ from temporalio.client import Client
 
 from activities.errors import classify_kube
 from activities.guards import OWNER_ANNOTATION
+from activities.instance_descriptions import InstanceDescriptions
 from api import search_attributes as sa
 from api.constants import (
     DISRUPTED_TAINT_KEY,
@@ -61,7 +65,7 @@ from planner.model import (
 )
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
-from planner.snapshot import Snapshot
+from planner.snapshot import Snapshot, instance_id_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -154,10 +158,12 @@ class PlanningActivities:
         region: str | None = None,
         options: PlanOptions | None = None,
         catalog: Catalog | None = None,
+        instances: InstanceDescriptions | None = None,
     ) -> None:
         self.cache = cache
         self.kube = kube
         self.client = client
+        self.instances = instances
         self.task_queue = task_queue
         self.region = region
         self.options = options or PlanOptions()
@@ -206,7 +212,28 @@ class PlanningActivities:
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
-        return await heartbeating(asyncio.to_thread(Snapshot.from_objects, objects, now=now))
+        instances, problem = await self._instances(objects)
+        snapshot = await heartbeating(
+            asyncio.to_thread(Snapshot.from_objects, objects, now=now, instances=instances)
+        )
+        if problem:
+            snapshot.problems.append(problem)
+        return snapshot
+
+    async def _instances(self, objects: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
+        """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""
+        if self.instances is None:
+            return [], None
+        ids = [
+            instance_id
+            for obj in objects
+            if obj.get("kind") == "Node"
+            and NODEPOOL_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+            for instance_id in [instance_id_of((obj.get("spec") or {}).get("providerID"))]
+            if instance_id
+        ]
+        # A cold cache describes every managed node: keep heartbeating while EC2 answers.
+        return await heartbeating(self.instances.describe(ids))
 
     def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime

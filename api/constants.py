@@ -64,14 +64,6 @@ TERMINATION_TIMESTAMP_ANNOTATION = "karpenter.sh/nodeclaim-termination-timestamp
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
-# Where a node records what EC2 launched it with, so EC2NodeClass drift (§6.1) can be decided from
-# Kubernetes state alone: the AMI id and subnet id as labels (valid label values), the security
-# group ids as a comma-separated annotation (a label value could not hold several). Whoever
-# registers or labels the node (the launch workflow, the simulator) sets them from DescribeInstances.
-INSTANCE_AMI_ID_LABEL = "karpenter.k8s.aws/instance-ami-id"
-SUBNET_ID_LABEL = "karpflow.io/subnet-id"
-SECURITY_GROUP_IDS_ANNOTATION = "karpflow.io/security-group-ids"
-
 # Capacity types.
 CAPACITY_SPOT = "spot"
 CAPACITY_ON_DEMAND = "on-demand"

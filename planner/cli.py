@@ -1,8 +1,12 @@
 """`karpflow plan`: what one disruption pass would do on a snapshot, and why every other node stays.
 
     kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A -o json > cluster.json
-    karpflow plan --snapshot cluster.json [--catalog catalog.yaml | --live-catalog]
-                  [--at 2026-11-22T10:00:00Z]
+    aws ec2 describe-instances --output json > instances.json   # optional: for EC2NodeClass drift
+    karpflow plan --snapshot cluster.json [--snapshot instances.json]
+                  [--catalog catalog.yaml | --live-catalog] [--at 2026-11-22T10:00:00Z]
+
+The nodes' AMI, subnet and security groups are EC2's, not the cluster's: without the instances,
+drift by AMI, subnet or security group is not seen (the controller reads them from EC2 itself).
 
 Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
 cannot be used at all (missing or unparseable file, bad catalog, bad --at).
@@ -76,7 +80,8 @@ def _fail(message: str) -> None:
     "snapshots",
     multiple=True,
     metavar="FILE",
-    help="kubectl -o yaml/json output (a List, multi-document YAML or JSON); repeat to combine files.",
+    help="kubectl -o yaml/json output (a List, multi-document YAML or JSON), or `aws ec2 "
+    "describe-instances --output json` (the nodes' AMIs, subnets, security groups); repeat to combine.",
 )
 @click.option(
     "--live",

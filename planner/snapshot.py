@@ -4,6 +4,12 @@ A `Snapshot` is built from the objects `kubectl get nodes,pods,pdb,ds,nodepools,
 -o yaml` prints (a `List`, multi-document YAML, or JSON; several files may be combined), or from the
 same dicts fetched through the API by an activity (`Snapshot.from_objects`).
 
+What EC2NodeClass drift needs of a node's instance (its AMI, subnet and security groups) is not on
+any Node: Karpenter reads it from EC2. A snapshot takes it as EC2 prints it: the output of `aws ec2
+describe-instances` (a document with `Reservations`) in a file beside the objects, or the instances
+the controller's planning activity described (`from_objects(..., instances=...)`); each node is
+linked to its instance by the id in its providerID (`Node.instance`).
+
 Inside the planner, objects are slim `__slots__` classes holding only what the rules need, parsed
 once: a 100,000-pod snapshot must load in seconds, which full pydantic pod models cannot do.
 NodePools and EC2NodeClasses (few, and user-written) are validated with the pydantic models of
@@ -468,6 +474,42 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
 # --- Nodes ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceFacts:
+    """What EC2 says of a node's instance (DescribeInstances): what EC2NodeClass drift compares."""
+
+    instance_id: str
+    image_id: str | None
+    subnet_id: str | None
+    security_group_ids: frozenset[str]
+
+
+def parse_instance(raw: Mapping[str, Any]) -> InstanceFacts:
+    """One instance of a DescribeInstances response."""
+    instance_id = string_field(raw.get("InstanceId"), "InstanceId")
+    if not instance_id:
+        raise ValueError("InstanceId is required")
+    groups = raw.get("SecurityGroups") or ()
+    if not isinstance(groups, list | tuple):
+        raise ValueError("SecurityGroups must be a list")
+    return InstanceFacts(
+        instance_id=instance_id,
+        image_id=string_field(raw.get("ImageId"), "ImageId") or None,
+        subnet_id=string_field(raw.get("SubnetId"), "SubnetId") or None,
+        security_group_ids=frozenset(
+            string_field(g.get("GroupId"), "SecurityGroups[].GroupId")
+            for g in groups
+            if isinstance(g, Mapping)
+        ),
+    )
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """The EC2 instance id at the end of an `aws:///<zone>/<id>` providerID."""
+    tail = (provider_id or "").rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
 class Node:
     __slots__ = (
         "allocatable",
@@ -477,6 +519,7 @@ class Node:
         "creation_timestamp",
         "deletion_timestamp",
         "finalizers",
+        "instance",
         "labels",
         "name",
         "nodeclaim",
@@ -506,6 +549,7 @@ class Node:
     finalizers: tuple[str, ...]
     pods: list[Pod]  # every pod bound to the node, any phase
     nodeclaim: NodeClaim | None
+    instance: InstanceFacts | None  # what EC2 says of its instance, when the snapshot was told
 
     def __repr__(self) -> str:
         return f"Node({self.name})"
@@ -618,6 +662,7 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
         raise ValueError(f"status.capacity/allocatable: {err}") from None
     node.pods = []
     node.nodeclaim = None
+    node.instance = None
     return node
 
 
@@ -937,6 +982,7 @@ class Snapshot:
     nodeclasses: dict[str, EC2NodeClass] = field(default_factory=dict)
     daemonsets: list[DaemonSet] = field(default_factory=list)
     nodeclaims: dict[str, NodeClaim] = field(default_factory=dict)
+    instances: dict[str, InstanceFacts] = field(default_factory=dict)  # EC2 instance id -> facts
     # "Kind namespace/name: what is wrong" for every object that was skipped or partly ignored.
     problems: list[str] = field(default_factory=list)
     # NodePool name -> invalid budgets (the pool fails closed).
@@ -961,12 +1007,18 @@ class Snapshot:
     # -- construction ------------------------------------------------------------------------------
     @classmethod
     def from_objects(
-        cls, objects: Iterable[Mapping[str, Any]], now: datetime | None = None, source: str = "<objects>"
+        cls,
+        objects: Iterable[Mapping[str, Any]],
+        now: datetime | None = None,
+        source: str = "<objects>",
+        instances: Iterable[Mapping[str, Any]] = (),
     ) -> Snapshot:
-        """Build from API dicts (each with `kind`). Unknown kinds are ignored, bad objects reported."""
+        """Build from API dicts (each with `kind`) and EC2 instances as DescribeInstances gives them.
+        Unknown kinds are ignored, bad objects reported."""
         snapshot = cls(now=now or datetime.now(UTC))
         snapshot.sources.append(source)
         snapshot._add_objects(objects, source)
+        snapshot._add_objects(instances, source)
         snapshot._index()
         return snapshot
 
@@ -978,6 +1030,9 @@ class Snapshot:
                 self.problems.append(f"{what} (skipped)")
                 continue
             kind = obj.get("kind")
+            if kind is None and "InstanceId" in obj:  # an EC2 instance (DescribeInstances), no kind
+                self._add(obj, "EC2 instance", parse_instance, self._put_instance)
+                continue
             if not isinstance(kind, str):
                 if kind is not None:
                     self.problems.append(f"object {_object_name(obj)}: kind {_preview(kind)} is not a string")
@@ -1065,6 +1120,9 @@ class Snapshot:
             for p in ndb.problems
         )
 
+    def _put_instance(self, instance: InstanceFacts) -> None:
+        self.instances[instance.instance_id] = instance
+
     def _index(self) -> None:
         """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
         for node in self.nodes.values():
@@ -1084,6 +1142,8 @@ class Snapshot:
             node = self.nodes.get(claim.node_name or "") or by_provider.get(claim.provider_id or "")
             if node is not None:
                 node.nodeclaim = claim
+        for node in self.nodes.values():
+            node.instance = self.instances.get(instance_id_of(node.provider_id) or "")
         self._pdb_cache.clear()
         self._pdb_index = None
         if self.pdbs:
@@ -1172,6 +1232,7 @@ class Snapshot:
             nodeclasses=self.nodeclasses,
             daemonsets=self.daemonsets,
             nodeclaims=self.nodeclaims,
+            instances=self.instances,
             problems=self.problems,
             budget_errors=self.budget_errors,
             nodeclass_not_ready=self.nodeclass_not_ready,
@@ -1208,7 +1269,7 @@ def _preview(value: Any) -> str:
 def _object_name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
-        return "<no metadata>"
+        return str(obj["InstanceId"]) if "InstanceId" in obj else "<no metadata>"
     name = meta.get("name") or "<no name>"
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if namespace else str(name)
@@ -1225,6 +1286,8 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
         return [item for doc in document for item in _items_of(doc)]
     if not isinstance(document, Mapping):
         raise SnapshotError("expected Kubernetes objects (a List or objects with kind)")
+    if "Reservations" in document and "kind" not in document:
+        return _instances_of(document)
     kind = document.get("kind")
     if "items" in document and (kind is None or str(kind).endswith("List")):
         items = document.get("items") or []
@@ -1237,6 +1300,20 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
             for i, item in enumerate(items)
         ]
     return [document]
+
+
+def _instances_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The instances of a DescribeInstances response (`aws ec2 describe-instances --output json`)."""
+    reservations = document.get("Reservations")
+    if not isinstance(reservations, list):
+        raise SnapshotError("Reservations must be a list (of DescribeInstances reservations)")
+    instances = []
+    for reservation in reservations:
+        listed = reservation.get("Instances") if isinstance(reservation, Mapping) else None
+        if not isinstance(listed, list):
+            raise SnapshotError("each reservation must have a list of Instances")
+        instances.extend(i if isinstance(i, Mapping) else NotAnObject("Reservations", 0, i) for i in listed)
+    return instances
 
 
 # A List may say when it was captured; plans of such a file default to that time, so a saved
@@ -1358,6 +1435,12 @@ class _Document:
             yield value
         self._note_metadata(fields.get("metadata"))
         if index < 0 and "items" not in fields:
+            if "Reservations" in fields and "kind" not in fields:
+                try:
+                    yield from _instances_of(fields)
+                except SnapshotError as err:
+                    raise SnapshotError(f"{self.path}: {err}") from None
+                return
             if "kind" not in fields:
                 raise SnapshotError(f"{self.path}: expected Kubernetes objects (a List or objects with kind)")
             yield fields  # a single object

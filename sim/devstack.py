@@ -48,7 +48,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from api import search_attributes
 from sim import dev_identity
 from sim.binaries import temporal_cli
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
+from sim.controllers.bootstrap import SIM_CA_BUNDLE, SIM_SERVICE_CIDR
 from sim.interruption_queue import ensure_interruption_queue
 from sim.ports import free_port, port_is_free
 
@@ -154,6 +154,7 @@ class DevSettings(BaseSettings):
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
             "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle(),
+            "KARPFLOW_SERVICE_CIDR": SIM_SERVICE_CIDR,
             # The worker's and karpflow's own settings (see `karpflow worker --help`).
             "KARPFLOW_TEMPORAL_ADDRESS": self.temporal_address,
             "KARPFLOW_TEMPORAL_NAMESPACE": self.temporal_namespace,

@@ -62,7 +62,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sim import ec2_faults
+from sim import ec2_faults, ec2_validation
 from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest
 from sim.apiserver.faults import Faults, RequestLog
@@ -70,7 +70,7 @@ from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.security import Tls, Tokens
 from sim.apiserver.server import ApiServer, parse_path
 from sim.apiserver.store import Store
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
+from sim.controllers.bootstrap import SIM_CA_BUNDLE, SIM_SERVICE_CIDR
 from sim.invariants import InvariantBounds, InvariantChecker
 from sim.scenario import Scenario, SeedReport, load_scenario, parse_scenario, seed
 from sim.tasks import cancel_and_wait
@@ -127,6 +127,8 @@ class _Moto:
                 return cls.port
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
             from moto.server import ThreadedMotoServer
+
+            ec2_validation.install()  # EC2's launch parameter checks moto lacks
 
             server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
             server.start()
@@ -254,6 +256,10 @@ class SimStack:
         return self.tls.ca_file if self.tls is not None else None
 
     @property
+    def service_cidr(self) -> str:
+        return SIM_SERVICE_CIDR
+
+    @property
     def ca_bundle(self) -> str:
         """What new nodes' user data must carry as the cluster CA (base64 PEM, as DescribeCluster
         gives it): the real CA of a secure stack, else any non-empty bundle."""
@@ -301,6 +307,7 @@ class SimStack:
             # What a launched node's bootstrap must name for the simulator to register it.
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
             "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle,
+            "KARPFLOW_SERVICE_CIDR": self.service_cidr,
         }
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -156,3 +156,66 @@ def test_the_expire_after_and_grace_period_karpflow_uses(annotations, template, 
 
     assert seconds(pool_expire_after(pool)) == expire_after
     assert seconds(pool_termination_grace_period(pool)) == grace
+
+
+def nodeclass_spec(**spec):
+    return EC2NodeClass.model_validate(
+        {
+            "metadata": {"name": "c"},
+            "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}], **spec},
+        }
+    ).spec
+
+
+BATCH_DEVICES = [
+    {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "encrypted": True}},
+    {"deviceName": "/dev/xvdb", "ebs": {"snapshotID": "snap-1", "kmsKeyID": "alias/k"}, "rootVolume": True},
+]
+
+
+def test_block_device_mappings_are_read_in_karpenters_spelling_and_written_back_as_given():
+    spec = nodeclass_spec(blockDeviceMappings=BATCH_DEVICES)
+    assert spec.block_device_mappings[0].ebs.volume_size == "100Gi"
+    assert spec.block_device_mappings[1].ebs.kms_key_id == "alias/k"
+    assert spec.block_device_mappings[1].root_volume is True
+    # As written: the drift hash of a class is what it was when the field was a plain map.
+    assert spec.to_wire()["blockDeviceMappings"] == BATCH_DEVICES
+
+
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        ({"": "x"}, "empty tag keys"),
+        ({"eks:eks-cluster-name": "x"}, "restricted tag matching eks:eks-cluster-name"),
+        ({"kubernetes.io/cluster/prod": "owned"}, "restricted tag matching kubernetes.io/cluster/"),
+        ({"karpenter.sh/nodepool": "x"}, "restricted tag matching karpenter.sh/nodepool"),
+        ({"karpenter.sh/nodeclaim": "x"}, "restricted tag matching karpenter.sh/nodeclaim"),
+        ({"karpenter.k8s.aws/ec2nodeclass": "x"}, "restricted tag matching karpenter.k8s.aws/ec2nodeclass"),
+    ],
+)
+def test_tags_karpenter_reserves_are_refused(tags, message):
+    with pytest.raises(ValidationError, match=message):
+        nodeclass_spec(tags=tags)
+    assert nodeclass_spec(tags={"team": "batch"}).tags == {"team": "batch"}
+
+
+def test_the_other_launch_fields():
+    spec = nodeclass_spec(
+        instanceStorePolicy="RAID0",
+        ipPrefixCount=2,
+        enclaveOptions={"enabled": True},
+        metadataOptions={"httpProtocolIPv6": "enabled", "httpPutResponseHopLimit": 2},
+        associatePublicIPAddress=False,
+        detailedMonitoring=True,
+    )
+    assert spec.instance_store_policy == "RAID0" and spec.ip_prefix_count == 2
+    assert spec.enclave_options.enabled is True
+    assert spec.metadata_options.http_protocol_ipv6 == "enabled"
+    assert spec.to_wire()["metadataOptions"] == {"httpProtocolIPv6": "enabled", "httpPutResponseHopLimit": 2}
+    for bad in (
+        {"instanceStorePolicy": "RAID5"},
+        {"ipPrefixCount": -1},
+        {"metadataOptions": {"httpTokens": "no"}},
+    ):
+        with pytest.raises(ValidationError):
+            nodeclass_spec(**bad)

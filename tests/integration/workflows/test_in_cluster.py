@@ -71,6 +71,7 @@ def stack_values(karpflow: Karpflow) -> dict[str, str]:
         "KARPFLOW_AWS_REGION": stack.region,
         "KARPFLOW_AWS_ENDPOINT_URL": stack.ec2_endpoint,
         "KARPFLOW_CLUSTER_ENDPOINT": stack.kube_url,
+        "KARPFLOW_SERVICE_CIDR": stack.service_cidr,
         "KARPFLOW_HEALTH_PORT": "0",  # tests share the machine; the probes' port is not under test
         "KARPFLOW_GRACEFUL_SHUTDOWN": "0",
         # The stack runs at 1/100 of real time; the test starts its disruptions itself.
