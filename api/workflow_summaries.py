@@ -26,10 +26,11 @@ def _nodes(names: list[str], limit: int = 3) -> str:
 
 def _replacement(replacement: Any) -> str:
     types = list(replacement.instance_type_names)
-    kind = types[0] + (f" (or {len(types) - 1} other types)" if len(types) > 1 else "") if types else "a node"
     zones = list(replacement.zones)
     where = f" in {zones[0]}" if len(zones) == 1 else (f" in {len(zones)} zones" if zones else "")
-    return f"{kind} {replacement.capacity_type}{where}"
+    others = len(types) - 1
+    alternatives = f" (or {others} other type{'s' if others > 1 else ''})" if others > 0 else ""
+    return f"{types[0] if types else 'a node'} {replacement.capacity_type}{where}{alternatives}"
 
 
 def disruption_summary(command: Any) -> str:
@@ -48,7 +49,7 @@ def disruption_summary(command: Any) -> str:
 
 def disruption_details(command: Any) -> str:
     """The summary's longer form (the UI's details field; Markdown): every node and option."""
-    lines = [f"**{command.reason}** ({command.method}, {command.decision})", "", "Nodes:"]
+    lines = [f"**{command.reason}** ({command.method}, {command.decision})", "", "Nodes:", ""]
     lines += [f"- {name}" for name in command.nodes]
     for index, replacement in enumerate(command.replacements):
         lines += [
