@@ -13,6 +13,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Literal
 
+from pydantic import BaseModel, Field
+
 EventType = Literal["Normal", "Warning"]
 
 
@@ -122,3 +124,14 @@ CATALOG: dict[Reason, ReasonInfo] = {
         "Normal", ("Node",), False, _DEFAULT_DEDUPE, "a NodeDisruptionBudget allows no more nodes now"
     ),
 }
+
+
+class RecordEventRequest(BaseModel):
+    """The `record_event` activity's input: an Event on one object, for what a workflow knows and no
+    activity does at the moment it acts (a rollback, an approval awaited)."""
+
+    kind: Literal["Node", "Pod", "NodePool"]
+    name: str
+    namespace: str = ""
+    reason: Reason
+    message: str = Field(max_length=1024)
