@@ -7,6 +7,8 @@ STAMP   = $(VENV)/.installed
 TOOLS  ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed
 PYTEST_ARGS ?=
+# Parallel test processes for `make test` (pytest-xdist); most tests wait on servers, not the CPU.
+TEST_WORKERS ?= 3
 
 .PHONY: install chromium test unit integration lint format demo up down status bench clean
 
@@ -42,7 +44,7 @@ chromium:
 test: install $(TOOLS_STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)

@@ -19,6 +19,7 @@ import click
 # name -> "module:attribute" of a click command or group.
 SUBCOMMANDS: dict[str, str] = {
     "plan": "planner.cli:plan",
+    "windows": "planner.windows_cli:windows",
     "controller": "runtime.controller_cli:controller",
     "status": "runtime.controller_cli:status",
     "disrupt": "runtime.disrupt_cli:disrupt",

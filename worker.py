@@ -129,6 +129,7 @@ def activities_for(
             planning.untaint_orphans,
             planning.sync_nodepool_finalizers,
             planning.apply_annotations,
+            planning.apply_taints,
         ]
     return activities
 

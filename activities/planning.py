@@ -52,7 +52,14 @@ from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_work
 from cluster.informer import ClusterCache
 from kube.client import Json, KubeApi
 from planner.catalog import Catalog, bundled_catalog
-from planner.model import EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION, PlanOptions
+from planner.model import (
+    EMPTINESS,
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
+    PlanOptions,
+)
+from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
 from planner.snapshot import Snapshot
 
@@ -65,7 +72,9 @@ SYNC_TIMEOUT = 60.0
 WAITING_MARKERS = ("not consolidatable until",)
 # Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
 # forceful methods start at once.
-VALIDATED_METHODS = frozenset({EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION})
+VALIDATED_METHODS = frozenset(
+    {EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION, OPTIMAL_CONSOLIDATION}
+)
 
 
 HEARTBEAT_EVERY = 5.0
@@ -236,6 +245,7 @@ class PlanningActivities:
             in_flight=in_flight,
             orphan_taints=orphans,
             annotations=[a.model_dump(mode="json") for a in result.annotations],
+            taints=[t.model_dump(mode="json") for t in result.taints],
             nodepool_finalizers=finalizers,
             failed=await self._failed_since(request.failures_since),
             nodes=len(snapshot.nodes),
@@ -378,4 +388,53 @@ class PlanningActivities:
                 if getattr(err, "status", None) == 404:
                     continue
                 raise classify_kube(err, f"annotating node {change.node}") from None
+        return changed
+
+    @activity.defn(name="apply_taints")
+    async def apply_taints(self, changes: list[dict[str, Any]]) -> int:
+        """Add or remove the `karpflow.io/leaving:PreferNoSchedule` taints a pass asked for (planner/
+        optimal/leaving.py); idempotent. Only that key, and added only to nodes of a NodePool: a hand-
+        started run cannot taint a node karpflow does not manage. Returns how many nodes changed."""
+        changed = 0
+        for raw in changes:
+            change = TaintChange.model_validate(raw)
+            if change.key != LEAVING_TAINT_KEY:
+                log.warning(
+                    "apply_taints: refusing taint %s on %s: only %s",
+                    change.key,
+                    change.node,
+                    LEAVING_TAINT_KEY,
+                )
+                continue
+
+            def mutate(node: Json, change: TaintChange = change) -> bool:
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                spec = node.setdefault("spec", {})
+                taints = list(spec.get("taints") or [])
+                present = any(t.get("key") == change.key and t.get("effect") == change.effect for t in taints)
+                if change.add:
+                    if (
+                        present
+                        or NODEPOOL_LABEL not in labels
+                        or (node.get("metadata") or {}).get("deletionTimestamp")
+                    ):
+                        return False
+                    spec["taints"] = [*taints, {"key": change.key, "effect": change.effect}]
+                    return True
+                if not present:
+                    return False
+                spec["taints"] = [
+                    t for t in taints if not (t.get("key") == change.key and t.get("effect") == change.effect)
+                ]
+                return True
+
+            try:
+                await self.kube.update_node(change.node, mutate)
+                changed += 1
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue
+                raise classify_kube(
+                    err, f"{'tainting' if change.add else 'untainting'} node {change.node}"
+                ) from None
         return changed

@@ -7,6 +7,11 @@ KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
 AWS_GROUP = "karpenter.k8s.aws"
 AWS_VERSION = "v1"
+# karpflow's own custom resources (deploy/crds/): MaintenanceWindow and NodeDisruptionBudget.
+KARPFLOW_GROUP = "karpflow.dev"
+KARPFLOW_VERSION = "v1alpha1"
+MAINTENANCE_WINDOW_KIND = "MaintenanceWindow"
+NODE_DISRUPTION_BUDGET_KIND = "NodeDisruptionBudget"
 
 # Taints.
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"

@@ -124,12 +124,22 @@ _PERCENT = re.compile(r"^(\d+)%$")
 
 
 class Budget(KubeModel):
-    """At most `nodes` of the pool may be disrupting at once while the budget is active."""
+    """At most `nodes` of the pool may be disrupting at once while the budget is active. With `per`
+    (karpflow's rate budget, planner/rate_budgets.py) it is a rate instead: at most `nodes` may start
+    within any `per`."""
 
     nodes: str = "10%"
     reasons: list[str] | None = None
     schedule: str | None = None
     duration: str | None = None
+    per: str | None = None
+
+    @field_validator("per")
+    @classmethod
+    def _positive_per(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value).total_seconds() <= 0:
+            raise ValueError(f"budget per {value!r}: must be longer than 0s")
+        return value
 
     @field_validator("nodes", mode="before")
     @classmethod

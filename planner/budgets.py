@@ -12,10 +12,13 @@
   disrupting, 0).
 - A budget that fails to parse (bad nodes, bad cron, bad duration) fails closed: 0 for every reason
   of that pool, and the error is reported. Budgets never gate expiration.
+- A budget with `per` is a rate, not a concurrency limit (planner/rate_budgets.py); the remaining
+  count is the smaller of the two.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +28,7 @@ from api.constants import BUDGET_REASONS
 from api.duration import DurationError, parse_duration
 from api.nodepool import Budget, NodePool
 from planner.model import BudgetMap, PlanContext
+from planner.rate_budgets import rate_limit
 from planner.snapshot import Node
 
 UNLIMITED = 2**31 - 1  # Karpenter's MaxInt32 for "no active budget limits this reason"
@@ -85,6 +89,8 @@ def allowed_disruptions(pool: NodePool, total: int, now: datetime, reason: str) 
     for budget in pool.spec.disruption.budgets:
         if budget.reasons is not None and reason not in budget.reasons:
             continue
+        if budget.per is not None:
+            continue  # a rate, not a concurrency limit: planner/rate_budgets.py
         if budget_active(budget, now):
             allowed = min(allowed, budget_nodes(budget, total))
     return allowed
@@ -156,6 +162,12 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
                 allowed = allowed_disruptions(pool, total[name], ctx.now, reason)
             except BudgetError as err:
                 errors.append(str(err))
+        rate = None
+        if not errors:
+            try:
+                rate = rate_limit(ctx, pool, total[name], reason)
+            except ValueError as err:
+                errors.append(f"rate budget: {err}")
         if errors:
             budget_map.errors[name] = errors
             allowed = 0
@@ -163,6 +175,9 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
         allowed = min(allowed, total[name])
         budget_map.allowed[name] = allowed
         budget_map.remaining[name] = max(allowed - disrupting[name], 0)
+        if rate is not None and rate.remaining < budget_map.remaining[name]:
+            budget_map.remaining[name] = rate.remaining
+            budget_map.rate_limited[name] = functools.partial(rate.message, name, reason)
     return budget_map
 
 

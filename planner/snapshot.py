@@ -7,7 +7,9 @@ same dicts fetched through the API by an activity (`Snapshot.from_objects`).
 Inside the planner, objects are slim `__slots__` classes holding only what the rules need, parsed
 once: a 100,000-pod snapshot must load in seconds, which full pydantic pod models cannot do.
 NodePools and EC2NodeClasses (few, and user-written) are validated with the pydantic models of
-`api.nodepool`. Objects of other kinds are ignored; malformed objects (a wrong type anywhere, such as
+`api.nodepool`. karpflow's MaintenanceWindows and NodeDisruptionBudgets are read by
+planner/maintenance_windows.py and planner/node_disruption_budgets.py: a broken one is kept, failing
+closed, and reported. Objects of other kinds are ignored; malformed objects (a wrong type anywhere, such as
 labels given as a list, or a List item that is not an object) are reported in `Snapshot.problems`
 with their kind and name, and with their file when several files are combined, and skipped.
 
@@ -66,6 +68,8 @@ from kube.selectors import (
 )
 from kube.times import parse_time
 from planner import legacy
+from planner.maintenance_windows import Window, read_window
+from planner.node_disruption_budgets import Ndb, read_ndb
 from planner.resources import ZERO, Resources
 
 try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
@@ -912,6 +916,20 @@ _DS_KINDS = {"DaemonSet"}
 _NODEPOOL_KINDS = {"NodePool", legacy.PROVISIONER_KIND}
 _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
+_WINDOW_KINDS = {"MaintenanceWindow"}
+_NDB_KINDS = {"NodeDisruptionBudget"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecentDisruption:
+    """A node whose disruption started at `started_at` (any reason, forceful ones too): what rate
+    budgets (`per`) count. Not cluster state: the controller reads it from Temporal visibility
+    (DisruptionWorkflows by KarpflowNodePool and StartTime) and sets `Snapshot.recent_disruptions`."""
+
+    node: str
+    nodepool: str
+    reason: str
+    started_at: datetime
 
 
 @dataclass(eq=False)
@@ -934,6 +952,11 @@ class Snapshot:
     budget_errors: dict[str, list[str]] = field(default_factory=dict)
     # EC2NodeClass name -> why it is not Ready (its Ready condition's message).
     nodeclass_not_ready: dict[str, str] = field(default_factory=dict)
+    # karpflow's operator controls (karpflow.dev/v1alpha1), by name; broken ones fail closed.
+    maintenance_windows: dict[str, Window] = field(default_factory=dict)
+    node_disruption_budgets: dict[str, Ndb] = field(default_factory=dict)
+    # Disruptions started recently, for rate budgets (empty when the caller does not know them).
+    recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
     _pdb_index: dict[tuple[str, tuple[str, str] | None], tuple[tuple[int, PDB], ...]] | None = field(
@@ -986,6 +1009,10 @@ class Snapshot:
                 self._add(obj, kind, parse_nodeclass, self._put_nodeclass)
             elif kind in _NODECLAIM_KINDS:
                 self._add(obj, kind, parse_nodeclaim, self._put_nodeclaim)
+            elif kind in _WINDOW_KINDS:
+                self._put_window(read_window(obj))
+            elif kind in _NDB_KINDS:
+                self._put_ndb(read_ndb(obj))
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
 
     def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
@@ -1023,6 +1050,23 @@ class Snapshot:
 
     def _put_nodeclaim(self, claim: NodeClaim) -> None:
         self.nodeclaims[claim.name] = claim
+
+    def _put_window(self, window: Window) -> None:
+        self.maintenance_windows[window.name] = window
+        self.problems.extend(
+            f"MaintenanceWindow {window.name}: {p} (it fails closed: blocks "
+            f"{', '.join(sorted(window.actions))} for "
+            f"{'every node' if window.selector is None else 'the nodes it selects'})"
+            for p in window.problems
+        )
+
+    def _put_ndb(self, ndb: Ndb) -> None:
+        self.node_disruption_budgets[ndb.name] = ndb
+        where = "every node" if ndb.selects_every_node else "the nodes it selects"
+        self.problems.extend(
+            f"NodeDisruptionBudget {ndb.name}: {p} (it fails closed: allows nothing for {where})"
+            for p in ndb.problems
+        )
 
     def _index(self) -> None:
         """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
@@ -1134,6 +1178,9 @@ class Snapshot:
             problems=self.problems,
             budget_errors=self.budget_errors,
             nodeclass_not_ready=self.nodeclass_not_ready,
+            maintenance_windows=self.maintenance_windows,
+            node_disruption_budgets=self.node_disruption_budgets,
+            recent_disruptions=self.recent_disruptions,
             sources=self.sources,
         )
         clone._pdb_cache = self._pdb_cache

@@ -398,6 +398,51 @@ class ClusterBuilder:
             }
         return self.add(obj)
 
+    # -- karpflow's operator controls (karpflow.dev/v1alpha1) -----------------------------------------
+    def maintenance_window(
+        self,
+        name: str,
+        *,
+        actions: list[str],
+        schedules: list[dict[str, str]] | None = None,
+        selector: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"actions": actions}
+        if schedules:
+            spec["schedules"] = schedules
+        if selector:
+            spec["selector"] = selector
+        return self.add(
+            {
+                "apiVersion": "karpflow.dev/v1alpha1",
+                "kind": "MaintenanceWindow",
+                "metadata": {"name": name, "uid": self._next_uid(), "generation": 1},
+                "spec": spec,
+            }
+        )
+
+    def node_disruption_budget(
+        self,
+        name: str,
+        *,
+        selector: dict[str, Any] | None,
+        max_unavailable: int | str | None = None,
+        min_available: int | str | None = None,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"selector": selector}
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        return self.add(
+            {
+                "apiVersion": "karpflow.dev/v1alpha1",
+                "kind": "NodeDisruptionBudget",
+                "metadata": {"name": name, "uid": self._next_uid(), "generation": 1},
+                "spec": spec,
+            }
+        )
+
     # -- Output ------------------------------------------------------------------------------------
     def as_list(self) -> dict[str, Any]:
         return {

@@ -13,6 +13,9 @@ that play kubelets / scheduler / workload controllers, and the invariant checker
         sim.faults              # sim.ec2_faults.Ec2Faults (ICE, throttling, never-ready)
         sim.api_faults          # sim.apiserver.faults.Faults (Kubernetes API errors, latency)
 
+The emulator starts with karpflow's CRDs (deploy/crds: MaintenanceWindow, NodeDisruptionBudget)
+installed, as in a cluster where deploy/ was applied; emptying or reloading the cluster keeps them.
+
 Everything runs on one background thread with its own asyncio loop (`sim.loop`), so a test can
 use the stack from synchronous code or from its own event loop alike. `python -m sim` runs the
 same stack as the dev stack's simulator process, on fixed ports.
@@ -56,9 +59,11 @@ from typing import Any, TypeVar
 
 import boto3
 import orjson
+import yaml
 from aiohttp import web
 
 from sim import ec2_faults
+from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest
 from sim.apiserver.faults import Faults, RequestLog
 from sim.apiserver.kubeconfig import write_kubeconfig
@@ -74,7 +79,21 @@ from sim.timescale import TimeScale
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INVARIANT_KINDS = frozenset({"Pod", "Node", "PodDisruptionBudget", "ReplicaSet", "StatefulSet", "Deployment"})
+INVARIANT_KINDS = frozenset(
+    {
+        "Pod",
+        "Node",
+        "PodDisruptionBudget",
+        "ReplicaSet",
+        "StatefulSet",
+        "Deployment",
+        "MaintenanceWindow",
+        "NodeDisruptionBudget",
+    }
+)
+# karpflow's own CRDs: the simulated cluster is one where deploy/ was applied, so the worker's cache,
+# `kubectl get crd` and scenarios find MaintenanceWindows and NodeDisruptionBudgets.
+KARPFLOW_CRDS = Path(__file__).resolve().parents[1] / "deploy" / "crds"
 MOTO_ACCOUNT_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -382,6 +401,7 @@ class SimStack:
             token=self.admin_token,
             ca_pem=self.tls.ca_pem if self.tls is not None else None,
         )
+        self._install_crds()
         if self.scenario is not None:
             self.seed_report = await asyncio.to_thread(self._seed, self.scenario)
         await self._start_controllers()
@@ -436,6 +456,11 @@ class SimStack:
 
     # -- scenario ------------------------------------------------------------------------------
 
+    def _install_crds(self) -> None:
+        for path in sorted(KARPFLOW_CRDS.glob("*.karpflow.dev.yaml")):
+            self.store.create(crds.CRDS, yaml.safe_load(path.read_text()))
+        crds.sync(self.store)
+
     def _seed(self, scenario: Scenario) -> SeedReport:
         report = seed(scenario, self.store, self._ec2, cluster_name=self.cluster_name)
         for warning in report.warnings:
@@ -449,6 +474,7 @@ class SimStack:
             self.controllers = None
         await asyncio.to_thread(self._terminate_instances)
         self.store.reset()
+        self._install_crds()
         self.invariants.reset()
         self.faults.clear()
         self.scenario = scenario

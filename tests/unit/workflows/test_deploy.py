@@ -45,9 +45,13 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
             "Deployment",
             "PodDisruptionBudget",
             "NetworkPolicy",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Service",
         ]
     )
+    crds = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition")
+    assert crds == ["maintenancewindows.karpflow.dev", "nodedisruptionbudgets.karpflow.dev"]
     config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
