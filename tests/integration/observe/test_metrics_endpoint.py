@@ -21,7 +21,7 @@ from sim.testing import assert_no_violations, kubectl
 from tests.integration.workflows.conftest import REPO, Workload, node, scenario
 from workflows.termination import TerminationWorkflow
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DASHBOARD = Path(REPO, "deploy", "grafana", "karpflow-dashboard.json")
 A, B = node("172.31.1.10"), node("172.31.2.20")
