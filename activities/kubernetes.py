@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -55,6 +55,7 @@ from api.constants import (
 )
 from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import Pod
@@ -293,11 +294,16 @@ class KubernetesActivities:
             raise classify_kube(err, f"reading {kind} {name}") from None
 
     async def _nodepool(self, name: str) -> NodePool:
+        """The NodePool as the planner reads it: an invalid duration reads as the value that disrupts
+        nothing (logged), so a forceful command's replacements still launch in such a pool."""
         raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name, "NodePool")
         try:
-            return NodePool.model_validate(raw)
+            pool, problems = read_nodepool(raw)
         except ValueError as err:
             raise permanent(f"NodePool {name} does not validate: {err}", errors.INVALID) from None
+        for problem in problems:
+            log.warning("NodePool %s: %s", name, problem)
+        return pool
 
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
@@ -559,18 +565,26 @@ class KubernetesActivities:
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
-            try:
-                grace = (await self._nodepool(pool_name)).spec.template.spec.termination_grace_period_delta
-            except errors.ApplicationError as err:
-                # A deleted NodePool must not block the termination of its nodes: no deadline then.
-                log.warning(
-                    "node %s: %s; draining without a terminationGracePeriod", node["metadata"]["name"], err
-                )
-                grace = None
+            grace = await self._pool_grace(node["metadata"]["name"], pool_name)
         if grace is None:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
         return deleted + grace
+
+    async def _pool_grace(self, node: str, pool_name: str) -> timedelta | None:
+        """The NodePool's terminationGracePeriod for karpflow (karpflow.dev/termination-grace-period,
+        else the template's), read as the planner reads it (api.nodepool_reader). An invalid
+        value reads as none, never as a deadline in the past: the drain keeps waiting for PDBs and
+        do-not-disrupt, and the reason is logged. A deleted NodePool must not block the termination
+        of its nodes either: no deadline then. A transient API error is retried, not read as none."""
+        try:
+            pool = await self._nodepool(pool_name)  # logs the pool's invalid settings
+        except errors.ApplicationError as err:
+            if not err.non_retryable:
+                raise
+            log.warning("node %s: %s; draining without a terminationGracePeriod", node, err)
+            return None
+        return pool_termination_grace_period(pool)
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str) -> None:

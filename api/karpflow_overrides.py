@@ -17,9 +17,11 @@ precedence for karpflow only:
 
 The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
 karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
-touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
-and makes the pool fail closed, like an invalid budget: karpflow does not disrupt it voluntarily
-until it is fixed, and an unparseable expire-after does not expire anything.
+touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse (or a
+negative duration) is reported and makes the pool fail closed, like an invalid budget: karpflow does
+not disrupt it voluntarily until it is fixed, and the setting itself reads as the value that drives
+nothing: an invalid consolidate-after or expire-after as Never, an invalid termination-grace-period
+as no deadline (never Karpenter's value instead, which beside Karpenter is not karpflow's intent).
 
 The savings floor (`min-savings-*`, planner/savings_threshold.py) fails closed more narrowly: a bad
 value is reported and stops replace-consolidation of the pool (deletes, drift and expiration go on).
@@ -29,13 +31,17 @@ Karpenter's multi- and single-node methods (docs/optimal-consolidation.md).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from api.duration import NEVER, parse_duration
+from api.duration import NEVER, karpenter_duration
+
+if TYPE_CHECKING:
+    from api.nodepool import NodePool
 
 PREFIX = "karpflow.dev/"
 CONSOLIDATION_POLICY = PREFIX + "consolidation-policy"
@@ -61,7 +67,8 @@ STRATEGIES = (KARPENTER_STRATEGY, OPTIMAL_STRATEGY)
 
 
 class NodePoolOverrides(BaseModel):
-    """The karpflow.dev/* annotations of one NodePool that parsed; None where absent (or invalid)."""
+    """The karpflow.dev/* annotations of one NodePool; None where absent. An invalid duration reads
+    as "Never" (for termination_grace_period: no deadline); other invalid values as absent."""
 
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] | None = None
     consolidate_after: str | None = None
@@ -84,10 +91,17 @@ class NodePoolOverrides(BaseModel):
 
 
 def _duration(value: str, never_ok: bool) -> str:
-    if never_ok and value == NEVER:
-        return value
-    parse_duration(value)  # raises ValueError naming what is wrong
+    karpenter_duration(value, never_ok=never_ok)  # raises DurationError naming what is wrong
     return value
+
+
+# What an invalid duration annotation reads as: the value that drives nothing.
+_FAIL_CLOSED = {"consolidate_after": NEVER, "expire_after": NEVER, "termination_grace_period": NEVER}
+_READ_AS = {
+    "consolidate_after": "read as Never: nothing is consolidated",
+    "expire_after": "read as Never: nothing expires",
+    "termination_grace_period": "read as no deadline: drains wait for PDBs and do-not-disrupt",
+}
 
 
 def _budgets(value: str) -> list[dict[str, Any]]:
@@ -161,8 +175,22 @@ def read_overrides(annotations: Mapping[str, str]) -> tuple[NodePoolOverrides, l
         try:
             values[field] = parse(str(raw).strip())
         except ValueError as err:
-            problems.append(f"annotation {key}={raw!r}: {err}")
+            read_as = f" ({_READ_AS[field]})" if field in _READ_AS else ""
+            problems.append(f"annotation {key}={raw!r}: {err}{read_as}")
+            if field in _FAIL_CLOSED:
+                values[field] = _FAIL_CLOSED[field]
     return NodePoolOverrides(**values), problems
+
+
+def overrides_of(pool: NodePool) -> NodePoolOverrides:
+    """The karpflow.dev/* annotations of a NodePool model, parsed once per distinct set."""
+    own = tuple(sorted((k, v) for k, v in pool.metadata.annotations.items() if k.startswith(PREFIX)))
+    return _parsed(own)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(annotations: tuple[tuple[str, str], ...]) -> NodePoolOverrides:
+    return read_overrides(dict(annotations))[0]
 
 
 def apply_disruption_overrides(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:

@@ -3,6 +3,10 @@
 Field names follow Karpenter v1 exactly (camelCase on the wire), so existing YAML loads unchanged.
 Unknown fields are ignored rather than refused: newer Karpenter fields must not break loading.
 Only the shape is validated here; the meaning (budget windows, drift, limits) lives in planner/.
+
+`NodePool.model_validate` refuses an invalid duration; `api.nodepool_reader.read_nodepool` is how
+karpflow reads a NodePool from a cluster (each invalid setting read as the value that disrupts
+nothing, and reported).
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ import re
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from api.constants import BUDGET_REASONS
-from api.duration import NEVER, parse_duration, parse_optional_duration
+from api.duration import KarpenterDuration, KarpenterDurationOrNever, parse_optional_duration
 
 
 class KubeModel(BaseModel):
@@ -78,33 +82,13 @@ class TemplateMeta(KubeModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-def _duration_or_never(value: str | None, field: str) -> str | None:
-    if value is None or value == NEVER:
-        return value
-    try:
-        parse_duration(value)
-    except ValueError as err:
-        raise ValueError(f"{field}: {err}") from err
-    return value
-
-
 class NodeClaimTemplateSpec(KubeModel):
     node_class_ref: NodeClassRef | None = None
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
     taints: list[Taint] = Field(default_factory=list)
     startup_taints: list[Taint] = Field(default_factory=list)
-    expire_after: str = "720h"
-    termination_grace_period: str | None = None
-
-    @field_validator("expire_after")
-    @classmethod
-    def _check_expire_after(cls, value: str) -> str:
-        return _duration_or_never(value, "expireAfter") or "720h"
-
-    @field_validator("termination_grace_period")
-    @classmethod
-    def _check_tgp(cls, value: str | None) -> str | None:
-        return _duration_or_never(value, "terminationGracePeriod")
+    expire_after: KarpenterDurationOrNever = "720h"
+    termination_grace_period: KarpenterDuration | None = None
 
     @property
     def expire_after_delta(self) -> timedelta | None:
@@ -131,13 +115,13 @@ class Budget(KubeModel):
     nodes: str = "10%"
     reasons: list[str] | None = None
     schedule: str | None = None
-    duration: str | None = None
-    per: str | None = None
+    duration: KarpenterDuration | None = None
+    per: KarpenterDuration | None = None
 
     @field_validator("per")
     @classmethod
     def _positive_per(cls, value: str | None) -> str | None:
-        if value is not None and parse_duration(value).total_seconds() <= 0:
+        if value is not None and parse_optional_duration(value) == timedelta(0):
             raise ValueError(f"budget per {value!r}: must be longer than 0s")
         return value
 
@@ -161,14 +145,12 @@ class Budget(KubeModel):
     def _schedule_needs_duration(self) -> Budget:
         if (self.schedule is None) != (self.duration is None):
             raise ValueError("budget schedule and duration must be set together")
-        if self.duration is not None:
-            _duration_or_never(self.duration, "budget duration")
         return self
 
 
 class Disruption(KubeModel):
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
-    consolidate_after: str = "0s"
+    consolidate_after: KarpenterDurationOrNever = "0s"
     budgets: list[Budget] = Field(default_factory=lambda: [Budget()], max_length=50)
 
     @field_validator("consolidation_policy", mode="before")
@@ -176,11 +158,6 @@ class Disruption(KubeModel):
     def _v1beta1_policy_name(cls, value: Any) -> Any:
         # v1beta1 called it WhenUnderutilized; existing manifests keep working.
         return "WhenEmptyOrUnderutilized" if value == "WhenUnderutilized" else value
-
-    @field_validator("consolidate_after")
-    @classmethod
-    def _check_consolidate_after(cls, value: str) -> str:
-        return _duration_or_never(value, "consolidateAfter") or "0s"
 
     @property
     def consolidate_after_delta(self) -> timedelta | None:
@@ -209,6 +186,16 @@ class NodePool(KubeModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+
+def pydantic_message(err: ValidationError) -> str:
+    """One line per error, `field.path: what is wrong`."""
+    parts = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        message = e.get("msg", "").removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
 
 
 class SelectorTerm(KubeModel):

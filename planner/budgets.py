@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from croniter import croniter
 
 from api.constants import BUDGET_REASONS
-from api.duration import DurationError, parse_duration
+from api.duration import DurationError, karpenter_duration
 from api.nodepool import Budget, NodePool
 from planner.model import BudgetMap, PlanContext
 from planner.rate_budgets import rate_limit
@@ -54,15 +54,20 @@ def _cron(schedule: str) -> str:
     return text
 
 
+def _duration(budget: Budget) -> timedelta:
+    """The budget's window (a model built without validation may still hold a bad one)."""
+    try:
+        return karpenter_duration(budget.duration or "", never_ok=False) or timedelta(0)
+    except DurationError as err:
+        raise BudgetError(f"duration {budget.duration!r}: {err}") from None
+
+
 def budget_active(budget: Budget, now: datetime) -> bool:
     """Whether the budget applies at `now` (UTC): always without a schedule; otherwise when a cron hit
     happened in (now - duration, now]. Raises BudgetError for an unparseable schedule or duration."""
     if budget.schedule is None:
         return True
-    try:
-        duration = parse_duration(budget.duration or "")
-    except DurationError as err:
-        raise BudgetError(f"duration {budget.duration!r}: {err}") from None
+    duration = _duration(budget)
     cron = _cron(budget.schedule)
     now = utc(now)  # croniter reads the schedule in now's own offset; Karpenter's are UTC
     start = now - duration
@@ -106,9 +111,9 @@ def next_budget_change(
         if budget.schedule is None:
             continue
         try:
-            duration = parse_duration(budget.duration or "")
+            duration = _duration(budget)
             cron = _cron(budget.schedule)
-        except (BudgetError, DurationError):
+        except BudgetError:
             continue
         hit = croniter(cron, now).get_next(datetime)
         if hit - now <= horizon:

@@ -46,12 +46,14 @@ from api.constants import (
     REGION_LABEL,
     ZONE_LABEL,
 )
-from api.duration import DurationError, parse_optional_duration
-from api.karpflow_overrides import apply_disruption_overrides
-from api.nodepool import Budget, EC2NodeClass, NodePool
+from api.duration import NEVER, DurationError, karpenter_duration
+from api.nodepool import EC2NodeClass, NodePool
+from api.nodepool import pydantic_message as _pydantic_message
+from api.nodepool_reader import read_nodepool
 from api.quantity import QuantityError
 from kube.pods import (
     controller_owner,
+    do_not_disrupt_problem,
     do_not_disrupt_reason,
     is_mirror,
     node_do_not_consolidate,
@@ -642,6 +644,7 @@ class NodeClaim:
         "last_pod_event_time",
         "name",
         "node_name",
+        "problems",
         "provider_id",
         "termination_grace_period",
     )
@@ -655,9 +658,12 @@ class NodeClaim:
     creation_timestamp: datetime | None
     deletion_timestamp: datetime | None
     conditions: dict[str, Condition]
-    expire_after: str | None  # raw, "Never" allowed; None when the spec does not say
+    # Valid durations ("Never" allowed); None when the spec does not say. An invalid one reads as
+    # "Never" (never expires; no drain deadline) and is in `problems`.
+    expire_after: str | None
     termination_grace_period: str | None
     last_pod_event_time: datetime | None
+    problems: list[str]
 
     @property
     def nodepool(self) -> str | None:
@@ -670,6 +676,19 @@ class NodeClaim:
     @property
     def instance_terminating(self) -> bool:
         return self.condition_true("InstanceTerminating")
+
+
+def _claim_duration(claim: NodeClaim, spec: Mapping[str, Any], field: str, never_ok: bool) -> str | None:
+    value = spec.get(field)
+    if value is None:
+        return None
+    try:
+        karpenter_duration(value, never_ok=never_ok)
+    except DurationError as err:
+        read_as = "the node never expires" if field == "expireAfter" else "no drain deadline"
+        claim.problems.append(f"spec.{field}: {err} (read as {read_as})")
+        return NEVER
+    return value
 
 
 def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
@@ -697,17 +716,9 @@ def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
         for c in status.get("conditions") or ()
         if c.get("type")
     }
-    claim.expire_after = spec.get("expireAfter")
-    claim.termination_grace_period = spec.get("terminationGracePeriod")
-    for value, name in (
-        (claim.expire_after, "expireAfter"),
-        (claim.termination_grace_period, "terminationGracePeriod"),
-    ):
-        if value is not None:
-            try:
-                parse_optional_duration(value)
-            except DurationError as err:
-                raise ValueError(f"spec.{name}: {err}") from None
+    claim.problems = []
+    claim.expire_after = _claim_duration(claim, spec, "expireAfter", never_ok=True)
+    claim.termination_grace_period = _claim_duration(claim, spec, "terminationGracePeriod", never_ok=False)
     claim.last_pod_event_time = parse_time(status.get("lastPodEventTime"))
     return claim
 
@@ -862,30 +873,19 @@ def parse_daemonset(raw: Mapping[str, Any]) -> DaemonSet:
 
 
 def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
-    """A NodePool (v1, v1beta1 or a v1alpha5 Provisioner) and the budget problems found in it.
+    """A NodePool (v1, v1beta1 or a v1alpha5 Provisioner) and the invalid settings found in it.
 
-    Budgets are validated one by one: an invalid budget is dropped from the model and reported, and
-    the pool fails closed (no disruption for any budgeted reason) until it is fixed, like Karpenter.
+    An invalid budget is dropped, an invalid duration reads as the value that disrupts nothing
+    (`api.nodepool.read_nodepool`); either is reported and the pool fails closed (no disruption for
+    any budgeted reason) until it is fixed, like Karpenter.
     """
+    problems: list[str] = []
     if raw.get("kind") == legacy.PROVISIONER_KIND:
-        raw = legacy.provisioner_to_nodepool(raw)
+        raw, problems = legacy.provisioner_to_nodepool(raw)
     elif legacy.is_legacy_nodepool(raw):
         raw = legacy.upgrade_v1beta1_nodepool(raw)
-    # karpflow.dev/* annotations replace spec.disruption for karpflow (running beside Karpenter); an
-    # annotation that does not parse fails the pool closed, like an invalid budget.
-    raw, budget_errors = apply_disruption_overrides(raw)
-    disruption = (raw.get("spec") or {}).get("disruption")
-    if isinstance(disruption, Mapping) and isinstance(disruption.get("budgets"), list):
-        kept = []
-        for index, budget in enumerate(disruption["budgets"]):
-            try:
-                Budget.model_validate(budget)
-                kept.append(budget)
-            except ValidationError as err:
-                budget_errors.append(f"spec.disruption.budgets[{index}]: {_pydantic_message(err)}")
-        if budget_errors:
-            raw = {**raw, "spec": {**raw["spec"], "disruption": {**disruption, "budgets": kept}}}
-    return NodePool.model_validate(raw), budget_errors
+    pool, more = read_nodepool(raw)
+    return pool, problems + more
 
 
 def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
@@ -896,15 +896,6 @@ def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
             status = condition.get("status") or "Unknown"
             return nodeclass, str(condition.get("message") or condition.get("reason") or f"Ready={status}")
     return nodeclass, None
-
-
-def _pydantic_message(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        where = ".".join(str(x) for x in e.get("loc", ()))
-        message = e.get("msg", "").removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
 
 
 # --- The snapshot ---------------------------------------------------------------------------------
@@ -992,7 +983,7 @@ class Snapshot:
                     self.problems.append(f"object {_object_name(obj)}: kind {_preview(kind)} is not a string")
                 continue
             if kind in _POD_KINDS:
-                self._add(obj, kind, parse_pod, self.pods.append)
+                self._add(obj, kind, parse_pod, self._put_pod)
             elif kind in _NODE_KINDS:
                 self._add(obj, kind, parse_node, self._put_node)
             elif kind in _PDB_KINDS:
@@ -1050,6 +1041,12 @@ class Snapshot:
 
     def _put_nodeclaim(self, claim: NodeClaim) -> None:
         self.nodeclaims[claim.name] = claim
+        self.problems.extend(f"NodeClaim {claim.name}: {p}" for p in claim.problems)
+
+    def _put_pod(self, pod: Pod) -> None:
+        self.pods.append(pod)
+        if (problem := do_not_disrupt_problem(pod.annotations)) is not None:
+            self.problems.append(f"Pod {pod.key}: {problem}")
 
     def _put_window(self, window: Window) -> None:
         self.maintenance_windows[window.name] = window

@@ -43,6 +43,12 @@ DEFAULT_NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# What Karpenter's NodeClaim CRD requires of every spec (tests add their own fields to it).
+NODECLAIM_SPEC: dict[str, Any] = {
+    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+    "requirements": [],
+}
+
 
 def ts(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -142,7 +148,8 @@ class ClusterBuilder:
                     "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
                 },
                 "status": {
-                    "amis": [{"id": a, "name": a} for a in amis],
+                    # Karpenter's CRD requires each AMI's requirements; none: any node may use them.
+                    "amis": [{"id": a, "name": a, "requirements": []} for a in amis],
                     "subnets": [{"id": s, "zone": z} for s, z in subnets.items()],
                     "securityGroups": [{"id": g} for g in security_groups],
                 },

@@ -3,6 +3,7 @@ import yaml
 from pydantic import ValidationError
 
 from api.nodepool import EC2NodeClass, NodePool
+from api.nodepool_reader import pool_expire_after, pool_termination_grace_period, read_nodepool
 
 NODEPOOL = """
 apiVersion: karpenter.sh/v1
@@ -65,6 +66,8 @@ def test_v1beta1_policy_name_is_accepted():
         ({"budgets": [{"nodes": "1", "schedule": "@daily"}]}, "together"),
         ({"budgets": [{"nodes": "1", "reasons": ["Expired"]}]}, "Underutilized"),
         ({"consolidateAfter": "soon"}, "consolidateAfter"),
+        ({"consolidateAfter": "-5m"}, "must not be negative"),
+        ({"budgets": [{"nodes": "0", "schedule": "@daily", "duration": "-1h"}]}, "must not be negative"),
     ],
 )
 def test_bad_disruption_settings_are_refused_with_a_reason(disruption, message):
@@ -86,3 +89,70 @@ def test_ec2nodeclass_status_is_read():
     )
     assert nodeclass.status.subnets[0].zone == "us-west-2a"
     assert nodeclass.spec.ami_selector_terms[0].alias == "al2023@latest"
+
+
+def _pool(template_spec=None, disruption=None, annotations=None):
+    return {
+        "metadata": {"name": "arm", "annotations": annotations or {}},
+        "spec": {"template": {"spec": template_spec or {}}, "disruption": disruption or {}},
+    }
+
+
+def test_read_nodepool_reads_each_invalid_duration_as_the_value_that_disrupts_nothing():
+    pool, problems = read_nodepool(
+        _pool(
+            {"expireAfter": "-1h", "terminationGracePeriod": "-1h"},
+            {"consolidateAfter": "-5m", "budgets": [{"nodes": "1"}, {"nodes": "0", "schedule": "@daily"}]},
+        )
+    )
+    assert pool.spec.template.spec.expire_after == "Never"
+    assert pool.spec.template.spec.termination_grace_period is None
+    assert pool.spec.disruption.consolidate_after == "Never"
+    assert [b.nodes for b in pool.spec.disruption.budgets] == ["1"]
+    assert [p.split(":")[0] for p in problems] == [
+        "spec.template.spec.expireAfter",
+        "spec.template.spec.terminationGracePeriod",
+        "spec.disruption.consolidateAfter",
+        "spec.disruption.budgets[1]",
+    ]
+    assert "'-1h': must not be negative (read as Never: no node of the pool expires)" in problems[0]
+
+
+def test_read_nodepool_leaves_a_valid_pool_alone():
+    raw = yaml.safe_load(NODEPOOL)
+    pool, problems = read_nodepool(raw)
+    assert problems == [] and pool == NodePool.model_validate(raw)
+
+
+def test_read_nodepool_treats_a_null_duration_as_unset():
+    pool, problems = read_nodepool(_pool({"expireAfter": None}))
+    assert problems == [] and pool.spec.template.spec.expire_after == "720h"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "template", "expire_after", "grace"),
+    [
+        ({}, {"expireAfter": "24h", "terminationGracePeriod": "1h"}, 24 * 3600, 3600),
+        (
+            {"karpflow.dev/expire-after": "48h", "karpflow.dev/termination-grace-period": "2h"},
+            {"expireAfter": "Never"},
+            48 * 3600,
+            7200,
+        ),
+        # An invalid annotation reads as nothing, not as the template's value (Karpenter's, beside it).
+        (
+            {"karpflow.dev/expire-after": "-1h", "karpflow.dev/termination-grace-period": "-1h"},
+            {"expireAfter": "24h", "terminationGracePeriod": "1h"},
+            None,
+            None,
+        ),
+    ],
+)
+def test_the_expire_after_and_grace_period_karpflow_uses(annotations, template, expire_after, grace):
+    pool, _ = read_nodepool(_pool(template, annotations=annotations))
+
+    def seconds(delta):
+        return delta.total_seconds() if delta is not None else None
+
+    assert seconds(pool_expire_after(pool)) == expire_after
+    assert seconds(pool_termination_grace_period(pool)) == grace

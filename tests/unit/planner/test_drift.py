@@ -14,7 +14,7 @@ from planner.drift import (
 )
 from planner.model import PlanOptions, Replacement, SchedulingResult
 from planner.plan import plan
-from sim.cluster_builder import ClusterBuilder
+from sim.cluster_builder import NODECLAIM_SPEC, ClusterBuilder
 
 POOL = {
     "metadata": {"name": "default"},
@@ -200,6 +200,7 @@ def test_a_nodeclaim_drifted_condition_is_trusted():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "claim-1"},
+            "spec": NODECLAIM_SPEC,
             "status": {
                 "nodeName": node["metadata"]["name"],
                 "conditions": [

@@ -6,7 +6,7 @@ import yaml
 
 from planner.resources import Resources
 from planner.snapshot import Snapshot, SnapshotError, load_snapshot, read_objects
-from sim.cluster_builder import DEFAULT_NOW, ClusterBuilder
+from sim.cluster_builder import DEFAULT_NOW, NODECLAIM_SPEC, ClusterBuilder
 
 MI = 1 << 20
 
@@ -237,10 +237,17 @@ def test_nodeclaims_link_to_their_nodes_by_provider_id_or_node_name():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "default-abc"},
-            "spec": {"expireAfter": "24h"},
+            "spec": {**NODECLAIM_SPEC, "expireAfter": "24h"},
             "status": {
                 "providerID": provider,
-                "conditions": [{"type": "Drifted", "status": "True", "reason": "AMIDrift"}],
+                "conditions": [
+                    {
+                        "type": "Drifted",
+                        "status": "True",
+                        "reason": "AMIDrift",
+                        "lastTransitionTime": "2026-11-22T09:00:00Z",
+                    }
+                ],
             },
         }
     )
