@@ -224,7 +224,9 @@ class KarpflowWorker:
         if settings.controller:
             await self.start_controller()
         if settings.health:
-            self._health = HealthServer(settings.health_host, settings.health_port, lambda: self.ready)
+            self._health = HealthServer(
+                settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
+            )
             await self._health.start()
         log.info(
             "worker running: task queue %s on %s/%s, cluster %s%s",

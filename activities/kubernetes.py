@@ -634,6 +634,7 @@ class KubernetesActivities:
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
             resumed=resumed_progress(previous[0]) if previous else None,
+            reason=request.reason,
         )
 
         async def keep_beating() -> None:

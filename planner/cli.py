@@ -9,7 +9,8 @@ The nodes' AMI, subnet and security groups are EC2's, not the cluster's: without
 drift by AMI, subnet or security group is not seen (the controller reads them from EC2 itself).
 
 Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
-cannot be used at all (missing or unparseable file, bad catalog, bad --at).
+cannot be used at all (missing or unparseable file, no Node in it or in the live cluster, bad
+catalog, bad --at).
 Budgets are reported at the start of the pass (`budgetsAtStart`) and after its commands (`budgets`,
 what the next pass could still start); see `karpflow plan --help`.
 JSON snapshots load several times faster than YAML; prefer `-o json` for large clusters.
@@ -189,6 +190,20 @@ def plan(
             snapshot = load_snapshot(list(snapshots), now=now)
         except SnapshotError as err:
             _fail(str(err))
+    if not snapshot.nodes:
+        # "0 nodes, nothing to do" reads like good news; it almost always means the wrong cluster,
+        # an empty or wrong file, or a kubeconfig that lists nothing.
+        where = (
+            f"the cluster at KUBECONFIG={os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+            if live
+            else ", ".join(snapshots)
+        )
+        hint = (
+            " (on the dev stack: `source .state/env` or `karpflow --state-dir DIR plan --live`)"
+            if live
+            else ""
+        )
+        _fail(f"no Node in {where}: nothing to plan on{hint}")
     region = region or snapshot.region() or DEFAULT_REGION
     try:
         if catalog_path:

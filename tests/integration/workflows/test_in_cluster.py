@@ -285,10 +285,10 @@ def probe(group: str, resource: str, verb: str) -> tuple[str, str, dict[str, Any
     if verb == "create":
         body = {"apiVersion": "v1", "kind": rt.kind, "metadata": {"name": "probe"}, "involvedObject": {}}
         return "POST", f"{scope}/{plural}", body
-    method = {"get": "GET", "update": "PUT", "delete": "DELETE"}[verb]
+    method = {"get": "GET", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}[verb]
     body = (
         {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {"name": "absent"}}
-        if verb == "update"
+        if verb in ("update", "patch")
         else None
     )
     return method, path, body

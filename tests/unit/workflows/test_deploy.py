@@ -47,6 +47,7 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
             "NetworkPolicy",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "Service",
         ]
     )
     crds = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition")
@@ -64,6 +65,13 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
     )
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > float(config["KARPFLOW_GRACEFUL_SHUTDOWN"])
+    # the metrics Service selects the workers and reaches /metrics on their health port
+    service = next(o for o in objects if o["kind"] == "Service")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    assert service["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
 
 
 def test_the_iam_policy_grants_every_ec2_call_the_activities_make():
