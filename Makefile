@@ -7,8 +7,10 @@ STAMP   = $(VENV)/.installed
 TOOLS  ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed
 PYTEST_ARGS ?=
+# Parallel test processes for `make test` (pytest-xdist); most tests wait on servers, not the CPU.
+TEST_WORKERS ?= 3
 
-.PHONY: install test unit integration lint format demo up down status bench clean
+.PHONY: install chromium test unit integration lint format demo up down status bench clean
 
 install: $(STAMP)
 
@@ -27,16 +29,27 @@ $(TOOLS_STAMP):
 	$(TOOLS)/bin/pip install --quiet 'checkov>=3.2,<4'
 	touch $@
 
+# The Web UI test's browser (tests/integration/observe/test_web_ui.py): Debian's package, as root
+# (CI, containers); elsewhere a hint, and the test skips (in CI, where CI=true, it fails instead).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get) for the Web UI test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "chromium is missing: sudo apt-get install chromium (the Web UI test skips without it)"; \
+	fi
+
 ## test: lint, then every test (unit and integration against real servers)
-test: install $(TOOLS_STAMP)
+test: install $(TOOLS_STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
-integration: install
+integration: install chromium
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 lint: install

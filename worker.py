@@ -42,6 +42,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
+from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
 from cluster.informer import ClusterCache
@@ -82,7 +83,7 @@ def activities_for(
 ) -> list[Callable[..., Any]]:
     """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
     ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
-    given = settings.cluster_endpoint and ca_bundle
+    given = settings.cluster_endpoint and ca_bundle and settings.service_cidr
     endpoint = ClusterEndpoint(
         settings.cluster_name,
         endpoint=settings.cluster_endpoint,
@@ -129,6 +130,7 @@ def activities_for(
             planning.untaint_orphans,
             planning.sync_nodepool_finalizers,
             planning.apply_annotations,
+            planning.apply_taints,
         ]
     return activities
 
@@ -185,6 +187,7 @@ class KarpflowWorker:
                 task_queue=settings.task_queue,
                 region=settings.aws_region,
                 cluster=settings.cluster_name,
+                instances=InstanceDescriptions(self.ec2),
             )
         self.worker = Worker(
             self.client,
@@ -228,7 +231,9 @@ class KarpflowWorker:
         if settings.controller:
             await self.start_controller()
         if settings.health:
-            self._health = HealthServer(settings.health_host, settings.health_port, lambda: self.ready)
+            self._health = HealthServer(
+                settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
+            )
             await self._health.start()
         log.info(
             "worker running: task queue %s on %s/%s, cluster %s%s",

@@ -3,6 +3,11 @@ is left to wait for (the rules are kube/drain_rules.py).
 
 Evictions go with a UID precondition; 429 and the multi-PDB 500 back off and retry; 404 and 409 mean
 the pod is gone or replaced; pods past the deadline are deleted with the time left as their grace.
+
+What operators see, as Karpenter shows it: an `Evicted` Event on each evicted pod, `Disrupted` on
+each pod deleted at the deadline, `FailedDraining` on the node while PDBs hold pods back (one
+Event with a count), and the metrics `karpenter_pods_eviction_requests_total{code}`,
+`karpenter_pods_drained_total{reason}` and `karpflow_drain_duration_seconds`.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from activities.errors import FORBIDDEN, INVALID, permanent
+from kube import events
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import TIER_NAMES, Pod, pdb_group, plan
+from runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +100,13 @@ class Drainer:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         resumed: DrainProgress | None = None,
         check: Callable[[], Awaitable[tuple[str | None, datetime | None]]] | None = None,
+        reason: str = "",
+        recorder: events.EventRecorder | None = None,
     ) -> None:
         self.kube = kube
+        self.reason = reason or "Unknown"  # the node's disruption reason, in Events and metrics
+        self.recorder = recorder if recorder is not None else events.recorder_for(kube)
+        self._node_ref: events.ObjectRef | None = None
         self.node = node
         self.deadline = deadline
         self.poll_interval = poll_interval
@@ -108,6 +120,7 @@ class Drainer:
         self._backoff: dict[tuple[str, ...], _Backoff] = {}
 
     async def run(self) -> DrainProgress:
+        started = time.monotonic()
         while True:
             now = self.clock()
             pods = [Pod(raw) for raw in await self.kube.pods_on_node(self.node)]
@@ -128,10 +141,28 @@ class Drainer:
             self.progress.waiting_on = [pod.key for pod in current.waiting]
             self.on_progress(self.progress)
             if current.done:
+                metrics.DRAIN_DURATION.observe(time.monotonic() - started)
                 return self.progress
             await asyncio.gather(*(self._force_delete(pod, grace) for pod, grace in current.force_delete))
             await self._evict_all(current.evict)
+            if self.progress.blocked:
+                await self._report_blocked()
             await asyncio.sleep(self._next_wait())
+
+    async def _report_blocked(self) -> None:
+        """`FailedDraining` on the node (the recorder keeps it to one Event with a count)."""
+        if self._node_ref is None:
+            try:
+                node = await self.kube.find_node(self.node)
+            except Exception as err:  # an Event is not worth failing the drain for
+                log.info("node %s not read for its FailedDraining event: %r", self.node, err)
+                return
+            # The UID too: `kubectl describe node` shows only Events that name it.
+            self._node_ref = events.ObjectRef.of(node or {"metadata": {"name": self.node}}, "Node")
+        blocked_by = "; ".join(f"{pod}: {why}" for pod, why in list(self.progress.blocked.items())[:3])
+        await self.recorder.record(
+            events.failed_draining(self._node_ref, self.progress.pods_left, blocked_by)
+        )
 
     def _next_wait(self) -> float:
         now = time.monotonic()
@@ -142,6 +173,7 @@ class Drainer:
         try:
             await self.kube.delete_pod(pod.raw, grace)
             self.progress.deleted += 1
+            await self.recorder.record(events.disrupted(pod.raw, self.node, grace))
             log.info(
                 "deleted pod %s with grace %ss: node %s deadline %s is near",
                 pod.key,
@@ -186,6 +218,7 @@ class Drainer:
             try:
                 await self.kube.evict(pod.raw)
             except KubeError as err:
+                metrics.EVICTION_REQUESTS.labels(code=str(err.status)).inc()
                 if err.status in (404, 409):  # gone, or a different pod now has the name
                     continue
                 self._raise_if_permanent(err, f"eviction of pod {pod.key}")
@@ -197,9 +230,12 @@ class Drainer:
                 self.progress.blocked[pod.key] = f"{reason}: {err.message}"[:200]
                 backoff.fail(time.monotonic())
                 return
+            metrics.EVICTION_REQUESTS.labels(code="200").inc()
+            metrics.PODS_DRAINED.labels(reason=self.reason).inc()
             self.progress.evicted += 1
             self.progress.blocked.pop(pod.key, None)
             backoff.reset()
+            await self.recorder.record(events.evicted(pod.raw, self.reason))
 
     @staticmethod
     def _raise_if_permanent(err: KubeError, what: str) -> None:

@@ -47,6 +47,8 @@ from api.constants import (
     cluster_tag,
 )
 from api.workflow_io import Offering
+from launch import ec2_params
+from launch.instance_labels import eni_max_pods, instance_type_labels, offering_labels
 from launch.userdata import ClusterInfo, NodeBootstrap, generate
 
 log = logging.getLogger(__name__)
@@ -58,21 +60,7 @@ ARCH = {"x86_64": "amd64", "arm64": "arm64", "i386": "386"}
 
 
 EKS_CLUSTER_NAME_TAG = "eks:eks-cluster-name"
-METADATA_DEFAULTS = {
-    "HttpEndpoint": "enabled",
-    "HttpProtocolIpv6": "disabled",
-    "HttpPutResponseHopLimit": 1,
-    "HttpTokens": "required",
-}
-
-
-def metadata_options(spec: dict[str, Any] | None) -> dict[str, Any]:
-    """EC2NodeClass metadataOptions (httpTokens, httpProtocolIPv6, ...) as RunInstances spells them."""
-    given = {
-        ("HttpProtocolIpv6" if key.lower() == "httpprotocolipv6" else key[:1].upper() + key[1:]): value
-        for key, value in (spec or {}).items()
-    }
-    return {**METADATA_DEFAULTS, **given}
+TAG_KEY_MAX = 128
 
 
 def client_token(command_id: str, index: int, offering: Offering) -> str:
@@ -96,6 +84,12 @@ def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
         TAG_NODE_NAME: f"karpflow/{template.nodepool}",
     }
     for key, value in tags.items():
+        if len(key) > TAG_KEY_MAX or key.lower().startswith("aws:"):
+            raise permanent(
+                f"replacement {request.index}: EC2 refuses the tag key {key!r} (at most {TAG_KEY_MAX} "
+                "characters, and no aws: prefix)",
+                errors.INVALID,
+            )
         if len(value) > TAG_VALUE_MAX:
             raise permanent(
                 f"replacement {request.index}: tag {key} would be {len(value)} characters (EC2 allows "
@@ -105,9 +99,10 @@ def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
     return tags
 
 
-def bootstrap_user_data(cluster: ClusterInfo, request: LaunchRequest) -> str:
+def bootstrap_user_data(cluster: ClusterInfo, request: LaunchRequest, max_pods: int | None = None) -> str:
     """The EC2NodeClass user data merged with the bootstrap of its AMI family: the NodePool's labels,
-    taints and startup taints, and the kubelet settings (launch/userdata.py)."""
+    taints and startup taints, the kubelet settings, and the instance type's max pods unless the
+    class sets maxPods (launch/userdata.py)."""
     template = request.template
     node = NodeBootstrap(
         nodepool=template.nodepool,
@@ -115,6 +110,8 @@ def bootstrap_user_data(cluster: ClusterInfo, request: LaunchRequest) -> str:
         taints=[t.kubelet() for t in template.taints],
         startup_taints=[t.kubelet() for t in template.startup_taints],
         kubelet=dict(template.kubelet or {}),
+        max_pods=max_pods,
+        instance_store_policy=template.instance_store_policy,
     )
     try:
         return generate(template.ami_family, cluster, node, template.user_data)
@@ -124,6 +121,17 @@ def bootstrap_user_data(cluster: ClusterInfo, request: LaunchRequest) -> str:
             f"{template.ami_family}: {err}",
             errors.INVALID,
         ) from None
+
+
+def _architecture(info: dict[str, Any] | None) -> str | None:
+    archs = (info or {}).get("ProcessorInfo", {}).get("SupportedArchitectures") or []
+    return ARCH.get(archs[0]) if archs else None
+
+
+def _max_pods(info: dict[str, Any] | None) -> int | None:
+    """The pods the planner's catalog assumes a node of this type holds (ENI-limited, as EKS AMIs
+    compute it): the kubelet is told the same, so the two never disagree."""
+    return eni_max_pods(info) if info else None
 
 
 def pick_image(template: LaunchTemplate, architecture: str | None) -> str:
@@ -182,7 +190,9 @@ class EC2Activities:
         self.profiles = InstanceProfiles(iam, cluster_name)
         self.unavailable = UnavailableOfferings(unavailable_ttl_seconds)
         self.poll_interval = poll_interval
-        self._architectures: dict[str, str | None] = {}
+        self._type_infos: dict[str, dict[str, Any] | None] = {}
+        self._zone_ids: dict[str, str | None] = {}
+        self._region: str | None = getattr(getattr(ec2, "meta", None), "region_name", None)
         # Its own threads: asyncio's default pool has cpu+4 threads, too few for fifty terminations.
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ec2")
 
@@ -202,7 +212,7 @@ class EC2Activities:
             raise classify_ec2(err, f"looking up {what}") from None
         if existing is not None:
             log.info("%s: adopting instance %s launched by an earlier attempt", what, existing["InstanceId"])
-            return self._launched_instance(existing, adopted=True)
+            return await self._with_labels(self._launched_instance(existing, adopted=True), existing, request)
         if self.unavailable.is_unavailable(offering):
             raise permanent(
                 f"{what}: recently failed with insufficient capacity; skipped", errors.OFFERING_UNAVAILABLE
@@ -219,8 +229,16 @@ class EC2Activities:
         if not profile and template.role:
             profile = await self.profiles.for_role(template.role)
         try:
-            image = pick_image(template, await self._architecture(offering.instance_type))
-            params = self._run_params(request, subnet, image, bootstrap_user_data(cluster, request), profile)
+            info = await self._type_info(offering.instance_type)
+        except Exception as err:
+            raise classify_ec2(err, f"describing instance type {offering.instance_type}") from None
+        image = pick_image(template, _architecture(info))
+        try:
+            user_data = bootstrap_user_data(cluster, request, _max_pods(info))
+            params = self._run_params(request, subnet, image, user_data, profile)
+        except ValueError as err:  # an EC2NodeClass launch field EC2 would refuse
+            raise permanent(f"EC2NodeClass {template.nodeclass}: {err}", errors.INVALID) from None
+        try:
             response = await self._call("run_instances", **params)
         except errors.ApplicationError:
             raise
@@ -238,7 +256,32 @@ class EC2Activities:
             raise failure from None
         instance = response["Instances"][0]
         log.info("%s: launched instance %s", what, instance["InstanceId"])
-        return self._launched_instance(instance, adopted=False)
+        return await self._with_labels(self._launched_instance(instance, adopted=False), instance, request)
+
+    async def _with_labels(
+        self, launched: LaunchedInstance, instance: dict[str, Any], request: LaunchRequest
+    ) -> LaunchedInstance:
+        """The instance labels Karpenter's NodeClaim would carry, for registration to write."""
+        offering = launched.offering
+        try:
+            info = await self._type_info(offering.instance_type)
+            zone_id = request.template.zone_ids.get(offering.zone) or await self._zone_id(
+                instance.get("SubnetId")
+            )
+        except Exception as err:
+            raise classify_ec2(err, f"describing instance {launched.instance_id}") from None
+        labels = instance_type_labels(info) if info else {}
+        labels |= offering_labels(offering.zone, zone_id, offering.capacity_type, self._region)
+        return launched.model_copy(update={"labels": labels})
+
+    async def _zone_id(self, subnet_id: str | None) -> str | None:
+        """The subnet's availability zone id (e.g. usw2-az1), asked once per subnet."""
+        if not subnet_id:
+            return None
+        if subnet_id not in self._zone_ids:
+            subnets = (await self._call("describe_subnets", SubnetIds=[subnet_id])).get("Subnets") or []
+            self._zone_ids[subnet_id] = subnets[0].get("AvailabilityZoneId") if subnets else None
+        return self._zone_ids[subnet_id]
 
     def _run_params(
         self, request: LaunchRequest, subnet: str, image: str, user_data: str, profile: str | None
@@ -267,17 +310,19 @@ class EC2Activities:
                 ),
             ],
         }
-        if template.associate_public_ip_address is not None:
-            # Only a network interface can say it; the subnet and groups then move onto it.
+        if template.associate_public_ip_address is not None or template.ip_prefix_count is not None:
+            # Only a network interface can say these; the subnet and groups then move onto it.
             del params["SubnetId"]
-            params["NetworkInterfaces"] = [
-                {
-                    "DeviceIndex": 0,
-                    "SubnetId": subnet,
-                    "Groups": template.security_group_ids,
-                    "AssociatePublicIpAddress": template.associate_public_ip_address,
-                }
-            ]
+            interface: dict[str, Any] = {
+                "DeviceIndex": 0,
+                "SubnetId": subnet,
+                "Groups": template.security_group_ids,
+            }
+            if template.associate_public_ip_address is not None:
+                interface["AssociatePublicIpAddress"] = template.associate_public_ip_address
+            if template.ip_prefix_count is not None:
+                interface["Ipv4PrefixCount"] = template.ip_prefix_count
+            params["NetworkInterfaces"] = [interface]
         elif template.security_group_ids:
             params["SecurityGroupIds"] = template.security_group_ids
         if profile:
@@ -285,10 +330,14 @@ class EC2Activities:
         if user_data:
             params["UserData"] = user_data  # boto3 base64-encodes it
         params["Monitoring"] = {"Enabled": bool(template.detailed_monitoring)}
-        if template.block_device_mappings:
-            params["BlockDeviceMappings"] = template.block_device_mappings
+        # The class's volumes in EC2's shape, or its AMI family's default root volume.
+        mappings = ec2_params.block_device_mappings(template.ami_family, template.block_device_mappings)
+        if mappings:
+            params["BlockDeviceMappings"] = mappings
         # Karpenter's EC2NodeClass defaults: IMDSv2 only, one hop (pods cannot reach the node's role).
-        params["MetadataOptions"] = metadata_options(template.metadata_options)
+        params["MetadataOptions"] = ec2_params.metadata_options(template.metadata_options)
+        if (template.enclave_options or {}).get("enabled") is not None:
+            params["EnclaveOptions"] = {"Enabled": bool(template.enclave_options["enabled"])}  # type: ignore[index]
         if offering.capacity_type == CAPACITY_SPOT:
             # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
             # be created (deploy/iam-policy.json) and the request is traceable to its cluster.
@@ -307,13 +356,13 @@ class EC2Activities:
             }
         return params
 
-    async def _architecture(self, instance_type: str) -> str | None:
-        if instance_type not in self._architectures:
+    async def _type_info(self, instance_type: str) -> dict[str, Any] | None:
+        """The DescribeInstanceTypes entry of a type (None: EC2 does not know it), asked once."""
+        if instance_type not in self._type_infos:
             response = await self._call("describe_instance_types", InstanceTypes=[instance_type])
             found = response.get("InstanceTypes") or []
-            archs = (found[0].get("ProcessorInfo") or {}).get("SupportedArchitectures") or [] if found else []
-            self._architectures[instance_type] = ARCH.get(archs[0]) if archs else None
-        return self._architectures[instance_type]
+            self._type_infos[instance_type] = found[0] if found else None
+        return self._type_infos[instance_type]
 
     async def _command_instances(self, command_id: str, index: int | None = None) -> list[dict[str, Any]]:
         """This cluster's live instances launched by the command (for one replacement, with `index`)."""

@@ -32,9 +32,7 @@ from pydantic import ValidationError
 from activities.errors import REFUSED, permanent
 from api.activity_io import InstanceState
 from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL, TAG_NODEPOOL
-from api.duration import DurationError, parse_optional_duration
-from api.karpflow_overrides import read_overrides
-from api.nodepool import NodePool
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
@@ -121,28 +119,14 @@ async def _nodepool(kube: KubeApi, pool: str) -> Json | None:
         raise
 
 
-def termination_grace_period(pool: NodePool) -> timedelta | None:
-    """The terminationGracePeriod a NodePool gives its nodes: `karpflow.dev/termination-grace-period`
-    (running beside Karpenter), else the template's. None when unset, or when it does not parse or is
-    negative: then nothing bounds a drain."""
-    overrides, _ = read_overrides(pool.metadata.annotations)
-    try:
-        grace = (
-            parse_optional_duration(overrides.termination_grace_period)
-            if overrides.termination_grace_period is not None
-            else pool.spec.template.spec.termination_grace_period_delta
-        )
-    except DurationError:
-        return None
-    return grace if grace is not None and grace >= timedelta(0) else None
-
-
 def raw_termination_grace_period(pool: Json | None) -> timedelta | None:
-    """`termination_grace_period` of a NodePool as the API returned it (None if it does not validate)."""
+    """The terminationGracePeriod of a NodePool as the API returned it, read as the planner reads it
+    (api.nodepool_reader: the karpflow.dev override, else the template; an invalid one is none, so
+    nothing bounds the drain and drift stays graceful). None if the pool does not validate."""
     if pool is None:
         return None
     try:
-        return termination_grace_period(NodePool.model_validate(pool))
+        return pool_termination_grace_period(read_nodepool(pool)[0])
     except (ValidationError, ValueError):
         return None
 

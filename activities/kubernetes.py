@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -58,6 +58,7 @@ from api.constants import (
 )
 from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube.client import NODES, Json, KubeApi, KubeError
@@ -387,11 +388,16 @@ class KubernetesActivities:
             raise classify_kube(err, f"reading {kind} {name}") from None
 
     async def _nodepool(self, name: str) -> NodePool:
+        """The NodePool as the planner reads it: an invalid duration reads as the value that disrupts
+        nothing (logged), so a forceful command's replacements still launch in such a pool."""
         raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name, "NodePool")
         try:
-            return NodePool.model_validate(raw)
+            pool, problems = read_nodepool(raw)
         except ValueError as err:
             raise permanent(f"NodePool {name} does not validate: {err}", errors.INVALID) from None
+        for problem in problems:
+            log.warning("NodePool %s: %s", name, problem)
+        return pool
 
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
@@ -416,8 +422,11 @@ class KubernetesActivities:
             ) from None
         status = nodeclass.status
         subnets: dict[str, str] = {}
+        zone_ids: dict[str, str] = {}
         for subnet in status.subnets:
             subnets.setdefault(subnet.zone, subnet.id)
+            if subnet.zone_id:
+                zone_ids.setdefault(subnet.zone, subnet.zone_id)
         if not subnets:
             raise permanent(f"EC2NodeClass {nodeclass_name} has no subnets in status.subnets", errors.INVALID)
         amis = [
@@ -462,8 +471,18 @@ class KubernetesActivities:
             kubelet=nodeclass.spec.kubelet,
             associate_public_ip_address=nodeclass.spec.associate_public_ip_address,
             detailed_monitoring=nodeclass.spec.detailed_monitoring,
-            block_device_mappings=nodeclass.spec.block_device_mappings,
-            metadata_options=nodeclass.spec.metadata_options,
+            # In the EC2NodeClass's own shape: the history shows what the user wrote, and the launch
+            # activity translates it for EC2 (launch/ec2_params.py).
+            block_device_mappings=[m.to_wire() for m in nodeclass.spec.block_device_mappings],
+            metadata_options=nodeclass.spec.metadata_options.to_wire()
+            if nodeclass.spec.metadata_options
+            else None,
+            instance_store_policy=nodeclass.spec.instance_store_policy,
+            ip_prefix_count=nodeclass.spec.ip_prefix_count,
+            enclave_options=nodeclass.spec.enclave_options.to_wire()
+            if nodeclass.spec.enclave_options
+            else None,
+            zone_ids=zone_ids,
             instance_tags=dict(nodeclass.spec.tags),
             labels=labels,
             annotations=annotations,
@@ -502,7 +521,9 @@ class KubernetesActivities:
             if node is not None:
                 name = node["metadata"]["name"]
                 try:
-                    await self.kube.update_node(name, lambda n: self._sync_registration(n, request.template))
+                    await self.kube.update_node(
+                        name, lambda n: self._sync_registration(n, request.template, instance.labels)
+                    )
                 except Exception as err:
                     raise classify_kube(err, f"registering node {name}") from None
                 log.info("node %s registered for %s", name, what)
@@ -512,8 +533,11 @@ class KubernetesActivities:
             await asyncio.sleep(interval)
 
     @staticmethod
-    def _sync_registration(node: Json, template: LaunchTemplate) -> bool:
-        changed = set_labels(node, {**template.labels, REGISTERED_LABEL: "true"})
+    def _sync_registration(node: Json, template: LaunchTemplate, instance_labels: dict[str, str]) -> bool:
+        """What Karpenter's registration copies from the NodeClaim: the instance type's and offering's
+        labels (karpenter.k8s.aws/instance-*, zone id, capacity type: as no kubelet writes them), the
+        NodePool's labels, annotations and taints."""
+        changed = set_labels(node, {**instance_labels, **template.labels, REGISTERED_LABEL: "true"})
         changed |= set_annotations(node, template.annotations)
         if (node["metadata"].get("labels") or {}).get(DO_NOT_SYNC_TAINTS_LABEL) != "true":
             for taint in template.taints:
@@ -665,23 +689,31 @@ class KubernetesActivities:
         return annotated_deadline(written) or deadline
 
     async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
-        """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the guards read
-        it: guards.termination_grace_period); None without one."""
+        """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the planner and
+        the guards read it: api.nodepool_reader); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
-            try:
-                grace = guards.termination_grace_period(await self._nodepool(pool_name))
-            except errors.ApplicationError as err:
-                # A deleted NodePool must not block the termination of its nodes: no deadline then.
-                log.warning(
-                    "node %s: %s; draining without a terminationGracePeriod", node["metadata"]["name"], err
-                )
-                grace = None
+            grace = await self._pool_grace(node["metadata"]["name"], pool_name)
         if grace is None:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
         return deleted + grace
+
+    async def _pool_grace(self, node: str, pool_name: str) -> timedelta | None:
+        """The NodePool's terminationGracePeriod for karpflow (karpflow.dev/termination-grace-period,
+        else the template's), read as the planner reads it (api.nodepool_reader). An invalid
+        value reads as none, never as a deadline in the past: the drain keeps waiting for PDBs and
+        do-not-disrupt, and the reason is logged. A deleted NodePool must not block the termination
+        of its nodes either: no deadline then. A transient API error is retried, not read as none."""
+        try:
+            pool = await self._nodepool(pool_name)  # logs the pool's invalid settings
+        except errors.ApplicationError as err:
+            if not err.non_retryable:
+                raise
+            log.warning("node %s: %s; draining without a terminationGracePeriod", node, err)
+            return None
+        return pool_termination_grace_period(pool)
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:
@@ -716,6 +748,7 @@ class KubernetesActivities:
             on_progress=lambda progress: _heartbeat(progress.details()),
             resumed=resumed_progress(previous[0]) if previous else None,
             check=lambda: self._drain_check(request.node, request.uid),
+            reason=request.reason,
         )
 
         async def keep_beating() -> None:

@@ -4,6 +4,9 @@ The planner (planner/) is pure; these activities give it a view of the cluster a
 flight, and turn its commands into workflow inputs:
 
 - the view is the worker's informer cache (cluster/informer.py), never a fresh list of every pod;
+- what EC2NodeClass drift needs of the managed nodes' instances (AMI, subnet, security groups) comes
+  from EC2, through a cache of DescribeInstances (activities/instance_descriptions.py), as Karpenter
+  reads it from EC2 and not from any label;
 - what is in flight comes from Temporal visibility (running DisruptionWorkflows and
   TerminationWorkflows, by their KarpflowNodes search attribute) plus the commands the controller
   holds for validation. Their nodes are shown to the planner as tainted `karpenter.sh/disrupted`
@@ -32,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classify_kube
 from activities.guards import OWNER_ANNOTATION
+from activities.instance_descriptions import InstanceDescriptions
 from api import search_attributes as sa
 from api.constants import (
     DISRUPTED_TAINT_KEY,
@@ -53,9 +57,16 @@ from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_work
 from cluster.informer import ClusterCache
 from kube.client import Json, KubeApi
 from planner.catalog import Catalog, bundled_catalog
-from planner.model import EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION, PlanOptions
+from planner.model import (
+    EMPTINESS,
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
+    PlanOptions,
+)
+from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
-from planner.snapshot import Snapshot
+from planner.snapshot import Snapshot, instance_id_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,7 +77,9 @@ SYNC_TIMEOUT = 60.0
 WAITING_MARKERS = ("not consolidatable until",)
 # Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
 # forceful methods start at once.
-VALIDATED_METHODS = frozenset({EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION})
+VALIDATED_METHODS = frozenset(
+    {EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION, OPTIMAL_CONSOLIDATION}
+)
 
 
 HEARTBEAT_EVERY = 5.0
@@ -147,11 +160,13 @@ class PlanningActivities:
         options: PlanOptions | None = None,
         catalog: Catalog | None = None,
         cluster: str = "",
+        instances: InstanceDescriptions | None = None,
     ) -> None:
         self.cache = cache
         self.cluster = cluster  # workflow ids carry it (api/workflow_ids.py)
         self.kube = kube
         self.client = client
+        self.instances = instances
         self.task_queue = task_queue
         self.region = region
         self.options = options or PlanOptions()
@@ -200,7 +215,28 @@ class PlanningActivities:
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
-        return await heartbeating(asyncio.to_thread(Snapshot.from_objects, objects, now=now))
+        instances, problem = await self._instances(objects)
+        snapshot = await heartbeating(
+            asyncio.to_thread(Snapshot.from_objects, objects, now=now, instances=instances)
+        )
+        if problem:
+            snapshot.problems.append(problem)
+        return snapshot
+
+    async def _instances(self, objects: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
+        """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""
+        if self.instances is None:
+            return [], None
+        ids = [
+            instance_id
+            for obj in objects
+            if obj.get("kind") == "Node"
+            and NODEPOOL_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+            for instance_id in [instance_id_of((obj.get("spec") or {}).get("providerID"))]
+            if instance_id
+        ]
+        # A cold cache describes every managed node: keep heartbeating while EC2 answers.
+        return await heartbeating(self.instances.describe(ids))
 
     def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
@@ -239,6 +275,7 @@ class PlanningActivities:
             in_flight=in_flight,
             orphan_taints=orphans,
             annotations=[a.model_dump(mode="json") for a in result.annotations],
+            taints=[t.model_dump(mode="json") for t in result.taints],
             nodepool_finalizers=finalizers,
             failed=await self._failed_since(request.failures_since),
             nodes=len(snapshot.nodes),
@@ -404,4 +441,53 @@ class PlanningActivities:
                 if getattr(err, "status", None) == 404:
                     continue
                 raise classify_kube(err, f"annotating node {change.node}") from None
+        return changed
+
+    @activity.defn(name="apply_taints")
+    async def apply_taints(self, changes: list[dict[str, Any]]) -> int:
+        """Add or remove the `karpflow.io/leaving:PreferNoSchedule` taints a pass asked for (planner/
+        optimal/leaving.py); idempotent. Only that key, and added only to nodes of a NodePool: a hand-
+        started run cannot taint a node karpflow does not manage. Returns how many nodes changed."""
+        changed = 0
+        for raw in changes:
+            change = TaintChange.model_validate(raw)
+            if change.key != LEAVING_TAINT_KEY:
+                log.warning(
+                    "apply_taints: refusing taint %s on %s: only %s",
+                    change.key,
+                    change.node,
+                    LEAVING_TAINT_KEY,
+                )
+                continue
+
+            def mutate(node: Json, change: TaintChange = change) -> bool:
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                spec = node.setdefault("spec", {})
+                taints = list(spec.get("taints") or [])
+                present = any(t.get("key") == change.key and t.get("effect") == change.effect for t in taints)
+                if change.add:
+                    if (
+                        present
+                        or NODEPOOL_LABEL not in labels
+                        or (node.get("metadata") or {}).get("deletionTimestamp")
+                    ):
+                        return False
+                    spec["taints"] = [*taints, {"key": change.key, "effect": change.effect}]
+                    return True
+                if not present:
+                    return False
+                spec["taints"] = [
+                    t for t in taints if not (t.get("key") == change.key and t.get("effect") == change.effect)
+                ]
+                return True
+
+            try:
+                await self.kube.update_node(change.node, mutate)
+                changed += 1
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue
+                raise classify_kube(
+                    err, f"{'tainting' if change.add else 'untainting'} node {change.node}"
+                ) from None
         return changed

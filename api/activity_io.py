@@ -85,8 +85,13 @@ class LaunchTemplate(BaseModel):
     kubelet: dict | None = None
     associate_public_ip_address: bool | None = None
     detailed_monitoring: bool | None = None
+    # Karpenter's shape, as the EC2NodeClass says it (launch/ec2_params.py makes RunInstances' of it).
     block_device_mappings: list[dict] = Field(default_factory=list)
     metadata_options: dict | None = None
+    instance_store_policy: str | None = None
+    ip_prefix_count: int | None = None
+    enclave_options: dict | None = None
+    zone_ids: dict[str, str] = Field(default_factory=dict, description="zone -> zone id (status.subnets)")
     instance_tags: dict[str, str] = Field(default_factory=dict, description="EC2NodeClass spec.tags")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -112,6 +117,10 @@ class LaunchedInstance(BaseModel):
     private_dns_name: str
     offering: Offering
     adopted: bool = Field(default=False, description="found already launched by an earlier attempt")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Karpenter's labels of the instance (type, zone, zone id, capacity), for registration",
+    )
 
 
 class RegistrationRequest(BaseModel):

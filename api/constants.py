@@ -7,6 +7,11 @@ KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
 AWS_GROUP = "karpenter.k8s.aws"
 AWS_VERSION = "v1"
+# karpflow's own custom resources (deploy/crds/): MaintenanceWindow and NodeDisruptionBudget.
+KARPFLOW_GROUP = "karpflow.dev"
+KARPFLOW_VERSION = "v1alpha1"
+MAINTENANCE_WINDOW_KIND = "MaintenanceWindow"
+NODE_DISRUPTION_BUDGET_KIND = "NodeDisruptionBudget"
 
 # Taints.
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
@@ -58,14 +63,6 @@ NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash-version
 TERMINATION_TIMESTAMP_ANNOTATION = "karpenter.sh/nodeclaim-termination-timestamp"
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-
-# Where a node records what EC2 launched it with, so EC2NodeClass drift (§6.1) can be decided from
-# Kubernetes state alone: the AMI id and subnet id as labels (valid label values), the security
-# group ids as a comma-separated annotation (a label value could not hold several). Whoever
-# registers or labels the node (the launch workflow, the simulator) sets them from DescribeInstances.
-INSTANCE_AMI_ID_LABEL = "karpenter.k8s.aws/instance-ami-id"
-SUBNET_ID_LABEL = "karpflow.io/subnet-id"
-SECURITY_GROUP_IDS_ANNOTATION = "karpflow.io/security-group-ids"
 
 # Capacity types.
 CAPACITY_SPOT = "spot"

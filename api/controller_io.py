@@ -132,6 +132,9 @@ class PassResult(BaseModel):
         default_factory=list, description="nodes tainted karpenter.sh/disrupted that no workflow holds"
     )
     annotations: list[dict[str, Any]] = Field(default_factory=list, description="planner AnnotationChanges")
+    taints: list[dict[str, Any]] = Field(
+        default_factory=list, description="planner TaintChanges: karpflow.io/leaving (Optimal consolidation)"
+    )
     nodepool_finalizers: dict[str, bool] = Field(
         default_factory=dict,
         description="NodePool -> add (true) or remove (false) karpflow's finalizer (NODEPOOL_FINALIZER)",

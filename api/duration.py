@@ -1,9 +1,20 @@
-"""Go-style durations ("720h", "1h30m", "15s", "Never") as used by Karpenter's API fields."""
+"""Go-style durations ("720h", "1h30m", "15s", "Never") as used by Karpenter's API fields.
+
+`karpenter_duration` is the one check for every duration karpflow reads from a cluster object
+(NodePool and NodeClaim fields, karpflow.dev/* annotations, budget durations, the pod
+do-not-disrupt annotation, Provisioner-era TTLs through `ttl_seconds`): Go syntax, as Karpenter's
+controllers parse it, and never negative. Its callers decide what an invalid value drives: always
+the reading that disrupts nothing (fail closed), reported as a problem.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import partial
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 NEVER = "Never"
 
@@ -51,6 +62,44 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
             f"invalid duration {value!r} (expected Go syntax such as 30s, 15m, 720h or 1h30m)"
         )
     return timedelta(seconds=sign * seconds)
+
+
+def karpenter_duration(value: object, *, never_ok: bool = True) -> timedelta | None:
+    """A duration read from a cluster object: Go syntax and not negative; "Never" is None where the
+    field allows it (`never_ok`). Raises DurationError naming the value and what is wrong.
+
+    Karpenter's CRDs only admit `^([0-9]+(s|m|h))+$` (and Never), but older CRDs, annotations and
+    snapshots admit anything: a negative value would expire or consolidate at once, so it is refused
+    here rather than trusted."""
+    if not isinstance(value, str):
+        raise DurationError(f"{value!r} is not a duration (expected a string such as 30s, 15m or 720h)")
+    if value == NEVER:
+        if never_ok:
+            return None
+        raise DurationError(f"{value!r} is not allowed here (expected a duration such as 30s, 15m or 48h)")
+    delta = parse_duration(value)
+    if delta < timedelta(0):
+        raise DurationError(f"invalid duration {value!r}: must not be negative")
+    return delta
+
+
+def ttl_seconds(value: object) -> timedelta:
+    """A Provisioner-era TTL (ttlSecondsAfterEmpty, ttlSecondsUntilExpired): whole seconds, not negative."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DurationError(f"{value!r} is not a whole number of seconds")
+    if value < 0:
+        raise DurationError(f"{value} seconds: must not be negative")
+    return timedelta(seconds=value)
+
+
+def _checked(value: str, never_ok: bool) -> str:
+    karpenter_duration(value, never_ok=never_ok)
+    return value
+
+
+# The same check as pydantic field types, for models of cluster objects (they keep the text).
+KarpenterDuration = Annotated[str, AfterValidator(partial(_checked, never_ok=False))]
+KarpenterDurationOrNever = Annotated[str, AfterValidator(partial(_checked, never_ok=True))]
 
 
 def parse_optional_duration(value: str | None) -> timedelta | None:

@@ -78,7 +78,13 @@ def nodeclass_hash(nodeclass: EC2NodeClass) -> str:
     kubelet."""
     spec = nodeclass.spec.model_dump(
         mode="json",
-        exclude={"ami_selector_terms", "subnet_selector_terms", "security_group_selector_terms"},
+        # ipPrefixCount is not hashed by Karpenter either: changing it does not replace nodes.
+        exclude={
+            "ami_selector_terms",
+            "subnet_selector_terms",
+            "security_group_selector_terms",
+            "ip_prefix_count",
+        },
         exclude_none=True,
     )
     return _digest(_prune(spec))

@@ -10,22 +10,38 @@ precedence for karpflow only:
     karpflow.dev/budgets: '[{"nodes": "10%"}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]'
     karpflow.dev/expire-after: 720h                              # or Never
     karpflow.dev/termination-grace-period: 48h
+    karpflow.dev/max-disruptions-per-hour: "2"                   # a rate budget: 2 per hour
+    karpflow.dev/consolidation-strategy: Optimal                 # or Karpenter (the default)
+    karpflow.dev/min-savings-per-hour: "0.05"                    # $/h a replace must save
+    karpflow.dev/min-savings-fraction: "10%"                     # or 0.1: of what the nodes cost
 
-The values have the shape of the spec fields they replace (budgets as JSON). The template is not
-touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse is reported
-and makes the pool fail closed, like an invalid budget: karpflow does not disrupt it voluntarily
-until it is fixed, and an unparseable expire-after does not expire anything.
+The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
+karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
+touched, so the drift hashes Karpenter stamped stay valid. A value that does not parse (or a
+negative duration) is reported and makes the pool fail closed, like an invalid budget: karpflow does
+not disrupt it voluntarily until it is fixed, and the setting itself reads as the value that drives
+nothing: an invalid consolidate-after or expire-after as Never, an invalid termination-grace-period
+as no deadline (never Karpenter's value instead, which beside Karpenter is not karpflow's intent).
+
+The savings floor (`min-savings-*`, planner/savings_threshold.py) fails closed more narrowly: a bad
+value is reported and stops replace-consolidation of the pool (deletes, drift and expiration go on).
+`consolidation-strategy: Optimal` adds the target-fleet consolidation of planner/optimal/ before
+Karpenter's multi- and single-node methods (docs/optimal-consolidation.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from api.duration import NEVER, parse_duration
+from api.duration import NEVER, karpenter_duration
+
+if TYPE_CHECKING:
+    from api.nodepool import NodePool
 
 PREFIX = "karpflow.dev/"
 CONSOLIDATION_POLICY = PREFIX + "consolidation-policy"
@@ -35,12 +51,24 @@ EXPIRE_AFTER = PREFIX + "expire-after"
 TERMINATION_GRACE_PERIOD = PREFIX + "termination-grace-period"
 # "true": a rebalance recommendation replaces the node proactively, within budgets (docs/interruption.md).
 REBALANCE_REPLACE = PREFIX + "rebalance-replace"
+# "N": at most N of the pool's nodes start a disruption in any hour (a rate budget of N per 1h,
+# for every reason; planner/rate_budgets.py).
+MAX_DISRUPTIONS_PER_HOUR = PREFIX + "max-disruptions-per-hour"
+CONSOLIDATION_STRATEGY = PREFIX + "consolidation-strategy"
+MIN_SAVINGS_PER_HOUR = PREFIX + "min-savings-per-hour"
+MIN_SAVINGS_FRACTION = PREFIX + "min-savings-fraction"
+# Read by read_savings_floor: a bad value stops only replace-consolidation, not the whole pool.
+SAVINGS_FLOOR_KEYS = frozenset({MIN_SAVINGS_PER_HOUR, MIN_SAVINGS_FRACTION})
 
 POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
+KARPENTER_STRATEGY = "Karpenter"
+OPTIMAL_STRATEGY = "Optimal"
+STRATEGIES = (KARPENTER_STRATEGY, OPTIMAL_STRATEGY)
 
 
 class NodePoolOverrides(BaseModel):
-    """The karpflow.dev/* annotations of one NodePool that parsed; None where absent (or invalid)."""
+    """The karpflow.dev/* annotations of one NodePool; None where absent. An invalid duration reads
+    as "Never" (for termination_grace_period: no deadline); other invalid values as absent."""
 
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] | None = None
     consolidate_after: str | None = None
@@ -48,6 +76,8 @@ class NodePoolOverrides(BaseModel):
     expire_after: str | None = None
     termination_grace_period: str | None = None
     rebalance_replace: bool | None = None
+    max_disruptions_per_hour: int | None = None
+    consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
 
     @property
     def disruption(self) -> dict[str, Any]:
@@ -61,10 +91,17 @@ class NodePoolOverrides(BaseModel):
 
 
 def _duration(value: str, never_ok: bool) -> str:
-    if never_ok and value == NEVER:
-        return value
-    parse_duration(value)  # raises ValueError naming what is wrong
+    karpenter_duration(value, never_ok=never_ok)  # raises DurationError naming what is wrong
     return value
+
+
+# What an invalid duration annotation reads as: the value that drives nothing.
+_FAIL_CLOSED = {"consolidate_after": NEVER, "expire_after": NEVER, "termination_grace_period": NEVER}
+_READ_AS = {
+    "consolidate_after": "read as Never: nothing is consolidated",
+    "expire_after": "read as Never: nothing expires",
+    "termination_grace_period": "read as no deadline: drains wait for PDBs and do-not-disrupt",
+}
 
 
 def _budgets(value: str) -> list[dict[str, Any]]:
@@ -91,6 +128,18 @@ def _policy(value: str) -> str:
     return value
 
 
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError("expected a non-negative integer")
+    return int(value)
+
+
+def _strategy(value: str) -> str:
+    if value not in STRATEGIES:
+        raise ValueError(f"expected one of {', '.join(STRATEGIES)}")
+    return value
+
+
 def _true_or_false(value: str) -> bool:
     if value not in ("true", "false"):
         raise ValueError('must be "true" or "false"')
@@ -104,6 +153,8 @@ _PARSERS = {
     EXPIRE_AFTER: ("expire_after", lambda v: _duration(v, never_ok=True)),
     TERMINATION_GRACE_PERIOD: ("termination_grace_period", lambda v: _duration(v, never_ok=False)),
     REBALANCE_REPLACE: ("rebalance_replace", _true_or_false),
+    MAX_DISRUPTIONS_PER_HOUR: ("max_disruptions_per_hour", _count),
+    CONSOLIDATION_STRATEGY: ("consolidation_strategy", _strategy),
 }
 
 
@@ -114,15 +165,32 @@ def read_overrides(annotations: Mapping[str, str]) -> tuple[NodePoolOverrides, l
     for key, raw in annotations.items():
         if not key.startswith(PREFIX):
             continue
+        if key in SAVINGS_FLOOR_KEYS:
+            continue  # read_savings_floor
         if key not in _PARSERS:
-            problems.append(f"annotation {key}: unknown (known: {', '.join(sorted(_PARSERS))})")
+            known = sorted({*_PARSERS, *SAVINGS_FLOOR_KEYS})
+            problems.append(f"annotation {key}: unknown (known: {', '.join(known)})")
             continue
         field, parse = _PARSERS[key]
         try:
             values[field] = parse(str(raw).strip())
         except ValueError as err:
-            problems.append(f"annotation {key}={raw!r}: {err}")
+            read_as = f" ({_READ_AS[field]})" if field in _READ_AS else ""
+            problems.append(f"annotation {key}={raw!r}: {err}{read_as}")
+            if field in _FAIL_CLOSED:
+                values[field] = _FAIL_CLOSED[field]
     return NodePoolOverrides(**values), problems
+
+
+def overrides_of(pool: NodePool) -> NodePoolOverrides:
+    """The karpflow.dev/* annotations of a NodePool model, parsed once per distinct set."""
+    own = tuple(sorted((k, v) for k, v in pool.metadata.annotations.items() if k.startswith(PREFIX)))
+    return _parsed(own)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(annotations: tuple[tuple[str, str], ...]) -> NodePoolOverrides:
+    return read_overrides(dict(annotations))[0]
 
 
 def apply_disruption_overrides(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
@@ -136,3 +204,50 @@ def apply_disruption_overrides(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any
     spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
     disruption = spec.get("disruption") if isinstance(spec.get("disruption"), Mapping) else {}
     return {**raw, "spec": {**spec, "disruption": {**disruption, **overrides.disruption}}}, problems
+
+
+class SavingsFloor(BaseModel):
+    """What a replace-consolidation must save to be worth its disruption (None: no floor of that kind).
+    `fraction` is of what the replaced nodes cost now."""
+
+    per_hour: float | None = None
+    fraction: float | None = None
+
+
+def _money(value: str) -> float:
+    try:
+        amount = float(value.removeprefix("$"))
+    except ValueError:
+        raise ValueError("expected dollars per hour, e.g. 0.05") from None
+    if not amount >= 0 or amount == float("inf"):  # also refuses NaN
+        raise ValueError("must be a finite amount >= 0")
+    return amount
+
+
+def _fraction(value: str) -> float:
+    text = value.removesuffix("%")
+    try:
+        share = float(text) / (100 if text != value else 1)
+    except ValueError:
+        raise ValueError('expected a fraction such as 0.1 or a percentage such as "10%"') from None
+    if not 0 <= share <= 1:  # also refuses NaN
+        raise ValueError("must lie between 0 and 1 (0 % and 100 %)")
+    return share
+
+
+def read_savings_floor(annotations: Mapping[str, str]) -> tuple[SavingsFloor, list[str]]:
+    """The savings floor in a NodePool's annotations, and one problem per value that does not parse."""
+    values: dict[str, float] = {}
+    problems: list[str] = []
+    for key, field, parse in (
+        (MIN_SAVINGS_PER_HOUR, "per_hour", _money),
+        (MIN_SAVINGS_FRACTION, "fraction", _fraction),
+    ):
+        if key not in annotations:
+            continue
+        raw = annotations[key]
+        try:
+            values[field] = parse(str(raw).strip())
+        except ValueError as err:
+            problems.append(f"annotation {key}={raw!r}: {err}")
+    return SavingsFloor(**values), problems

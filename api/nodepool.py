@@ -3,6 +3,10 @@
 Field names follow Karpenter v1 exactly (camelCase on the wire), so existing YAML loads unchanged.
 Unknown fields are ignored rather than refused: newer Karpenter fields must not break loading.
 Only the shape is validated here; the meaning (budget windows, drift, limits) lives in planner/.
+
+`NodePool.model_validate` refuses an invalid duration; `api.nodepool_reader.read_nodepool` is how
+karpflow reads a NodePool from a cluster (each invalid setting read as the value that disrupts
+nothing, and reported).
 """
 
 from __future__ import annotations
@@ -11,11 +15,19 @@ import re
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from api.constants import BUDGET_REASONS
-from api.duration import NEVER, parse_duration, parse_optional_duration
+from api.duration import KarpenterDuration, KarpenterDurationOrNever, parse_optional_duration
 
 
 class KubeModel(BaseModel):
@@ -78,33 +90,13 @@ class TemplateMeta(KubeModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-def _duration_or_never(value: str | None, field: str) -> str | None:
-    if value is None or value == NEVER:
-        return value
-    try:
-        parse_duration(value)
-    except ValueError as err:
-        raise ValueError(f"{field}: {err}") from err
-    return value
-
-
 class NodeClaimTemplateSpec(KubeModel):
     node_class_ref: NodeClassRef | None = None
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
     taints: list[Taint] = Field(default_factory=list)
     startup_taints: list[Taint] = Field(default_factory=list)
-    expire_after: str = "720h"
-    termination_grace_period: str | None = None
-
-    @field_validator("expire_after")
-    @classmethod
-    def _check_expire_after(cls, value: str) -> str:
-        return _duration_or_never(value, "expireAfter") or "720h"
-
-    @field_validator("termination_grace_period")
-    @classmethod
-    def _check_tgp(cls, value: str | None) -> str | None:
-        return _duration_or_never(value, "terminationGracePeriod")
+    expire_after: KarpenterDurationOrNever = "720h"
+    termination_grace_period: KarpenterDuration | None = None
 
     @property
     def expire_after_delta(self) -> timedelta | None:
@@ -124,12 +116,22 @@ _PERCENT = re.compile(r"^(\d+)%$")
 
 
 class Budget(KubeModel):
-    """At most `nodes` of the pool may be disrupting at once while the budget is active."""
+    """At most `nodes` of the pool may be disrupting at once while the budget is active. With `per`
+    (karpflow's rate budget, planner/rate_budgets.py) it is a rate instead: at most `nodes` may start
+    within any `per`."""
 
     nodes: str = "10%"
     reasons: list[str] | None = None
     schedule: str | None = None
-    duration: str | None = None
+    duration: KarpenterDuration | None = None
+    per: KarpenterDuration | None = None
+
+    @field_validator("per")
+    @classmethod
+    def _positive_per(cls, value: str | None) -> str | None:
+        if value is not None and parse_optional_duration(value) == timedelta(0):
+            raise ValueError(f"budget per {value!r}: must be longer than 0s")
+        return value
 
     @field_validator("nodes", mode="before")
     @classmethod
@@ -151,14 +153,12 @@ class Budget(KubeModel):
     def _schedule_needs_duration(self) -> Budget:
         if (self.schedule is None) != (self.duration is None):
             raise ValueError("budget schedule and duration must be set together")
-        if self.duration is not None:
-            _duration_or_never(self.duration, "budget duration")
         return self
 
 
 class Disruption(KubeModel):
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
-    consolidate_after: str = "0s"
+    consolidate_after: KarpenterDurationOrNever = "0s"
     budgets: list[Budget] = Field(default_factory=lambda: [Budget()], max_length=50)
 
     @field_validator("consolidation_policy", mode="before")
@@ -166,11 +166,6 @@ class Disruption(KubeModel):
     def _v1beta1_policy_name(cls, value: Any) -> Any:
         # v1beta1 called it WhenUnderutilized; existing manifests keep working.
         return "WhenEmptyOrUnderutilized" if value == "WhenUnderutilized" else value
-
-    @field_validator("consolidate_after")
-    @classmethod
-    def _check_consolidate_after(cls, value: str) -> str:
-        return _duration_or_never(value, "consolidateAfter") or "0s"
 
     @property
     def consolidate_after_delta(self) -> timedelta | None:
@@ -201,6 +196,16 @@ class NodePool(KubeModel):
         return self.metadata.name
 
 
+def pydantic_message(err: ValidationError) -> str:
+    """One line per error, `field.path: what is wrong`."""
+    parts = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        message = e.get("msg", "").removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
 class SelectorTerm(KubeModel):
     """One term of an AMI / subnet / security-group selector (any of its fields may be set)."""
 
@@ -220,12 +225,92 @@ class ResolvedAMI(KubeModel):
 class ResolvedSubnet(KubeModel):
     id: str
     zone: str
-    zone_id: str | None = None
+    zone_id: str | None = Field(default=None, alias="zoneID")  # Karpenter's spelling
 
 
 class ResolvedSecurityGroup(KubeModel):
     id: str
     name: str | None = None
+
+
+# --- EC2NodeClass launch fields (karpenter.k8s.aws/v1, pkg/apis/v1/ec2nodeclass.go) ---------------
+# Shapes and limits are Karpenter's CRD schema and CEL rules, so a class the API server would refuse
+# is refused here too, with Karpenter's words. The translation into RunInstances parameters is
+# launch/ec2_params.py's; these models only say what a user may write.
+
+# volumeSize: whole Gi, G, Ti or T up to EBS's 64 TiB (the bounds of Karpenter's CRD pattern).
+VOLUME_SIZE = re.compile(r"^([1-9][0-9]*)(Gi|G|Ti|T)$")
+VOLUME_SIZE_MAX = {"Gi": 59000, "G": 64000, "Ti": 58, "T": 64}
+VolumeType = Literal["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"]
+# Tag keys Karpenter reserves for itself (the EC2NodeClass CEL rules on spec.tags).
+RESTRICTED_TAG_KEYS = (
+    "eks:eks-cluster-name",
+    "karpenter.sh/nodepool",
+    "karpenter.sh/nodeclaim",
+    "karpenter.k8s.aws/ec2nodeclass",
+)
+RESTRICTED_TAG_PREFIX = "kubernetes.io/cluster"
+
+
+def _wire(model: BaseModel | None) -> dict[str, Any] | None:
+    """As the user wrote it (camelCase, unset fields left out): what the drift hash has always seen,
+    so typing a field that used to be a plain map does not drift the nodes launched before."""
+    return None if model is None else model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class BlockDevice(KubeModel):
+    """`ebs` of a block device mapping."""
+
+    delete_on_termination: bool | None = None
+    encrypted: bool | None = None
+    iops: int | None = Field(default=None, ge=0)
+    kms_key_id: str | None = Field(default=None, alias="kmsKeyID")
+    snapshot_id: str | None = Field(default=None, alias="snapshotID")
+    throughput: int | None = Field(default=None, ge=0)
+    volume_initialization_rate: int | None = Field(default=None, ge=100, le=300)
+    volume_size: str | None = None
+    volume_type: VolumeType | None = None
+
+    @field_validator("volume_size", mode="before")
+    @classmethod
+    def _volume_size_quantity(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        match = VOLUME_SIZE.match(value) if isinstance(value, str) else None
+        if match is None or int(match[1]) > VOLUME_SIZE_MAX[match[2]]:
+            raise ValueError(
+                f"volumeSize {value!r}: expected a size in Gi, G, Ti or T (e.g. 100Gi), "
+                "at most 59000Gi / 64000G / 58Ti / 64T"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _size_or_snapshot(self) -> BlockDevice:
+        if self.snapshot_id is None and self.volume_size is None:
+            raise ValueError("snapshotID or volumeSize must be defined")
+        if self.volume_initialization_rate is not None and not self.snapshot_id:
+            raise ValueError("snapshotID must be set when volumeInitializationRate is set")
+        return self
+
+
+class BlockDeviceMapping(KubeModel):
+    device_name: str | None = None
+    ebs: BlockDevice | None = None
+    # The volume the kubelet's root directory lives on (its size is the node's ephemeral storage).
+    root_volume: bool | None = None
+
+
+class MetadataOptions(KubeModel):
+    """The instance metadata service as pods see it; unset fields take Karpenter's defaults."""
+
+    http_endpoint: Literal["enabled", "disabled"] | None = None
+    http_protocol_ipv6: Literal["enabled", "disabled"] | None = Field(default=None, alias="httpProtocolIPv6")
+    http_put_response_hop_limit: int | None = Field(default=None, ge=1, le=64)
+    http_tokens: Literal["required", "optional"] | None = None
+
+
+class EnclaveOptions(KubeModel):
+    enabled: bool | None = None
 
 
 class EC2NodeClassSpec(KubeModel):
@@ -237,12 +322,43 @@ class EC2NodeClassSpec(KubeModel):
     security_group_selector_terms: list[SelectorTerm] = Field(default_factory=list)
     user_data: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
-    block_device_mappings: list[dict[str, Any]] = Field(default_factory=list)
-    metadata_options: dict[str, Any] | None = None
+    block_device_mappings: list[BlockDeviceMapping] = Field(default_factory=list, max_length=50)
+    metadata_options: MetadataOptions | None = None
     kubelet: dict[str, Any] | None = None
     # Karpenter spells it with "IP" in capitals, which the camelCase generator would not.
     associate_public_ip_address: bool | None = Field(default=None, alias="associatePublicIPAddress")
     detailed_monitoring: bool | None = None
+    instance_store_policy: Literal["RAID0"] | None = None
+    ip_prefix_count: int | None = Field(default=None, ge=0)
+    enclave_options: EnclaveOptions | None = None
+    # Reserved EC2 field for CreateFleet; RunInstances has no such parameter (docs/launch.md).
+    context: str | None = None
+
+    @field_validator("tags")
+    @classmethod
+    def _no_restricted_tags(cls, tags: dict[str, str]) -> dict[str, str]:
+        for key in tags:
+            if key == "":
+                raise ValueError("empty tag keys aren't supported")
+            if key in RESTRICTED_TAG_KEYS or key.startswith(RESTRICTED_TAG_PREFIX):
+                matched = key if key in RESTRICTED_TAG_KEYS else f"{RESTRICTED_TAG_PREFIX}/"
+                raise ValueError(f"tag contains a restricted tag matching {matched}")
+        return tags
+
+    @field_validator("block_device_mappings")
+    @classmethod
+    def _one_root_volume(cls, mappings: list[BlockDeviceMapping]) -> list[BlockDeviceMapping]:
+        if sum(1 for m in mappings if m.root_volume) > 1:
+            raise ValueError("must have only one blockDeviceMappings with rootVolume")
+        return mappings
+
+    @field_serializer("block_device_mappings")
+    def _mappings_as_written(self, mappings: list[BlockDeviceMapping]) -> list[dict[str, Any]]:
+        return [_wire(m) or {} for m in mappings]
+
+    @field_serializer("metadata_options", "enclave_options")
+    def _options_as_written(self, options: BaseModel | None) -> dict[str, Any] | None:
+        return _wire(options)
 
     @property
     def family(self) -> str:

@@ -137,6 +137,7 @@ async def main() -> None:
             # what a replacement bootstraps against (the simulator boots nodes only from it)
             cluster_endpoint=sim.kube_url,
             cluster_ca_bundle=sim.ca_bundle,
+            service_cidr=sim.service_cidr,
             aws_endpoint_url=sim.ec2_endpoint,
             aws_region=sim.region,
             poll_interval=0.1,

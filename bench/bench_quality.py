@@ -38,15 +38,18 @@ import argparse
 import random
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL
+from planner.catalog import Catalog
 from planner.model import Command, PlanOptions
 from planner.plan import plan
 from planner.scheduling.adapter import SnapshotSimulation
+from planner.snapshot import Snapshot
 from sim.cluster_builder import ClusterBuilder
 
 GIB = 1 << 30
@@ -124,7 +127,14 @@ def launchable(builder: ClusterBuilder) -> list[tuple[str, float, tuple[int, int
     """What the NodePool may launch, as the planner sees it (its requirements against the catalog):
     (type, cheapest allowed offering's price, capacity (cpu m, memory B), allocatable net of
     DaemonSets (cpu m, memory B))."""
-    sim = SnapshotSimulation(builder.snapshot(via_yaml=False), builder.catalog).simulator
+    assert builder.catalog is not None
+    return launchable_in(builder.snapshot(via_yaml=False), builder.catalog)
+
+
+def launchable_in(
+    snapshot: Snapshot, catalog: Catalog
+) -> list[tuple[str, float, tuple[int, int], tuple[int, int]]]:
+    sim = SnapshotSimulation(snapshot, catalog).simulator
     out = []
     for pool in sim.pools:
         for e in sim.pool_types(pool):
@@ -152,8 +162,15 @@ def fluid_optimum(builder: ClusterBuilder) -> float:
     """A tighter reference, still a lower bound for any packing: the cheapest mix of fractional nodes
     whose allocatable (net of DaemonSets) covers the total cpu and memory. A 2-constraint LP, so some
     optimum uses at most two instance types: try every type alone and every pair."""
-    need_cpu, need_mem = requested(builder)
-    shapes = [(price, alloc[0], alloc[1]) for _, price, _, alloc in launchable(builder)]
+    assert builder.catalog is not None
+    return fluid_optimum_of(builder.snapshot(via_yaml=False), builder.catalog)
+
+
+def fluid_optimum_of(snapshot: Snapshot, catalog: Catalog) -> float:
+    """`fluid_optimum` on a snapshot (every pod but DaemonSet pods) and a catalog."""
+    pods = [p for p in snapshot.pods if not p.is_daemonset and not p.is_terminal]
+    need_cpu, need_mem = sum(p.requests.cpu for p in pods), sum(p.requests.memory for p in pods)
+    shapes = [(price, alloc[0], alloc[1]) for _, price, _, alloc in launchable_in(snapshot, catalog)]
     best = min(p * max(need_cpu / c, need_mem / m) for p, c, m in shapes)
     for pa, ca, ma in shapes:
         for pb, cb, mb in shapes:
@@ -263,9 +280,19 @@ def describe_nodes(builder: ClusterBuilder) -> None:
         )
 
 
+@dataclass
+class Outcome:
+    gap: float  # end cost vs the lower bound
+    fluid_gap: float  # end cost vs the fluid optimum
+    repack_gap: float  # full repack reference vs the lower bound
+    evicted: int
+    disrupted: int
+    commands: int
+
+
 def run(
     nodes: int, seed: int, scenario: str, options: PlanOptions, max_passes: int, verbose: bool = False
-) -> tuple[float, float, float]:
+) -> Outcome:
     """Plan and apply until a pass plans nothing; print the figures. Returns the gaps to the lower
     bound of the end cost, of the end cost to the fluid optimum, and of the full repack reference."""
     builder = fragmented_cluster(nodes, seed, scenario)
@@ -281,19 +308,24 @@ def run(
     start_gap = start_cost / bound - 1
     print(f"  start          ${start_cost:8.3f}/h  {start_nodes:4d} nodes  {start_gap:+7.1%} vs bound")
     counter = [0]
-    passes = commands = 0
+    passes = commands = evicted = disrupted = 0
     by_method: dict[str, int] = {}
-    plan_seconds = 0.0
+    plan_seconds = solver_max = 0.0
     for _ in range(max_passes):
         snapshot = builder.snapshot(via_yaml=False)
         started = time.perf_counter()
         result = plan(snapshot, catalog, options)
         plan_seconds += time.perf_counter() - started
+        if result.target_fleet is not None:
+            target = result.target_fleet
+            solver_max = max(solver_max, target.target_seconds + target.step_seconds)
         chosen = [c for c in result.commands_ if c.method != "expiration"]
         if not chosen:
             break
         passes += 1
         for command in chosen:
+            evicted += sum(len(c.reschedulable_pods) for c in command.candidates)
+            disrupted += len(command.nodes)
             apply(builder, command, counter)
             commands += 1
             key = f"{command.method}/{command.decision}"
@@ -312,16 +344,24 @@ def run(
     print(f"  fluid optimum  ${fluid:8.3f}/h  (fractional, allocatable - DaemonSets): end {fluid_gap:+.1%}")
     methods = ", ".join(f"{k} {v}" for k, v in sorted(by_method.items()))
     print(f"  {passes} passes, {commands} commands ({methods}), planning {plan_seconds:.1f} s")
+    solver = f", solver at most {solver_max:.2f} s a pass" if solver_max else ""
+    print(f"  {disrupted} nodes disrupted, {evicted} pods evicted{solver}")
     if verbose:
         describe_nodes(builder)
-    return gap, fluid_gap, repack_gap
+    return Outcome(gap, fluid_gap, repack_gap, evicted, disrupted, commands)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated cluster seeds")
     parser.add_argument("--scenario", choices=["on-demand", "spot", "both"], default="both")
+    parser.add_argument(
+        "--strategy",
+        choices=["karpenter", "optimal", "both"],
+        default="both",
+        help="consolidation strategy of the NodePool (both: side by side on the same seeds)",
+    )
     parser.add_argument("--max-passes", type=int, default=500)
     parser.add_argument("--verbose", action="store_true", help="list the final nodes and their use")
     parser.add_argument(
@@ -334,20 +374,34 @@ def main() -> None:
         help="karpflow extension: new nodes a multi-node replace may launch (1 = Karpenter)",
     )
     args = parser.parse_args()
-    options = PlanOptions(spot_to_spot=args.spot_to_spot, max_replacements=args.max_replacements)
     seeds = [int(s) for s in args.seeds.split(",")]
+    strategies = ["Karpenter", "Optimal"] if args.strategy == "both" else [args.strategy.capitalize()]
     summary = []
     for scenario in ["on-demand", "spot"] if args.scenario == "both" else [args.scenario]:
-        gaps = [run(args.nodes, seed, scenario, options, args.max_passes, args.verbose) for seed in seeds]
-        summary.append((scenario, gaps))
-    print(f"summary (max-replacements {args.max_replacements}, spot-to-spot {args.spot_to_spot}):")
-    for scenario, gaps in summary:
-        bound_gaps = " ".join(f"{g:+.1%}" for g, _, _ in gaps)
-        fluid_gaps = " ".join(f"{f:+.1%}" for _, f, _ in gaps)
-        repack_gaps = " ".join(f"{r:+.1%}" for _, _, r in gaps)
+        for strategy in strategies:
+            options = PlanOptions(
+                spot_to_spot=args.spot_to_spot,
+                max_replacements=args.max_replacements,
+                consolidation_strategy=strategy,  # type: ignore[arg-type]
+            )
+            print(f"== strategy {strategy}")
+            outcomes = [
+                run(args.nodes, seed, scenario, options, args.max_passes, args.verbose) for seed in seeds
+            ]
+            summary.append((scenario, strategy, outcomes))
+    print(
+        f"summary ({args.nodes} nodes, max-replacements {args.max_replacements}, "
+        f"spot-to-spot {args.spot_to_spot}):"
+    )
+    for scenario, strategy, outcomes in summary:
+        fluid = " ".join(f"{o.fluid_gap:+.1%}" for o in outcomes)
+        bound = " ".join(f"{o.gap:+.1%}" for o in outcomes)
+        evicted = " ".join(str(o.evicted) for o in outcomes)
+        disrupted = " ".join(str(o.disrupted) for o in outcomes)
+        commands = " ".join(str(o.commands) for o in outcomes)
         print(
-            f"  {scenario:9s} seeds {args.seeds}: end vs bound {bound_gaps} | end vs fluid optimum "
-            f"{fluid_gaps} | full repack vs bound {repack_gaps}"
+            f"  {scenario:9s} {strategy:9s} seeds {args.seeds}: end vs fluid optimum {fluid} "
+            f"| vs bound {bound} | pods evicted {evicted} | nodes disrupted {disrupted} | commands {commands}"
         )
 
 

@@ -45,7 +45,7 @@ from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
 from sim.binaries import temporal_cli
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
+from sim.controllers.bootstrap import SIM_CA_BUNDLE, SIM_SERVICE_CIDR
 from sim.scenarios import generate_demo as gen
 from worker import KarpflowWorker
 from workflows.disruption import DisruptionWorkflow
@@ -100,6 +100,7 @@ class Simulator:
         self.region = "us-west-2"
         # Any CA joins a plain-HTTP simulator; the user data must carry one.
         self.ca_bundle = SIM_CA_BUNDLE
+        self.service_cidr = SIM_SERVICE_CIDR  # not an EKS cluster: DescribeCluster cannot say it
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -163,6 +164,7 @@ class Bench:
             # what a replacement bootstraps against (the simulator boots nodes only from it)
             cluster_endpoint=self.sim.kube_url,
             cluster_ca_bundle=self.sim.ca_bundle,
+            service_cidr=self.sim.service_cidr,
             aws_endpoint_url=self.sim.ec2_endpoint,
             aws_region=self.sim.region,
             poll_interval=self.poll_interval,

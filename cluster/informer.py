@@ -6,8 +6,10 @@ the resourceVersion, watch from there, apply ADDED / MODIFIED / DELETED to the c
 when the watch says the version is too old (410 Gone) or fails. Nothing is decided before every
 kind has been listed once (`synced`), like Karpenter's cluster-state sync gate.
 
-Optional kinds (the seed-era Provisioner and AWSNodeTemplate, whose CRDs a cluster may not have)
-count as synced and empty when the server does not serve them, and are tried again later.
+Optional kinds (the seed-era Provisioner and AWSNodeTemplate, and karpflow's own MaintenanceWindow
+and NodeDisruptionBudget: CRDs a cluster may not have) count as synced and empty when the server
+does not serve them, and are tried again later. Only "not served" (404) counts as empty: a kind the
+worker may not read (403) keeps the cache unsynced, so no pass decides without the operator's controls.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims", optional=True),
     Resource("Provisioner", "karpenter.sh/v1alpha5", "provisioners", optional=True),
     Resource("AWSNodeTemplate", "karpenter.k8s.aws/v1alpha1", "awsnodetemplates", optional=True),
+    # karpflow's operator controls (deploy/crds); a cluster without the CRDs has none of them
+    Resource("MaintenanceWindow", "karpflow.dev/v1alpha1", "maintenancewindows", optional=True),
+    Resource("NodeDisruptionBudget", "karpflow.dev/v1alpha1", "nodedisruptionbudgets", optional=True),
 )
 
 

@@ -47,10 +47,12 @@ from api.workflow_ids import (
 )
 from api.workflow_io import DisruptionInput, Offering, ReplacementSpec, TerminationInput
 from cluster.informer import ClusterCache
+from kube import events
 from kube.client import Json, KubeApi
 from planner.catalog import Catalog, bundled_catalog
 from planner.interruption import SpotReplacement, rebalance_budget, spot_replacements
 from planner.snapshot import Snapshot
+from runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +206,7 @@ class InterruptionPoller:
             return
         await self._sqs("delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         self.counters["deleted"] += 1
+        metrics.INTERRUPTION_DELETED.inc()
 
     async def handle(self, message: Json) -> None:
         """Start what the message asks for; return normally when it may be deleted."""
@@ -212,9 +215,11 @@ class InterruptionPoller:
             event = parse_message(message.get("Body") or "")
         except UnparseableMessage as err:
             self.counters["kind:Unparseable"] += 1
+            metrics.INTERRUPTION_RECEIVED.labels(message_type="Unparseable").inc()
             log.warning("interruption message %s is unparseable, deleted: %s", message_id, err)
             return
         self.counters[f"kind:{event.kind}"] += 1
+        metrics.INTERRUPTION_RECEIVED.labels(message_type=event.kind).inc()
         if event.kind == "Unknown":
             log.info("interruption message %s: %s is not acted on, deleted", message_id, event.description)
             return
@@ -235,6 +240,7 @@ class InterruptionPoller:
             if acted:
                 latency = (datetime.now(UTC) - event.time).total_seconds()
                 self.latencies.append(latency)
+                metrics.INTERRUPTION_QUEUE_DURATION.observe(max(latency, 0.0))
                 log.info(
                     "interruption %s of %s (node %s, message %s): %s, %.2fs after the event",
                     event.kind, instance_id, node["metadata"]["name"], message_id, acted, latency,
@@ -251,6 +257,7 @@ class InterruptionPoller:
             return self._nodes
 
     async def _act(self, event: Interruption, instance_id: str, node: Json) -> str:
+        await self._record_event(node, event)
         name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
         pins = {name: uid} if uid else {}
         provider_id = (node.get("spec") or {}).get("providerID")
@@ -269,9 +276,6 @@ class InterruptionPoller:
                 node,
             )
         if event.kind == "RebalanceRecommendation":
-            await self._record_event(
-                node, "RebalanceRecommendation", "EC2 recommends rebalancing this instance"
-            )
             if not await self._rebalance_opted_in(node):
                 return ""
             # Voluntary: budgets, do-not-disrupt and rollback on a failed replacement apply.
@@ -411,29 +415,15 @@ class InterruptionPoller:
             self.catalog = bundled_catalog(snapshot.region() or "us-west-2")
         return self.catalog
 
-    async def _record_event(self, node: Json, reason: str, message: str) -> None:
-        """A Kubernetes Event on the node; best effort (an event is not worth a redelivery)."""
-        meta = node["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
-            "involvedObject": {
-                "kind": "Node",
-                "name": meta["name"],
-                "uid": meta.get("uid", ""),
-                "apiVersion": "v1",
-            },
-            "reason": reason,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "karpflow"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.kube.request("POST", "/api/v1/namespaces/default/events", body=body)
-        except Exception as err:
-            log.info("event %s on node %s not recorded: %r", reason, meta["name"], err)
+    async def _record_event(self, node: Json, event: Interruption) -> None:
+        """Karpenter's Event for the message on the node (kube/events.py; best effort)."""
+        kind = event.kind
+        if kind == "StateChange":
+            kind = (
+                "StateChange:stopping"
+                if event.state in ("stopping", "stopped")
+                else "StateChange:terminating"
+            )
+        recorded = events.interruption(node, kind)
+        if recorded is not None:
+            await events.recorder_for(self.kube).record(recorded)

@@ -1,9 +1,16 @@
 """Bootstrap user data per AMI family, merged with the EC2NodeClass's own user data.
 
-Follows Karpenter's AWS provider: AL2023 gets a MIME multi-part document whose last part is a
-nodeadm NodeConfig (the user's parts come first, so ours wins where both set a value); Bottlerocket
-gets TOML where karpflow's `settings.kubernetes` cluster keys override the user's; AL2 gets
-/etc/eks/bootstrap.sh; Custom is left exactly as the user wrote it.
+Follows Karpenter's AWS provider (pkg/providers/amifamily/bootstrap): AL2023 gets a MIME multi-part
+document whose last part is a nodeadm NodeConfig (the user's parts come first, so ours wins where
+both set a value); Bottlerocket gets TOML where karpflow's `settings.kubernetes` keys override the
+user's and the NodePool's labels are merged into the user's; AL2 gets /etc/eks/bootstrap.sh; Custom
+is left exactly as the user wrote it.
+
+Every family is told the same kubelet settings, as Karpenter tells them: the EC2NodeClass `kubelet`
+(maxPods, podsPerCore, systemReserved, kubeReserved, evictionHard/Soft/SoftGracePeriod/
+MaxPodGracePeriod, imageGC thresholds, cpuCFSQuota, clusterDNS), with maxPods defaulting to the
+instance type's ENI-limited pod count (what the planner packs against) and clusterDNS to the tenth
+address of the service CIDR (kube-dns on EKS).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import yaml
 UNREGISTERED_TAINT = "karpenter.sh/unregistered:NoExecute"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 BOUNDARY = "//"
+RAID0 = "RAID0"
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,7 @@ class ClusterInfo:
     name: str
     endpoint: str
     ca_bundle: str  # base64 PEM, as DescribeCluster returns it
-    service_cidr: str = "10.100.0.0/16"
+    service_cidr: str
 
 
 @dataclass(frozen=True)
@@ -38,12 +46,32 @@ class NodeBootstrap:
     taints: list[str] = field(default_factory=list)  # kubelet syntax key=value:Effect
     startup_taints: list[str] = field(default_factory=list)
     kubelet: dict[str, Any] = field(default_factory=dict)  # EC2NodeClass spec.kubelet
+    max_pods: int | None = None  # the instance type's, used when the class sets no maxPods
+    instance_store_policy: str | None = None  # EC2NodeClass spec.instanceStorePolicy
 
     def all_labels(self) -> dict[str, str]:
         return {**self.labels, NODEPOOL_LABEL: self.nodepool}
 
     def all_taints(self) -> list[str]:
         return [*self.taints, *self.startup_taints, UNREGISTERED_TAINT]
+
+    def kubelet_config(self, cluster: ClusterInfo) -> dict[str, Any]:
+        """The EC2NodeClass kubelet settings with Karpenter's defaults for maxPods and clusterDNS."""
+        config = dict(self.kubelet)
+        if config.get("maxPods") is None and self.max_pods is not None:
+            config["maxPods"] = self.max_pods
+        if not config.get("clusterDNS"):
+            config["clusterDNS"] = [dns_ip(cluster.service_cidr)]
+        return config
+
+    @property
+    def raid0(self) -> bool:
+        return self.instance_store_policy == RAID0
+
+
+def dns_ip(cidr: str) -> str:
+    """kube-dns takes the tenth address of the service CIDR on EKS."""
+    return str(ipaddress.ip_network(cidr, strict=False).network_address + 10)
 
 
 def _labels_flag(labels: dict[str, str]) -> str:
@@ -67,24 +95,23 @@ def generate(family: str | None, cluster: ClusterInfo, node: NodeBootstrap, user
 
 
 def _nodeconfig(cluster: ClusterInfo, node: NodeBootstrap) -> dict[str, Any]:
-    config: dict[str, Any] = dict(node.kubelet)
     flags = [
         f"--node-labels={_labels_flag(node.all_labels())}",
         f"--register-with-taints={','.join(node.all_taints())}",
     ]
-    return {
-        "apiVersion": "node.eks.aws/v1alpha1",
-        "kind": "NodeConfig",
-        "spec": {
-            "cluster": {
-                "name": cluster.name,
-                "apiServerEndpoint": cluster.endpoint,
-                "certificateAuthority": cluster.ca_bundle,
-                "cidr": cluster.service_cidr,
-            },
-            "kubelet": {"config": config, "flags": flags},
+    spec: dict[str, Any] = {
+        "cluster": {
+            "name": cluster.name,
+            "apiServerEndpoint": cluster.endpoint,
+            "certificateAuthority": cluster.ca_bundle,
+            "cidr": cluster.service_cidr,
         },
+        # nodeadm takes the kubelet's own configuration keys, which are the EC2NodeClass's names.
+        "kubelet": {"config": node.kubelet_config(cluster), "flags": flags},
     }
+    if node.raid0:
+        spec["instance"] = {"localStorage": {"strategy": RAID0}}
+    return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
 
 
 def _user_parts(user_data: str | None) -> list[tuple[str, str]]:
@@ -149,45 +176,133 @@ def dump_toml(data: dict[str, Any], prefix: str = "") -> str:
     return out
 
 
+# EC2NodeClass kubelet key -> Bottlerocket settings.kubernetes key (maps and scalars alike).
+BOTTLEROCKET_KUBELET = {
+    "systemReserved": "system-reserved",
+    "kubeReserved": "kube-reserved",
+    "evictionHard": "eviction-hard",
+    "evictionSoft": "eviction-soft",
+    "evictionSoftGracePeriod": "eviction-soft-grace-period",
+    "evictionMaxPodGracePeriod": "eviction-max-pod-grace-period",
+    "cpuCFSQuota": "cpu-cfs-quota-enforced",
+}
+# Bottlerocket takes the image GC thresholds as strings.
+BOTTLEROCKET_KUBELET_TEXT = {
+    "imageGCHighThresholdPercent": "image-gc-high-threshold-percent",
+    "imageGCLowThresholdPercent": "image-gc-low-threshold-percent",
+}
+# Instance store as RAID0 for containerd and the kubelet (Karpenter's bootstrap command).
+BOTTLEROCKET_RAID0 = {
+    "commands": [
+        ["apiclient", "ephemeral-storage", "init"],
+        [
+            "apiclient",
+            "ephemeral-storage",
+            "bind",
+            "--dirs",
+            "/var/lib/containerd",
+            "/var/lib/kubelet",
+            "/var/log/pods",
+        ],
+    ],
+    "mode": "always",
+    "essential": True,
+}
+
+
 def bottlerocket(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> str:
     settings = tomllib.loads(user_data) if user_data and user_data.strip() else {}
-    kube = settings.setdefault("settings", {}).setdefault("kubernetes", {})
+    root = settings.setdefault("settings", {})
+    kube = root.setdefault("kubernetes", {})
+    config = node.kubelet_config(cluster)
     kube.update(
         {
             "cluster-name": cluster.name,
             "api-server": cluster.endpoint,
             "cluster-certificate": cluster.ca_bundle,
+            "cluster-dns-ip": config["clusterDNS"][0],
         }
     )
-    if "maxPods" in node.kubelet:
-        kube["max-pods"] = int(node.kubelet["maxPods"])
-    # Karpenter's labels and taints replace the user's: they are what the NodePool promises.
-    kube["node-labels"] = dict(sorted(node.all_labels().items()))
+    if config.get("maxPods") is not None:
+        kube["max-pods"] = int(config["maxPods"])
+    for ours, theirs in BOTTLEROCKET_KUBELET.items():
+        if config.get(ours) is not None:
+            kube[theirs] = config[ours]
+    for ours, theirs in BOTTLEROCKET_KUBELET_TEXT.items():
+        if config.get(ours) is not None:
+            kube[theirs] = str(config[ours])
+    # The NodePool's labels join the user's (ours win a clash); its taints replace theirs, as in
+    # Karpenter: the node registers with exactly the taints the NodePool promises.
+    kube["node-labels"] = dict(sorted({**(kube.get("node-labels") or {}), **node.all_labels()}.items()))
     taints: dict[str, list[str]] = {}
     for taint in node.all_taints():
         key_value, effect = taint.rsplit(":", 1)
         key, _, value = key_value.partition("=")
         taints.setdefault(key, []).append(f"{value}:{effect}")
     kube["node-taints"] = taints
+    if isinstance(root.get("autoscaling"), dict) and "should-wait" in root["autoscaling"]:
+        root["autoscaling"]["should-wait"] = False  # no Auto Scaling group would ever answer
+    if node.raid0:
+        root.setdefault("bootstrap-commands", {})["000-mount-instance-storage"] = BOTTLEROCKET_RAID0
     return dump_toml(settings)
 
 
 # --- AL2 ----------------------------------------------------------------------------------------
 
 
+def _joined(values: dict[str, Any], separator: str) -> str:
+    return ",".join(f"{k}{separator}{v}" for k, v in sorted(values.items()))
+
+
+def al2_kubelet_args(cluster: ClusterInfo, node: NodeBootstrap) -> list[str]:
+    """bootstrap.sh's --kubelet-extra-args: the kubelet's own command-line flags."""
+    config = node.kubelet_config(cluster)
+    args = [
+        f"--node-labels={_labels_flag(node.all_labels())}",
+        f"--register-with-taints={','.join(node.all_taints())}",
+    ]
+    if config.get("maxPods") is not None:
+        args.append(f"--max-pods={int(config['maxPods'])}")
+    if config.get("podsPerCore") is not None:
+        args.append(f"--pods-per-core={int(config['podsPerCore'])}")
+    for key, flag, separator in (
+        ("systemReserved", "--system-reserved", "="),
+        ("kubeReserved", "--kube-reserved", "="),
+        ("evictionHard", "--eviction-hard", "<"),
+        ("evictionSoft", "--eviction-soft", "<"),
+        ("evictionSoftGracePeriod", "--eviction-soft-grace-period", "="),
+    ):
+        if config.get(key):
+            args.append(f"{flag}={_joined(config[key], separator)}")
+    for key, flag in (
+        ("evictionMaxPodGracePeriod", "--eviction-max-pod-grace-period"),
+        ("imageGCHighThresholdPercent", "--image-gc-high-threshold"),
+        ("imageGCLowThresholdPercent", "--image-gc-low-threshold"),
+    ):
+        if config.get(key) is not None:
+            args.append(f"{flag}={int(config[key])}")
+    if config.get("cpuCFSQuota") is not None:
+        args.append(f"--cpu-cfs-quota={'true' if config['cpuCFSQuota'] else 'false'}")
+    return args
+
+
 def al2(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> str:
-    extra = (
-        f"--node-labels={_labels_flag(node.all_labels())} "
-        f"--register-with-taints={','.join(node.all_taints())}"
+    config = node.kubelet_config(cluster)
+    line = (
+        f"/etc/eks/bootstrap.sh '{cluster.name}' --apiserver-endpoint '{cluster.endpoint}' "
+        f"--b64-cluster-ca '{cluster.ca_bundle}' --dns-cluster-ip '{config['clusterDNS'][0]}'"
     )
-    if "maxPods" in node.kubelet:
-        extra += f" --max-pods={int(node.kubelet['maxPods'])}"
+    if config.get("maxPods") is not None:
+        # Without it bootstrap.sh would compute max pods itself; with it and no --max-pods, the
+        # kubelet would allow its default 110 while the planner counts the ENI limit.
+        line += " --use-max-pods false"
+    line += f" --kubelet-extra-args '{' '.join(al2_kubelet_args(cluster, node))}'"
+    if node.raid0:
+        line += " --local-disks raid0"
     script = (
         "#!/bin/bash -xe\n"
         "exec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n"
-        f"/etc/eks/bootstrap.sh '{cluster.name}' --apiserver-endpoint '{cluster.endpoint}' "
-        f"--b64-cluster-ca '{cluster.ca_bundle}' --dns-cluster-ip '{_dns_ip(cluster.service_cidr)}' "
-        f"--use-max-pods false --kubelet-extra-args '{extra}'\n"
+        f"{line}\n"
     )
     message = MIMEMultipart(boundary=BOUNDARY)
     for content_type, payload in [*_user_parts(user_data), ("text/x-shellscript", script)]:
@@ -195,8 +310,3 @@ def al2(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> str
         part.replace_header("Content-Type", f'{content_type}; charset="us-ascii"')
         message.attach(part)
     return message.as_string()
-
-
-def _dns_ip(cidr: str) -> str:
-    """kube-dns takes the tenth address of the service CIDR on EKS."""
-    return str(ipaddress.ip_network(cidr, strict=False).network_address + 10)

@@ -4,7 +4,10 @@ Where each rule lives (section numbers refer to the Karpenter behaviour notes):
 - snapshot.py      the typed cluster view loaded from kubectl output or the API (slim objects)
 - catalog.py       instance types, allocatable arithmetic and prices (catalog_live.py: from AWS)
 - candidates.py    which nodes may be disrupted, pod blocks, disruption cost, Consolidatable (§1.3-1.6)
-- budgets.py       NodePool disruption budgets (§1.5)
+- budgets.py       NodePool disruption budgets (§1.5); rate_budgets.py their karpflow `per` (a rate)
+- maintenance_windows.py, node_disruption_budgets.py   the operator's controls, applied in a pass by
+                   operator_controls.py (docs/operator-controls.md); controls_report.py and
+                   windows_cli.py are `karpflow windows`
 - expiration.py    expireAfter, forceful (§7.1)
 - emptiness.py     empty-node deletion and its validation (§2.1)
 - drift.py         drift detection, the NodePool hash, the Drift method (§6)

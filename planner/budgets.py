@@ -12,19 +12,23 @@
   disrupting, 0).
 - A budget that fails to parse (bad nodes, bad cron, bad duration) fails closed: 0 for every reason
   of that pool, and the error is reported. Budgets never gate expiration.
+- A budget with `per` is a rate, not a concurrency limit (planner/rate_budgets.py); the remaining
+  count is the smaller of the two.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
 
 from api.constants import BUDGET_REASONS
-from api.duration import DurationError, parse_duration
+from api.duration import DurationError, karpenter_duration
 from api.nodepool import Budget, NodePool
 from planner.model import BudgetMap, PlanContext
+from planner.rate_budgets import rate_limit
 from planner.snapshot import Node
 
 UNLIMITED = 2**31 - 1  # Karpenter's MaxInt32 for "no active budget limits this reason"
@@ -50,15 +54,20 @@ def _cron(schedule: str) -> str:
     return text
 
 
+def _duration(budget: Budget) -> timedelta:
+    """The budget's window (a model built without validation may still hold a bad one)."""
+    try:
+        return karpenter_duration(budget.duration or "", never_ok=False) or timedelta(0)
+    except DurationError as err:
+        raise BudgetError(f"duration {budget.duration!r}: {err}") from None
+
+
 def budget_active(budget: Budget, now: datetime) -> bool:
     """Whether the budget applies at `now` (UTC): always without a schedule; otherwise when a cron hit
     happened in (now - duration, now]. Raises BudgetError for an unparseable schedule or duration."""
     if budget.schedule is None:
         return True
-    try:
-        duration = parse_duration(budget.duration or "")
-    except DurationError as err:
-        raise BudgetError(f"duration {budget.duration!r}: {err}") from None
+    duration = _duration(budget)
     cron = _cron(budget.schedule)
     now = utc(now)  # croniter reads the schedule in now's own offset; Karpenter's are UTC
     start = now - duration
@@ -85,6 +94,8 @@ def allowed_disruptions(pool: NodePool, total: int, now: datetime, reason: str) 
     for budget in pool.spec.disruption.budgets:
         if budget.reasons is not None and reason not in budget.reasons:
             continue
+        if budget.per is not None:
+            continue  # a rate, not a concurrency limit: planner/rate_budgets.py
         if budget_active(budget, now):
             allowed = min(allowed, budget_nodes(budget, total))
     return allowed
@@ -100,9 +111,9 @@ def next_budget_change(
         if budget.schedule is None:
             continue
         try:
-            duration = parse_duration(budget.duration or "")
+            duration = _duration(budget)
             cron = _cron(budget.schedule)
-        except (BudgetError, DurationError):
+        except BudgetError:
             continue
         hit = croniter(cron, now).get_next(datetime)
         if hit - now <= horizon:
@@ -161,6 +172,12 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
                 allowed = allowed_disruptions(pool, total[name], ctx.now, reason)
             except BudgetError as err:
                 errors.append(str(err))
+        rate = None
+        if not errors:
+            try:
+                rate = rate_limit(ctx, pool, total[name], reason)
+            except ValueError as err:
+                errors.append(f"rate budget: {err}")
         if errors:
             budget_map.errors[name] = errors
             allowed = 0
@@ -168,6 +185,9 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
         allowed = min(allowed, total[name])
         budget_map.allowed[name] = allowed
         budget_map.remaining[name] = max(allowed - disrupting[name], 0)
+        if rate is not None and rate.remaining < budget_map.remaining[name]:
+            budget_map.remaining[name] = rate.remaining
+            budget_map.rate_limited[name] = functools.partial(rate.message, name, reason)
     return budget_map
 
 

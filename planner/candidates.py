@@ -16,15 +16,14 @@ Rules (behaviour notes §1.3, §1.4, §1.6):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from api.constants import LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
-from api.duration import DurationError, format_duration, parse_optional_duration
-from api.karpflow_overrides import PREFIX as OVERRIDE_PREFIX
-from api.karpflow_overrides import NodePoolOverrides, read_overrides
+from api.duration import format_duration, parse_optional_duration
+from api.karpflow_overrides import overrides_of
 from api.nodepool import NodePool
+from api.nodepool_reader import pool_expire_after, pool_termination_grace_period
 from kube.drain_rules import DISRUPTED_TAINT
 from planner.model import Blocked, Candidate, PlanContext
 from planner.snapshot import Node, Pod, Snapshot
@@ -35,42 +34,26 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # --- Per-node facts -------------------------------------------------------------------------------
 
 
-def _duration(value: str | None) -> timedelta | None:
-    try:
-        return parse_optional_duration(value)
-    except DurationError:
-        return None
-
-
-def _overrides(pool: NodePool) -> NodePoolOverrides:
-    """karpflow.dev/* annotations of the pool (karpflow's settings beside Karpenter), parsed once."""
-    own = tuple(sorted((k, v) for k, v in pool.metadata.annotations.items() if k.startswith(OVERRIDE_PREFIX)))
-    return _parsed_overrides(own)
-
-
-@functools.lru_cache(maxsize=256)
-def _parsed_overrides(annotations: tuple[tuple[str, str], ...]) -> NodePoolOverrides:
-    return read_overrides(dict(annotations))[0]
-
-
 def node_expire_after(node: Node, pool: NodePool | None) -> timedelta | None:
     """expireAfter of the node: its NodeClaim's copy when there is one, else the NodePool template's
     (a node carries the value it was launched with; without NodeClaims the pool's is the best guess).
-    None means Never. A karpflow.dev/expire-after on the pool wins over both (api/karpflow_overrides.py)."""
-    if pool is not None and (override := _overrides(pool).expire_after) is not None:
-        return parse_optional_duration(override)
+    None means Never. A karpflow.dev/expire-after on the pool wins over both (api/karpflow_overrides.py).
+    Every value was validated when read (an invalid one reads as Never, and is a problem)."""
+    if pool is not None and overrides_of(pool).expire_after is not None:
+        return pool_expire_after(pool)
     claim = node.nodeclaim
     if claim is not None and claim.expire_after is not None:
-        return _duration(claim.expire_after)
+        return parse_optional_duration(claim.expire_after)
     return pool.spec.template.spec.expire_after_delta if pool is not None else None
 
 
 def node_termination_grace_period(node: Node, pool: NodePool | None) -> timedelta | None:
-    if pool is not None and (override := _overrides(pool).termination_grace_period) is not None:
-        return parse_optional_duration(override)
+    """As `node_expire_after`, for terminationGracePeriod; None means no drain deadline."""
+    if pool is not None and overrides_of(pool).termination_grace_period is not None:
+        return pool_termination_grace_period(pool)
     claim = node.nodeclaim
     if claim is not None and claim.termination_grace_period is not None:
-        return _duration(claim.termination_grace_period)
+        return parse_optional_duration(claim.termination_grace_period)
     return pool.spec.template.spec.termination_grace_period_delta if pool is not None else None
 
 

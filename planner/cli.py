@@ -1,11 +1,16 @@
 """`karpflow plan`: what one disruption pass would do on a snapshot, and why every other node stays.
 
     kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A -o json > cluster.json
-    karpflow plan --snapshot cluster.json [--catalog catalog.yaml | --live-catalog]
-                  [--at 2026-11-22T10:00:00Z]
+    aws ec2 describe-instances --output json > instances.json   # optional: for EC2NodeClass drift
+    karpflow plan --snapshot cluster.json [--snapshot instances.json]
+                  [--catalog catalog.yaml | --live-catalog] [--at 2026-11-22T10:00:00Z]
+
+The nodes' AMI, subnet and security groups are EC2's, not the cluster's: without the instances,
+drift by AMI, subnet or security group is not seen (the controller reads them from EC2 itself).
 
 Exit status: 0 with a plan (objects that could not be read are listed as problems), 2 for input that
-cannot be used at all (missing or unparseable file, bad catalog, bad --at).
+cannot be used at all (missing or unparseable file, no Node in it or in the live cluster, bad
+catalog, bad --at).
 Budgets are reported at the start of the pass (`budgetsAtStart`) and after its commands (`budgets`,
 what the next pass could still start); see `karpflow plan --help`.
 JSON snapshots load several times faster than YAML; prefer `-o json` for large clusters.
@@ -39,8 +44,9 @@ def parse_at(value: str) -> datetime:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
-    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O)."""
+def live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
+    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O), as
+    `karpflow plan --live` and `karpflow windows` read them. Raises what the client raises."""
     import asyncio
 
     from cluster.informer import list_cluster
@@ -53,11 +59,15 @@ def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
         finally:
             await kube.close()
 
+    return Snapshot.from_objects(asyncio.run(read()), now=now, source="the live cluster")
+
+
+def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
     try:
-        objects = asyncio.run(read())
+        return live_snapshot(kubeconfig, now)
     except Exception as err:
         _fail(f"--live: cannot read the cluster: {err}")
-    return Snapshot.from_objects(objects, now=now, source="the live cluster")
+        raise  # unreachable: _fail exits
 
 
 def _fail(message: str) -> None:
@@ -71,7 +81,8 @@ def _fail(message: str) -> None:
     "snapshots",
     multiple=True,
     metavar="FILE",
-    help="kubectl -o yaml/json output (a List, multi-document YAML or JSON); repeat to combine files.",
+    help="kubectl -o yaml/json output (a List, multi-document YAML or JSON), or `aws ec2 "
+    "describe-instances --output json` (the nodes' AMIs, subnets, security groups); repeat to combine.",
 )
 @click.option(
     "--live",
@@ -123,6 +134,14 @@ def _fail(message: str) -> None:
     help="karpflow extension: let multi-node consolidation replace its nodes with up to N cheaper new "
     "nodes (strictly cheaper in total). 1 is Karpenter's rule: at most one.",
 )
+@click.option(
+    "--strategy",
+    type=click.Choice(["karpenter", "optimal"]),
+    default=None,
+    help="Consolidation strategy for every NodePool, overriding their karpflow.dev/consolidation-strategy "
+    "annotations. optimal: plan toward the cheapest fleet and show it (target, its cost against today's "
+    "and the fluid optimum, the moves). Default: each pool's annotation (Karpenter's rules without one).",
+)
 def plan(
     snapshots: tuple[str, ...],
     live: bool,
@@ -137,6 +156,7 @@ def plan(
     preference_policy: str,
     instance_type_drift: bool,
     max_replacements: int,
+    strategy: str | None,
 ) -> None:
     """Show what one disruption pass would do, and why every other managed node is left alone.
 
@@ -170,6 +190,20 @@ def plan(
             snapshot = load_snapshot(list(snapshots), now=now)
         except SnapshotError as err:
             _fail(str(err))
+    if not snapshot.nodes:
+        # "0 nodes, nothing to do" reads like good news; it almost always means the wrong cluster,
+        # an empty or wrong file, or a kubeconfig that lists nothing.
+        where = (
+            f"the cluster at KUBECONFIG={os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+            if live
+            else ", ".join(snapshots)
+        )
+        hint = (
+            " (on the dev stack: `source .state/env` or `karpflow --state-dir DIR plan --live`)"
+            if live
+            else ""
+        )
+        _fail(f"no Node in {where}: nothing to plan on{hint}")
     region = region or snapshot.region() or DEFAULT_REGION
     try:
         if catalog_path:
@@ -186,6 +220,7 @@ def plan(
         preference_policy=preference_policy,  # type: ignore[arg-type]
         instance_type_drift=instance_type_drift,
         max_replacements=max_replacements,
+        consolidation_strategy=strategy.capitalize() if strategy else None,  # type: ignore[arg-type]
     )
     result = run_plan(snapshot, catalog, options)
     if output == "json":
@@ -262,6 +297,51 @@ def print_budgets(console: Console, result: Plan) -> None:
     )
 
 
+def _versus(cost: float, reference: float | None) -> str:
+    return f"{cost / reference - 1:+.1%}" if reference else "-"
+
+
+def print_target_fleet(console: Console, result: Plan) -> None:
+    """The Optimal strategy's target: its cost against today's and the fluid optimum, what it keeps,
+    launches and removes, and the moves (this pass's command; later ones after re-planning)."""
+    target = result.target_fleet
+    assert target is not None
+    fluid = target.fluid_optimum
+    console.print(
+        f"[bold]Target fleet[/bold] (Optimal NodePools: {target.nodes} candidate nodes, {target.pods} pods): "
+        f"${target.target_cost:.4f}/h against ${target.current_cost:.4f}/h today "
+        f"({_versus(target.target_cost, target.current_cost)}); fluid optimum "
+        f"{_money(fluid)}/h: today {_versus(target.current_cost, fluid)}, target "
+        f"{_versus(target.target_cost, fluid)}; solver {target.status} in {target.target_seconds:.2f} s "
+        f"(+{target.step_seconds:.2f} s for this pass's move)",
+        markup=True,
+    )
+    table = Table(show_edge=True)
+    for column in ("", "nodes", "detail"):
+        table.add_column(column)
+    table.add_row("keep", str(len(target.keep)), ", ".join(target.keep) or "-")
+    table.add_row("remove", str(len(target.remove)), ", ".join(target.remove) or "-")
+    launches = "\n".join(
+        f"{launch.count} x {launch.nodepool}: {launch.instance_type} {launch.capacity_type} "
+        f"{','.join(launch.zones)} {_money(launch.price)}/h"
+        for launch in target.launches
+    )
+    table.add_row("launch", str(sum(launch.count for launch in target.launches)), launches or "-")
+    console.print(table)
+    moves = [c for c in result.commands if c.method == "optimal-consolidation"]
+    if moves:
+        for move in moves:
+            console.print(f"  move now: {move.message}", markup=False)
+        later = len(target.remove) - sum(len(m.nodes) for m in moves)
+        if later > 0:
+            console.print(
+                f"  later moves: {later} node(s), tainted karpflow.io/leaving now; planned again each pass",
+                markup=False,
+            )
+    elif target.why_no_step:
+        console.print(f"  no move: {target.why_no_step}", markup=False)
+
+
 def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> None:
     console = _console()
     summary = result.summary
@@ -298,6 +378,8 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
         console.print(table)
     else:
         console.print("No commands: nothing to disrupt in this pass.")
+    if result.target_fleet is not None:
+        print_target_fleet(console, result)
     if result.budgets:
         print_budgets(console, result)
     if result.blocked:

@@ -20,6 +20,9 @@ and a single node needs at least 15 cheaper types and launches with the 15 cheap
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
   in `planner.consolidation_validation`.
 
+A replace under the NodePools' savings floor (`karpflow.dev/min-savings-*`, planner/savings_threshold.py)
+is no command either: single-node consolidation tries the next candidate, multi-node a shorter prefix.
+
 karpflow extension, opt-in (`PlanOptions.max_replacements` > 1, `karpflow plan --max-replacements`):
 multi-node consolidation may replace its candidates with up to that many new nodes. The rules stay
 Karpenter's, applied to the total: every pod must be placed, the worst case of all launches together
@@ -52,6 +55,7 @@ from planner.model import (
     PlanContext,
     ValidationResult,
 )
+from planner.savings_threshold import below_floor, explain_skipped
 from planner.scheduling.adapter import SnapshotSimulation, launch_capacity_type, snapshot_simulation
 from planner.scheduling.requirements import Req
 from planner.scheduling.results import (
@@ -104,11 +108,22 @@ def compute_consolidation(
     prepared = prepared or snapshot_simulation(ctx)
     candidates = list(candidates)
     free = _simulate(ctx, prepared, candidates, max_replacements)
-    proposal = _proposal(ctx, candidates, free, method, prepared)
+    proposal = _floored(ctx, _proposal(ctx, candidates, free, method, prepared), method)
     if max_replacements <= 1 or (proposal.command is not None and not proposal.command.replacements):
         return proposal
     cost = _simulate(ctx, prepared, candidates, max_replacements, COST_PACKING)
-    return _cheaper(proposal, _proposal(ctx, candidates, cost, method, prepared))
+    return _cheaper(proposal, _floored(ctx, _proposal(ctx, candidates, cost, method, prepared), method))
+
+
+def _floored(ctx: PlanContext, proposal: Proposal, method: str) -> Proposal:
+    """No replace under the NodePools' savings floor (planner/savings_threshold.py). Single-node
+    consolidation explains its rejections itself; the multi-node search is told here, once a node."""
+    why = below_floor(proposal.command) if proposal.command is not None else None
+    if why is not None:
+        assert proposal.command is not None
+        if method != SINGLE_NODE_CONSOLIDATION:
+            explain_skipped(ctx, method, proposal.command, why)
+        proposal.command, proposal.why = None, why
     return proposal
 
 

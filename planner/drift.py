@@ -13,10 +13,12 @@ Detection, first hit wins:
 4. InstanceTypeNotFound (only with `options.instance_type_drift`): the type or its offering for the
    node's zone and capacity type left the catalog, for nodes older than 1 h;
 5. EC2NodeClass: NodeClassDrifted (our `ec2nodeclass-hash` of the spec minus selector terms, same
-   version rule), AMIDrift (the node's `karpenter.k8s.aws/instance-ami-id` label is not among
-   `status.amis` that fit the node), SubnetDrift (`karpflow.io/subnet-id` label not in
-   `status.subnets`), SecurityGroupDrift (`karpflow.io/security-group-ids` annotation differs from
-   `status.securityGroups`). Missing information on either side never causes drift.
+   version rule), AMIDrift (the node's image is not among `status.amis` that fit the node),
+   SubnetDrift (its instance's subnet is not in `status.subnets`), SecurityGroupDrift (its
+   instance's security groups differ from `status.securityGroups`). As in Karpenter these are facts
+   of the instance, not labels: the image is the NodeClaim's `status.imageID` when Karpenter launched
+   the node, else EC2's, and subnet and groups are EC2's (`Node.instance`, which the planning
+   activity reads from DescribeInstances). Missing information on either side never causes drift.
 
 Acting (`Drift` method): eventual class, budget reason Drifted, no validation delay. Empty drifted
 nodes first, then oldest drifted first; for the first candidate within budget whose pods can all be
@@ -31,7 +33,6 @@ from api.constants import (
     ARCH_LABEL,
     CAPACITY_TYPE_LABEL,
     HOSTNAME_LABEL,
-    INSTANCE_AMI_ID_LABEL,
     INSTANCE_TYPE_LABEL,
     NODECLASS_HASH_ANNOTATION,
     NODECLASS_HASH_VERSION_ANNOTATION,
@@ -40,8 +41,6 @@ from api.constants import (
     OS_LABEL,
     REASON_DRIFTED,
     REGION_LABEL,
-    SECURITY_GROUP_IDS_ANNOTATION,
-    SUBNET_ID_LABEL,
     ZONE_LABEL,
 )
 from api.hashes import (
@@ -170,7 +169,8 @@ def nodeclass_drift(ctx: PlanContext, node: Node, pool: NodePool) -> tuple[str, 
         if recorded is not None and recorded != nodeclass_hash(nodeclass):
             return "NodeClassDrifted", f"ec2nodeclass {nodeclass.name} spec changed since launch"
     status = nodeclass.status
-    ami = node.labels.get(INSTANCE_AMI_ID_LABEL)
+    instance = node.instance
+    ami = (node.nodeclaim.image_id if node.nodeclaim else None) or (instance.image_id if instance else None)
     if ami and status.amis:
         labels = node_labels_with_catalog(ctx, node)
         fitting = {
@@ -182,15 +182,16 @@ def nodeclass_drift(ctx: PlanContext, node: Node, pool: NodePool) -> tuple[str, 
         }
         if ami not in fitting:
             return "AMIDrift", f"AMI {ami} is no longer among ec2nodeclass {nodeclass.name} status.amis"
-    subnet = node.labels.get(SUBNET_ID_LABEL)
+    if instance is None:
+        return None
+    subnet = instance.subnet_id
     if subnet and status.subnets and subnet not in {s.id for s in status.subnets}:
         return (
             "SubnetDrift",
             f"subnet {subnet} is no longer among ec2nodeclass {nodeclass.name} status.subnets",
         )
-    groups = node.annotation(SECURITY_GROUP_IDS_ANNOTATION)
-    if groups and status.security_groups:
-        mine = {g.strip() for g in groups.split(",") if g.strip()}
+    if instance.security_group_ids and status.security_groups:
+        mine = set(instance.security_group_ids)
         wanted = {g.id for g in status.security_groups}
         if mine != wanted:
             return (

@@ -8,6 +8,9 @@ DisruptionWorkflow terminates the node at its deadline even if they never come u
 honours PDBs and do-not-disrupt until the terminationGracePeriod. expireAfter defaults
 to 720h; `Never` disables it. One command per node (method `expiration`, reason `Expired`).
 Expiration runs before the other methods of a pass; its nodes then count as disrupting in budgets.
+A MaintenanceWindow that blocks Expiration on an expired node holds it back (karpflow's soft
+expiration, docs/operator-controls.md): it stays a candidate for the other methods and is expired
+in the first pass the window allows.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from datetime import datetime
 
 from api.constants import REASON_EXPIRED
 from api.duration import format_duration
+from kube.times import rfc3339
 from planner.candidates import make_candidate, node_created, node_expire_after
 from planner.model import EXPIRATION, Command, DisruptionClass, PlanContext
+from planner.operator_controls import window_block
 
 
 def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
@@ -40,6 +45,10 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
             continue
         when = expired_at(ctx, node.name)
         if when is None or ctx.now < when:
+            continue
+        if (block := window_block(ctx, node, "Expiration")) is not None:
+            # Soft expiration: the node stays a candidate and goes in the first pass the window allows.
+            ctx.explain(node.name, EXPIRATION, f"expired at {rfc3339(when)}, but {block.message()}")
             continue
         expire_after = node_expire_after(node, pool)
         candidate = make_candidate(ctx, node, pool)

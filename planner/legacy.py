@@ -19,6 +19,9 @@ The mapping (documented by Karpenter's v1beta1 and v1 migration guides):
 | labels / annotations / taints / startupTaints / requirements | template.metadata / template.spec  |
 | providerRef.name                  | template.spec.nodeClassRef (EC2NodeClass of the same name)       |
 | limits.resources                  | limits                                                           |
+
+A TTL that is not a whole, non-negative number of seconds is reported and reads as Never (nothing
+is emptied or expired for it), like every invalid duration karpflow reads (api/duration.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from api.duration import NEVER, DurationError, ttl_seconds
+
 PROVISIONER_KIND = "Provisioner"
 AWS_NODE_TEMPLATE_KIND = "AWSNodeTemplate"
 LEGACY_PROVISIONER_LABEL = "karpenter.sh/provisioner-name"
@@ -34,24 +39,34 @@ LEGACY_DISRUPTION_TAINT_KEY = "karpenter.sh/disruption"
 LEGACY_DISRUPTION_TAINT_VALUE = "disrupting"
 
 
-def provisioner_to_nodepool(provisioner: Mapping[str, Any]) -> dict[str, Any]:
-    """A v1alpha5 Provisioner as a v1 NodePool dict (input is not modified)."""
+def _ttl(spec: Mapping[str, Any], field: str, problems: list[str]) -> str:
+    """The TTL as a duration; Never when absent, or when invalid (then reported)."""
+    value = spec.get(field)
+    if value is None:
+        return NEVER
+    try:
+        return f"{int(ttl_seconds(value).total_seconds())}s"
+    except DurationError as err:
+        problems.append(f"spec.{field}: {err} (read as Never)")
+        return NEVER
+
+
+def provisioner_to_nodepool(provisioner: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A v1alpha5 Provisioner as a v1 NodePool dict (input is not modified), and its invalid TTLs."""
     spec = provisioner.get("spec") or {}
     meta = provisioner.get("metadata") or {}
-    ttl_empty = spec.get("ttlSecondsAfterEmpty")
-    ttl_expired = spec.get("ttlSecondsUntilExpired")
+    problems: list[str] = []
     consolidation_enabled = bool((spec.get("consolidation") or {}).get("enabled"))
+    after_empty = _ttl(spec, "ttlSecondsAfterEmpty", problems)
     if consolidation_enabled:
         disruption = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
-    elif ttl_empty is not None:
-        disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": f"{int(ttl_empty)}s"}
     else:
-        disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+        disruption = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": after_empty}
     template_spec: dict[str, Any] = {
         "requirements": copy.deepcopy(spec.get("requirements") or []),
         "taints": copy.deepcopy(spec.get("taints") or []),
         "startupTaints": copy.deepcopy(spec.get("startupTaints") or []),
-        "expireAfter": f"{int(ttl_expired)}s" if ttl_expired is not None else "Never",
+        "expireAfter": _ttl(spec, "ttlSecondsUntilExpired", problems),
     }
     provider_ref = spec.get("providerRef") or {}
     if provider_ref.get("name"):
@@ -81,7 +96,7 @@ def provisioner_to_nodepool(provisioner: Mapping[str, Any]) -> dict[str, Any]:
     }
     if spec.get("weight") is not None:
         nodepool["spec"]["weight"] = spec["weight"]
-    return nodepool
+    return nodepool, problems
 
 
 def upgrade_v1beta1_nodepool(raw: Mapping[str, Any]) -> dict[str, Any]:

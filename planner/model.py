@@ -4,7 +4,8 @@ scheduling-simulation contract.
 How a pass works (`planner.plan.plan`):
 1. `candidates.build_candidates(ctx)` turns every managed node into a `Candidate` or a `Blocked`
    entry with a readable reason (§1.3 of the behaviour notes).
-2. For each `Method` in order (emptiness, drift, multi-node, single-node consolidation):
+2. For each `Method` in order (emptiness, drift, Optimal consolidation for the NodePools that opt in,
+   multi-node, single-node consolidation):
    - the candidates the method may touch are those passing `method.should_disrupt(ctx, c)` (and the
      class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost;
    - `budgets.build_budget_map(ctx, method.reason)` gives the per-pool allowance;
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,17 +53,21 @@ DRIFT = "drift"
 MULTI_NODE_CONSOLIDATION = "multi-node-consolidation"
 SINGLE_NODE_CONSOLIDATION = "single-node-consolidation"
 EXPIRATION = "expiration"
+# karpflow's opt-in target-fleet consolidation (planner/optimal/).
+OPTIMAL_CONSOLIDATION = "optimal-consolidation"
 
 # Consolidation types (Karpenter's `consolidation_type` metric label).
 CONSOLIDATION_EMPTY = "empty"
 CONSOLIDATION_MULTI = "multi"
 CONSOLIDATION_SINGLE = "single"
+CONSOLIDATION_OPTIMAL = "optimal"
 
 __all__ = [
     "DRIFT",
     "EMPTINESS",
     "EXPIRATION",
     "MULTI_NODE_CONSOLIDATION",
+    "OPTIMAL_CONSOLIDATION",
     "REASON_DRIFTED",
     "REASON_EMPTY",
     "REASON_EXPIRED",
@@ -148,6 +153,12 @@ class PlanOptions(BaseModel):
     # Repair stops for a NodePool when more than this share of its nodes is unhealthy: then the
     # cluster is sick, not the node, and replacing nodes would not help (Karpenter: 20 %).
     repair_max_unhealthy: float = Field(default=0.2, ge=0, le=1)
+    # Consolidation strategy for every NodePool, overriding their karpflow.dev/consolidation-strategy
+    # annotations (`karpflow plan --strategy`, benches). None: each pool's annotation (default Karpenter).
+    consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
+    # Time the Optimal method's solver may take per pass (planner/optimal/); it returns its best
+    # answer when the time is up.
+    optimal_time_limit: timedelta = timedelta(seconds=1.2)
 
 
 # --- Candidates -----------------------------------------------------------------------------------
@@ -365,6 +376,9 @@ class BudgetMap:
     disrupting: dict[str, int] = field(default_factory=dict)
     planned: dict[str, int] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)
+    # pool -> why a rate budget (`per`, planner/rate_budgets.py) limits it below its concurrency
+    # budget, as a function of what is left.
+    rate_limited: dict[str, Callable[[int], str]] = field(default_factory=dict)
 
     def available(self, pool: str) -> int:
         return self.remaining.get(pool, 0)
@@ -386,6 +400,7 @@ class BudgetMap:
             dict(self.disrupting),
             dict(self.planned),
             self.errors,
+            self.rate_limited,
         )
 
     def exhausted_message(self, pool: str) -> str:
@@ -393,6 +408,8 @@ class BudgetMap:
         if self.errors.get(pool):
             first = self.errors[pool][0]
             return f"nodepool {pool} has an invalid disruption budget ({first}); budgets fail closed"
+        if pool in self.rate_limited and self.remaining.get(pool, 0) == 0:
+            return self.rate_limited[pool](0)
         allowed, planned = self.allowed.get(pool, 0), self.planned.get(pool, 0)
         if allowed == 0:
             return f"nodepool {pool} budget allows no {self.reason} disruptions now"
@@ -468,6 +485,11 @@ class PlanContext:
     clock: Callable[[], float] = time.monotonic
     # node -> [(method, why it was not chosen)], shown by `karpflow plan`.
     explanations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # Nodes a target-fleet method will remove in a later pass (they get karpflow.io/leaving); None
+    # when no such method ran this pass (planner/optimal/leaving.py).
+    leaving: set[str] | None = None
+    # method name -> what it wants `karpflow plan` to show beside its commands (e.g. the target fleet).
+    outcomes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:

@@ -49,6 +49,10 @@ from planner.model import (
     Simulate,
     ValidationResult,
 )
+from planner.node_disruption_budgets import NdbLedger
+from planner.operator_controls import admit, ndb_ledger, voluntary_block
+from planner.optimal.leaving import TaintChange, leaving_taint_changes
+from planner.optimal.method import OptimalConsolidation, TargetFleetOut, optimal_pools
 from planner.repair import (
     LIVENESS,
     NODEPOOL_DELETION,
@@ -57,6 +61,7 @@ from planner.repair import (
     nodepool_deletion_commands,
     repair_commands,
 )
+from planner.savings_threshold import floor_problems
 from planner.snapshot import Snapshot
 
 
@@ -156,6 +161,13 @@ class Plan(_Out):
     annotations: list[AnnotationChange] = Field(
         default_factory=list, description="node annotations to set (value) or remove (null)"
     )
+    taints: list[TaintChange] = Field(
+        default_factory=list,
+        description="karpflow.io/leaving taints to add or remove: nodes the Optimal target removes later",
+    )
+    target_fleet: TargetFleetOut | None = Field(
+        default=None, description="the Optimal strategy's target fleet, when its method ran"
+    )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
 
@@ -172,8 +184,9 @@ class Plan(_Out):
 
 
 def default_methods() -> list[Method]:
-    """Emptiness, drift, then the consolidation methods of planner/consolidation.py when present."""
-    methods: list[Method] = [Emptiness(), Drift()]
+    """Emptiness, drift, Optimal consolidation (NodePools that opt in), then the consolidation methods
+    of planner/consolidation.py when present (for every pool, Optimal ones when it found nothing)."""
+    methods: list[Method] = [Emptiness(), Drift(), OptimalConsolidation()]
     module = _optional_module("planner.consolidation")
     if module is not None:
         for name in ("MultiNodeConsolidation", "SingleNodeConsolidation"):
@@ -233,10 +246,14 @@ def plan(
 
     candidates, blocked = build_candidates(ctx)
     ended_by = None
+    # NodeDisruptionBudgets (planner/operator_controls.py): forceful commands counted, then spent by
+    # the voluntary commands each method's admitted commands take.
+    ledger = ndb_ledger(ctx) if snapshot.node_disruption_budgets else None
     for method in methods:
-        eligible = [c for c in candidates if _eligible(ctx, method, c)]
+        eligible = [c for c in candidates if _eligible(ctx, method, c, ledger)]
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
+        produced = admit(ctx, method.name, produced, ledger)
         commands.extend(produced)
         for command in produced:
             ctx.marked_for_deletion.update(command.nodes)
@@ -245,7 +262,7 @@ def plan(
             break
 
     total, in_flight, planned = pool_counts(ctx)
-    problems = list(snapshot.problems) + _nodeclass_problems(snapshot)
+    problems = list(snapshot.problems) + _nodeclass_problems(snapshot) + floor_problems(snapshot)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
     result = Plan(
@@ -265,6 +282,10 @@ def plan(
             AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
             for node, value in voluntary_disruption_markers(ctx)
         ],
+        taints=leaving_taint_changes(
+            snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
+        ),
+        target_fleet=ctx.outcomes.get(OptimalConsolidation.name),
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
@@ -293,7 +314,7 @@ def _nodeclass_problems(snapshot: Snapshot) -> list[str]:
     return out
 
 
-def _eligible(ctx: PlanContext, method: Method, candidate: Candidate) -> bool:
+def _eligible(ctx: PlanContext, method: Method, candidate: Candidate, ledger: NdbLedger | None) -> bool:
     if candidate.name in ctx.marked_for_deletion:
         return False
     # Graceful methods never take a node with blocking pods; the eventual class (drift) may when a
@@ -301,7 +322,13 @@ def _eligible(ctx: PlanContext, method: Method, candidate: Candidate) -> bool:
     eventual = method.disruption_class == DisruptionClass.EVENTUAL and candidate.termination_grace_period
     if candidate.pod_block is not None and not eventual:
         return False
-    return method.should_disrupt(ctx, candidate)
+    if not method.should_disrupt(ctx, candidate):
+        return False
+    why = voluntary_block(ctx, candidate.node, method.reason, ledger)
+    if why is not None:
+        ctx.explain(candidate.name, method.name, why)
+        return False
+    return True
 
 
 def _blocked_out(
@@ -415,6 +442,15 @@ def validate_command(
         return ValidationOut(valid=False, reason="a node of the command or its nodepool is gone")
     by_name = {m.name: m for m in (methods if methods is not None else default_methods())}
     method = by_name.get(command.method)
+    if method is not None:
+        # The operator's controls may have changed since the plan: a window opened, a budget filled.
+        ledger = ndb_ledger(ctx)
+        for candidate in rebuilt.candidates:
+            why = voluntary_block(ctx, candidate.node, command.reason, ledger)
+            if why is not None:
+                return ValidationOut(valid=False, reason=f"{candidate.name}: {why}")
+        if (status := ledger.blocking(rebuilt.nodes)) is not None:
+            return ValidationOut(valid=False, reason=status.message())
     if method is None:
         if command.method in (EXPIRATION, REPAIR, NODEPOOL_DELETION, LIVENESS):
             return ValidationOut(valid=True, command=command)
@@ -434,6 +470,7 @@ __all__ = [
     "CommandOut",
     "Plan",
     "ReplacementOut",
+    "TaintChange",
     "ValidationOut",
     "command_out",
     "default_methods",

@@ -18,6 +18,9 @@ None of them plans a node that a command already holds (`karpenter.sh/disrupted`
 also shows on the nodes of running workflows): it is on its way out, and planning it again would
 start a second command the moment the first closed and count its pods' capacity twice.
 
+A MaintenanceWindow that blocks Repair holds an unhealthy node back until it allows
+(docs/operator-controls.md).
+
 Repair launches what the node's pods need first, with the same scheduling simulation as
 expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new
 node of the pool being deleted.
@@ -32,6 +35,7 @@ from api.constants import REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
 from api.duration import format_duration
 from planner.candidates import make_candidate
 from planner.model import Command, DisruptionClass, PlanContext
+from planner.operator_controls import window_block
 from planner.snapshot import Node
 
 REPAIR = "repair"
@@ -97,6 +101,9 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
         for node, key, since in unhealthy:
             toleration = tolerations[key]
             if held(ctx, node) or (since is not None and ctx.now - since < toleration):
+                continue
+            if (block := window_block(ctx, node, "Repair")) is not None:
+                ctx.explain(node.name, REPAIR, f"{key}, but {block.message()}")
                 continue
             pool = ctx.snapshot.nodepools[pool_name]
             message = f"{key} since {since:%Y-%m-%dT%H:%M:%SZ}" if since else f"{key} (since unknown)"

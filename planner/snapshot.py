@@ -4,10 +4,18 @@ A `Snapshot` is built from the objects `kubectl get nodes,pods,pdb,ds,nodepools,
 -o yaml` prints (a `List`, multi-document YAML, or JSON; several files may be combined), or from the
 same dicts fetched through the API by an activity (`Snapshot.from_objects`).
 
+What EC2NodeClass drift needs of a node's instance (its AMI, subnet and security groups) is not on
+any Node: Karpenter reads it from EC2. A snapshot takes it as EC2 prints it: the output of `aws ec2
+describe-instances` (a document with `Reservations`) in a file beside the objects, or the instances
+the controller's planning activity described (`from_objects(..., instances=...)`); each node is
+linked to its instance by the id in its providerID (`Node.instance`).
+
 Inside the planner, objects are slim `__slots__` classes holding only what the rules need, parsed
 once: a 100,000-pod snapshot must load in seconds, which full pydantic pod models cannot do.
 NodePools and EC2NodeClasses (few, and user-written) are validated with the pydantic models of
-`api.nodepool`. Objects of other kinds are ignored; malformed objects (a wrong type anywhere, such as
+`api.nodepool`. karpflow's MaintenanceWindows and NodeDisruptionBudgets are read by
+planner/maintenance_windows.py and planner/node_disruption_budgets.py: a broken one is kept, failing
+closed, and reported. Objects of other kinds are ignored; malformed objects (a wrong type anywhere, such as
 labels given as a list, or a List item that is not an object) are reported in `Snapshot.problems`
 with their kind and name, and with their file when several files are combined, and skipped.
 
@@ -44,12 +52,14 @@ from api.constants import (
     REGION_LABEL,
     ZONE_LABEL,
 )
-from api.duration import DurationError, parse_optional_duration
-from api.karpflow_overrides import apply_disruption_overrides
-from api.nodepool import Budget, EC2NodeClass, NodePool
+from api.duration import NEVER, DurationError, karpenter_duration
+from api.nodepool import EC2NodeClass, NodePool
+from api.nodepool import pydantic_message as _pydantic_message
+from api.nodepool_reader import read_nodepool
 from api.quantity import QuantityError
 from kube.pods import (
     controller_owner,
+    do_not_disrupt_problem,
     do_not_disrupt_reason,
     is_mirror,
     node_do_not_consolidate,
@@ -66,6 +76,8 @@ from kube.selectors import (
 )
 from kube.times import parse_time
 from planner import legacy
+from planner.maintenance_windows import Window, read_window
+from planner.node_disruption_budgets import Ndb, read_ndb
 from planner.resources import ZERO, Resources
 
 try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
@@ -462,6 +474,42 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
 # --- Nodes ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceFacts:
+    """What EC2 says of a node's instance (DescribeInstances): what EC2NodeClass drift compares."""
+
+    instance_id: str
+    image_id: str | None
+    subnet_id: str | None
+    security_group_ids: frozenset[str]
+
+
+def parse_instance(raw: Mapping[str, Any]) -> InstanceFacts:
+    """One instance of a DescribeInstances response."""
+    instance_id = string_field(raw.get("InstanceId"), "InstanceId")
+    if not instance_id:
+        raise ValueError("InstanceId is required")
+    groups = raw.get("SecurityGroups") or ()
+    if not isinstance(groups, list | tuple):
+        raise ValueError("SecurityGroups must be a list")
+    return InstanceFacts(
+        instance_id=instance_id,
+        image_id=string_field(raw.get("ImageId"), "ImageId") or None,
+        subnet_id=string_field(raw.get("SubnetId"), "SubnetId") or None,
+        security_group_ids=frozenset(
+            string_field(g.get("GroupId"), "SecurityGroups[].GroupId")
+            for g in groups
+            if isinstance(g, Mapping)
+        ),
+    )
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """The EC2 instance id at the end of an `aws:///<zone>/<id>` providerID."""
+    tail = (provider_id or "").rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
 class Node:
     __slots__ = (
         "allocatable",
@@ -471,6 +519,7 @@ class Node:
         "creation_timestamp",
         "deletion_timestamp",
         "finalizers",
+        "instance",
         "labels",
         "name",
         "nodeclaim",
@@ -500,6 +549,7 @@ class Node:
     finalizers: tuple[str, ...]
     pods: list[Pod]  # every pod bound to the node, any phase
     nodeclaim: NodeClaim | None
+    instance: InstanceFacts | None  # what EC2 says of its instance, when the snapshot was told
 
     def __repr__(self) -> str:
         return f"Node({self.name})"
@@ -612,6 +662,7 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
         raise ValueError(f"status.capacity/allocatable: {err}") from None
     node.pods = []
     node.nodeclaim = None
+    node.instance = None
     return node
 
 
@@ -638,6 +689,7 @@ class NodeClaim:
         "last_pod_event_time",
         "name",
         "node_name",
+        "problems",
         "provider_id",
         "termination_grace_period",
     )
@@ -651,9 +703,12 @@ class NodeClaim:
     creation_timestamp: datetime | None
     deletion_timestamp: datetime | None
     conditions: dict[str, Condition]
-    expire_after: str | None  # raw, "Never" allowed; None when the spec does not say
+    # Valid durations ("Never" allowed); None when the spec does not say. An invalid one reads as
+    # "Never" (never expires; no drain deadline) and is in `problems`.
+    expire_after: str | None
     termination_grace_period: str | None
     last_pod_event_time: datetime | None
+    problems: list[str]
 
     @property
     def nodepool(self) -> str | None:
@@ -666,6 +721,19 @@ class NodeClaim:
     @property
     def instance_terminating(self) -> bool:
         return self.condition_true("InstanceTerminating")
+
+
+def _claim_duration(claim: NodeClaim, spec: Mapping[str, Any], field: str, never_ok: bool) -> str | None:
+    value = spec.get(field)
+    if value is None:
+        return None
+    try:
+        karpenter_duration(value, never_ok=never_ok)
+    except DurationError as err:
+        read_as = "the node never expires" if field == "expireAfter" else "no drain deadline"
+        claim.problems.append(f"spec.{field}: {err} (read as {read_as})")
+        return NEVER
+    return value
 
 
 def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
@@ -693,17 +761,9 @@ def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
         for c in status.get("conditions") or ()
         if c.get("type")
     }
-    claim.expire_after = spec.get("expireAfter")
-    claim.termination_grace_period = spec.get("terminationGracePeriod")
-    for value, name in (
-        (claim.expire_after, "expireAfter"),
-        (claim.termination_grace_period, "terminationGracePeriod"),
-    ):
-        if value is not None:
-            try:
-                parse_optional_duration(value)
-            except DurationError as err:
-                raise ValueError(f"spec.{name}: {err}") from None
+    claim.problems = []
+    claim.expire_after = _claim_duration(claim, spec, "expireAfter", never_ok=True)
+    claim.termination_grace_period = _claim_duration(claim, spec, "terminationGracePeriod", never_ok=False)
     claim.last_pod_event_time = parse_time(status.get("lastPodEventTime"))
     return claim
 
@@ -858,30 +918,19 @@ def parse_daemonset(raw: Mapping[str, Any]) -> DaemonSet:
 
 
 def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
-    """A NodePool (v1, v1beta1 or a v1alpha5 Provisioner) and the budget problems found in it.
+    """A NodePool (v1, v1beta1 or a v1alpha5 Provisioner) and the invalid settings found in it.
 
-    Budgets are validated one by one: an invalid budget is dropped from the model and reported, and
-    the pool fails closed (no disruption for any budgeted reason) until it is fixed, like Karpenter.
+    An invalid budget is dropped, an invalid duration reads as the value that disrupts nothing
+    (`api.nodepool.read_nodepool`); either is reported and the pool fails closed (no disruption for
+    any budgeted reason) until it is fixed, like Karpenter.
     """
+    problems: list[str] = []
     if raw.get("kind") == legacy.PROVISIONER_KIND:
-        raw = legacy.provisioner_to_nodepool(raw)
+        raw, problems = legacy.provisioner_to_nodepool(raw)
     elif legacy.is_legacy_nodepool(raw):
         raw = legacy.upgrade_v1beta1_nodepool(raw)
-    # karpflow.dev/* annotations replace spec.disruption for karpflow (running beside Karpenter); an
-    # annotation that does not parse fails the pool closed, like an invalid budget.
-    raw, budget_errors = apply_disruption_overrides(raw)
-    disruption = (raw.get("spec") or {}).get("disruption")
-    if isinstance(disruption, Mapping) and isinstance(disruption.get("budgets"), list):
-        kept = []
-        for index, budget in enumerate(disruption["budgets"]):
-            try:
-                Budget.model_validate(budget)
-                kept.append(budget)
-            except ValidationError as err:
-                budget_errors.append(f"spec.disruption.budgets[{index}]: {_pydantic_message(err)}")
-        if budget_errors:
-            raw = {**raw, "spec": {**raw["spec"], "disruption": {**disruption, "budgets": kept}}}
-    return NodePool.model_validate(raw), budget_errors
+    pool, more = read_nodepool(raw)
+    return pool, problems + more
 
 
 def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
@@ -894,15 +943,6 @@ def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
     return nodeclass, None
 
 
-def _pydantic_message(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        where = ".".join(str(x) for x in e.get("loc", ()))
-        message = e.get("msg", "").removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
-
-
 # --- The snapshot ---------------------------------------------------------------------------------
 
 _NODE_KINDS = {"Node"}
@@ -912,6 +952,20 @@ _DS_KINDS = {"DaemonSet"}
 _NODEPOOL_KINDS = {"NodePool", legacy.PROVISIONER_KIND}
 _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
+_WINDOW_KINDS = {"MaintenanceWindow"}
+_NDB_KINDS = {"NodeDisruptionBudget"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecentDisruption:
+    """A node whose disruption started at `started_at` (any reason, forceful ones too): what rate
+    budgets (`per`) count. Not cluster state: the controller reads it from Temporal visibility
+    (DisruptionWorkflows by KarpflowNodePool and StartTime) and sets `Snapshot.recent_disruptions`."""
+
+    node: str
+    nodepool: str
+    reason: str
+    started_at: datetime
 
 
 @dataclass(eq=False)
@@ -928,12 +982,18 @@ class Snapshot:
     nodeclasses: dict[str, EC2NodeClass] = field(default_factory=dict)
     daemonsets: list[DaemonSet] = field(default_factory=list)
     nodeclaims: dict[str, NodeClaim] = field(default_factory=dict)
+    instances: dict[str, InstanceFacts] = field(default_factory=dict)  # EC2 instance id -> facts
     # "Kind namespace/name: what is wrong" for every object that was skipped or partly ignored.
     problems: list[str] = field(default_factory=list)
     # NodePool name -> invalid budgets (the pool fails closed).
     budget_errors: dict[str, list[str]] = field(default_factory=dict)
     # EC2NodeClass name -> why it is not Ready (its Ready condition's message).
     nodeclass_not_ready: dict[str, str] = field(default_factory=dict)
+    # karpflow's operator controls (karpflow.dev/v1alpha1), by name; broken ones fail closed.
+    maintenance_windows: dict[str, Window] = field(default_factory=dict)
+    node_disruption_budgets: dict[str, Ndb] = field(default_factory=dict)
+    # Disruptions started recently, for rate budgets (empty when the caller does not know them).
+    recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
     _pdb_index: dict[tuple[str, tuple[str, str] | None], tuple[tuple[int, PDB], ...]] | None = field(
@@ -947,12 +1007,18 @@ class Snapshot:
     # -- construction ------------------------------------------------------------------------------
     @classmethod
     def from_objects(
-        cls, objects: Iterable[Mapping[str, Any]], now: datetime | None = None, source: str = "<objects>"
+        cls,
+        objects: Iterable[Mapping[str, Any]],
+        now: datetime | None = None,
+        source: str = "<objects>",
+        instances: Iterable[Mapping[str, Any]] = (),
     ) -> Snapshot:
-        """Build from API dicts (each with `kind`). Unknown kinds are ignored, bad objects reported."""
+        """Build from API dicts (each with `kind`) and EC2 instances as DescribeInstances gives them.
+        Unknown kinds are ignored, bad objects reported."""
         snapshot = cls(now=now or datetime.now(UTC))
         snapshot.sources.append(source)
         snapshot._add_objects(objects, source)
+        snapshot._add_objects(instances, source)
         snapshot._index()
         return snapshot
 
@@ -964,12 +1030,15 @@ class Snapshot:
                 self.problems.append(f"{what} (skipped)")
                 continue
             kind = obj.get("kind")
+            if kind is None and "InstanceId" in obj:  # an EC2 instance (DescribeInstances), no kind
+                self._add(obj, "EC2 instance", parse_instance, self._put_instance)
+                continue
             if not isinstance(kind, str):
                 if kind is not None:
                     self.problems.append(f"object {_object_name(obj)}: kind {_preview(kind)} is not a string")
                 continue
             if kind in _POD_KINDS:
-                self._add(obj, kind, parse_pod, self.pods.append)
+                self._add(obj, kind, parse_pod, self._put_pod)
             elif kind in _NODE_KINDS:
                 self._add(obj, kind, parse_node, self._put_node)
             elif kind in _PDB_KINDS:
@@ -986,6 +1055,10 @@ class Snapshot:
                 self._add(obj, kind, parse_nodeclass, self._put_nodeclass)
             elif kind in _NODECLAIM_KINDS:
                 self._add(obj, kind, parse_nodeclaim, self._put_nodeclaim)
+            elif kind in _WINDOW_KINDS:
+                self._put_window(read_window(obj))
+            elif kind in _NDB_KINDS:
+                self._put_ndb(read_ndb(obj))
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
 
     def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
@@ -1023,6 +1096,32 @@ class Snapshot:
 
     def _put_nodeclaim(self, claim: NodeClaim) -> None:
         self.nodeclaims[claim.name] = claim
+        self.problems.extend(f"NodeClaim {claim.name}: {p}" for p in claim.problems)
+
+    def _put_pod(self, pod: Pod) -> None:
+        self.pods.append(pod)
+        if (problem := do_not_disrupt_problem(pod.annotations)) is not None:
+            self.problems.append(f"Pod {pod.key}: {problem}")
+
+    def _put_window(self, window: Window) -> None:
+        self.maintenance_windows[window.name] = window
+        self.problems.extend(
+            f"MaintenanceWindow {window.name}: {p} (it fails closed: blocks "
+            f"{', '.join(sorted(window.actions))} for "
+            f"{'every node' if window.selector is None else 'the nodes it selects'})"
+            for p in window.problems
+        )
+
+    def _put_ndb(self, ndb: Ndb) -> None:
+        self.node_disruption_budgets[ndb.name] = ndb
+        where = "every node" if ndb.selects_every_node else "the nodes it selects"
+        self.problems.extend(
+            f"NodeDisruptionBudget {ndb.name}: {p} (it fails closed: allows nothing for {where})"
+            for p in ndb.problems
+        )
+
+    def _put_instance(self, instance: InstanceFacts) -> None:
+        self.instances[instance.instance_id] = instance
 
     def _index(self) -> None:
         """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
@@ -1043,6 +1142,8 @@ class Snapshot:
             node = self.nodes.get(claim.node_name or "") or by_provider.get(claim.provider_id or "")
             if node is not None:
                 node.nodeclaim = claim
+        for node in self.nodes.values():
+            node.instance = self.instances.get(instance_id_of(node.provider_id) or "")
         self._pdb_cache.clear()
         self._pdb_index = None
         if self.pdbs:
@@ -1131,9 +1232,13 @@ class Snapshot:
             nodeclasses=self.nodeclasses,
             daemonsets=self.daemonsets,
             nodeclaims=self.nodeclaims,
+            instances=self.instances,
             problems=self.problems,
             budget_errors=self.budget_errors,
             nodeclass_not_ready=self.nodeclass_not_ready,
+            maintenance_windows=self.maintenance_windows,
+            node_disruption_budgets=self.node_disruption_budgets,
+            recent_disruptions=self.recent_disruptions,
             sources=self.sources,
         )
         clone._pdb_cache = self._pdb_cache
@@ -1164,7 +1269,7 @@ def _preview(value: Any) -> str:
 def _object_name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
-        return "<no metadata>"
+        return str(obj["InstanceId"]) if "InstanceId" in obj else "<no metadata>"
     name = meta.get("name") or "<no name>"
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if namespace else str(name)
@@ -1181,6 +1286,8 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
         return [item for doc in document for item in _items_of(doc)]
     if not isinstance(document, Mapping):
         raise SnapshotError("expected Kubernetes objects (a List or objects with kind)")
+    if "Reservations" in document and "kind" not in document:
+        return _instances_of(document)
     kind = document.get("kind")
     if "items" in document and (kind is None or str(kind).endswith("List")):
         items = document.get("items") or []
@@ -1193,6 +1300,20 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
             for i, item in enumerate(items)
         ]
     return [document]
+
+
+def _instances_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The instances of a DescribeInstances response (`aws ec2 describe-instances --output json`)."""
+    reservations = document.get("Reservations")
+    if not isinstance(reservations, list):
+        raise SnapshotError("Reservations must be a list (of DescribeInstances reservations)")
+    instances = []
+    for reservation in reservations:
+        listed = reservation.get("Instances") if isinstance(reservation, Mapping) else None
+        if not isinstance(listed, list):
+            raise SnapshotError("each reservation must have a list of Instances")
+        instances.extend(i if isinstance(i, Mapping) else NotAnObject("Reservations", 0, i) for i in listed)
+    return instances
 
 
 # A List may say when it was captured; plans of such a file default to that time, so a saved
@@ -1314,6 +1435,12 @@ class _Document:
             yield value
         self._note_metadata(fields.get("metadata"))
         if index < 0 and "items" not in fields:
+            if "Reservations" in fields and "kind" not in fields:
+                try:
+                    yield from _instances_of(fields)
+                except SnapshotError as err:
+                    raise SnapshotError(f"{self.path}: {err}") from None
+                return
             if "kind" not in fields:
                 raise SnapshotError(f"{self.path}: expected Kubernetes objects (a List or objects with kind)")
             yield fields  # a single object

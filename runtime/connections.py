@@ -14,6 +14,7 @@ from temporalio.service import TLSConfig
 
 from api import search_attributes
 from kube.client import KubeApi
+from runtime.metrics import temporal_runtime
 from runtime.settings import WorkerSettings
 
 log = logging.getLogger("karpflow.worker")
@@ -35,6 +36,8 @@ async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Inte
         tls=tls,
         data_converter=pydantic_data_converter,
         interceptors=list(interceptors),
+        # The SDK's metrics go to /metrics with karpflow's (runtime/metrics.py).
+        runtime=temporal_runtime() if settings.metrics else None,
     )
 
 

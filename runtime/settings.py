@@ -104,6 +104,10 @@ class WorkerSettings(BaseSettings):
     health: bool = Field(default=True, description="serve /healthz (liveness) and /readyz (readiness)")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0: any free port")
     health_host: str = "0.0.0.0"
+    metrics: bool = Field(
+        default=True,
+        description="serve Prometheus /metrics on the health port, the Temporal SDK's metrics included",
+    )
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None
     log_format: Literal["json", "text"] = "json"

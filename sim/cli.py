@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -128,7 +129,9 @@ def print_report(report: dict[str, Any], out: Console | None = None) -> None:
 def instances(ctx: click.Context) -> None:
     """The cluster's EC2 instances in moto (every state)."""
     status = _client(ctx).request("GET", "/sim/status")
-    console.print(instances_table(status["ec2_endpoint"], status["region"], status["cluster_name"]))
+    # Piped (a script, a test), the table keeps its full width rather than cutting ids short.
+    wide = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
+    wide.print(instances_table(status["ec2_endpoint"], status["region"], status["cluster_name"]))
 
 
 def instances_table(ec2_endpoint: str, region: str, cluster_name: str) -> Table:

@@ -2,8 +2,10 @@
 
 `ClusterBuilder` writes the dicts `kubectl get ... -o yaml` would print (labels, capacity and
 allocatable from the catalog, Ready conditions, owner references, pod status) so tests exercise the
-same loader as real snapshots. `generate_cluster` builds a random but reproducible cluster of any
-size from a seed (used by the hypothesis properties and by bench/gen_cluster.py).
+same loader as real snapshots. A node's AMI, subnet and security groups are not Kubernetes state:
+they are kept as the EC2 instances `aws ec2 describe-instances` would print, beside the objects.
+`generate_cluster` builds a random but reproducible cluster of any size from a seed (used by the
+hypothesis properties and by bench/gen_cluster.py).
 """
 
 from __future__ import annotations
@@ -24,24 +26,29 @@ from api.constants import (
     EC2NODECLASS_LABEL,
     HOSTNAME_LABEL,
     INITIALIZED_LABEL,
-    INSTANCE_AMI_ID_LABEL,
+    NODEPOOL_HASH_ANNOTATION,
+    NODEPOOL_HASH_VERSION_ANNOTATION,
     NODEPOOL_LABEL,
     REGION_LABEL,
     REGISTERED_LABEL,
-    SECURITY_GROUP_IDS_ANNOTATION,
-    SUBNET_ID_LABEL,
     ZONE_LABEL,
 )
 from api.nodepool import NodePool
 from api.quantity import millicores, to_int
 from planner.catalog import Catalog, bundled_catalog
-from planner.drift import nodepool_hash_annotations
+from planner.drift import NODEPOOL_HASH_VERSION, nodepool_hash_annotations
 from planner.model import PlanContext, PlanOptions, Simulate
 from planner.snapshot import Snapshot, parse_nodepool
 
 DEFAULT_NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# What Karpenter's NodeClaim CRD requires of every spec (tests add their own fields to it).
+NODECLAIM_SPEC: dict[str, Any] = {
+    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+    "requirements": [],
+}
 
 
 def ts(when: datetime) -> str:
@@ -56,6 +63,8 @@ class ClusterBuilder:
     region: str = "us-west-2"
     catalog: Catalog | None = None
     objects: list[dict[str, Any]] = field(default_factory=list)
+    # The nodes' EC2 instances, as DescribeInstances prints them (what EC2NodeClass drift reads).
+    instances: list[dict[str, Any]] = field(default_factory=list)
     _uid: int = 0
 
     def __post_init__(self) -> None:
@@ -142,7 +151,8 @@ class ClusterBuilder:
                     "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
                 },
                 "status": {
-                    "amis": [{"id": a, "name": a} for a in amis],
+                    # Karpenter's CRD requires each AMI's requirements; none: any node may use them.
+                    "amis": [{"id": a, "name": a, "requirements": []} for a in amis],
                     "subnets": [{"id": s, "zone": z} for s, z in subnets.items()],
                     "securityGroups": [{"id": g} for g in security_groups],
                 },
@@ -199,11 +209,6 @@ class ClusterBuilder:
             node_labels[REGISTERED_LABEL] = "true"
             if initialized:
                 node_labels[INITIALIZED_LABEL] = "true"
-            if ami:
-                node_labels[INSTANCE_AMI_ID_LABEL] = ami
-            node_labels[SUBNET_ID_LABEL] = subnet or f"subnet-{zone[-1]}"
-            if security_groups:
-                node_annotations[SECURITY_GROUP_IDS_ANNOTATION] = security_groups
             model = self._pool_model(pool)
             if stamp_hash and model is not None:
                 node_annotations.update(nodepool_hash_annotations(model))
@@ -211,6 +216,20 @@ class ClusterBuilder:
         node_annotations.update(annotations or {})
         created = self.now - age
         ready_since = self.now - (ready_for if ready_for is not None else age - timedelta(minutes=1))
+        instance_id = f"i-{self._uid + 1:017x}"
+        if pool is not None:
+            self.instances.append(
+                {
+                    "InstanceId": instance_id,
+                    "InstanceType": instance_type,
+                    "Placement": {"AvailabilityZone": zone},
+                    **({"ImageId": ami} if ami else {}),
+                    "SubnetId": subnet or f"subnet-{zone[-1]}",
+                    "SecurityGroups": [
+                        {"GroupId": g.strip()} for g in (security_groups or "").split(",") if g.strip()
+                    ],
+                }
+            )
         capacity = itype.capacity if itype else {"cpu": "2", "memory": "8Gi", "pods": "29"}
         allocatable = itype.allocatable if itype else capacity
         metadata: dict[str, Any] = {
@@ -230,7 +249,7 @@ class ClusterBuilder:
                 "kind": "Node",
                 "metadata": metadata,
                 "spec": {
-                    "providerID": f"aws:///{zone}/i-{self._uid:017x}",
+                    "providerID": f"aws:///{zone}/{instance_id}",
                     **({"taints": taints} if taints else {}),
                 },
                 "status": {
@@ -398,6 +417,51 @@ class ClusterBuilder:
             }
         return self.add(obj)
 
+    # -- karpflow's operator controls (karpflow.dev/v1alpha1) -----------------------------------------
+    def maintenance_window(
+        self,
+        name: str,
+        *,
+        actions: list[str],
+        schedules: list[dict[str, str]] | None = None,
+        selector: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"actions": actions}
+        if schedules:
+            spec["schedules"] = schedules
+        if selector:
+            spec["selector"] = selector
+        return self.add(
+            {
+                "apiVersion": "karpflow.dev/v1alpha1",
+                "kind": "MaintenanceWindow",
+                "metadata": {"name": name, "uid": self._next_uid(), "generation": 1},
+                "spec": spec,
+            }
+        )
+
+    def node_disruption_budget(
+        self,
+        name: str,
+        *,
+        selector: dict[str, Any] | None,
+        max_unavailable: int | str | None = None,
+        min_available: int | str | None = None,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"selector": selector}
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        return self.add(
+            {
+                "apiVersion": "karpflow.dev/v1alpha1",
+                "kind": "NodeDisruptionBudget",
+                "metadata": {"name": name, "uid": self._next_uid(), "generation": 1},
+                "spec": spec,
+            }
+        )
+
     # -- Output ------------------------------------------------------------------------------------
     def as_list(self) -> dict[str, Any]:
         return {
@@ -407,10 +471,17 @@ class ClusterBuilder:
             "items": self.objects,
         }
 
+    def describe_instances(self) -> dict[str, Any]:
+        """The nodes' instances as `aws ec2 describe-instances --output json` prints them."""
+        return {"Reservations": [{"Instances": self.instances}]}
+
     def to_yaml(self) -> str:
         return yaml.dump(self.as_list(), Dumper=_YAML_DUMPER, sort_keys=False)
 
     def write(self, path: str | Path, fmt: str | None = None) -> Path:
+        """The objects as one file. YAML gets the instances as a second document (one file holds
+        what `kubectl get` and `aws ec2 describe-instances` print); JSON stays one streamable List,
+        see `write_instances`."""
         path = Path(path)
         fmt = fmt or ("json" if path.suffix == ".json" else "yaml")
         if fmt == "json":
@@ -418,19 +489,26 @@ class ClusterBuilder:
 
             path.write_text(json.dumps(self.as_list(), separators=(",", ":")))
         else:
-            path.write_text(
-                yaml.dump(
-                    self.as_list(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False
-                )
-            )
+            documents = [self.as_list(), *([self.describe_instances()] if self.instances else [])]
+            path.write_text(yaml.dump_all(documents, Dumper=_YAML_DUMPER, sort_keys=False))
+        return path
+
+    def write_instances(self, path: str | Path) -> Path:
+        """The instances alone, as JSON (a second `--snapshot` file for `karpflow plan`)."""
+        import json
+
+        path = Path(path)
+        path.write_text(json.dumps(self.describe_instances(), separators=(",", ":")))
         return path
 
     def snapshot(self, via_yaml: bool = True) -> Snapshot:
         """The Snapshot a loader would build from these objects (through YAML text by default)."""
         objects: Iterable[Mapping[str, Any]] = self.objects
+        instances: Iterable[Mapping[str, Any]] = self.instances
         if via_yaml:
             objects = yaml.load(self.to_yaml(), Loader=_YAML_LOADER)["items"]
-        return Snapshot.from_objects(objects, now=self.now)
+            instances = yaml.load(yaml.dump(self.instances, Dumper=_YAML_DUMPER), Loader=_YAML_LOADER) or []
+        return Snapshot.from_objects(objects, now=self.now, instances=instances)
 
     def context(self, options: PlanOptions | None = None, simulate: Simulate | None = None) -> PlanContext:
         """A PlanContext over this cluster (for testing one rule at a time)."""
@@ -476,6 +554,12 @@ class ClusterSpec:
     # Instance types per pool kind (general, compute, memory, arm) and (cpu, memory) request choices.
     pool_types: dict[str, list[str]] | None = None
     requests: list[tuple[str, str]] | None = None
+
+
+STALE_NODEPOOL_HASH = {
+    NODEPOOL_HASH_ANNOTATION: "0000000000000000",
+    NODEPOOL_HASH_VERSION_ANNOTATION: NODEPOOL_HASH_VERSION,
+}
 
 
 def generate_cluster(
@@ -542,7 +626,10 @@ def generate_cluster(
             capacity_type=rng.choice(["on-demand", "on-demand", "spot"]),
             age=timedelta(days=31) if expired else timedelta(hours=rng.randint(2, 600)),
             ready=not not_ready,
-            ami="ami-0old000000000000a" if drifted else "ami-0new000000000000a",
+            # Drifted by its NodePool's template, which the node's own annotations say (a JSON file
+            # of the cluster, streamed by the loader, carries no EC2 instances to drift by AMI).
+            stamp_hash=not drifted,
+            annotations=STALE_NODEPOOL_HASH if drifted else None,
         )
         node_names.append(name)
         b.daemonset_pod(name, "kube-proxy", cpu="100m", memory="64Mi")

@@ -29,6 +29,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import signal
 import ssl
@@ -48,12 +49,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from api import search_attributes
 from sim import dev_identity
 from sim.binaries import temporal_cli
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
+from sim.controllers.bootstrap import SIM_CA_BUNDLE, SIM_SERVICE_CIDR
 from sim.interruption_queue import ensure_interruption_queue
 from sim.ports import free_port, port_is_free
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
+RETIRED_REASON = "karpflow dev up: a new simulated cluster replaced the one this workflow acted on"
 
 
 def default_state_dir() -> Path:
@@ -140,9 +142,18 @@ class DevSettings(BaseSettings):
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.worker_health_port}/metrics"
+
     def client_env(self) -> dict[str, str]:
-        """What a client (the worker, kubectl, boto3, the temporal CLI) needs to reach the stack."""
+        """What a client (the worker, kubectl, boto3, the temporal CLI, every `karpflow` subcommand)
+        needs to reach the stack."""
         return {
+            # `karpflow dev status|down`, `karpflow sim`: this stack, not the default .state/
+            "KARPFLOW_STATE_DIR": str(self.state_dir),
+            "KARPFLOW_SIM_URL": self.kube_url,
+            **({"KARPFLOW_METRICS_URL": self.metrics_url} if self.worker and self.worker_health_port else {}),
             "KUBECONFIG": str(self.kubeconfig_path),
             "TEMPORAL_ADDRESS": self.temporal_address,
             "TEMPORAL_NAMESPACE": self.temporal_namespace,
@@ -154,6 +165,7 @@ class DevSettings(BaseSettings):
             "KARPFLOW_CLUSTER_NAME": self.cluster_name,
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
             "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle(),
+            "KARPFLOW_SERVICE_CIDR": SIM_SERVICE_CIDR,
             # The worker's and karpflow's own settings (see `karpflow worker --help`).
             "KARPFLOW_TEMPORAL_ADDRESS": self.temporal_address,
             "KARPFLOW_TEMPORAL_NAMESPACE": self.temporal_namespace,
@@ -455,11 +467,19 @@ class DevStack:
         recorded = s.state_dir / "dev.json"
         if recorded.is_file() and any(self.process(p) for p in ("temporal", "sim", "worker")):
             # A running stack keeps its own settings: `up` again must not start a second one elsewhere.
+            # Only which parts to run comes from this call: `up` after `up --no-worker` adds the worker.
+            wanted_worker = s.worker
             self.settings = s = DevSettings.model_validate(json.loads(recorded.read_text()))
+            s.worker = s.worker or wanted_worker
         if s.worker_health_port == 0:
             s.worker_health_port = free_port(s.host)
         parts = self.parts()
         started: list[str] = []
+        new_cluster = self.process("sim") is None  # the simulator's cluster lives in its process
+        if new_cluster and self.process("worker") is not None:
+            # That worker serves the cluster that is gone: it must not act on the new one.
+            progress("worker", "stopping: its cluster is gone")
+            self._stop("worker")
         try:
             first = [p for p in parts if p.name != "worker"]
             later = [p for p in parts if p.name == "worker"]
@@ -472,6 +492,10 @@ class DevStack:
             if "temporal" in started:
                 progress("temporal", "registering search attributes")
             self.register_search_attributes()
+            if new_cluster:
+                retired = self.retire_workflows_of_previous_cluster()
+                if retired:
+                    progress("previous cluster", f"terminated {retired} workflow(s) of the previous cluster")
             ensure_interruption_queue(s.ec2_endpoint, s.region, s.interruption_queue_name)
             if "temporal" in started:
                 progress("temporal", "ready")
@@ -560,9 +584,35 @@ class DevStack:
         if result.returncode != 0:
             raise DevStackError(f"registering search attributes failed: {result.stderr.strip()}")
 
+    def retire_workflows_of_previous_cluster(self) -> int:
+        """Terminate every workflow still running in the Temporal database: they were started for a
+        cluster that no longer exists (the simulator's cluster dies with its process, and a new one
+        reuses node names), so none may resume against the new cluster. Runs before any worker of
+        the new cluster starts; their histories stay for the Web UI. Returns how many."""
+        import asyncio
+
+        from temporalio.client import Client
+
+        s = self.settings
+
+        async def retire() -> int:
+            client = await Client.connect(s.temporal_address, namespace=s.temporal_namespace)
+            count = 0
+            async for execution in client.list_workflows('ExecutionStatus="Running"'):
+                handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+                with contextlib.suppress(Exception):  # closed meanwhile
+                    await handle.terminate(reason=RETIRED_REASON)
+                    count += 1
+            return count
+
+        return asyncio.run(retire())
+
     def write_env_file(self) -> Path:
+        """`source` it: every variable of `client_env()`, and this install's `karpflow` and `temporal`
+        (the virtualenv's bin directory) first on PATH."""
         path = self.settings.state_dir / "env"
-        lines = [f"export {name}={value}" for name, value in self.settings.client_env().items()]
+        lines = [f"export {name}={shlex.quote(value)}" for name, value in self.settings.client_env().items()]
+        lines.append(f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
         path.write_text("\n".join(lines) + "\n")
         return path
 

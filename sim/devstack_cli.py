@@ -58,6 +58,8 @@ def endpoints_table(stack: DevStack) -> Table:
             "Worker identity",
             f"ServiceAccount karpflow/karpflow-worker, token in {s.serviceaccount_dir}",
         )
+    if s.worker and s.worker_health_port:
+        table.add_row("Worker metrics (Prometheus)", s.metrics_url)
     table.add_row("EC2 (moto)", s.ec2_endpoint + f"  region {s.region}")
     table.add_row("Simulator controls", f"{s.kube_url}/sim/status, /sim/invariants, /sim/ec2/faults")
     table.add_row(
@@ -78,7 +80,7 @@ def bring_up(stack: DevStack) -> list[str]:
             if part not in tasks:
                 tasks[part] = progress.add_task(f"{part}: {message}", total=1)
             progress.update(tasks[part], description=f"{part}: {message}")
-            if message in ("ready", "already running"):
+            if message in ("ready", "already running") or message.startswith("terminated"):
                 progress.update(tasks[part], completed=1)
 
         return stack.up(report)
@@ -88,8 +90,10 @@ def print_exports(stack: DevStack) -> None:
     console.print("\nPoint your shell at it:")
     console.print(f"  export KUBECONFIG={stack.settings.kubeconfig_path}", highlight=False, soft_wrap=True)
     console.print(
-        f"  source {stack.settings.state_dir / 'env'}   # KUBECONFIG, TEMPORAL_ADDRESS, AWS_*",
+        f"  source {stack.settings.state_dir / 'env'}   # KUBECONFIG, TEMPORAL_ADDRESS, AWS_*, "
+        "KARPFLOW_STATE_DIR, KARPFLOW_METRICS_URL; karpflow and temporal on PATH",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -60,6 +60,29 @@ stale-disrupted-taint
     closed and nothing is in flight (a test's last line, `sim.testing.assert_no_violations`): then
     every such taint must be gone unless its node is being deleted.
 
+maintenance-window
+    A disruption starts on a node while a MaintenanceWindow that matches the node blocks the
+    disruption's action, and has blocked it for at least `bounds.window_grace` (a decision taken just
+    before a window opened is not a violation). A disruption starts when the `karpenter.sh/disrupted`
+    taint appears on the node; its reason is read from the command that holds it
+    (`karpflow.io/disruption-command: disruption/<pools>/<reason>/<id>@<run>`, or `interruption/...`):
+    Empty → Emptiness, Underutilized → Consolidation, Drifted → Drift, Expired → Expiration, Unhealthy
+    on an initialized node → Repair. Interruption is never blocked. A window is active while a cron
+    hit of one of its schedules (UTC) lies within its duration, always without schedules, and always
+    (for every action when it names an unknown one, every node when its selector cannot be read)
+    when it cannot be read: windows fail closed.
+
+node-disruption-budget
+    A *voluntary* disruption (the holder names Empty, Underutilized or Drifted) starts on a node a
+    NodeDisruptionBudget selects while, counting that node, more of its selected nodes are unavailable
+    than it allows. Unavailable: Ready not True, the disrupted taint, or an instance that is not
+    pending or running. Allowed: maxUnavailable, or the selected count minus minAvailable
+    (percentages of the selected nodes, rounded up); a budget with both, neither, or a percent over
+    100 allows nothing. A null or empty selector selects no node. Forceful disruptions (expiration,
+    interruption, repair) count but are never violations. A taint no command holds on a node being
+    deleted (a termination: `kubectl delete node`, or interruption's) counts, and when it exceeds a
+    budget the report lists it under `unjudged`: its reason cannot be read from the cluster.
+
 Every violation is reported once per episode (a workload that stays short of pods is one
 violation, not one per tick).
 """
@@ -73,6 +96,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import croniter
 from pydantic import BaseModel, Field
 
 from api import constants as k
@@ -81,7 +105,14 @@ from sim.apiserver.selectors import selector_from_label_selector
 from sim.timescale import TimeScale
 
 Invariant = Literal[
-    "pdb-violation", "do-not-disrupt", "pods-lost", "leaked-instance", "orphan-node", "stale-disrupted-taint"
+    "pdb-violation",
+    "do-not-disrupt",
+    "pods-lost",
+    "leaked-instance",
+    "orphan-node",
+    "stale-disrupted-taint",
+    "maintenance-window",
+    "node-disruption-budget",
 ]
 Obj = dict[str, Any]
 
@@ -96,6 +127,10 @@ class InvariantBounds(BaseModel):
     disrupted_taint: float = 60.0
     min_wall: float = 0.2
     lost_min_wall: float = 10.0
+    # A window must have blocked for this long before a start it blocks is a violation, with its own
+    # wall-clock floor: a command validated just before the window opened taints a moment later.
+    window_grace: float = 30.0
+    window_min_wall: float = 5.0
 
 
 class Violation(BaseModel):
@@ -236,6 +271,124 @@ def desired_healthy(pdb: Obj, expected: int) -> int:
     return 0
 
 
+HOLDER_ANNOTATION = "karpflow.io/disruption-command"
+WINDOW_ACTIONS = ("Expiration", "Drift", "Emptiness", "Consolidation", "Rebalance", "Repair")
+VOLUNTARY = ("Empty", "Underutilized", "Drifted")
+_ACTION_OF = {
+    "Empty": "Emptiness",
+    "Underutilized": "Consolidation",
+    "Drifted": "Drift",
+    "Expired": "Expiration",
+}
+
+
+def disruption_reason(node: Obj) -> str | None:
+    """The reason of the command that holds the node, from its holder annotation (None: no holder,
+    or one that names no reason)."""
+    holder = (_meta(node).get("annotations") or {}).get(HOLDER_ANNOTATION) or ""
+    workflow_id = holder.split("@", 1)[0]
+    if workflow_id.startswith("interruption/"):
+        return "Interrupted"
+    parts = workflow_id.split("/")
+    if len(parts) >= 4 and parts[0] == "disruption":
+        return parts[2]
+    return None
+
+
+def window_action(reason: str, node: Obj) -> str | None:
+    if reason == "Unhealthy":  # repair; a node that never initialized is the liveness check's
+        initialized = (_meta(node).get("labels") or {}).get(k.INITIALIZED_LABEL) == "true"
+        return "Repair" if initialized else None
+    return _ACTION_OF.get(reason)
+
+
+def node_ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _requirement_matches(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op = req.get("key"), req.get("operator")
+    values = [str(v) for v in req.get("values") or []]
+    value = labels.get(str(key))
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        try:
+            number, bound = int(value or ""), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return number > bound if op == "Gt" else number < bound
+    raise ValueError(f"operator {op!r}")
+
+
+def window_blocks(window: Obj, action: str, labels: Mapping[str, str], now: datetime) -> datetime | None:
+    """Since when `window` has blocked `action` on a node with `labels` at `now` (its last cron hit;
+    the epoch for an unscheduled or unreadable window), or None when it does not block it."""
+    spec = window.get("spec") if isinstance(window.get("spec"), dict) else {}
+    always = datetime(1970, 1, 1, tzinfo=UTC)
+    actions = spec.get("actions")
+    readable = isinstance(actions, list) and bool(actions) and all(a in WINDOW_ACTIONS for a in actions)
+    if readable and action not in actions:
+        return None
+    selector = spec.get("selector") or []
+    try:
+        if not all(_requirement_matches(r, labels) for r in selector):
+            return None
+    except (ValueError, AttributeError, TypeError):
+        pass  # unreadable selector: every node
+    schedules = spec.get("schedules") or []
+    if not readable or not schedules:
+        return always
+    since = None
+    for schedule in schedules:
+        try:
+            cron = str(schedule["cron"])
+            cron = {"@midnight": "0 0 * * *", "@annually": "0 0 1 1 *"}.get(cron, cron)
+            duration = parse_duration(schedule["duration"])
+            start = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+            hit = croniter.croniter(cron, start).get_prev(datetime)
+        except (KeyError, TypeError, ValueError, croniter.CroniterError):
+            return always  # a schedule that cannot be read: the window fails closed
+        if duration.total_seconds() <= 0:
+            return always
+        if now < hit + duration and (since is None or hit < since):
+            since = hit
+    return since
+
+
+def ndb_allowed(ndb: Obj, selected: int) -> int:
+    """Unavailable nodes the budget allows among `selected` (0 for a budget that cannot be read)."""
+    spec = ndb.get("spec") or {}
+    low, high = spec.get("minAvailable"), spec.get("maxUnavailable")
+    if (low is None) == (high is None):
+        return 0
+    try:
+        value = scaled_value(high if high is not None else low, selected)
+    except ValueError:
+        return 0
+    text = str(high if high is not None else low)
+    if value < 0 or (text.endswith("%") and int(text[:-1]) > 100):
+        return 0
+    return value if high is not None else max(selected - value, 0)
+
+
+def ndb_selects(ndb: Obj, labels: Mapping[str, str]) -> bool:
+    raw = (ndb.get("spec") or {}).get("selector")
+    if not raw:
+        return False  # null or empty: no node
+    try:
+        return selector_from_label_selector(raw).matches(labels)
+    except (ValueError, AttributeError, TypeError):
+        return True  # unreadable: fails closed for every node
+
+
 # ----------------------------------------------------------------------------------------------
 # The recorder
 
@@ -268,6 +421,10 @@ class InvariantChecker:
             self.gone_nodes: dict[str, Obj] = {}  # last state of deleted nodes, for pods that outlive them
             self.pdbs: dict[str, Obj] = {}  # ns/name -> pdb
             self.workloads: dict[str, Obj] = {}  # uid -> ReplicaSet / StatefulSet / Deployment
+            self.windows: dict[str, Obj] = {}  # name -> MaintenanceWindow
+            self.ndbs: dict[str, Obj] = {}  # name -> NodeDisruptionBudget
+            self._window_seen: dict[str, datetime] = {}  # window name -> when its spec was last set
+            self._unattributed: list[str] = []  # terminations past a budget whose reason is unknown
             self.instances: dict[str, Obj] = {}  # instance id -> last EC2 description
             self.instances_polled = False
             self.violations: list[Violation] = []
@@ -298,14 +455,32 @@ class InvariantChecker:
                     if (instance := instance_id_of(obj)) is not None:
                         self._node_left[instance] = self._clock()
                 else:
+                    before = self.nodes.get(name)
                     self.nodes[name] = obj
                     self.gone_nodes.pop(name, None)
+                    if before is not None and has_disrupted_taint(obj) and not has_disrupted_taint(before):
+                        self._judge_start(obj)
             elif kind == "PodDisruptionBudget":
                 key = f"{_meta(obj).get('namespace', 'default')}/{_meta(obj).get('name', '')}"
                 if event_type == "DELETED":
                     self.pdbs.pop(key, None)
                 else:
                     self.pdbs[key] = obj
+            elif kind == "MaintenanceWindow":
+                name = _meta(obj).get("name", "")
+                if event_type == "DELETED":
+                    self.windows.pop(name, None)
+                    self._window_seen.pop(name, None)
+                else:
+                    if (self.windows.get(name) or {}).get("spec") != obj.get("spec"):
+                        self._window_seen[name] = self._wall()
+                    self.windows[name] = obj
+            elif kind == "NodeDisruptionBudget":
+                name = _meta(obj).get("name", "")
+                if event_type == "DELETED":
+                    self.ndbs.pop(name, None)
+                else:
+                    self.ndbs[name] = obj
             elif kind in ("ReplicaSet", "StatefulSet", "Deployment"):
                 uid = _meta(obj).get("uid", "")
                 if event_type == "DELETED":
@@ -460,6 +635,61 @@ class InvariantChecker:
                     f"({healthy} healthy, {desired} required)",
                     {"cause": cause, "pdb": pdb_key, "healthy": healthy, "desiredHealthy": desired},
                 )
+
+    def _judge_start(self, node: Obj) -> None:
+        """A disruption starts on `node` (its disrupted taint just appeared): windows and budgets."""
+        reason = disruption_reason(node)
+        name = _meta(node).get("name", "")
+        holder = (_meta(node).get("annotations") or {}).get(HOLDER_ANNOTATION)
+        labels = _meta(node).get("labels") or {}
+        now = self._wall()
+        action = window_action(reason, node) if reason is not None else None
+        if action is not None:
+            grace = timedelta(
+                seconds=max(self.scale.seconds(self.bounds.window_grace), self.bounds.window_min_wall)
+            )
+            for window_name, window in sorted(self.windows.items()):
+                since = window_blocks(window, action, labels, now)
+                if since is None:
+                    continue
+                since = max(since, self._window_seen.get(window_name, since))
+                if now - since >= grace:
+                    self._record(
+                        "maintenance-window",
+                        f"node {name}",
+                        f"{action} started ({holder}) while MaintenanceWindow {window_name} blocked it "
+                        f"(since {since:%Y-%m-%dT%H:%M:%SZ})",
+                        {"window": window_name, "action": action, "holder": holder},
+                    )
+        for ndb_name, ndb in sorted(self.ndbs.items()):
+            if not ndb_selects(ndb, labels):
+                continue
+            selected = [n for n in self.nodes.values() if ndb_selects(ndb, _meta(n).get("labels") or {})]
+            down = sorted(_meta(n).get("name", "") for n in selected if self._unavailable(n))
+            allowed = ndb_allowed(ndb, len(selected))
+            if len(down) <= allowed:
+                continue
+            message = (
+                f"started while NodeDisruptionBudget {ndb_name} allowed {allowed} unavailable of "
+                f"{len(selected)} and {len(down)} are ({', '.join(down)})"
+            )
+            if reason in VOLUNTARY:
+                self._record(
+                    "node-disruption-budget",
+                    f"node {name}",
+                    f"{reason} disruption ({holder}) {message}",
+                    {"ndb": ndb_name, "allowed": allowed, "unavailable": down},
+                )
+            elif reason is None and is_terminating(node):
+                self._unattributed.append(f"node {name}: a termination without a holder {message}")
+
+    def _unavailable(self, node: Obj) -> bool:
+        if not node_ready(node) or has_disrupted_taint(node):
+            return True
+        instance = instance_id_of(node)
+        if instance is None or instance not in self.instances:
+            return False
+        return (self.instances[instance].get("State") or {}).get("Name") not in ("pending", "running")
 
     def _expected_count(self, pods: list[Obj]) -> int:
         """Replicas of the pods' controllers (the Deployment for a Deployment's ReplicaSet)."""
@@ -651,11 +881,15 @@ class InvariantChecker:
                 self._end_of_window_taints()
             elif in_flight is None and (tainted := self._unreported_taints()):
                 unjudged["stale-disrupted-taint"] = [f"node {name}" for name in tainted]
+            if self._unattributed:
+                unjudged["node-disruption-budget"] = list(self._unattributed)
             observed = {
                 **self.counts,
                 "pods": len(self.pods),
                 "nodes": len(self.nodes),
                 "pdbs": len(self.pdbs),
+                "maintenance-windows": len(self.windows),
+                "node-disruption-budgets": len(self.ndbs),
                 "instances": len(self.instances),
             }
             violations = list(self.violations)

@@ -474,12 +474,10 @@ class _Ec2:
         if not instance_type or not zone:
             raise ScenarioError(f"{where}: labels {k.INSTANCE_TYPE_LABEL} and {k.ZONE_LABEL} are required")
         arch = EC2_ARCH.get(labels.get(k.ARCH_LABEL, "amd64"), "x86_64")
-        image_id = labels.get(k.INSTANCE_AMI_ID_LABEL)
-        if not image_id or not self._image_exists(image_id):
-            amis = (nodeclass_status or {}).get("amis") or []
-            kube_arch = KUBE_ARCH.get(arch, arch)
-            matching = [a for a in amis if kube_arch in str(a.get("requirements"))] or amis
-            image_id = matching[0]["id"] if matching else self._any_image(arch)
+        amis = (nodeclass_status or {}).get("amis") or []
+        kube_arch = KUBE_ARCH.get(arch, arch)
+        matching = [a for a in amis if kube_arch in str(a.get("requirements"))] or amis
+        image_id = matching[0]["id"] if matching else self._any_image(arch)
         subnet = subnets_by_zone.get(zone) or self._default_subnet(zone, where)
         groups = [g["id"] for g in (nodeclass_status or {}).get("securityGroups") or []]
         tags = {
@@ -542,12 +540,6 @@ class _Ec2:
                 "Images"
             ]
         return self._images[pattern]
-
-    def _image_exists(self, image_id: str) -> bool:
-        try:
-            return bool(self.ec2.describe_images(ImageIds=[image_id])["Images"])
-        except Exception:
-            return False
 
     def _any_image(self, arch: str) -> str:
         pattern = AMI_ALIAS_PATTERNS["al2023"].format(arch=arch)
@@ -729,12 +721,9 @@ def seed(
         status = statuses.get(class_name or "")
         instance = ec2_side.launch(node, status, zone_subnets.get(class_name or "", {}))
         zone = instance["Placement"]["AvailabilityZone"]
+        # Only the providerID ties the Node to its instance: its AMI, subnet and security groups are
+        # EC2's to say (DescribeInstances), as for any real node.
         node.setdefault("spec", {})["providerID"] = k.aws_provider_id(zone, instance["InstanceId"])
-        labels[k.INSTANCE_AMI_ID_LABEL] = instance["ImageId"]
-        labels[k.SUBNET_ID_LABEL] = instance["SubnetId"]
-        node["metadata"].setdefault("annotations", {})[k.SECURITY_GROUP_IDS_ANNOTATION] = ",".join(
-            g["GroupId"] for g in instance.get("SecurityGroups") or []
-        )
         instances[node["metadata"]["name"]] = instance["InstanceId"]
 
     # Kubernetes: namespaces first, then owners before dependents, rewriting owner uids.

@@ -13,6 +13,9 @@ that play kubelets / scheduler / workload controllers, and the invariant checker
         sim.faults              # sim.ec2_faults.Ec2Faults (ICE, throttling, never-ready)
         sim.api_faults          # sim.apiserver.faults.Faults (Kubernetes API errors, latency)
 
+The emulator starts with karpflow's CRDs (deploy/crds: MaintenanceWindow, NodeDisruptionBudget)
+installed, as in a cluster where deploy/ was applied; emptying or reloading the cluster keeps them.
+
 Everything runs on one background thread with its own asyncio loop (`sim.loop`), so a test can
 use the stack from synchronous code or from its own event loop alike. `python -m sim` runs the
 same stack as the dev stack's simulator process, on fixed ports.
@@ -56,16 +59,18 @@ from typing import Any, TypeVar
 
 import boto3
 import orjson
+import yaml
 from aiohttp import web
 
-from sim import ec2_faults
+from sim import ec2_faults, ec2_validation
+from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest
 from sim.apiserver.faults import Faults, RequestLog
 from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.security import Tls, Tokens
 from sim.apiserver.server import ApiServer, parse_path
 from sim.apiserver.store import Store
-from sim.controllers.bootstrap import SIM_CA_BUNDLE
+from sim.controllers.bootstrap import SIM_CA_BUNDLE, SIM_SERVICE_CIDR
 from sim.invariants import InvariantBounds, InvariantChecker
 from sim.scenario import Scenario, SeedReport, load_scenario, parse_scenario, seed
 from sim.tasks import cancel_and_wait
@@ -74,7 +79,21 @@ from sim.timescale import TimeScale
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-INVARIANT_KINDS = frozenset({"Pod", "Node", "PodDisruptionBudget", "ReplicaSet", "StatefulSet", "Deployment"})
+INVARIANT_KINDS = frozenset(
+    {
+        "Pod",
+        "Node",
+        "PodDisruptionBudget",
+        "ReplicaSet",
+        "StatefulSet",
+        "Deployment",
+        "MaintenanceWindow",
+        "NodeDisruptionBudget",
+    }
+)
+# karpflow's own CRDs: the simulated cluster is one where deploy/ was applied, so the worker's cache,
+# `kubectl get crd` and scenarios find MaintenanceWindows and NodeDisruptionBudgets.
+KARPFLOW_CRDS = Path(__file__).resolve().parents[1] / "deploy" / "crds"
 MOTO_ACCOUNT_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
@@ -108,6 +127,8 @@ class _Moto:
                 return cls.port
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
             from moto.server import ThreadedMotoServer
+
+            ec2_validation.install()  # EC2's launch parameter checks moto lacks
 
             server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
             server.start()
@@ -235,6 +256,10 @@ class SimStack:
         return self.tls.ca_file if self.tls is not None else None
 
     @property
+    def service_cidr(self) -> str:
+        return SIM_SERVICE_CIDR
+
+    @property
     def ca_bundle(self) -> str:
         """What new nodes' user data must carry as the cluster CA (base64 PEM, as DescribeCluster
         gives it): the real CA of a secure stack, else any non-empty bundle."""
@@ -282,6 +307,7 @@ class SimStack:
             # What a launched node's bootstrap must name for the simulator to register it.
             "KARPFLOW_CLUSTER_ENDPOINT": self.kube_url,
             "KARPFLOW_CLUSTER_CA_BUNDLE": self.ca_bundle,
+            "KARPFLOW_SERVICE_CIDR": self.service_cidr,
         }
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -382,6 +408,7 @@ class SimStack:
             token=self.admin_token,
             ca_pem=self.tls.ca_pem if self.tls is not None else None,
         )
+        self._install_crds()
         if self.scenario is not None:
             self.seed_report = await asyncio.to_thread(self._seed, self.scenario)
         await self._start_controllers()
@@ -436,6 +463,11 @@ class SimStack:
 
     # -- scenario ------------------------------------------------------------------------------
 
+    def _install_crds(self) -> None:
+        for path in sorted(KARPFLOW_CRDS.glob("*.karpflow.dev.yaml")):
+            self.store.create(crds.CRDS, yaml.safe_load(path.read_text()))
+        crds.sync(self.store)
+
     def _seed(self, scenario: Scenario) -> SeedReport:
         report = seed(scenario, self.store, self._ec2, cluster_name=self.cluster_name)
         for warning in report.warnings:
@@ -449,6 +481,7 @@ class SimStack:
             self.controllers = None
         await asyncio.to_thread(self._terminate_instances)
         self.store.reset()
+        self._install_crds()
         self.invariants.reset()
         self.faults.clear()
         self.scenario = scenario

@@ -58,3 +58,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config._karpflow_exitstatus = exitstatus  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests marked slow run first: spread over the parallel workers (pytest-xdist) at the start, they
+    # do not leave one worker finishing a two-minute test alone at the end. Stable otherwise.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -6,7 +6,8 @@ One per cluster (`karpflow-controller/<cluster>`), started idempotently by every
 1. observe and plan (activity `plan_pass`: the worker's informer cache, what is in flight from
    Temporal visibility, the planner);
 2. crash cleanup: `karpenter.sh/disrupted` taints that no running workflow holds are removed;
-3. the node annotations the planner asks for are applied;
+3. the node annotations the planner asks for are applied, and the `karpflow.io/leaving` taints of
+   Optimal consolidation (`apply_taints`, behind the `leaving-taints` patch);
 4. commands start as child DisruptionWorkflows (parent-close ABANDON: they outlive this run and
    any continue-as-new), with the planner's readable, deterministic id, so a replayed or repeated
    pass can never start one twice. Forceful commands start at once and ignore backoffs;
@@ -152,6 +153,19 @@ class ControllerWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=PASS_RETRY,
             )
+
+        if result.taints and workflow.patched("leaving-taints"):
+            # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure must not stop the pass.
+            try:
+                await workflow.execute_activity(
+                    "apply_taints",
+                    result.taints,
+                    result_type=int,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=PASS_RETRY,
+                )
+            except ActivityError as err:
+                workflow.logger.warning("leaving taints not applied: %s", activity_cause(err))
 
         now, rejected, blocked = workflow.now(), {}, dict(result.blocked)
         ready, to_validate = [], []

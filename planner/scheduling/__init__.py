@@ -39,7 +39,9 @@ The rooms:
   simulator's inputs and its answers back to planner.model's `SchedulingResult`;
 - `inputs.py`, `requirements.py`: the simulator's own pod, node and NodePool forms, and the
   requirement algebra (In/NotIn/Exists/Gt/Lt, merges, label matching);
-- `simulator.py`: `Simulator`, the probe loop (background placement, forks, pod order, placement);
+- `simulator.py`: `Simulator`, the probe loop (background placement, forks, pod order, placement),
+  and a small read-only view (signatures, node and NodePool admission, instance types) for planners
+  that reason about the whole fleet at once (planner/optimal/);
 - `topology.py`: what a pod signature asks at each relaxation level, and topology groups;
 - `nodepools.py`: what a NodePool can launch (instance types that fit requirements, domains);
 - `existing_nodes.py`: placement on existing nodes;

@@ -250,13 +250,17 @@ class SnapshotSimulation:
         snapshot: Snapshot,
         catalog: Catalog,
         preference_policy: PreferencePolicy = RESPECT,
+        extra_nodes: Sequence[SimNode] = (),
     ) -> None:
+        """`extra_nodes`: nodes that are not in the snapshot but should be, e.g. the new nodes a plan
+        means to launch, shown as if they had joined (planner/optimal/ verifies its target this way)."""
         self.snapshot = snapshot
         self.catalog = catalog
         self.deleting = frozenset(n for n, node in snapshot.nodes.items() if node.is_deleting)
         self._conv = _Converter()
         nodes = [sim_node(n, self._conv) for n in snapshot.nodes.values()]
         nodes.extend(self._in_flight(snapshot, catalog))
+        nodes.extend(extra_nodes)
         bound = [
             self._conv.bound(p)
             for p in snapshot.pods

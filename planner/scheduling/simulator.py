@@ -44,6 +44,7 @@ from planner.scheduling.state import (
     Probe,
     ProbeBase,
     TopologyGroup,
+    TypeEntry,
     TypeSet,
     Vec,
     vec_add,
@@ -484,3 +485,32 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         if not self._pools:
             parts.append("no NodePool to launch from")
         return "; ".join(parts)
+
+    # -- for planners that reason about the whole fleet at once (planner/optimal/) ---------------------
+
+    @property
+    def resource_names(self) -> list[str]:
+        """The order of the entries of every resource vector (`Vec`)."""
+        return self._res_names
+
+    def vector(self, resources: Resources) -> Vec | None:
+        """Requests as a vector (None when they name a resource no node or instance type offers)."""
+        return self._vec(resources)
+
+    def required_view(self, sig: PodConstraints) -> Effective:
+        """The signature with every preference relaxed: what any placement of the pod must honour."""
+        return self._eff(sig, self._levels(sig) if self.preference_policy == RESPECT else 0)
+
+    def node_admits(self, eff: Effective, node: PreparedNode) -> bool:
+        """Taints and node selectors/affinity: whether the pod may ever land on this existing node."""
+        return self._static_ok_node(eff, node)
+
+    def pool_requirements(self, pool: PreparedPool, eff: Effective) -> list[Reqs]:
+        """The requirement sets a new node of `pool` may have to hold this pod (empty: it may not)."""
+        if not self._pool_tolerated(pool, eff.tolerations):
+            return []
+        return [m for t in eff.terms if (m := self._merge(pool.base, pool.base_keys, t)) is not None]
+
+    def types_under(self, pool: PreparedPool, reqs: Reqs) -> list[TypeEntry]:
+        """Instance types `pool` may launch under `reqs` (limits ignored), cheapest first."""
+        return self._typeset(pool, reqs, frozenset()).entries

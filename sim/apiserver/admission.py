@@ -394,8 +394,8 @@ def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None =
     fn = _VALIDATORS.get(rt.kind)
     if fn:
         errs += fn(obj, old)
-    if rt.schema is not None:  # a kind registered from a CustomResourceDefinition
-        errs += crds.schema_errors(rt, obj)
+    # a kind registered from a CustomResourceDefinition, or one of Karpenter's (their bundled CRDs)
+    errs += crds.schema_errors(rt, obj, old)
     return errs
 
 

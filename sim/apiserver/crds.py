@@ -1,30 +1,43 @@
 """CustomResourceDefinitions: a CRD stored in the emulator (e.g. by `kubectl apply -f crd.yaml`)
-registers its kind, as kube-apiserver's apiextensions server does.
+registers its kind, as kube-apiserver's apiextensions server does; Karpenter's own CRDs validate the
+kinds the emulator serves natively.
 
 - Serving: the storage version's kind, plural, singular, short names, categories, scope and the
   status subresource appear in discovery and OpenAPI and are stored like any other kind.
 - Status: `NamesAccepted` and `Established` become True, so `kubectl wait --for
   condition=established` returns.
-- Validation: objects are checked against the version's `openAPIV3Schema` (jsonschema; the
-  `x-kubernetes-*` extensions are ignored) and refused with 422 and field paths, in kube-apiserver's
-  wording (`spec.size: Invalid value: "big": spec.size in body must be of type integer: "string"`).
+- Validation: objects are checked against the version's `openAPIV3Schema` after its defaults are
+  applied (jsonschema: types, required, enum, pattern, lengths, min/max, item and property counts)
+  and against its CEL rules (`x-kubernetes-validations`, sim/apiserver/cel.py), with the old object
+  for transition rules. Errors are 422s with field paths in kube-apiserver's wording
+  (`spec.disruption.consolidateAfter: Invalid value: "-5m": spec.disruption.consolidateAfter in body
+  should match '^(([0-9]+(s|m|h))+|Never)$'`, `spec.disruption.budgets: Invalid value: "array":
+  'schedule' must be set with 'duration'`).
+- Karpenter's NodePool, NodeClaim and EC2NodeClass, which the emulator serves natively, are
+  validated by Karpenter's published CRDs (karpenter_crds/, v1.14.1, with their license and source).
+  A CRD applied for one of these kinds is accepted and Established; the bundled CRD keeps validating.
 - Deleting the CRD stops serving the kind and deletes its objects.
 
-Not reproduced: serving more than the storage version (no conversion), pruning of unknown fields,
-defaulting, CEL rules. A CRD for a kind the emulator serves natively (Karpenter's NodePool,
-NodeClaim, EC2NodeClass) is accepted and Established, and the native type keeps serving.
+Not reproduced: serving more than the storage version (no conversion), pruning of unknown fields
+(and `fieldValidation=Strict` refusing them), storing the defaults (they are applied to validate
+only: the simulator's seeded nodes carry drift hashes of the objects as written), validation
+ratcheting of unchanged invalid fields on update.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
-from sim.apiserver import resources
+from sim.apiserver import cel, resources
 from sim.apiserver.errors import ApiError
 from sim.apiserver.resources import ResourceType
 
@@ -110,11 +123,88 @@ def sync(store: Any) -> None:
             resources.register(rt)
 
 
+# --- Karpenter's CRDs, for the kinds served natively ---------------------------------------------------
+
+_BUNDLED = Path(__file__).with_name("karpenter_crds")
+
+
+@functools.cache
+def bundled_crds() -> dict[tuple[str, str], dict[str, Any]]:
+    """Karpenter's CRDs carried as data, by (group, plural)."""
+    out = {}
+    for path in sorted(_BUNDLED.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        out[(crd["spec"]["group"], crd["spec"]["names"]["plural"])] = crd
+    return out
+
+
+def schema_for(rt: ResourceType) -> dict[str, Any] | None:
+    """The openAPIV3Schema objects of `rt` are validated with: its CRD's, or for a kind served
+    natively Karpenter's bundled CRD's (None: no schema, nothing to check)."""
+    if rt.schema is not None:
+        return rt.schema
+    crd = bundled_crds().get((rt.group, rt.plural)) if rt.custom else None
+    if crd is None:
+        return None
+    version = next((v for v in crd["spec"]["versions"] if v["name"] == rt.version), None)
+    return ((version or {}).get("schema") or {}).get("openAPIV3Schema")
+
+
+# --- defaulting ----------------------------------------------------------------------------------------
+
+
+def defaulted(schema: dict[str, Any], value: Any) -> Any:
+    """A copy of `value` as kube-apiserver sees it before validation: a null where the schema does not
+    allow one is dropped, then each missing property with a `default` gets it (recursively, so a
+    default object is itself defaulted)."""
+    value = copy.deepcopy(value)
+    _default(schema, value)
+    return value
+
+
+def _default(schema: dict[str, Any], value: Any) -> None:
+    if not isinstance(schema, dict):
+        return
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        nulls = [k for k, v in value.items() if v is None and not (properties.get(k) or {}).get("nullable")]
+        for key in nulls:
+            del value[key]
+        for key, sub in properties.items():
+            if key not in value and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                _default(sub, value[key])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in value:
+                if key not in properties:
+                    _default(extra, value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            _default(schema["items"], item)
+
+
+# --- validation ----------------------------------------------------------------------------------------
+
+
 def _path(error: jsonschema.ValidationError) -> str:
     out = ""
     for part in error.absolute_path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+# kube-openapi's wording for the checks that become `Invalid value` (validate/errors.go).
+_MESSAGES = {
+    "pattern": "should match '{}'",
+    "minimum": "should be greater than or equal to {}",
+    "maximum": "should be less than or equal to {}",
+    "minLength": "should be at least {} chars long",
+    "minItems": "should have at least {} items",
+    "minProperties": "should have at least {} properties",
+    "multipleOf": "should be a multiple of {}",
+}
 
 
 def _reason(error: jsonschema.ValidationError, path: str) -> tuple[str, str]:
@@ -131,19 +221,37 @@ def _reason(error: jsonschema.ValidationError, path: str) -> tuple[str, str]:
     if error.validator == "enum":
         allowed = ", ".join(json.dumps(v) for v in error.validator_value)
         return "FieldValueNotSupported", f"Unsupported value: {value}: supported values: {allowed}"
+    if error.validator == "maxLength":
+        return "FieldValueTooLong", f"Too long: may not be more than {error.validator_value} bytes"
+    if error.validator in ("maxItems", "maxProperties"):
+        what = "items" if error.validator == "maxItems" else "properties"
+        return "FieldValueTooMany", (
+            f"Too many: {len(error.instance)}: must have at most {error.validator_value} {what}"
+        )
+    if error.validator in _MESSAGES:
+        detail = _MESSAGES[str(error.validator)].format(error.validator_value)
+        return "FieldValueInvalid", f"Invalid value: {value}: {path} in body {detail}"
     return "FieldValueInvalid", f"Invalid value: {value}: {path} in body {error.message}"
 
 
-def schema_errors(rt: ResourceType, obj: dict[str, Any]) -> FieldErrors:
-    """Field errors of `obj` against the CRD's schema (empty without one)."""
-    if rt.schema is None:
-        return []
+def _without_metadata(schema: dict[str, Any], obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     # metadata is the API server's (name rules are checked elsewhere); the schema is about the rest
     checked = {k: v for k, v in obj.items() if k != "metadata"}
     schema = {
-        **rt.schema,
-        "properties": {k: v for k, v in (rt.schema.get("properties") or {}).items() if k != "metadata"},
+        **schema,
+        "properties": {k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"},
     }
+    return schema, checked
+
+
+def schema_errors(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> FieldErrors:
+    """Field errors of `obj` (an update of `old`) against the schema and the CEL rules of its CRD
+    (empty without one)."""
+    full = schema_for(rt)
+    if full is None:
+        return []
+    schema, checked = _without_metadata(full, obj)
+    checked = defaulted(schema, checked)
     errs: FieldErrors = []
     for error in sorted(
         jsonschema.Draft4Validator(schema).iter_errors(checked), key=lambda e: list(e.absolute_path)
@@ -154,4 +262,5 @@ def schema_errors(rt: ResourceType, obj: dict[str, Any]) -> FieldErrors:
             path = f"{path}.{field}" if path else field
         kind, message = _reason(error, path)
         errs.append((path, kind, message))
-    return errs
+    previous = defaulted(schema, _without_metadata(full, old)[1]) if old is not None else None
+    return errs + cel.rule_errors(schema, checked, previous, "", old is not None)

@@ -347,6 +347,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         subresources=("token",),
     ),
     ResourceType("", "v1", "ConfigMap", "configmaps", "configmap", True, ("cm",)),
+    # The workers' metrics Service (deploy/base/metrics-service.yaml); stored, nothing routes it.
+    ResourceType("", "v1", "Service", "services", "service", True, ("svc",), subresources=_STATUS),
     ResourceType("", "v1", "Secret", "secrets", "secret", True),
     ResourceType(
         "networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", True, ("netpol",)

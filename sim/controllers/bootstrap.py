@@ -11,7 +11,12 @@ registers here too. Formats, by what the AMI runs:
 - Bottlerocket: TOML `settings.kubernetes` (cluster-name, api-server, cluster-certificate,
   node-labels, node-taints as `key = ["value:Effect"]`).
 
-The kubelet flags that matter here are `--node-labels` and `--register-with-taints`
+Read too, as the kubelet would be configured: max pods (with AL2's `--use-max-pods false`, which
+leaves the kubelet at its default of 110 unless `--max-pods` says otherwise), systemReserved,
+kubeReserved, evictionHard and the cluster DNS address (explicit, else the tenth address of the
+NodeConfig's service CIDR); sim/controllers/kubelet_config.py turns them into the Node's capacity.
+
+The kubelet flags for labels and taints are `--node-labels` and `--register-with-taints`
 (sim/controllers/kubelet_flags.py). A node joins only the cluster it names, at the API endpoint the
 simulator serves, with a certificate authority; anything else is a `BootError` and no node.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import email
+import ipaddress
 import shlex
 import tomllib
 from dataclasses import dataclass, field
@@ -37,6 +43,8 @@ from sim.controllers.kubelet_flags import (
 
 NODECONFIG_TYPE = "application/node.eks.aws"
 SIM_CA_BUNDLE = "c2ltdWxhdGVkLWNsdXN0ZXItY2E="  # base64 of "simulated-cluster-ca": any non-empty CA joins
+# The simulated cluster's service CIDR: what EKS picks for a VPC in 172.31.0.0/16 (the scenario's).
+SIM_SERVICE_CIDR = "10.100.0.0/16"
 BOOTSTRAP_SH = "/etc/eks/bootstrap.sh"
 
 
@@ -51,6 +59,22 @@ class KubeletBoot:
     ca: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
+    max_pods: int | None = None
+    use_max_pods: bool = True  # False: bootstrap.sh leaves max pods to the kubelet (110)
+    system_reserved: dict[str, str] = field(default_factory=dict)
+    kube_reserved: dict[str, str] = field(default_factory=dict)
+    eviction_hard: dict[str, str] = field(default_factory=dict)
+    cluster_dns: list[str] = field(default_factory=list)
+    service_cidr: str = ""
+
+    @property
+    def dns(self) -> str | None:
+        """The DNS server pods are told: explicit, else the tenth address of the service CIDR."""
+        if self.cluster_dns:
+            return self.cluster_dns[0]
+        if self.service_cidr:
+            return str(ipaddress.ip_network(self.service_cidr, strict=False).network_address + 10)
+        return None
 
 
 def read(
@@ -127,8 +151,44 @@ def _nodeconfig(body: str, boot: KubeletBoot) -> None:
         boot.cluster = cluster.get("name") or boot.cluster
         boot.endpoint = cluster.get("apiServerEndpoint") or boot.endpoint
         boot.ca = cluster.get("certificateAuthority") or boot.ca
-        for flag in (spec.get("kubelet") or {}).get("flags") or ():
+        boot.service_cidr = cluster.get("cidr") or boot.service_cidr
+        kubelet = spec.get("kubelet") or {}
+        _kubelet_config(kubelet.get("config") or {}, boot)
+        for flag in kubelet.get("flags") or ():
             _flag(str(flag), boot)
+
+
+def _kubelet_config(config: dict[str, Any], boot: KubeletBoot) -> None:
+    """A KubeletConfiguration document (nodeadm's `kubelet.config`): later documents win per key."""
+    if config.get("maxPods") is not None:
+        boot.max_pods = _int(config["maxPods"], "maxPods")
+    for key, attr in (
+        ("systemReserved", "system_reserved"),
+        ("kubeReserved", "kube_reserved"),
+        ("evictionHard", "eviction_hard"),
+    ):
+        if config.get(key):
+            setattr(boot, attr, {str(k): str(v) for k, v in dict(config[key]).items()})
+    if config.get("clusterDNS"):
+        boot.cluster_dns = [str(ip) for ip in config["clusterDNS"]]
+
+
+def _int(value: Any, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BootError(f"the kubelet refuses {what}={value!r}: not an integer") from None
+
+
+def _pairs(value: str, separator: str, flag: str) -> dict[str, str]:
+    """`a=1,b=2` (or `memory.available<100Mi,...` for eviction flags) as a map."""
+    out = {}
+    for item in value.split(","):
+        key, sep, amount = item.partition(separator)
+        if not sep or not key or not amount:
+            raise BootError(f"the kubelet refuses {flag}={value}: {item!r} is not key{separator}value")
+        out[key] = amount
+    return out
 
 
 def _flag(flag: str, boot: KubeletBoot) -> None:
@@ -138,6 +198,14 @@ def _flag(flag: str, boot: KubeletBoot) -> None:
             boot.labels.update(parse_node_labels(value))
         elif name == "--register-with-taints":
             boot.taints.extend(parse_taints(value))
+        elif name == "--max-pods":
+            boot.max_pods = _int(value, name)
+        elif name == "--system-reserved":
+            boot.system_reserved = _pairs(value, "=", name)
+        elif name == "--kube-reserved":
+            boot.kube_reserved = _pairs(value, "=", name)
+        elif name == "--eviction-hard":
+            boot.eviction_hard = _pairs(value, "<", name)
     except FlagSyntaxError as err:
         raise BootError(f"the kubelet refuses {name}: {err}") from None
 
@@ -165,6 +233,9 @@ def _script(body: str) -> KubeletBoot:
         boot.cluster = positional[0] if positional else ""
         boot.endpoint = options.get("--apiserver-endpoint", "")
         boot.ca = options.get("--b64-cluster-ca", "")
+        boot.use_max_pods = options.get("--use-max-pods", "true").lower() != "false"
+        if options.get("--dns-cluster-ip"):
+            boot.cluster_dns = [options["--dns-cluster-ip"]]
         for flag in (options.get("--kubelet-extra-args") or "").split():
             _flag(flag, boot)
     return boot
@@ -179,7 +250,17 @@ def _bottlerocket(text: str) -> KubeletBoot:
         cluster=kube.get("cluster-name", ""),
         endpoint=kube.get("api-server", ""),
         ca=kube.get("cluster-certificate", ""),
+        cluster_dns=[kube["cluster-dns-ip"]] if kube.get("cluster-dns-ip") else [],
     )
+    if kube.get("max-pods") is not None:
+        boot.max_pods = _int(kube["max-pods"], "max-pods")
+    for key, attr in (
+        ("system-reserved", "system_reserved"),
+        ("kube-reserved", "kube_reserved"),
+        ("eviction-hard", "eviction_hard"),
+    ):
+        if isinstance(kube.get(key), dict):
+            setattr(boot, attr, {str(k): str(v) for k, v in kube[key].items()})
     labels = kube.get("node-labels") or {}
     taints: dict[str, Any] = kube.get("node-taints") or {}
     try:
@@ -199,6 +280,12 @@ def _merge(into: KubeletBoot, other: KubeletBoot) -> None:
     into.ca = other.ca or into.ca
     into.labels.update(other.labels)
     into.taints.extend(other.taints)
+    into.max_pods = other.max_pods if other.max_pods is not None else into.max_pods
+    into.use_max_pods = other.use_max_pods and into.use_max_pods
+    into.system_reserved = other.system_reserved or into.system_reserved
+    into.kube_reserved = other.kube_reserved or into.kube_reserved
+    into.eviction_hard = other.eviction_hard or into.eviction_hard
+    into.cluster_dns = other.cluster_dns or into.cluster_dns
 
 
 def nodeconfig(
@@ -206,8 +293,10 @@ def nodeconfig(
     endpoint: str,
     labels: dict[str, str] | None = None,
     taints: list[dict[str, Any]] | None = None,
+    max_pods: int | None = None,
 ) -> str:
     """A bare AL2023 NodeConfig, for instances the simulator's own tests and scenarios launch."""
+    config = {"maxPods": max_pods} if max_pods is not None else {}
     flags = []
     if labels:
         flags.append(f"--node-labels={format_node_labels(labels)}")
@@ -223,7 +312,7 @@ def nodeconfig(
                     "apiServerEndpoint": endpoint,
                     "certificateAuthority": SIM_CA_BUNDLE,
                 },
-                "kubelet": {"flags": flags},
+                "kubelet": {"config": config, "flags": flags},
             },
         }
     )

@@ -5,40 +5,37 @@ Conventions (as on EKS with Karpenter):
   `ip-10-0-1-2.<region>.compute.internal` (`ip-10-0-1-2.ec2.internal` in us-east-1). moto's own
   PrivateDnsName is not used because its fleet instances always say `ec2.internal`.
 - `spec.providerID`: `aws:///<zone>/<instance-id>`.
-- labels: instance type, zone, region, arch, os, `karpenter.sh/capacity-type` (spot when EC2 says
-  `InstanceLifecycle: spot`, else the value the launch labels ask for, else on-demand), the
-  `karpenter.k8s.aws/instance-*` labels of the catalog, `karpenter.sh/nodepool` from the
-  instance's nodepool tag, then every `--node-labels` label of its user data (sim/controllers/bootstrap.py).
+- labels: what the kubelet and the cloud provider write (hostname, instance type, zone, region,
+  arch, os), then every `--node-labels` label of its user data (sim/controllers/bootstrap.py).
+  Nothing else: Karpenter's `karpenter.sh/*` and `karpenter.k8s.aws/*` labels reach a real node
+  only through its user data or whoever registers it (karpflow's registration, or Karpenter's).
 - taints: `node.kubernetes.io/not-ready:NoSchedule` until Ready, and the `--register-with-taints`
   taints of its user data; those its NodePool lists as startupTaints are the node agents' to remove.
-- capacity / allocatable: `planner.catalog.InstanceType.capacity` / `.allocatable`, the very
-  numbers the planner packs against.
+- capacity / allocatable: the instance type's hardware (planner.catalog) as the kubelet's
+  configuration in the user data shapes it (sim/controllers/kubelet_config.py): with the defaults,
+  exactly `InstanceType.capacity` / `.allocatable`, the numbers the planner packs against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from api.constants import (
     ARCH_LABEL,
-    CAPACITY_ON_DEMAND,
-    CAPACITY_SPOT,
-    CAPACITY_TYPE_LABEL,
     HOSTNAME_LABEL,
     INSTANCE_TYPE_LABEL,
-    NODEPOOL_LABEL,
     NOT_READY_TAINT_KEY,
     OS_LABEL,
     REGION_LABEL,
-    TAG_NODEPOOL,
     ZONE_LABEL,
     aws_provider_id,
 )
 from planner.catalog import InstanceType
 from sim.controllers.bootstrap import KubeletBoot
+from sim.controllers.kubelet_config import KubeletSettings, as_kube, resources
 
 KUBELET_VERSION = "v1.32.0-eks-sim"
 NOT_READY_TAINT = {"key": NOT_READY_TAINT_KEY, "effect": "NoSchedule"}
@@ -82,6 +79,7 @@ class LaunchedNodeSpec:
     labels: dict[str, str]
     taints: list[dict[str, str]]
     startup_taints: list[dict[str, str]]
+    kubelet: KubeletSettings = field(default_factory=KubeletSettings)
 
     @classmethod
     def from_boot(cls, boot: KubeletBoot, startup: list[dict[str, Any]]) -> LaunchedNodeSpec:
@@ -92,37 +90,37 @@ class LaunchedNodeSpec:
             labels=dict(boot.labels),
             taints=[t for t in boot.taints if not is_startup(t)],
             startup_taints=[t for t in boot.taints if is_startup(t)],
+            kubelet=KubeletSettings(
+                max_pods=boot.max_pods,
+                use_max_pods=boot.use_max_pods,
+                system_reserved=dict(boot.system_reserved),
+                kube_reserved=dict(boot.kube_reserved),
+                eviction_hard=dict(boot.eviction_hard),
+            ),
         )
-
-
-def capacity_type(instance: Mapping[str, Any], launch_labels: Mapping[str, str]) -> str:
-    if instance.get("InstanceLifecycle") == CAPACITY_SPOT:
-        return CAPACITY_SPOT
-    return launch_labels.get(CAPACITY_TYPE_LABEL) or CAPACITY_ON_DEMAND
 
 
 def node_labels(
     instance: Mapping[str, Any], region: str, name: str, itype: InstanceType, launch: LaunchedNodeSpec
 ) -> dict[str, str]:
+    """The kubelet's own labels (with the cloud provider's topology ones), then its --node-labels."""
     zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
-    labels = dict(itype.labels)
-    labels.update(
-        {
-            HOSTNAME_LABEL: name,
-            INSTANCE_TYPE_LABEL: str(instance.get("InstanceType", itype.name)),
-            ZONE_LABEL: zone,
-            REGION_LABEL: region,
-            ARCH_LABEL: itype.arch or _ARCH.get(str(instance.get("Architecture")), "amd64"),
-            OS_LABEL: "linux",
-            "failure-domain.beta.kubernetes.io/zone": zone,
-            "failure-domain.beta.kubernetes.io/region": region,
-        }
-    )
-    nodepool = tags_of(instance).get(TAG_NODEPOOL)
-    if nodepool:
-        labels[NODEPOOL_LABEL] = nodepool
+    instance_type = str(instance.get("InstanceType", itype.name))
+    arch = itype.arch or _ARCH.get(str(instance.get("Architecture")), "amd64")
+    labels = {
+        HOSTNAME_LABEL: name,
+        INSTANCE_TYPE_LABEL: instance_type,
+        "beta.kubernetes.io/instance-type": instance_type,
+        ZONE_LABEL: zone,
+        REGION_LABEL: region,
+        ARCH_LABEL: arch,
+        "beta.kubernetes.io/arch": arch,
+        OS_LABEL: "linux",
+        "beta.kubernetes.io/os": "linux",
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "failure-domain.beta.kubernetes.io/region": region,
+    }
     labels.update(launch.labels)
-    labels[CAPACITY_TYPE_LABEL] = capacity_type(instance, launch.labels)
     return labels
 
 
@@ -143,6 +141,7 @@ def registered_node(
     """The Node as the kubelet first posts it: NotReady, tainted not-ready, with its launch taints."""
     name = node_name(instance, region)
     at = now_rfc3339()
+    capacity, allocatable = resources(itype, launch.kubelet)
     taints = [dict(NOT_READY_TAINT), *launch.taints, *launch.startup_taints]
     addresses = [{"type": "InternalIP", "address": instance.get("PrivateIpAddress", "")}]
     addresses += [{"type": "InternalDNS", "address": name}, {"type": "Hostname", "address": name}]
@@ -156,8 +155,8 @@ def registered_node(
         },
         "spec": {"providerID": provider_id(instance), "taints": taints},
         "status": {
-            "capacity": itype.capacity,
-            "allocatable": itype.allocatable,
+            "capacity": as_kube(capacity),
+            "allocatable": as_kube(allocatable),
             "conditions": [ready_condition("False", "KubeletNotReady", "container runtime is starting", at)],
             "addresses": addresses,
             "nodeInfo": {

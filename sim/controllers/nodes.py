@@ -260,7 +260,13 @@ class NodeLifecycleController:
         if itype is None:
             self.types.fill([instance.get("InstanceType", "")])  # not reached after a poll; safety net
             itype = self.types.get(instance.get("InstanceType", ""))
-        node = registered_node(instance, self.region, itype, launch)  # type: ignore[arg-type]
+        try:
+            node = registered_node(instance, self.region, itype, launch)  # type: ignore[arg-type]
+        except ValueError as err:  # reservations the kubelet cannot parse: it exits, no node
+            log.error("instance %s: %s; its node will never register", tracked.instance_id, err)
+            self.boot_failures[tracked.instance_id] = str(err)
+            tracked.phase = "released"
+            return
         try:
             self.store.create("nodes", node, keep_status=True)
         except AlreadyExists:

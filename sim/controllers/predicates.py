@@ -3,7 +3,7 @@
 The rules are kube-scheduler's filter plugins, reduced to what karpflow's scenarios exercise:
 - NodeUnschedulable: a cordoned node takes only pods tolerating `node.kubernetes.io/unschedulable`;
 - TaintToleration: every NoSchedule / NoExecute taint must be tolerated (PreferNoSchedule is a
-  preference and ignored here);
+  preference: `preferred_against` counts them for scoring, see scheduler.py);
 - NodeAffinity: `spec.nodeSelector` (all labels equal) and the required node affinity (terms ORed,
   expressions ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt; matchFields on metadata.name);
 - NodeResourcesFit: requests of the pod (max of the init containers vs the sum of the containers,
@@ -205,3 +205,11 @@ def least_allocated_score(allocatable: Resources, used: Resources) -> float:
     for have, taken in ((allocatable.cpu, used.cpu), (allocatable.memory, used.memory)):
         scores.append((have - taken) / have if have > 0 else 0.0)
     return sum(scores) / len(scores)
+
+
+def preferred_against(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> int:
+    """kube-scheduler's TaintToleration score input: the node's PreferNoSchedule taints the pod does
+    not tolerate (the more, the less the node is preferred)."""
+    tolerations = pod_spec.get("tolerations") or ()
+    taints = (node.get("spec") or {}).get("taints") or ()
+    return sum(1 for t in taints if t.get("effect") == "PreferNoSchedule" and not tolerated(tolerations, t))

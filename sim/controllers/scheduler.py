@@ -3,7 +3,9 @@
 Filters are in `predicates.py` (readiness, cordon, taints, nodeSelector, required node affinity,
 resources). Scoring is kube-scheduler's default **LeastAllocated** (the mean free fraction of cpu and
 memory after placing the pod), ties broken by node name, so a run is deterministic and pods spread
-the way they do on a real cluster (which is what leaves nodes for consolidation to find).
+the way they do on a real cluster (which is what leaves nodes for consolidation to find). Nodes with
+PreferNoSchedule taints the pod does not tolerate come after every other node that fits: the default
+profile weighs TaintToleration three times LeastAllocated, enough to outrank any resource score.
 
 Efficiency with many pending pods: pods are ordered by priority, then kept together by scheduling
 signature (requests, selector, affinity, tolerations — a ReplicaSet's pods share one), oldest first.
@@ -37,11 +39,14 @@ from sim.controllers.predicates import (
     node_allocatable,
     pod_is_terminal,
     pod_requests,
+    preferred_against,
 )
 
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "default-scheduler"
+# LeastAllocated lies in [0, 1]: one untolerated PreferNoSchedule taint outweighs any resource score.
+_AVOID_WEIGHT = 10.0
 YIELD_EVERY = 200  # binds between yields to the loop, so the emulator's HTTP server stays responsive
 
 
@@ -68,6 +73,8 @@ class _Group:
     requests: Resources
     heap: list[tuple[float, str]] = field(default_factory=list)
     static_fit: int = 0
+    # node -> untolerated PreferNoSchedule taints (only nodes that have any)
+    avoid: dict[str, int] = field(default_factory=dict)
 
 
 def _signature(spec: dict[str, Any], requests: Resources) -> bytes:
@@ -190,6 +197,11 @@ class Scheduler:
             return None
         return least_allocated_score(node.allocatable, self.used.get(name, ZERO))
 
+    @staticmethod
+    def _rank(group: _Group, name: str, score: float) -> float:
+        """Heap key, lowest first: untolerated PreferNoSchedule taints first, then LeastAllocated."""
+        return group.avoid.get(name, 0) * _AVOID_WEIGHT - score
+
     def _build_group(self, key: Key) -> _Group:
         pod = self.informer.get("pods", key[1], key[0]) or {}
         spec = pod.get("spec") or {}
@@ -198,9 +210,12 @@ class Scheduler:
         for name, node in self.nodes.items():
             if node_accepts(spec, node.obj):
                 group.static_fit += 1
+                avoid = preferred_against(spec, node.obj)
+                if avoid:
+                    group.avoid[name] = avoid
                 score = self._score(name)
                 if score is not None:
-                    group.heap.append((-score, name))
+                    group.heap.append((self._rank(group, name, score), name))
         heapq.heapify(group.heap)
         return group
 
@@ -213,7 +228,7 @@ class Scheduler:
                 heapq.heappop(heap)
                 continue
             used = self.used.get(name, ZERO)
-            score = -least_allocated_score(node.allocatable, used)
+            score = self._rank(group, name, least_allocated_score(node.allocatable, used))
             if score != stored:
                 heapq.heapreplace(heap, (score, name))
                 continue
@@ -270,7 +285,7 @@ class Scheduler:
             self._charge(target, info.requests, +1)
             score = self._score(target)
             if score is not None and group.heap and group.heap[0][1] == target:
-                heapq.heapreplace(group.heap, (-score, target))
+                heapq.heapreplace(group.heap, (self._rank(group, target, score), target))
             bound += 1
             if bound % YIELD_EVERY == 0:
                 await asyncio.sleep(0)

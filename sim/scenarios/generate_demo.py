@@ -177,10 +177,11 @@ def nodepool(name: str, nodes: list[DemoNode]) -> dict[str, Any]:
     """A NodePool with the status Karpenter keeps: what its nodes add up to, and Ready."""
     members = [n for n in nodes if n.pool == name]
     capacity = [CATALOG.get(n.instance_type).capacity_resources for n in members]  # type: ignore[union-attr]
-    ready = {
+    ready = {  # Karpenter's status conditions always carry a message (its CRD requires one)
         "type": "Ready",
         "status": "True",
         "reason": "Ready",
+        "message": "",
         "lastTransitionTime": ts(timedelta(days=60)),
     }
     status = {
@@ -232,6 +233,7 @@ def nodeclass(name: str) -> dict[str, Any]:
                     "type": "Ready",
                     "status": "True",
                     "reason": "Ready",
+                    "message": "",
                     "lastTransitionTime": ts(timedelta(days=60)),
                 }
             ],

@@ -2,7 +2,14 @@ from datetime import timedelta
 
 import pytest
 
-from api.duration import DurationError, format_duration, parse_duration, parse_optional_duration
+from api.duration import (
+    DurationError,
+    format_duration,
+    karpenter_duration,
+    parse_duration,
+    parse_optional_duration,
+    ttl_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -37,3 +44,34 @@ def test_never_means_no_duration():
 def test_format_is_the_inverse_of_parse():
     for text in ("720h", "1h30m", "15s", "0s", "Never"):
         assert format_duration(parse_optional_duration(text) if text != "0s" else timedelta(0)) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "never_ok", "expected"),
+    [("720h", True, timedelta(hours=720)), ("0s", False, timedelta(0)), ("Never", True, None)],
+)
+def test_karpenter_durations_are_go_durations_that_are_not_negative(text, never_ok, expected):
+    assert karpenter_duration(text, never_ok=never_ok) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "never_ok", "message"),
+    [
+        ("-1h", True, "must not be negative"),
+        ("-0.5s", True, "must not be negative"),
+        ("Never", False, "not allowed here"),
+        ("1d", True, "invalid duration"),
+        (3600, True, "is not a duration"),
+        (None, True, "is not a duration"),
+    ],
+)
+def test_invalid_karpenter_durations_say_why(value, never_ok, message):
+    with pytest.raises(DurationError, match=message):
+        karpenter_duration(value, never_ok=never_ok)
+
+
+def test_provisioner_ttls_are_whole_non_negative_seconds():
+    assert ttl_seconds(30) == timedelta(seconds=30)
+    for bad in (-1, 1.5, "30", True):
+        with pytest.raises(DurationError):
+            ttl_seconds(bad)

@@ -133,19 +133,81 @@ def test_unknown_family_is_refused():
         generate("Windows2022", CLUSTER, NODE, None)
 
 
-def test_metadata_options_default_as_karpenter_and_take_the_nodeclass_spelling():
-    from activities.ec2 import metadata_options
+FULL_KUBELET = {
+    "podsPerCore": 4,
+    "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+    "kubeReserved": {"cpu": "200m", "memory": "1Gi"},
+    "evictionHard": {"memory.available": "5%"},
+    "evictionSoft": {"memory.available": "10%"},
+    "evictionSoftGracePeriod": {"memory.available": "1m0s"},
+    "evictionMaxPodGracePeriod": 60,
+    "imageGCHighThresholdPercent": 85,
+    "imageGCLowThresholdPercent": 80,
+    "cpuCFSQuota": False,
+}
 
-    assert metadata_options(None) == {
-        "HttpEndpoint": "enabled",
-        "HttpProtocolIpv6": "disabled",
-        "HttpPutResponseHopLimit": 1,
-        "HttpTokens": "required",
+
+def _al2_extra_args(node: NodeBootstrap) -> tuple[dict[str, str], dict[str, str]]:
+    script = _parts(generate("AL2", CLUSTER, node, None))[-1][1]
+    argv = shlex.split(next(x for x in script.splitlines() if x.startswith("/etc/eks/bootstrap.sh")))
+    opts = dict(zip(argv[2::2], argv[3::2], strict=True))
+    return opts, dict(f.removeprefix("--").split("=", 1) for f in opts["--kubelet-extra-args"].split())
+
+
+def test_al2_tells_the_kubelet_the_instance_types_max_pods_with_use_max_pods_false():
+    opts, extra = _al2_extra_args(NodeBootstrap(nodepool="general", max_pods=29))
+    assert opts["--use-max-pods"] == "false" and extra["max-pods"] == "29"
+    # Knowing no max pods, bootstrap.sh is left to compute them (never 110 by omission).
+    opts, extra = _al2_extra_args(NodeBootstrap(nodepool="general"))
+    assert "--use-max-pods" not in opts and "max-pods" not in extra
+
+
+def test_al2_passes_every_kubelet_setting_as_a_kubelet_flag():
+    opts, extra = _al2_extra_args(NodeBootstrap(nodepool="general", kubelet=FULL_KUBELET, max_pods=29))
+    assert extra["system-reserved"] == "cpu=100m,memory=100Mi"
+    assert extra["kube-reserved"] == "cpu=200m,memory=1Gi"
+    assert extra["eviction-hard"] == "memory.available<5%"
+    assert extra["eviction-soft"] == "memory.available<10%"
+    assert extra["eviction-soft-grace-period"] == "memory.available=1m0s"
+    assert extra["eviction-max-pod-grace-period"] == "60"
+    assert (extra["image-gc-high-threshold"], extra["image-gc-low-threshold"]) == ("85", "80")
+    assert extra["cpu-cfs-quota"] == "false" and extra["pods-per-core"] == "4"
+    assert opts["--dns-cluster-ip"] == "172.20.0.10"
+
+
+def test_bottlerocket_merges_the_users_node_labels_and_takes_every_kubelet_setting():
+    user = '[settings.kubernetes.node-labels]\n"example.com/rack" = "r1"\nteam = "theirs"\n'
+    node = NodeBootstrap(nodepool="general", labels={"team": "web"}, kubelet=FULL_KUBELET, max_pods=29)
+    kube = tomllib.loads(generate("Bottlerocket", CLUSTER, node, user))["settings"]["kubernetes"]
+    assert kube["node-labels"] == {
+        "example.com/rack": "r1",
+        "team": "web",
+        "karpenter.sh/nodepool": "general",
     }
-    given = metadata_options(
-        {"httpTokens": "optional", "httpPutResponseHopLimit": 2, "httpProtocolIPv6": "enabled"}
+    assert kube["max-pods"] == 29
+    assert kube["cluster-dns-ip"] == "172.20.0.10"
+    assert kube["system-reserved"] == {"cpu": "100m", "memory": "100Mi"}
+    assert kube["kube-reserved"] == {"cpu": "200m", "memory": "1Gi"}
+    assert kube["eviction-hard"] == {"memory.available": "5%"}
+    assert kube["eviction-soft"] == {"memory.available": "10%"}
+    assert kube["eviction-soft-grace-period"] == {"memory.available": "1m0s"}
+    assert kube["eviction-max-pod-grace-period"] == 60
+    assert kube["image-gc-high-threshold-percent"] == "85"
+    assert kube["cpu-cfs-quota-enforced"] is False
+
+
+def test_al2023_defaults_max_pods_and_cluster_dns_in_the_kubelet_config():
+    config = yaml.safe_load(
+        _parts(generate("AL2023", CLUSTER, NodeBootstrap("general", max_pods=29), None))[0][1]
     )
-    assert given["HttpTokens"] == "optional"
-    assert given["HttpPutResponseHopLimit"] == 2
-    assert given["HttpProtocolIpv6"] == "enabled"
-    assert given["HttpEndpoint"] == "enabled"
+    assert config["spec"]["kubelet"]["config"] == {"maxPods": 29, "clusterDNS": ["172.20.0.10"]}
+
+
+def test_instance_store_raid0_in_each_familys_words():
+    node = NodeBootstrap(nodepool="general", instance_store_policy="RAID0")
+    nodeconfig = yaml.safe_load(_parts(generate("AL2023", CLUSTER, node, None))[-1][1])
+    assert nodeconfig["spec"]["instance"] == {"localStorage": {"strategy": "RAID0"}}
+    assert _al2_extra_args(node)[0]["--local-disks"] == "raid0"
+    settings = tomllib.loads(generate("Bottlerocket", CLUSTER, node, None))["settings"]
+    command = settings["bootstrap-commands"]["000-mount-instance-storage"]
+    assert command["commands"][0] == ["apiclient", "ephemeral-storage", "init"] and command["essential"]

@@ -145,6 +145,7 @@ class Karpflow:
             **self.kube_settings(),
             "cluster_endpoint": self.stack.kube_url,
             "cluster_ca_bundle": self.stack.ca_bundle,
+            "service_cidr": self.stack.service_cidr,
             "aws_endpoint_url": self.stack.ec2_endpoint,
             "aws_region": self.stack.region,
             "poll_interval": 0.05,

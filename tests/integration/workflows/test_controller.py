@@ -77,6 +77,7 @@ def disrupting(nodes: dict[str, dict[str, Any]]) -> list[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=fragmented_scenario(), time_scale=0.01)
 async def test_a_fragmented_cluster_consolidates_on_its_own_within_its_budget(karpflow):
     before = hourly_cost(karpflow.instances())
@@ -166,6 +167,7 @@ async def disruptions(karpflow: Any) -> list[tuple[str, str]]:
     return [(e.id, e.status.name) async for e in karpflow.client.list_workflows(query)]
 
 
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=small_scenario(), time_scale=0.01)
 async def test_a_worker_killed_mid_pass_and_mid_command_leaves_nothing_behind(karpflow):
     """SIGKILL the worker while the controller validates a command, and again while a disruption

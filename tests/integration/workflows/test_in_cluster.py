@@ -27,7 +27,7 @@ from temporalio.client import WorkflowFailureError
 from api.constants import DISRUPTED_TAINT_KEY
 from api.workflow_io import DisruptionInput, DisruptionTimeouts, ReplacementSpec
 from sim import dev_identity
-from sim.apiserver.resources import RESOURCES
+from sim.apiserver.resources import all_resources
 from sim.binaries import temporal_cli
 from sim.stack import SimStack
 from sim.testing import assert_no_violations, kubectl
@@ -71,6 +71,7 @@ def stack_values(karpflow: Karpflow) -> dict[str, str]:
         "KARPFLOW_AWS_REGION": stack.region,
         "KARPFLOW_AWS_ENDPOINT_URL": stack.ec2_endpoint,
         "KARPFLOW_CLUSTER_ENDPOINT": stack.kube_url,
+        "KARPFLOW_SERVICE_CIDR": stack.service_cidr,
         "KARPFLOW_HEALTH_PORT": "0",  # tests share the machine; the probes' port is not under test
         "KARPFLOW_GRACEFUL_SHUTDOWN": "0",
         # The stack runs at 1/100 of real time; the test starts its disruptions itself.
@@ -260,14 +261,18 @@ async def test_the_rendered_deployment_disrupts_as_its_service_account_and_rolls
 
 # -- least privilege, rule by rule -----------------------------------------------------------------
 
-SERVED = {(rt.group, rt.plural): rt for rt in RESOURCES}
+
+def served() -> dict[tuple[str, str], Any]:
+    """(group, plural) -> type, for the built-in kinds and those the applied CRDs registered
+    (karpflow's own, deploy/crds)."""
+    return {(rt.group, rt.plural): rt for rt in all_resources()}
 
 
 def probe(group: str, resource: str, verb: str) -> tuple[str, str, dict[str, Any] | None]:
     """A request the verb authorizes on the resource (method, path, body); the objects need not
     exist: authorization comes before the lookup, so a granted call answers 404 or 200, never 403."""
     plural, _, sub = resource.partition("/")
-    rt = SERVED[(group, plural)]
+    rt = served()[(group, plural)]
     prefix = f"/api/{rt.version}" if not group else f"/apis/{group}/{rt.version}"
     scope = f"{prefix}/namespaces/default" if rt.namespaced else prefix
     if verb in ("list", "watch"):
@@ -280,10 +285,10 @@ def probe(group: str, resource: str, verb: str) -> tuple[str, str, dict[str, Any
     if verb == "create":
         body = {"apiVersion": "v1", "kind": rt.kind, "metadata": {"name": "probe"}, "involvedObject": {}}
         return "POST", f"{scope}/{plural}", body
-    method = {"get": "GET", "update": "PUT", "delete": "DELETE"}[verb]
+    method = {"get": "GET", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}[verb]
     body = (
         {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {"name": "absent"}}
-        if verb == "update"
+        if verb in ("update", "patch")
         else None
     )
     return method, path, body
@@ -313,13 +318,15 @@ async def test_each_rule_of_the_cluster_role_is_needed_for_its_calls(karpflow, t
     kubectl(stack, "apply", "-k", str(OVERLAY))
     token = kubectl(stack, "create", "token", ACCOUNT, "-n", NAMESPACE).strip()
     rules = json.loads(kubectl(stack, "get", "clusterrole", ACCOUNT, "-o", "json"))["rules"]
+    kinds = served()  # the overlay's CRDs are registered now
+    assert ("karpflow.dev", "maintenancewindows") in kinds
     checked: list[str] = []
     for rule in rules:
         (group,) = rule["apiGroups"]
         probes = [
             (resource, verb, probe(group, resource, verb))
             for resource in rule["resources"]
-            if (group, resource.partition("/")[0]) in SERVED  # seed-era kinds are not served here
+            if (group, resource.partition("/")[0]) in kinds  # seed-era kinds are not served here
             for verb in rule["verbs"]
         ]
         for resource, verb, request in probes:
@@ -346,5 +353,5 @@ async def test_each_rule_of_the_cluster_role_is_needed_for_its_calls(karpflow, t
     assert len(checked) >= sum(
         len(rule["verbs"])
         for rule in rules
-        if any((rule["apiGroups"][0], r) in SERVED for r in rule["resources"])
+        if any((rule["apiGroups"][0], r) in kinds for r in rule["resources"])
     ), checked

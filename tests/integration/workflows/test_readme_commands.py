@@ -76,6 +76,16 @@ async def test_the_readme_commands_work_as_written(karpflow):
             print(await h.query("status"))
             raise
         assert status == WorkflowExecutionStatus.CANCELED
+        # The example waited for a launched replacement, and the rollback terminated it.
+        cancelled = [
+            i
+            for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))
+            if any(
+                t["Key"] == "karpflow.io/command-id" and "cancel-me" in t["Value"] for t in i.get("Tags", [])
+            )
+        ]
+        assert len(cancelled) == 1, cancelled
+        assert cancelled[0]["State"]["Name"] in ("shutting-down", "terminated")
 
     nodes = await karpflow.nodes()
     spot = nodes["ip-172-31-3-50.us-west-2.compute.internal"]

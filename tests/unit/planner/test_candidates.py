@@ -44,10 +44,18 @@ NOT_READY_NODECLASS = """
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: sick}
-spec: {role: KarpenterNodeRole, amiSelectorTerms: [{alias: al2023@latest}]}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
 status:
   conditions:
-  - {type: Ready, status: "False", reason: SubnetsNotFound, message: SubnetSelector did not match any Subnets}
+  - type: Ready
+    status: "False"
+    reason: SubnetsNotFound
+    message: SubnetSelector did not match any Subnets
+    lastTransitionTime: "2026-11-22T09:00:00Z"
 """
 
 

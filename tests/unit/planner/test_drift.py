@@ -14,7 +14,7 @@ from planner.drift import (
 )
 from planner.model import PlanOptions, Replacement, SchedulingResult
 from planner.plan import plan
-from sim.cluster_builder import ClusterBuilder
+from sim.cluster_builder import NODECLAIM_SPEC, ClusterBuilder
 
 POOL = {
     "metadata": {"name": "default"},
@@ -200,6 +200,7 @@ def test_a_nodeclaim_drifted_condition_is_trusted():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "claim-1"},
+            "spec": NODECLAIM_SPEC,
             "status": {
                 "nodeName": node["metadata"]["name"],
                 "conditions": [
@@ -390,3 +391,58 @@ def test_the_launch_fields_are_in_the_nodeclass_hash_and_absent_ones_change_noth
     # ... and setting it changes the hash, so the nodes launched without it drift.
     changed = {**base, "spec": {**base["spec"], field: value}}
     assert nodeclass_hash(EC2NodeClass.model_validate(changed)) != before
+
+
+def test_ec2nodeclass_drift_reads_ec2_not_labels_nobody_writes():
+    """A node as karpflow launches it carries no AMI, subnet or security-group label (no kubelet,
+    Karpenter or AWS writes one); EC2NodeClass drift reads its instance as EC2 describes it."""
+    b = cluster()
+    node = b.node("n1", ami="ami-new", security_groups="sg-1,sg-2")
+    assert not [k for k in node["metadata"]["labels"] if "-ami-" in k or "subnet" in k]
+    assert not [k for k in node["metadata"].get("annotations", {}) if "security-group" in k]
+    assert status_of(b) is None
+    b.instances[-1]["ImageId"] = "ami-old"  # EC2: the instance runs another image
+    assert status_of(b).reason == "AMIDrift"
+    # What fake labels say is not read: the old label shortcut cannot hide or cause drift.
+    node["metadata"]["labels"]["karpenter.k8s.aws/instance-ami-id"] = "ami-new"
+    assert status_of(b).reason == "AMIDrift"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"amis": [{"id": "ami-newer", "name": "ami-newer"}]}, "AMIDrift"),
+        ({"subnets": [{"id": "subnet-z", "zone": "us-west-2a"}]}, "SubnetDrift"),
+        ({"securityGroups": [{"id": "sg-9"}]}, "SecurityGroupDrift"),
+    ],
+)
+def test_a_node_drifts_when_its_ec2nodeclass_status_moves_away_from_its_instance(change, reason):
+    """Karpenter resolves new selector results into the EC2NodeClass status; nodes whose instance
+    no longer matches drift."""
+    b = cluster()
+    b.node("n1", zone="us-west-2a", subnet="subnet-a", ami="ami-new", security_groups="sg-1,sg-2")
+    b.objects[0]["status"]["subnets"] = [{"id": "subnet-a", "zone": "us-west-2a"}]
+    assert status_of(b) is None
+    b.objects[0]["status"].update(change)
+    assert status_of(b).reason == reason
+
+
+def test_the_nodeclaims_image_id_is_karpenters_record_of_the_ami():
+    b = cluster()
+    node = b.node("n1", ami="ami-new", security_groups="sg-1,sg-2")
+    b.add(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": "claim-1", "labels": {"karpenter.sh/nodepool": "default"}},
+            "status": {"nodeName": node["metadata"]["name"], "imageID": "ami-old"},
+        }
+    )
+    assert status_of(b).reason == "AMIDrift"
+
+
+def test_without_ec2s_word_on_the_instance_nothing_drifts_by_ami_subnet_or_groups():
+    b = cluster()
+    b.node("n1", ami="ami-old", security_groups="sg-9")
+    b.instances.clear()  # the planning activity could not describe the instance
+    assert status_of(b) is None

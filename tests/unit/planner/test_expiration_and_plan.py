@@ -5,7 +5,7 @@ from planner.drift import Drift
 from planner.emptiness import Emptiness
 from planner.model import EMPTINESS, BudgetMap, Candidate, Command, DisruptionClass, PlanContext, PlanOptions
 from planner.plan import plan
-from sim.cluster_builder import ClusterBuilder
+from sim.cluster_builder import NODECLAIM_SPEC, ClusterBuilder
 
 
 def run(b: ClusterBuilder, methods=None, **options):
@@ -50,7 +50,7 @@ def test_a_nodeclaim_expire_after_wins_over_the_nodepool():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "c1", "creationTimestamp": node["metadata"]["creationTimestamp"]},
-            "spec": {"expireAfter": "2h"},
+            "spec": {**NODECLAIM_SPEC, "expireAfter": "2h"},
             "status": {"nodeName": "n1"},
         }
     )

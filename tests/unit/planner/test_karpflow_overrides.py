@@ -85,8 +85,21 @@ def test_an_invalid_annotation_fails_the_pool_closed_and_says_why():
 )
 def test_each_bad_annotation_is_named(annotations: dict[str, str], problem: str):
     overrides, problems = read_overrides(annotations)
-    assert overrides.disruption == {} and overrides.expire_after is None
+    assert overrides.disruption == {}
+    # An invalid duration reads as the value that drives nothing, never as "absent" (which would
+    # fall back to Karpenter's value): Never expires, no drain deadline.
+    assert overrides.expire_after == ("Never" if "karpflow.dev/expire-after" in annotations else None)
+    assert overrides.termination_grace_period == (
+        "Never" if "karpflow.dev/termination-grace-period" in annotations else None
+    )
     assert len(problems) == 1 and problem in problems[0]
+
+
+@pytest.mark.parametrize("value", ["-5m", "soon"])
+def test_an_invalid_consolidate_after_annotation_reads_as_never(value: str):
+    overrides, problems = read_overrides({"karpflow.dev/consolidate-after": value})
+    assert overrides.disruption == {"consolidateAfter": "Never"}
+    assert len(problems) == 1 and "read as Never" in problems[0]
 
 
 def test_other_annotations_are_ignored():

@@ -6,7 +6,7 @@ import yaml
 
 from planner.resources import Resources
 from planner.snapshot import Snapshot, SnapshotError, load_snapshot, read_objects
-from sim.cluster_builder import DEFAULT_NOW, ClusterBuilder
+from sim.cluster_builder import DEFAULT_NOW, NODECLAIM_SPEC, ClusterBuilder
 
 MI = 1 << 20
 
@@ -237,10 +237,17 @@ def test_nodeclaims_link_to_their_nodes_by_provider_id_or_node_name():
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": {"name": "default-abc"},
-            "spec": {"expireAfter": "24h"},
+            "spec": {**NODECLAIM_SPEC, "expireAfter": "24h"},
             "status": {
                 "providerID": provider,
-                "conditions": [{"type": "Drifted", "status": "True", "reason": "AMIDrift"}],
+                "conditions": [
+                    {
+                        "type": "Drifted",
+                        "status": "True",
+                        "reason": "AMIDrift",
+                        "lastTransitionTime": "2026-11-22T09:00:00Z",
+                    }
+                ],
             },
         }
     )
@@ -431,3 +438,29 @@ def test_the_pdb_index_finds_exactly_what_checking_every_pdb_finds():
         assert snapshot.pdbs_for(pod) == expected, pod.name
         matched += bool(expected)
     assert matched > 50  # the comparison is not vacuous
+
+
+def test_ec2s_describe_instances_output_gives_the_nodes_instances(tmp_path):
+    """A node's AMI, subnet and security groups are EC2's: `aws ec2 describe-instances --output json`
+    beside the objects (a second file, or a second YAML document) links them by providerID."""
+    b = small_cluster()
+    b.instances[0].update(ImageId="ami-1", SubnetId="subnet-a", SecurityGroups=[{"GroupId": "sg-1"}])
+    objects = b.write(tmp_path / "cluster.json")
+    instances = b.write_instances(tmp_path / "instances.json")
+    for snapshot in (load_snapshot([objects, instances]), load_snapshot(b.write(tmp_path / "both.yaml"))):
+        n1 = snapshot.nodes["n1"].instance
+        assert n1 is not None and (n1.image_id, n1.subnet_id) == ("ami-1", "subnet-a")
+        assert n1.security_group_ids == frozenset({"sg-1"})
+        assert snapshot.nodes["n2"].instance is not None
+        assert snapshot.problems == []
+    assert load_snapshot(objects).nodes["n1"].instance is None  # not told: unknown, not empty
+
+
+def test_a_malformed_describe_instances_document_is_reported(tmp_path):
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps({"Reservations": {"Instances": []}}))
+    with pytest.raises(SnapshotError, match="Reservations must be a list"):
+        load_snapshot(path)
+    instance = {"InstanceId": "i-1", "SecurityGroups": 3}
+    path.write_text(json.dumps({"Reservations": [{"Instances": [instance]}]}))
+    assert load_snapshot(path).problems == ["EC2 instance i-1: SecurityGroups must be a list"]

@@ -45,8 +45,13 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
             "Deployment",
             "PodDisruptionBudget",
             "NetworkPolicy",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "Service",
         ]
     )
+    crds = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition")
+    assert crds == ["maintenancewindows.karpflow.dev", "nodedisruptionbudgets.karpflow.dev"]
     config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -60,6 +65,13 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
     )
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > float(config["KARPFLOW_GRACEFUL_SHUTDOWN"])
+    # the metrics Service selects the workers and reaches /metrics on their health port
+    service = next(o for o in objects if o["kind"] == "Service")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    assert service["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
 
 
 def test_the_iam_policy_grants_every_ec2_call_the_activities_make():
@@ -194,3 +206,36 @@ def test_only_instances_launched_for_a_nodepool_of_this_cluster_can_be_terminate
     )
     assert not allowed("ec2:TerminateInstances", INSTANCE, **owned)
     assert not allowed("ec2:TerminateInstances", INSTANCE)
+
+
+def test_the_interruption_queue_overlay_polls_the_queue_the_iam_policy_lets_it_read():
+    objects = build("interruption-queue")
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    queue = config["KARPFLOW_INTERRUPTION_QUEUE"]
+    settings = WorkerSettings(cluster_name=config["KARPFLOW_CLUSTER_NAME"], interruption_queue=queue)
+    assert settings.interruption_queue == queue
+    # deploy/iam-policy.json grants the queue named after the cluster (arn:aws:sqs:*:*:CLUSTER_NAME).
+    assert queue.rsplit("/", 1)[-1] == config["KARPFLOW_CLUSTER_NAME"]
+    statement = next(
+        s
+        for s in json.loads((DEPLOY / "iam-policy.json").read_text())["Statement"]
+        if s["Sid"] == "InterruptionQueue"
+    )
+    assert statement["Resource"].endswith(":CLUSTER_NAME") and "sqs:ReceiveMessage" in statement["Action"]
+    # The other overlays do not poll: interruption handling is switched on by setting the queue.
+    for overlay in set(OVERLAYS) - {"interruption-queue"}:
+        assert (
+            "KARPFLOW_INTERRUPTION_QUEUE"
+            not in next(o for o in build(overlay) if o["kind"] == "ConfigMap")["data"]
+        )
+
+
+def test_the_image_every_overlay_runs_is_the_release_of_this_version():
+    """What a release must publish: ghcr.io/karpflow/karpflow:<pyproject version>, built from
+    deploy/Dockerfile (docs/deploy.md)."""
+    version = re.search(r'^version = "([^"]+)"', (DEPLOY.parent / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    for overlay in OVERLAYS:
+        deployment = next(o for o in build(overlay) if o["kind"] == "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == f"ghcr.io/karpflow/karpflow:{version[1]}", overlay

@@ -252,7 +252,7 @@ async def test_the_launch_surface_public_ip_monitoring_and_a_profile_made_for_th
     launch.template.associate_public_ip_address = False
     launch.template.detailed_monitoring = True
     launch.template.block_device_mappings = [
-        {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 80, "VolumeType": "gp3", "Encrypted": True}}
+        {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "80Gi", "volumeType": "gp3", "encrypted": True}}
     ]
     activities = aws(ec2, "prod", iam=iam)
     launched = await activities.launch_instance(launch)
@@ -300,3 +300,126 @@ async def test_without_an_endpoint_the_cluster_is_described_by_eks(ec2):
     with pytest.raises(ApplicationError) as failed:
         await unknown.launch_instance(request(ec2))
     assert failed.value.non_retryable and "--cluster-endpoint" in failed.value.message
+
+
+def volumes(ec2: Any, instance_id: str) -> list[tuple[str, int, str, bool]]:
+    """(device, GiB, type, encrypted) of the volumes EC2 attached, by device."""
+    found = ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])
+    return sorted(
+        (v["Attachments"][0]["Device"], v["Size"], v["VolumeType"], v["Encrypted"]) for v in found["Volumes"]
+    )
+
+
+async def test_block_devices_written_as_karpenter_documents_them_are_the_volumes_ec2_attaches(ec2):
+    """The demo's `batch` class: `volumeSize: 100Gi`, gp3, in Karpenter's camelCase."""
+    launch = request(ec2)
+    launch.template.block_device_mappings = [
+        {"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "gp3"}},
+        {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "20G", "volumeType": "gp2", "encrypted": True}},
+    ]
+    launched = await aws(ec2, "prod").launch_instance(launch)
+    assert volumes(ec2, launched.instance_id) == [
+        ("/dev/xvda", 100, "gp3", False),
+        ("/dev/xvdb", 19, "gp2", True),
+    ]
+
+
+async def test_a_class_without_block_devices_gets_its_families_root_volume(ec2):
+    launched = await aws(ec2, "prod").launch_instance(request(ec2))
+    assert volumes(ec2, launched.instance_id) == [("/dev/xvda", 20, "gp3", True)]
+
+
+async def test_a_block_device_ec2_would_refuse_fails_the_launch_for_good_before_ec2_is_asked(
+    ec2, monkeypatch
+):
+    launch = request(ec2)
+    launch.template.block_device_mappings = [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100"}}]
+    activities = aws(ec2, "prod")
+    monkeypatch.setattr(activities.ec2, "run_instances", lambda **_: pytest.fail("EC2 was asked"))
+    with pytest.raises(ApplicationError) as refused:
+        await activities.launch_instance(launch)
+    assert refused.value.type == errors.INVALID and refused.value.non_retryable
+    assert "EC2NodeClass default: blockDeviceMappings[0]: ebs.volumeSize" in refused.value.message
+
+
+def test_the_network_interface_takes_ip_prefixes_and_enclaves_are_enabled():
+    launch = LaunchRequest(
+        command_id="disruption/x",
+        index=0,
+        offering=Offering(instance_type="m5.large", zone="us-west-2a"),
+        template=LaunchTemplate(
+            nodepool="default",
+            nodeclass="default",
+            subnets={"us-west-2a": "subnet-a"},
+            security_group_ids=["sg-1"],
+            amis=[AmiChoice(id="ami-1")],
+            ip_prefix_count=2,
+            enclave_options={"enabled": True},
+            instance_tags={"team": "batch"},
+        ),
+    )
+    params = aws(None, "prod")._run_params(launch, "subnet-a", "ami-1", "", None)
+    assert params["NetworkInterfaces"] == [
+        {"DeviceIndex": 0, "SubnetId": "subnet-a", "Groups": ["sg-1"], "Ipv4PrefixCount": 2}
+    ]
+    assert "SubnetId" not in params and "SecurityGroupIds" not in params
+    assert params["EnclaveOptions"] == {"Enabled": True}
+    launch.template.instance_tags = {"aws:cloudformation:stack": "x"}
+    with pytest.raises(ApplicationError, match="aws: prefix"):
+        aws(None, "prod")._run_params(launch, "subnet-a", "ami-1", "", None)
+
+
+async def test_the_launch_reports_karpenters_instance_labels_for_registration(ec2):
+    launch = request(ec2, instance_type="c5d.large")
+    launched = await aws(ec2, "prod").launch_instance(launch)
+    labels = launched.labels
+    subnet = ec2.describe_subnets(SubnetIds=[launch.template.subnets["us-west-2a"]])["Subnets"][0]
+    assert labels["karpenter.k8s.aws/instance-category"] == "c"
+    assert labels["karpenter.k8s.aws/instance-family"] == "c5d"
+    assert labels["karpenter.k8s.aws/instance-generation"] == "5"
+    assert labels["karpenter.k8s.aws/instance-size"] == "large"
+    assert labels["karpenter.k8s.aws/instance-cpu"] == "2"
+    assert labels["karpenter.k8s.aws/instance-memory"] == "4096"
+    assert labels["karpenter.k8s.aws/instance-hypervisor"] == "nitro"
+    assert labels["karpenter.k8s.aws/instance-encryption-in-transit-supported"] == "false"
+    assert labels["karpenter.k8s.aws/instance-network-bandwidth"] == "750"
+    assert labels["karpenter.k8s.aws/instance-local-nvme"] == "50"
+    assert labels["karpenter.k8s.aws/instance-cpu-manufacturer"] == "intel"
+    assert labels["karpenter.sh/capacity-type"] == "on-demand"
+    assert labels["topology.kubernetes.io/zone"] == "us-west-2a"
+    assert labels["topology.k8s.aws/zone-id"] == subnet["AvailabilityZoneId"]
+    assert labels["kubernetes.io/arch"] == "amd64"
+    # A retried launch adopts the instance and reports the same labels.
+    assert (await aws(ec2, "prod").launch_instance(launch)).labels == labels
+
+
+async def test_max_pods_default_to_the_instance_types_so_al2_never_falls_back_to_110(ec2):
+    launch = request(ec2)
+    launch.template.ami_family = "AL2"
+    launched = await aws(ec2, "prod").launch_instance(launch)
+    script = user_data(ec2, launched.instance_id)
+    assert "--use-max-pods false" in script
+    assert "--max-pods=29" in script  # m5.large: 3 ENIs x (10 - 1) + 2, what the planner counts
+
+
+async def test_with_an_endpoint_and_ca_but_no_service_cidr_eks_says_it(ec2):
+    eks = boto3.client("eks", region_name=REGION)
+    role = boto3.client("iam", region_name=REGION).create_role(RoleName="eks", AssumeRolePolicyDocument="{}")
+    eks.create_cluster(
+        name="prod",
+        roleArn=role["Role"]["Arn"],
+        resourcesVpcConfig={},
+        kubernetesNetworkConfig={"serviceIpv4Cidr": "172.20.0.0/16"},
+    )
+    endpoint = ClusterEndpoint("prod", endpoint=API, ca_bundle="UFJPRC1DQQ==", eks=eks)
+    launched = await EC2Activities(ec2, "prod", endpoint=endpoint).launch_instance(request(ec2))
+    config = nodeconfig_of(ec2, launched.instance_id)["spec"]
+    assert config["cluster"]["cidr"] == "172.20.0.0/16"
+    assert config["kubelet"]["config"]["clusterDNS"] == ["172.20.0.10"]
+    # Without EKS to ask, the worker says which setting is missing rather than guessing.
+    alone = EC2Activities(
+        ec2, "prod", endpoint=ClusterEndpoint("prod", endpoint=API, ca_bundle="UFJPRC1DQQ==")
+    )
+    with pytest.raises(ApplicationError) as failed:
+        await alone.launch_instance(request(ec2, index=1))
+    assert failed.value.non_retryable and "--service-cidr" in failed.value.message

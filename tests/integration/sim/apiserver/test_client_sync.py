@@ -615,7 +615,10 @@ def test_custom_resources_with_status(emu: EmulatorServer, custom: client.Custom
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
         "metadata": {"name": "c1"},
-        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [],  # Karpenter's CRD requires them
+        },
         "status": {"nodeName": "dropped-on-create"},
     }
     created = custom.create_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", body)

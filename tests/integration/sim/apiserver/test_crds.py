@@ -1,5 +1,6 @@
 """CustomResourceDefinitions applied with the real kubectl: the kind is served (discovery, storage,
-schema validation) until the CRD goes."""
+schema validation) until the CRD goes. Karpenter's own kinds are validated by Karpenter's CRDs: the
+local stack refuses what a real cluster refuses, in the same words (issue 18 item 4)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def test_a_crd_applied_with_kubectl_serves_its_kind_until_it_is_deleted(kubectl)
     missing = kubectl("apply", "-f", "-", stdin=widget("empty"), check=False)
     assert "spec.size: Required value" in missing.stderr, missing.stderr
     too_small = kubectl("apply", "-f", "-", stdin=widget("zero", size=0), check=False)
-    assert "spec.size" in too_small.stderr and "minimum" in too_small.stderr, too_small.stderr
+    expected = "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"
+    assert expected in too_small.stderr, too_small.stderr
 
     kubectl("delete", "crd", "widgets.example.com")
     # kubectl's discovery cache still knows the kind; the server does not any more
@@ -109,3 +111,94 @@ def test_a_crd_for_a_kind_served_natively_is_accepted_and_the_kind_keeps_working
     kubectl("wait", "--for", "condition=established", "crd/nodepools.karpenter.sh", "--timeout", "10s")
     assert "nodepools" in kubectl("api-resources", "--api-group", "karpenter.sh").stdout
     assert kubectl("get", "nodepools").returncode == 0
+
+
+def nodepool(name: str, **disruption: object) -> dict:
+    """A NodePool as users write it; `disruption` replaces its spec.disruption."""
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
+                    ],
+                }
+            },
+            "disruption": disruption or {"consolidateAfter": "30s", "budgets": [{"nodes": "10%"}]},
+        },
+    }
+
+
+# Each NodePool Karpenter's CRD refuses, and kube-apiserver's words for it with that CRD installed.
+REFUSED = {
+    "percent-over-100": (
+        {"consolidateAfter": "30s", "budgets": [{"nodes": "150%"}]},
+        'spec.disruption.budgets[0].nodes: Invalid value: "150%": spec.disruption.budgets[0].nodes in body '
+        "should match '^((100|[0-9]{1,2})%|[0-9]+)$'",
+    ),
+    "bad-cron": (
+        {"consolidateAfter": "30s", "budgets": [{"nodes": "0", "schedule": "0 9 * *", "duration": "8h"}]},
+        'spec.disruption.budgets[0].schedule: Invalid value: "0 9 * *": spec.disruption.budgets[0].schedule '
+        "in body should match",
+    ),
+    "schedule-without-duration": (
+        {"consolidateAfter": "30s", "budgets": [{"nodes": "0", "schedule": "@daily"}]},
+        "spec.disruption.budgets: Invalid value: \"array\": 'schedule' must be set with 'duration'",
+    ),
+    "negative-consolidate-after": (
+        {"consolidateAfter": "-5m"},
+        'spec.disruption.consolidateAfter: Invalid value: "-5m": spec.disruption.consolidateAfter in body '
+        "should match '^(([0-9]+(s|m|h))+|Never)$'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_kubectl_apply_of_a_nodepool_karpenter_refuses_is_refused_in_its_words(kubectl, name):
+    disruption, message = REFUSED[name]
+    refused = kubectl("apply", "-f", "-", stdin=nodepool(name, **disruption), check=False)
+    assert refused.returncode != 0
+    assert f'The NodePool "{name}" is invalid' in refused.stderr, refused.stderr
+    assert message in refused.stderr, refused.stderr
+    assert kubectl("get", "nodepool", name, check=False).returncode != 0  # nothing was stored
+
+
+def test_a_valid_nodepool_and_an_update_karpenter_refuses(kubectl):
+    assert "created" in kubectl("apply", "-f", "-", stdin=nodepool("ok")).stdout
+    changed = nodepool("ok", consolidateAfter="30s")
+    changed["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["other"]}
+    )
+    refused = kubectl("apply", "-f", "-", stdin=changed, check=False)
+    assert refused.returncode != 0
+    assert (
+        'spec.template.spec.requirements[1].key: Invalid value: "string": label "karpenter.sh/nodepool" is '
+        "restricted" in refused.stderr
+    ), refused.stderr
+
+
+def test_an_ec2nodeclass_karpenter_refuses_is_refused_in_its_words(kubectl):
+    both = {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "both"},
+        "spec": {
+            "role": "KarpenterNodeRole",
+            "instanceProfile": "KarpenterNodeInstanceProfile",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+        },
+    }
+    refused = kubectl("apply", "-f", "-", stdin=both, check=False)
+    assert refused.returncode != 0
+    assert (
+        "spec: Invalid value: \"object\": must specify exactly one of ['role', 'instanceProfile']"
+        in refused.stderr
+    ), refused.stderr
+    del both["spec"]["instanceProfile"]
+    assert "created" in kubectl("apply", "-f", "-", stdin=both).stdout

@@ -108,13 +108,15 @@ class SimCluster:
         tags: dict[str, str] | None = None,
         labels: dict[str, str] | None = None,
         taints: str = "",
+        max_pods: int | None = None,
         **kwargs: Any,
     ) -> list[str]:
         """Instances whose user data bootstraps a kubelet with these labels and taints (kubelet flag
-        syntax), as a real AMI would read it."""
+        syntax) and max pods, as a real AMI would read it."""
         all_tags = {cluster_tag(self.cluster_name): "owned", **(tags or {})}
         kwargs.setdefault(
-            "UserData", nodeconfig(self.cluster_name, "https://sim.invalid", labels, parse_taints(taints))
+            "UserData",
+            nodeconfig(self.cluster_name, "https://sim.invalid", labels, parse_taints(taints), max_pods),
         )
         response = self.ec2.run_instances(
             ImageId="ami-12345678",

@@ -73,10 +73,11 @@ def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_clust
     assert labels["topology.kubernetes.io/region"] == REGION
     assert labels["kubernetes.io/arch"] == "amd64"
     assert labels["kubernetes.io/os"] == "linux"
-    assert labels["karpenter.sh/capacity-type"] == "on-demand"
-    assert labels["karpenter.sh/nodepool"] == "general"
-    assert labels["karpenter.k8s.aws/instance-family"] == "m5"
+    assert labels["karpenter.sh/nodepool"] == "general"  # from its user data, not from a tag
     assert labels["team"] == "payments"
+    # What no kubelet writes is not there: Karpenter's labels come from whoever registers the node.
+    assert "karpenter.sh/capacity-type" not in labels
+    assert not [key for key in labels if key.startswith("karpenter.k8s.aws/")]
     m5 = bundled_catalog(REGION).get("m5.large")
     assert node.status.capacity == m5.capacity
     assert node.status.allocatable == m5.allocatable
@@ -147,11 +148,17 @@ def test_a_finalizer_keeps_the_node_until_it_is_removed_and_then_its_pods_go(sim
     )
 
 
-def test_spot_instances_are_labelled_spot(sim_cluster):
-    [instance_id] = sim_cluster.launch("m5.xlarge", InstanceMarketOptions={"MarketType": "spot"})
+def test_a_spot_instance_is_labelled_spot_by_its_user_data_and_the_kubelet_honours_its_max_pods(sim_cluster):
+    [instance_id] = sim_cluster.launch(
+        "m5.xlarge",
+        InstanceMarketOptions={"MarketType": "spot"},
+        labels={"karpenter.sh/capacity-type": "spot"},
+        max_pods=20,
+    )
     node = wait_for(lambda: sim_cluster.node_of(instance_id))
     assert node.metadata.labels["karpenter.sh/capacity-type"] == "spot"
     assert node.status.capacity["cpu"] == "4"
+    assert node.status.capacity["pods"] == node.status.allocatable["pods"] == "20"
 
 
 def test_never_ready_instances_register_but_stay_not_ready(sim_cluster):

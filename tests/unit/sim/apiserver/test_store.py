@@ -94,8 +94,17 @@ def test_status_is_isolated_from_spec(store: Store) -> None:
     assert via_status["status"] == {"phase": "Ready"} and via_status["spec"]["unschedulable"] is True
 
 
+# What Karpenter's CRDs require of a NodePool template and a NodeClaim (the emulator validates them).
+NODECLAIM_SPEC = {
+    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+    "requirements": [],
+}
+
+
 def test_generation_follows_spec_only(store: Store) -> None:
-    pool = store.create("nodepools", {"metadata": {"name": "p"}, "spec": {"weight": 1}})
+    pool = store.create(
+        "nodepools", {"metadata": {"name": "p"}, "spec": {"weight": 1, "template": {"spec": NODECLAIM_SPEC}}}
+    )
     assert pool["metadata"]["generation"] == 1
     labelled = store.patch("nodepools", "p", {"metadata": {"labels": {"x": "y"}}})
     assert labelled["metadata"]["generation"] == 1
@@ -105,7 +114,7 @@ def test_generation_follows_spec_only(store: Store) -> None:
 
 
 def test_strategic_patch_on_custom_resource_is_415(store: Store) -> None:
-    store.create("nodeclaims", {"metadata": {"name": "c"}, "spec": {}})
+    store.create("nodeclaims", {"metadata": {"name": "c"}, "spec": NODECLAIM_SPEC})
     with pytest.raises(UnsupportedMediaType):
         store.patch("nodeclaims", "c", {"metadata": {"labels": {"a": "b"}}}, patch_type="strategic")
 

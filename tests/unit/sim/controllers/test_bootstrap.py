@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from launch.userdata import ClusterInfo, NodeBootstrap, generate
+from planner.catalog import bundled_catalog
 from sim.controllers.bootstrap import BootError, read
+from sim.controllers.kubelet_config import pods, resources
+from sim.controllers.node_objects import LaunchedNodeSpec
+
+CATALOG = bundled_catalog("us-west-2")
 
 CLUSTER = ClusterInfo("prod", "https://api.prod.example", "Q0EtREFUQQ==", "172.20.0.0/16")
 NODE = NodeBootstrap(
@@ -73,3 +78,39 @@ def test_a_secure_cluster_takes_only_nodes_given_its_own_ca(family):
     assert read(written, cluster="prod", ca_pem=b"CA-DATA").ca == "Q0EtREFUQQ=="
     with pytest.raises(BootError, match="did not sign the API server's certificate"):
         read(written, cluster="prod", ca_pem=b"ANOTHER CA")
+
+
+KUBELET = {
+    "maxPods": 20,
+    "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+    "kubeReserved": {"cpu": "200m", "memory": "1Gi", "ephemeral-storage": "2Gi"},
+    "evictionHard": {"memory.available": "5%", "nodefs.available": "15%"},
+}
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_every_family_gives_the_kubelet_the_nodeclass_kubelet_settings(family):
+    node = NodeBootstrap(nodepool="general", kubelet=KUBELET, max_pods=29)
+    boot = read(generate(family, CLUSTER, node, None), cluster="prod")
+    assert boot.max_pods == 20  # the EC2NodeClass's, not the instance type's
+    assert boot.system_reserved == KUBELET["systemReserved"]
+    assert boot.kube_reserved == KUBELET["kubeReserved"]
+    assert boot.eviction_hard == KUBELET["evictionHard"]
+    assert boot.dns == "172.20.0.10"  # the tenth address of the service CIDR
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_without_max_pods_in_the_class_the_kubelet_is_told_the_instance_types(family):
+    """What the planner packs against is what the kubelet allows: on AL2 `--use-max-pods false`
+    without `--max-pods` would leave the kubelet at 110."""
+    itype = CATALOG.get("m5.large")
+    node = NodeBootstrap(nodepool="general", max_pods=itype.pods)
+    launch = LaunchedNodeSpec.from_boot(read(generate(family, CLUSTER, node, None), cluster="prod"), [])
+    assert pods(itype, launch.kubelet) == itype.pods == 29
+    assert resources(itype, launch.kubelet)[1] == itype.allocatable_resources
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_an_explicit_cluster_dns_wins_over_the_service_cidr(family):
+    node = NodeBootstrap(nodepool="general", kubelet={"clusterDNS": ["169.254.20.10"]})
+    assert read(generate(family, CLUSTER, node, None), cluster="prod").dns == "169.254.20.10"

@@ -147,3 +147,24 @@ async def test_many_pods_never_overcommit_and_leftovers_truly_fit_nowhere():
             ), pod["metadata"]["name"]
     # The scheduler's incremental bookkeeping matches a recount from scratch.
     assert all(scheduler.used.get(name, ZERO) == used[name] for name in nodes)
+
+
+async def test_prefer_no_schedule_nodes_take_pods_only_when_nothing_else_fits():
+    """kube-scheduler's TaintToleration score: an emptier node tainted PreferNoSchedule (the one Optimal
+    consolidation removes next) comes after every untainted node that fits; it still takes what no
+    other node fits, and pods tolerating the taint see no difference."""
+    store = Store(TimeScale(0))
+    leaving = [{"key": "karpflow.io/leaving", "effect": "PreferNoSchedule"}]
+    make_node(store, "busy", cpu="2")
+    make_node(store, "empty-leaving", cpu="8", taints=leaving)
+    make_pod(store, "filler", cpu="1", nodeName="busy")
+    for i in range(3):
+        make_pod(store, f"p{i}", cpu="400m")  # two fit on busy, the third does not
+    make_pod(
+        store, "tolerant", cpu="100m", tolerations=[{"key": "karpflow.io/leaving", "operator": "Exists"}]
+    )
+    scheduler = scheduler_for(store)
+    assert await scheduler.schedule_pass() == 4
+    where = placement(store)
+    assert sorted(n for p, n in where.items() if p.startswith("p")) == ["busy", "busy", "empty-leaving"]
+    assert where["tolerant"] == "empty-leaving"  # LeastAllocated alone: the emptier node

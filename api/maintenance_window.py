@@ -1,0 +1,76 @@
+"""MaintenanceWindow (karpflow.dev/v1alpha1, cluster-scoped): while it is active, karpflow takes none
+of its `actions` on the nodes its `selector` matches.
+
+    apiVersion: karpflow.dev/v1alpha1
+    kind: MaintenanceWindow
+    metadata:
+      name: business-hours
+    spec:
+      schedules:                 # cron (5 fields or @macro, UTC) + duration; none: always active
+        - cron: "0 9 * * 1-5"
+          duration: 8h
+      actions: [Consolidation, Drift]
+      selector:                  # node selector requirements; none: every node
+        - key: karpenter.sh/nodepool
+          operator: In
+          values: [default]
+
+The object of the v1 deprovisioning proposal (docs/operator-controls.md says what each field means
+and how windows combine). This module is the wire shape only; the schema in
+deploy/crds/maintenancewindows.karpflow.dev.yaml says the same, and planner/maintenance_windows.py
+decides what a window blocks, also for an object that does not fit this shape.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from api.conditions import ControlStatus
+from api.cron import cron_expression
+from api.duration import parse_duration
+from api.nodepool import KubeModel, NodeSelectorRequirement, ObjectMeta
+
+# What a window can block. Interruption is not among them: a spot instance goes in two minutes
+# whatever a window says. Rebalance is the interruption handler's proactive replacement.
+WINDOW_ACTIONS = ("Expiration", "Drift", "Emptiness", "Consolidation", "Rebalance", "Repair")
+WindowAction = Literal["Expiration", "Drift", "Emptiness", "Consolidation", "Rebalance", "Repair"]
+
+
+class WindowSchedule(KubeModel):
+    """Active from each cron hit for `duration`."""
+
+    cron: str
+    duration: str
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        cron_expression(value)  # raises ValueError naming what is wrong
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _positive_duration(cls, value: str) -> str:
+        if parse_duration(value).total_seconds() <= 0:
+            raise ValueError(f"duration {value!r}: must be longer than 0s")
+        return value
+
+
+class MaintenanceWindowSpec(KubeModel):
+    schedules: list[WindowSchedule] = Field(default_factory=list)
+    actions: list[WindowAction] = Field(min_length=1)
+    selector: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class MaintenanceWindow(KubeModel):
+    api_version: Literal["karpflow.dev/v1alpha1"] = "karpflow.dev/v1alpha1"
+    kind: Literal["MaintenanceWindow"] = "MaintenanceWindow"
+    metadata: ObjectMeta
+    spec: MaintenanceWindowSpec
+    status: ControlStatus = Field(default_factory=ControlStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name

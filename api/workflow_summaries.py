@@ -1,0 +1,75 @@
+"""What the Temporal Web UI shows for a workflow before anyone opens it: a one-line static summary
+("Drifted: replace ip-… with m5.large spot in us-west-2a") and a memo with the command that started
+it, its reason and the estimated savings. Whoever starts a DisruptionWorkflow passes them to
+`start_workflow(static_summary=..., static_details=..., memo=...)`; they cost no workflow history.
+
+Duck-typed on the planner's `Command` (planner/model.py), like `api.workflow_io.disruption_input`,
+so this module stays free of the planner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUMMARY_LIMIT = 200  # the UI shows one line; Temporal caps the field at 400 bytes
+
+
+def short_node(name: str) -> str:
+    """`ip-10-0-1-2.us-west-2.compute.internal` -> `ip-10-0-1-2`: the part people tell apart."""
+    return name.split(".", 1)[0]
+
+
+def _nodes(names: list[str], limit: int = 3) -> str:
+    shown = ", ".join(short_node(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _replacement(replacement: Any) -> str:
+    types = list(replacement.instance_type_names)
+    zones = list(replacement.zones)
+    where = f" in {zones[0]}" if len(zones) == 1 else (f" in {len(zones)} zones" if zones else "")
+    others = len(types) - 1
+    alternatives = f" (or {others} other type{'s' if others > 1 else ''})" if others > 0 else ""
+    return f"{types[0] if types else 'a node'} {replacement.capacity_type}{where}{alternatives}"
+
+
+def disruption_summary(command: Any) -> str:
+    """One line: reason, what goes, what comes, what it saves."""
+    nodes = list(command.nodes)
+    if command.replacements:
+        launched = "; ".join(_replacement(r) for r in command.replacements)
+        text = f"{command.reason}: replace {_nodes(nodes)} with {launched}"
+    else:
+        text = f"{command.reason}: delete {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {_nodes(nodes)}"
+    savings = float(getattr(command, "savings_per_hour", 0.0) or 0.0)
+    if savings > 0:
+        text += f", saves ${savings:.4f}/h"
+    return text[:SUMMARY_LIMIT]
+
+
+def disruption_details(command: Any) -> str:
+    """The summary's longer form (the UI's details field; Markdown): every node and option."""
+    lines = [f"**{command.reason}** ({command.method}, {command.decision})", "", "Nodes:", ""]
+    lines += [f"- {name}" for name in command.nodes]
+    for index, replacement in enumerate(command.replacements):
+        lines += [
+            "",
+            f"Replacement {index + 1}: NodePool {replacement.nodepool}, {replacement.capacity_type}, "
+            f"zones {', '.join(replacement.zones) or 'any'}",
+            f"options, cheapest first: {', '.join(replacement.instance_type_names)}",
+        ]
+    if getattr(command, "message", ""):
+        lines += ["", str(command.message)]
+    return "\n".join(lines)
+
+
+def disruption_memo(command: Any, started_by: str) -> dict[str, Any]:
+    """The memo: who started it (the command line), why, and the estimated savings per hour."""
+    return {
+        "command": started_by,
+        "reason": command.reason,
+        "method": command.method,
+        "decision": command.decision,
+        "nodes": list(command.nodes),
+        "estimatedSavingsPerHour": round(float(getattr(command, "savings_per_hour", 0.0) or 0.0), 6),
+    }

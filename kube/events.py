@@ -1,0 +1,372 @@
+"""Kubernetes Events, the way client-go's recorder and Karpenter's write them: one module every path uses.
+
+    recorder = EventRecorder(kube)
+    await recorder.record(events.evicted(pod, "Underutilized"))
+
+- **core/v1 Events**, what `kubectl describe` and `kubectl get events` read: namespaced objects get
+  their Event in their namespace, cluster-scoped ones (Node, NodePool) in `default`, with an
+  `involvedObject` that names the object's kind, name and UID (describe matches on all three).
+- **Deduplicated** like Karpenter's recorder: a repeat of the same event (same object, reason and
+  message, or the event's own dedupe values) inside its reason's window (api/event_reasons.py) is
+  dropped; after the window it adds one to the `count` of the Event already written (a PATCH, as
+  client-go's correlator does), so a node blocked for an hour shows one line with a count.
+- **Rate-limited per object** like client-go's spam filter: a token bucket of 25 with one token
+  back every 5 minutes, so one noisy object cannot flood the API server.
+- **Best effort**: an Event is a courtesy to the operator, never a reason to fail or retry the
+  step that records it; failures are logged and counted (`karpflow_events_total{outcome}`).
+
+The state (what was written, the buckets) lives in the process, as client-go's does: two workers
+each write their own Event for the same thing, which is what two Karpenter replicas would do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from api.event_reasons import CATALOG, EventType, Reason
+from kube.client import Json, KubeApi, KubeError
+from runtime import metrics
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "karpflow"
+CLUSTER_SCOPED_NAMESPACE = "default"  # where client-go records Events of cluster-scoped objects
+SPAM_BURST = 25
+SPAM_REFILL_SECONDS = 300.0
+CACHE_SIZE = 4096
+REQUEST_TIMEOUT = 5.0  # an Event must not hold up the activity that records it
+
+Outcome = Literal["created", "aggregated", "deduplicated", "rate_limited", "failed"]
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def of(cls, obj: Json, kind: str | None = None, api_version: str | None = None) -> ObjectRef:
+        meta = obj.get("metadata") or {}
+        return cls(
+            kind=kind or obj.get("kind") or "",
+            name=meta.get("name") or "",
+            namespace=meta.get("namespace") or "",
+            uid=meta.get("uid") or "",
+            api_version=api_version or obj.get("apiVersion") or "v1",
+        )
+
+    @property
+    def key(self) -> str:
+        return self.uid or f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def event_namespace(self) -> str:
+        return self.namespace or CLUSTER_SCOPED_NAMESPACE
+
+
+@dataclass(frozen=True)
+class Event:
+    on: ObjectRef
+    reason: Reason
+    message: str
+    # What makes two events "the same" for deduplication; default: the message.
+    dedupe_values: tuple[str, ...] = ()
+    type: EventType | None = None  # default: the catalog's
+
+    @property
+    def event_type(self) -> EventType:
+        return self.type or CATALOG[self.reason].type
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.on.key, self.event_type, str(self.reason), *(self.dedupe_values or (self.message,)))
+
+
+# -- the events karpflow records, one builder per reason ---------------------------------------------
+
+
+def _node(node: Json | ObjectRef) -> ObjectRef:
+    return node if isinstance(node, ObjectRef) else ObjectRef.of(node, "Node", "v1")
+
+
+def _pod(pod: Json | ObjectRef) -> ObjectRef:
+    return pod if isinstance(pod, ObjectRef) else ObjectRef.of(pod, "Pod", "v1")
+
+
+def _nodepool(nodepool: Json | ObjectRef) -> ObjectRef:
+    if isinstance(nodepool, ObjectRef):
+        return nodepool
+    return ObjectRef.of(nodepool, "NodePool", "karpenter.sh/v1")
+
+
+def disruption_blocked(node: Json | ObjectRef, why: str) -> Event:
+    return Event(_node(node), Reason.DISRUPTION_BLOCKED, f"Cannot disrupt Node: {why}")
+
+
+def nodepool_budget_blocked(nodepool: Json | ObjectRef, reason: str) -> Event:
+    return Event(
+        _nodepool(nodepool),
+        Reason.DISRUPTION_BLOCKED,
+        f"No allowed disruptions for disruption reason {reason} due to blocking budget",
+    )
+
+
+def unconsolidatable(node: Json | ObjectRef, why: str) -> Event:
+    return Event(_node(node), Reason.UNCONSOLIDATABLE, why)
+
+
+def disruption_launching(node: Json | ObjectRef, reason: str, replacement: str) -> Event:
+    return Event(_node(node), Reason.DISRUPTION_LAUNCHING, f"Launching {replacement} to replace it: {reason}")
+
+
+def disruption_waiting_readiness(node: Json | ObjectRef, replacement: str) -> Event:
+    return Event(
+        _node(node),
+        Reason.DISRUPTION_WAITING_READINESS,
+        f"Waiting for replacement {replacement} to be ready to continue disruption",
+    )
+
+
+def disruption_terminating(node: Json | ObjectRef, reason: str) -> Event:
+    return Event(_node(node), Reason.DISRUPTION_TERMINATING, f"Disrupting Node: {reason}")
+
+
+def evicted(pod: Json | ObjectRef, reason: str) -> Event:
+    return Event(_pod(pod), Reason.EVICTED, f"Evicted pod: {reason}")
+
+
+def disrupted(pod: Json | ObjectRef, node: str, grace_seconds: int) -> Event:
+    return Event(
+        _pod(pod),
+        Reason.DISRUPTED,
+        f"Deleting pod with {grace_seconds}s grace: node {node} reaches its termination deadline",
+    )
+
+
+def failed_draining(node: Json | ObjectRef, waiting: int, blocked_by: str = "") -> Event:
+    detail = f" ({blocked_by})" if blocked_by else ""
+    ref = _node(node)
+    # One Event per node, however the number moves: the count says how long it has lasted.
+    return Event(
+        ref,
+        Reason.FAILED_DRAINING,
+        f"Failed to drain node, {waiting} pods are waiting to be evicted{detail}",
+        dedupe_values=("draining",),
+    )
+
+
+def termination_grace_period_expiring(node: Json | ObjectRef, deadline: datetime) -> Event:
+    return Event(
+        _node(node),
+        Reason.TERMINATION_GRACE_PERIOD_EXPIRING,
+        f"All pods will be deleted by {deadline.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}",
+    )
+
+
+def failed_termination(node: Json | ObjectRef, step: str, error: str) -> Event:
+    return Event(_node(node), Reason.FAILED_TERMINATION, f"{step} failed: {error}"[:1000])
+
+
+def node_repair_blocked(obj: Json | ObjectRef, why: str) -> Event:
+    ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
+    return Event(ref, Reason.NODE_REPAIR_BLOCKED, why)
+
+
+# Interruption kinds (api/interruption_events.py) to Karpenter's reason for each.
+INTERRUPTION_REASONS: dict[str, tuple[Reason, str]] = {
+    "SpotInterruption": (Reason.SPOT_INTERRUPTED, "Spot interruption warning was triggered"),
+    "RebalanceRecommendation": (
+        Reason.SPOT_REBALANCE_RECOMMENDATION,
+        "Spot rebalance recommendation was triggered",
+    ),
+    "StateChange:stopping": (Reason.INSTANCE_STOPPING, "Instance is stopping"),
+    "StateChange:terminating": (Reason.INSTANCE_TERMINATING, "Instance is terminating"),
+    "ScheduledChange": (Reason.INSTANCE_UNHEALTHY, "An AWS Health scheduled change affects the instance"),
+}
+
+
+def interruption(node: Json | ObjectRef, kind: str, detail: str = "") -> Event | None:
+    """The Event for an interruption message of `kind` (state changes as `StateChange:stopping` or
+    `StateChange:terminating`); None for a kind Karpenter records nothing for."""
+    found = INTERRUPTION_REASONS.get(kind)
+    if found is None:
+        return None
+    reason, message = found
+    return Event(_node(node), reason, f"{message}{': ' + detail if detail else ''}")
+
+
+def disruption_rolled_back(node: Json | ObjectRef, command: str, why: str) -> Event:
+    return Event(
+        _node(node), Reason.DISRUPTION_ROLLED_BACK, f"Disruption {command} rolled back: {why}"[:1000]
+    )
+
+
+def disruption_awaiting_approval(obj: Json | ObjectRef, command: str) -> Event:
+    ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
+    return Event(ref, Reason.DISRUPTION_AWAITING_APPROVAL, f"Disruption {command} waits for approval")
+
+
+def disruption_waiting_window(node: Json | ObjectRef, window: str, action: str, until: str = "") -> Event:
+    later = f" until {until}" if until else ""
+    return Event(
+        _node(node),
+        Reason.DISRUPTION_WAITING_WINDOW,
+        f"MaintenanceWindow {window} does not allow {action} now; waiting{later}",
+    )
+
+
+def disruption_waiting_ndb(node: Json | ObjectRef, budget: str, unavailable: int, allowed: int) -> Event:
+    return Event(
+        _node(node),
+        Reason.DISRUPTION_WAITING_NODE_DISRUPTION_BUDGET,
+        f"NodeDisruptionBudget {budget} allows {allowed} unavailable node(s), {unavailable} already are",
+    )
+
+
+# -- the recorder --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+@dataclass
+class _Written:
+    name: str
+    namespace: str
+    count: int
+    at: float  # monotonic time of the last write
+    first: str = ""
+
+
+@dataclass
+class EventRecorder:
+    kube: KubeApi
+    component: str = COMPONENT
+    host: str = field(default_factory=socket.gethostname)
+    burst: int = SPAM_BURST
+    refill_seconds: float = SPAM_REFILL_SECONDS
+    cache_size: int = CACHE_SIZE
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    dedupe_override: timedelta | None = None  # tests: one window for every reason
+    _written: OrderedDict[tuple[str, ...], _Written] = field(default_factory=OrderedDict)
+    _buckets: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
+    _locks: dict[tuple[str, ...], asyncio.Lock] = field(default_factory=dict)
+
+    async def record(self, event: Event) -> Outcome:
+        """Write (or count) the event; never raises."""
+        # One write at a time per event: two activities recording the same thing count it, not race.
+        lock = self._locks.setdefault(event.key, asyncio.Lock())
+        try:
+            async with lock:
+                outcome = await self._record(event)
+        except Exception as err:  # best effort, whatever went wrong
+            log.info("event %s on %s %s not recorded: %r", event.reason, event.on.kind, event.on.name, err)
+            outcome = "failed"
+        if len(self._locks) > self.cache_size:
+            for key in [k for k, v in self._locks.items() if not v.locked()]:
+                del self._locks[key]
+        metrics.EVENTS.labels(reason=str(event.reason), outcome=outcome).inc()
+        return outcome
+
+    async def _record(self, event: Event) -> Outcome:
+        now = self.clock()
+        written = self._written.get(event.key)
+        window = self.dedupe_override if self.dedupe_override is not None else CATALOG[event.reason].dedupe
+        if written is not None and now - written.at < window.total_seconds():
+            return "deduplicated"
+        if not self._take_token(event.on.key, now):
+            return "rate_limited"
+        stamp = self.wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        if written is not None:
+            try:
+                await self.kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{written.namespace}/events/{written.name}",
+                    body={"count": written.count + 1, "lastTimestamp": stamp, "message": event.message},
+                    content_type="application/merge-patch+json",
+                    request_timeout=REQUEST_TIMEOUT,
+                )
+                written.count += 1
+                written.at = now
+                self._written.move_to_end(event.key)
+                return "aggregated"
+            except KubeError as err:
+                if err.status != 404:  # gone (Events expire after an hour): write a new one
+                    raise
+        name = f"{event.on.name}.{time.time_ns():x}"
+        body = self._body(event, name, stamp)
+        await self.kube.request(
+            "POST",
+            f"/api/v1/namespaces/{event.on.event_namespace}/events",
+            body=body,
+            request_timeout=REQUEST_TIMEOUT,
+        )
+        self._written[event.key] = _Written(name, event.on.event_namespace, 1, now, stamp)
+        self._written.move_to_end(event.key)
+        while len(self._written) > self.cache_size:
+            self._written.popitem(last=False)
+        return "created"
+
+    def _take_token(self, key: str, now: float) -> bool:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.at) / self.refill_seconds)
+        bucket.at = now
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self.cache_size:
+            self._buckets.popitem(last=False)
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+    def _body(self, event: Event, name: str, stamp: str) -> Json:
+        involved: Json = {"kind": event.on.kind, "name": event.on.name, "apiVersion": event.on.api_version}
+        if event.on.namespace:
+            involved["namespace"] = event.on.namespace
+        if event.on.uid:
+            involved["uid"] = event.on.uid
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": event.on.event_namespace},
+            "involvedObject": involved,
+            "reason": str(event.reason),
+            "message": event.message,
+            "type": event.event_type,
+            "source": {"component": self.component, "host": self.host},
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+
+
+_recorders: weakref.WeakKeyDictionary[KubeApi, EventRecorder] = weakref.WeakKeyDictionary()
+
+
+def recorder_for(kube: KubeApi) -> EventRecorder:
+    """The process's recorder for this API connection: every activity, the interruption poller and
+    the controller share its deduplication and rate limits without passing it around."""
+    recorder = _recorders.get(kube)
+    if recorder is None:
+        recorder = _recorders[kube] = EventRecorder(kube)
+    return recorder

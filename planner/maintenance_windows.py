@@ -1,0 +1,241 @@
+"""MaintenanceWindows: which windows match a node, and whether an action on it is blocked at a time,
+and until when (docs/operator-controls.md).
+
+Rules:
+- A window matches a node when every requirement of its `selector` does (no selector: every node).
+- A window is active while any of its schedules is: from a cron hit (UTC) for `duration`, exactly as
+  a scheduled NodePool budget. A window without schedules is always active: that is how a pause is
+  written as an object.
+- An active window blocks its `actions` on the nodes it matches. A disruption proceeds only if every
+  matching window allows its action (AND, as the v1 deprovisioning proposal says): the action is
+  blocked until the last of the windows blocking it closes (windows that overlap or follow each
+  other without a gap are one block).
+- A window that does not fit its schema (a bad cron, an unknown action, a selector that cannot be
+  read) fails closed: always active, for every node when its selector cannot be read, and for
+  every action when its actions cannot be read or name an unknown one. It is reported as a problem.
+
+The actions of karpflow's methods: emptiness → Emptiness, drift → Drift, multi- and single-node
+consolidation → Consolidation, expiration → Expiration, repair → Repair. Rebalance belongs to the
+interruption handler; interruption itself is never blocked.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from croniter import croniter
+from pydantic import ValidationError
+
+from api.cron import cron_expression
+from api.duration import parse_duration
+from api.maintenance_window import WINDOW_ACTIONS, MaintenanceWindow
+from kube.selectors import Requirement
+from kube.times import rfc3339
+
+ALL_ACTIONS = frozenset(WINDOW_ACTIONS)
+# The budget reason of a planner method's commands -> the window action that covers it.
+ACTION_OF_REASON = {"Empty": "Emptiness", "Underutilized": "Consolidation", "Drifted": "Drift"}
+# How far ahead "until when" is worked out; a block that lasts longer is reported as indefinite.
+HORIZON = timedelta(days=366)
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: cheap keys for the caches below
+class Window:
+    """A MaintenanceWindow as the planner applies it (fail-closed when the object is broken)."""
+
+    name: str
+    actions: frozenset[str]
+    # None: every node (no selector, or one that cannot be read).
+    selector: tuple[Requirement, ...] | None
+    # (five-field cron, duration); empty: always active.
+    schedules: tuple[tuple[str, timedelta], ...]
+    problems: tuple[str, ...] = ()
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.problems)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return self.selector is None or all(r.matches(labels) for r in self.selector)
+
+    def active_at(self, when: datetime) -> bool:
+        return self.active_end(when) is not None or self._always
+
+    @property
+    def _always(self) -> bool:
+        return self.broken or not self.schedules
+
+    def active_end(self, when: datetime) -> datetime | None:
+        """While active at `when` through a schedule: when that activity ends (the latest end of the
+        schedules active then). None when not active through a schedule (see `active_at`)."""
+        return _active_end(self, _utc(when))
+
+    def next_start(self, when: datetime) -> datetime | None:
+        """The next cron hit after `when` (None for a window that is always active)."""
+        if self._always:
+            return None
+        return min(croniter(cron, _utc(when)).get_next(datetime) for cron, _ in self.schedules)
+
+
+@dataclass(frozen=True)
+class WindowBlock:
+    """Windows that block `action` on a node at a time, and when the block ends. `until` is None
+    when it does not end by itself: a window without schedule (`unscheduled`), a broken one
+    (`broken`), or schedules that follow each other without a gap for more than a year."""
+
+    action: str
+    windows: tuple[str, ...]
+    until: datetime | None
+    broken: tuple[str, ...] = ()
+    unscheduled: tuple[str, ...] = ()
+
+    def ends(self) -> str:
+        """When the block ends, for people: a time, or what has to happen first."""
+        if self.broken:
+            return f"when {', '.join(self.broken)} {'is' if len(self.broken) == 1 else 'are'} fixed (invalid)"
+        if self.unscheduled:
+            which = ", ".join(self.unscheduled)
+            return f"when {which} {'is' if len(self.unscheduled) == 1 else 'are'} deleted (no schedule)"
+        if self.until is None:
+            return "not within a year (its schedules leave no gap)"
+        return rfc3339(self.until)
+
+    def message(self) -> str:
+        noun = "MaintenanceWindow" if len(self.windows) == 1 else "MaintenanceWindows"
+        ends = self.ends()
+        until = f"until {ends}" if self.until is not None else ends.replace("when ", "until ", 1)
+        if self.until is None and not (self.broken or self.unscheduled):
+            until = "for more than a year (its schedules leave no gap)"
+        return f"{noun} {', '.join(self.windows)} blocks {self.action} {until}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _active_end(window: Window, when: datetime) -> datetime | None:
+    # A pass asks this for every candidate and method at the same instant: cron arithmetic once.
+    ends = []
+    for cron, duration in window.schedules:
+        hit = last_hit(cron, when)
+        if hit is not None and when < hit + duration:
+            ends.append(hit + duration)
+    return max(ends) if ends else None
+
+
+def last_hit(cron: str, when: datetime) -> datetime | None:
+    """The latest cron hit at or before `when` (cron hits fall on whole minutes)."""
+    start = when.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    try:
+        return croniter(cron, start).get_prev(datetime)
+    except (ValueError, KeyError):  # a date croniter cannot go back to (e.g. 30 February only)
+        return None
+
+
+def schedule_active(cron: str, duration: timedelta, when: datetime) -> bool:
+    """Whether a schedule is active at `when`: its latest cron hit lies within `duration` (the rule
+    of scheduled NodePool budgets too)."""
+    hit = last_hit(cron, _utc(when))
+    return hit is not None and _utc(when) < hit + duration
+
+
+def _utc(when: datetime) -> datetime:
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def windows_for(
+    windows: Iterable[Window], action: str, labels: Mapping[str, str], when: datetime
+) -> list[Window]:
+    """The windows that block `action` on a node with `labels` at `when`."""
+    return [w for w in windows if action in w.actions and w.matches(labels) and w.active_at(when)]
+
+
+def blocked(
+    windows: Iterable[Window], action: str, labels: Mapping[str, str], when: datetime
+) -> WindowBlock | None:
+    """Whether `action` is blocked on a node with `labels` at `when`, by what and until when."""
+    blocking = [w for w in windows if action in w.actions]
+    # Activity does not depend on the node (and is cached): look at labels only when something is on.
+    if not any(w.active_at(when) for w in blocking):
+        return None
+    relevant = tuple(w for w in blocking if w.matches(labels))
+    active = [w for w in relevant if w.active_at(when)]
+    if not active:
+        return None
+    return WindowBlock(
+        action,
+        tuple(sorted(w.name for w in active)),
+        _block_end(relevant, _utc(when)),
+        tuple(sorted(w.name for w in active if w.broken)),
+        tuple(sorted(w.name for w in active if not w.broken and not w.schedules)),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _block_end(relevant: tuple[Window, ...], when: datetime) -> datetime | None:
+    """When no relevant window is active any more, following windows that chain without a gap
+    (nodes matched by the same windows share the answer: cached)."""
+    if any(w._always for w in relevant if w.active_at(when)):
+        return None
+    end = when
+    for _ in range(1000):
+        if end - when > HORIZON:
+            break
+        ends = [stop for w in relevant if not w._always and (stop := w.active_end(end)) is not None]
+        if not ends:
+            return end
+        end = max(ends)
+    return None
+
+
+# --- Reading the object (fail closed) -------------------------------------------------------------
+
+
+def read_window(raw: Mapping[str, Any]) -> Window:
+    """The window an object describes. An object that does not fit the schema gives a window that
+    fails closed, with its problems (never raises)."""
+    name = _name(raw)
+    try:
+        model = MaintenanceWindow.model_validate(raw)
+    except ValidationError as err:
+        return _broken(name, raw, [_message(e) for e in err.errors()])
+    return Window(
+        name=name,
+        actions=frozenset(model.spec.actions),
+        selector=tuple(Requirement(r.key, r.operator, frozenset(r.values)) for r in model.spec.selector)
+        or None,
+        schedules=tuple((cron_expression(s.cron), parse_duration(s.duration)) for s in model.spec.schedules),
+    )
+
+
+def _broken(name: str, raw: Mapping[str, Any], problems: list[str]) -> Window:
+    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+    actions = spec.get("actions")
+    if isinstance(actions, list) and actions and all(a in ALL_ACTIONS for a in actions):
+        blocked_actions = frozenset(actions)
+    else:  # unreadable, empty or naming an unknown action: we cannot tell what it protects
+        blocked_actions = ALL_ACTIONS
+    selector: tuple[Requirement, ...] | None = None
+    raw_selector = spec.get("selector")
+    if isinstance(raw_selector, list):
+        try:
+            selector = (
+                tuple(Requirement.from_dict(r, f"spec.selector[{i}]") for i, r in enumerate(raw_selector))
+                or None
+            )
+        except (ValueError, AttributeError):
+            selector = None  # every node
+    return Window(name, blocked_actions, selector, (), tuple(problems))
+
+
+def _name(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name) if name else "<no name>"
+
+
+def _message(error: Any) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    text = str(error.get("msg", "")).removeprefix("Value error, ")
+    return f"{where}: {text}" if where else text
