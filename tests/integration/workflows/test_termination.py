@@ -60,12 +60,7 @@ async def test_a_pdb_allowing_one_disruption_paces_the_drain(karpflow):
 
     async with karpflow.worker():
         sampler = asyncio.create_task(sample())
-        status = await karpflow.client.execute_workflow(
-            TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted"),
-            id=f"termination/{A.name}",
-            task_queue=karpflow.task_queue,
-        )
+        status = await (await karpflow.start_termination(A.name)).result()
         sampler.cancel()
 
     assert status.phase == "Succeeded" and status.pods_evicted == 5 and status.pods_deleted == 0
@@ -336,10 +331,12 @@ async def test_a_pod_under_two_pdbs_is_retried_then_deleted_at_the_deadline(karp
     )
     async with karpflow.worker():
         # A short heartbeat timeout: the SDK sends heartbeat details at most every 0.8 of it.
+        uid = (await karpflow.nodes())[A.name]["metadata"]["uid"]
+        timeouts = TerminationTimeouts(heartbeat="1s")
         handle = await karpflow.client.start_workflow(
             TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted", timeouts=TerminationTimeouts(heartbeat="1s")),
-            id=f"termination/{A.name}",
+            TerminationInput(node=A.name, uid=uid, reason="Drifted", timeouts=timeouts),
+            id=await karpflow.termination_id(A.name),  # the watcher's, once the node is deleting
             task_queue=karpflow.task_queue,
         )
 
