@@ -234,8 +234,9 @@ class DisruptionInput(Strict):
 
     @model_validator(mode="after")
     def _uids_of_candidates(self) -> DisruptionInput:
-        if unknown := sorted(set(self.node_uids) - set(self.nodes)):
-            raise ValueError(f"node_uids names nodes that are not candidates: {', '.join(unknown)}")
+        # A command narrowed to a subset of its nodes (emptiness validation keeps the nodes still
+        # valid) may carry the UIDs of the ones it dropped: they pin nothing.
+        self.node_uids = {node: uid for node, uid in self.node_uids.items() if node in self.nodes}
         return self
 
     @model_validator(mode="after")

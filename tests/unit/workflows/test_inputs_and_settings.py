@@ -198,3 +198,12 @@ def test_text_log_lines_carry_the_context_once():
         assert handler.format(from_sdk).count("'workflow_id'") == 1
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
+
+
+def test_the_uids_of_nodes_a_command_no_longer_has_pin_nothing():
+    """Validation may narrow an emptiness command to the nodes still valid; the input keeps the UIDs
+    the planner gave every node (activities/planning.py validate_commands)."""
+    narrowed = parse_input(
+        DisruptionInput, {"reason": "Empty", "nodes": ["a"], "node_uids": {"a": "uid-a", "b": "uid-b"}}
+    )
+    assert narrowed.node_uids == {"a": "uid-a"}
