@@ -173,15 +173,20 @@ class KarpflowWorker:
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
         planning = None
-        if settings.controller:
+        if settings.controller or settings.interruption_queue:
+            # The cluster as the planner sees it: the controller's passes, and the interruption
+            # poller's replacements and budgets.
             self.cache = ClusterCache(self.kube)
             self.cache.start()
+        if settings.controller:
+            assert self.cache is not None
             planning = PlanningActivities(
                 self.cache,
                 self.kube,
                 self.client,
                 task_queue=settings.task_queue,
                 region=settings.aws_region,
+                cluster=settings.cluster_name,
                 instances=InstanceDescriptions(self.ec2),
             )
         self.worker = Worker(
@@ -207,6 +212,7 @@ class KarpflowWorker:
                 settings.node_watcher_resync,
                 retry_every=min(10.0, settings.node_watcher_retry),
                 retry_first=timedelta(seconds=settings.node_watcher_retry),
+                cluster=settings.cluster_name,
             )
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="node-deletion-watcher"))
         if settings.interruption_queue:
@@ -219,6 +225,7 @@ class KarpflowWorker:
                 settings.cluster_name,
                 concurrency=settings.interruption_concurrency,
                 wait_seconds=settings.interruption_wait,
+                cache=self.cache,
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:

@@ -61,6 +61,7 @@ class DrainProgress:
     evicted: int = 0
     deleted: int = 0
     blocked: dict[str, str] = field(default_factory=dict)
+    stopped: str = ""  # why the drain ended before its pods were gone (the node is another now)
 
     def details(self) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class Drainer:
         on_progress: Callable[[DrainProgress], None] = lambda _: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         resumed: DrainProgress | None = None,
+        check: Callable[[], Awaitable[tuple[str | None, datetime | None]]] | None = None,
         reason: str = "",
         recorder: events.EventRecorder | None = None,
     ) -> None:
@@ -112,6 +114,9 @@ class Drainer:
         self.clock = clock
         # A retried attempt (the worker died) carries on with the counters of the one before it.
         self.progress = resumed or DrainProgress()
+        # Each pass: why the node of this name is no longer the one being drained (None while it is),
+        # and its annotated deadline, which someone may have brought forward (a spot interruption).
+        self.check = check
         self._backoff: dict[tuple[str, ...], _Backoff] = {}
 
     async def run(self) -> DrainProgress:
@@ -119,6 +124,17 @@ class Drainer:
         while True:
             now = self.clock()
             pods = [Pod(raw) for raw in await self.kube.pods_on_node(self.node)]
+            # Checked after the listing: if the node is still the pinned one (or gone, and none has
+            # the name), every pod listed was bound to it, and evictions carry each pod's UID.
+            if self.check is not None:
+                why, deadline = await self.check()
+                if why is not None:
+                    log.warning("drain of node %s stops: %s", self.node, why)
+                    self.progress.stopped = why
+                    return self.progress
+                if deadline is not None and (self.deadline is None or deadline < self.deadline):
+                    log.info("drain of node %s: deadline brought forward to %s", self.node, deadline)
+                    self.deadline = deadline
             current = plan(pods, self.deadline, now)
             self.progress.tier = current.tier
             self.progress.pods_left = len(current.waiting)

@@ -418,21 +418,33 @@ class EC2Activities:
         return instances[0] if instances else None
 
     def _state(self, instance_id: str, instance: dict[str, Any] | None) -> InstanceState:
+        """Owned: tagged at launch `kubernetes.io/cluster/<cluster>: owned` AND `karpenter.sh/nodepool`
+        (as Karpenter and karpflow launch). The cluster tag alone is what an EKS managed node group's
+        instances carry too, so it does not make an instance ours."""
         if instance is None:
             return InstanceState(instance_id=instance_id, found=False)
-        owned = _tags(instance).get(cluster_tag(self.cluster)) == CLUSTER_TAG_VALUE
+        tags = _tags(instance)
+        cluster_owned = tags.get(cluster_tag(self.cluster)) == CLUSTER_TAG_VALUE
+        nodepool = tags.get(TAG_NODEPOOL) or None
         return InstanceState(
-            instance_id=instance_id, found=True, state=instance["State"]["Name"], owned=owned
+            instance_id=instance_id,
+            found=True,
+            state=instance["State"]["Name"],
+            owned=cluster_owned and nodepool is not None,
+            cluster_owned=cluster_owned,
+            nodepool=nodepool,
         )
 
-    async def ownership(self, instance_id: str) -> tuple[bool, bool]:
-        """(found, owned by this cluster) for the managed-node guard of the Kubernetes activities."""
+    async def ownership(self, instance_id: str) -> InstanceState:
+        """The instance's state and ownership tags, for the managed-node guard of the Kubernetes
+        activities (a terminated instance counts as not found)."""
         try:
             state = self._state(instance_id, await self._describe(instance_id))
         except Exception as err:
             raise classify_ec2(err, f"describing instance {instance_id}") from None
-        found = state.found and state.state != "terminated"
-        return found, state.owned
+        if state.found and state.state == "terminated":
+            return state.model_copy(update={"found": False})
+        return state
 
     @activity.defn(name="describe_instance")
     async def describe_instance(self, request: InstanceRequest) -> InstanceState:
@@ -444,7 +456,8 @@ class EC2Activities:
     @activity.defn(name="terminate_instance")
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
         """Terminate and wait until EC2 says terminated (or forgets the instance). Refuses, without retry,
-        an instance whose ownership tag does not name this cluster: the check is in code, not only IAM."""
+        an instance this cluster does not own (`_state`: its cluster tag and a NodePool tag): the check
+        is in code, not only IAM."""
         what = f"instance {request.instance_id}" + (f" of node {request.node}" if request.node else "")
         while True:
             try:
@@ -454,9 +467,13 @@ class EC2Activities:
             if not state.found or state.state == "terminated":
                 return state
             if not state.owned:
+                why = (
+                    f"its tag {cluster_tag(self.cluster)} is not '{CLUSTER_TAG_VALUE}'"
+                    if not state.cluster_owned
+                    else f"it has no {TAG_NODEPOOL} tag (not launched for a NodePool)"
+                )
                 raise permanent(
-                    f"refusing to terminate {what}: its tag {cluster_tag(self.cluster)} is not "
-                    f"'{CLUSTER_TAG_VALUE}', so cluster {self.cluster} does not own it",
+                    f"refusing to terminate {what}: {why}, so cluster {self.cluster} does not own it",
                     errors.NOT_OWNED,
                 )
             if state.state != "shutting-down":

@@ -6,11 +6,17 @@ node and the rule, and changes nothing when it refuses.
 
 - Managed: the node carries `karpenter.sh/nodepool`, that NodePool exists (or the command is a
   NodePool deletion's), the node has an AWS providerID, and its instance carries this cluster's
-  `kubernetes.io/cluster/<name>: owned` tag. Checked before the disrupted taint, the finalizer or
-  the delete. An EKS managed node group's node, a hand-made node, or a providerID pointing nowhere
-  is refused.
+  `kubernetes.io/cluster/<name>: owned` tag and a `karpenter.sh/nodepool` tag naming the same
+  NodePool as the node's label. The launch sets both tags (Karpenter's and karpflow's); an EKS
+  managed node group's instance carries the cluster tag too, and a kubelet can label itself with
+  any NodePool, so neither alone says the node is ours. Checked before the disrupted taint, the finalizer or
+  the delete. An EKS managed node group's node, a hand-made node, or a Ready node whose providerID
+  points nowhere is refused; a NotReady node whose instance is gone is not (nothing is left to
+  protect, and only its termination can release it).
 - Voluntary disruption (Underutilized, Empty, Drifted) also re-checks `karpenter.sh/do-not-disrupt`
-  on the node and on its active pods, and refuses a node that another command holds. The holder is
+  on the node and on its active pods, and refuses a node that another command holds. Drift of a
+  node whose NodePool sets a terminationGracePeriod is Karpenter's eventual class: its pods'
+  do-not-disrupt does not refuse it (the grace period bounds the drain), the node's own does. The holder is
   recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
   under the same command is idempotent. An emptiness command also refuses a node that is no longer
   empty (pods landed after the planner's validation, and it has no replacement for them).
@@ -19,10 +25,14 @@ node and the rule, and changes nothing when it refuses.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
 
 from activities.errors import REFUSED, permanent
-from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
+from api.activity_io import InstanceState
+from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL, TAG_NODEPOOL
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
@@ -30,9 +40,10 @@ from kube.pods import node_do_not_disrupt_reason
 
 OWNER_ANNOTATION = "karpflow.io/disruption-command"
 NODEPOOL_DELETED = "NodePoolDeleted"
+DRIFTED = "Drifted"
 
-# instance id -> (found, owned by this cluster): EC2Activities.ownership, bound by the worker.
-OwnershipCheck = Callable[[str], Awaitable[tuple[bool, bool]]]
+# instance id -> its state and ownership tags: EC2Activities.ownership, bound by the worker.
+OwnershipCheck = Callable[[str], Awaitable[InstanceState]]
 
 
 class Refused(Exception):
@@ -53,54 +64,94 @@ def instance_id_of(provider_id: str | None) -> str | None:
 
 async def check_managed(
     kube: KubeApi, node: Json, reason: str, ownership: OwnershipCheck | None, cluster: str = ""
-) -> None:
-    """Refuse a node karpflow does not manage. A node already being deleted whose instance is gone
-    passes (there is nothing left to protect, and its finalizer must still be released)."""
+) -> Json | None:
+    """Refuse a node karpflow does not manage; return its NodePool (None if it is gone and the
+    command is that NodePool's deletion). A node whose instance is gone passes when it is already
+    being deleted or NotReady: there is nothing left to protect, and its finalizer must still be
+    released (the termination's "instance already gone" path)."""
     name = node["metadata"]["name"]
     pool = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
     if not pool:
         raise Refused(f"node {name} has no {NODEPOOL_LABEL} label: karpflow does not manage it")
-    if reason != NODEPOOL_DELETED and not await _nodepool_exists(kube, pool):
+    nodepool = await _nodepool(kube, pool)
+    if reason != NODEPOOL_DELETED and nodepool is None:
         raise Refused(f"node {name} belongs to NodePool {pool}, which does not exist")
     provider_id = (node.get("spec") or {}).get("providerID")
     instance_id = instance_id_of(provider_id)
     if instance_id is None:
         raise Refused(f"node {name} has no AWS providerID ({provider_id or 'none'}): no instance to manage")
     if ownership is not None:
-        found, owned = await ownership(instance_id)
-        if not found and not node["metadata"].get("deletionTimestamp"):
-            raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
-        if found and not owned:
+        instance = await ownership(instance_id)
+        if not instance.found:
+            if not node["metadata"].get("deletionTimestamp") and _ready(node):
+                # A live kubelet says the machine exists: a providerID EC2 does not know is not ours.
+                # A silent one whose instance is gone leaves nothing to protect: the termination
+                # only releases its finalizer (Karpenter's "NotReady and instance not found").
+                raise Refused(f"node {name}: its instance {instance_id} does not exist in EC2")
+            return nodepool
+        if not instance.cluster_owned:
             raise Refused(
                 f"node {name}: its instance {instance_id} is not tagged "
                 f"kubernetes.io/cluster/{cluster}=owned, so this cluster does not own it"
             )
+        if instance.nodepool is None:
+            raise Refused(
+                f"node {name}: its instance {instance_id} is not tagged {TAG_NODEPOOL}: it was not "
+                "launched for a NodePool (an EKS managed node group's instance carries the cluster tag too)"
+            )
+        if instance.nodepool != pool:
+            raise Refused(
+                f"node {name} claims NodePool {pool} by label, but its instance {instance_id} is tagged "
+                f"{TAG_NODEPOOL}={instance.nodepool}: a label is not proof of ownership"
+            )
+    return nodepool
 
 
-async def _nodepool_exists(kube: KubeApi, pool: str) -> bool:
+async def _nodepool(kube: KubeApi, pool: str) -> Json | None:
     from activities.errors import not_found
     from api.constants import KARPENTER_GROUP, KARPENTER_VERSION
 
     try:
-        await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool)
+        return await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", pool)
     except Exception as err:
         if not_found(err):
-            return False
+            return None
         raise
-    return True
 
 
-def check_voluntary(node: Json, pods: list[Json], reason: str, command_id: str, now: datetime) -> None:
-    """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder."""
+def raw_termination_grace_period(pool: Json | None) -> timedelta | None:
+    """The terminationGracePeriod of a NodePool as the API returned it, read as the planner reads it
+    (api.nodepool_reader: the karpflow.dev override, else the template; an invalid one is none, so
+    nothing bounds the drain and drift stays graceful). None if the pool does not validate."""
+    if pool is None:
+        return None
+    try:
+        return pool_termination_grace_period(read_nodepool(pool)[0])
+    except (ValidationError, ValueError):
+        return None
+
+
+def check_voluntary(
+    node: Json,
+    pods: list[Json],
+    reason: str,
+    command_id: str,
+    now: datetime,
+    grace: timedelta | None = None,
+) -> None:
+    """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder.
+    `grace`: the NodePool's terminationGracePeriod; with one, drift (Karpenter's eventual class) is
+    not refused by a pod's do-not-disrupt, since the drain ends by the grace period anyway."""
     if reason not in VOLUNTARY_REASONS:
         return
     name = node["metadata"]["name"]
     annotations = node["metadata"].get("annotations") or {}
     if (why := node_do_not_disrupt_reason(annotations)) is not None:
         raise Refused(f"node {name} is annotated {why}: no voluntary disruption ({reason})")
+    eventual = reason == DRIFTED and grace is not None
     for raw in pods:
         pod = Pod(raw)
-        if not pod.terminal and not pod.terminating and pod.do_not_disrupt(now):
+        if not eventual and not pod.terminal and not pod.terminating and pod.do_not_disrupt(now):
             raise Refused(
                 f"node {name} runs pod {pod.key} annotated do-not-disrupt: no voluntary disruption ({reason})"
             )
@@ -114,6 +165,13 @@ def check_voluntary(node: Json, pods: list[Json], reason: str, command_id: str, 
             pod = Pod(raw)
             if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
                 raise Refused(f"node {name} is no longer empty: pod {pod.key} runs on it")
+
+
+def _ready(node: Json) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _is_tainted(node: Json) -> bool:

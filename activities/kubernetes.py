@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from temporalio import activity
 
@@ -28,6 +30,7 @@ from api.activity_io import (
     InitializationRequest,
     LaunchTemplate,
     NodeInfo,
+    NodeRef,
     RegisteredNode,
     RegistrationRequest,
     ResolveRequest,
@@ -56,9 +59,11 @@ from api.constants import (
 from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool_reader import pool_termination_grace_period, read_nodepool
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
-from kube.client import Json, KubeApi, KubeError
+from kube.client import NODES, Json, KubeApi, KubeError
 from kube.drain_rules import Pod
+from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
 
 log = logging.getLogger(__name__)
@@ -131,6 +136,55 @@ def is_ready(node: Json) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or ()
     )
+
+
+def uid_of(node: Json) -> str | None:
+    return (node.get("metadata") or {}).get("uid")
+
+
+def another_node(node: Json | None, uid: str | None, provider_id: str | None = None) -> str | None:
+    """Why `node` is not the node a workflow was pinned to (by UID, and by providerID when both are
+    known), or None when it is (or nothing is pinned, or no node has the name)."""
+    if node is None:
+        return None
+    name = node["metadata"]["name"]
+    if uid and uid_of(node) != uid:
+        return f"node {name} is another node now (uid {uid_of(node)}, not {uid}): the name was reused"
+    current = (node.get("spec") or {}).get("providerID")
+    if provider_id and current and current != provider_id:
+        return f"node {name} is another node now (providerID {current}, not {provider_id})"
+    return None
+
+
+def annotated_deadline(node: Json | None) -> datetime | None:
+    """The node's `karpenter.sh/nodeclaim-termination-timestamp` (None when absent or unreadable)."""
+    value = ((node or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP_ANNOTATION)
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def bring_deadline_forward(node: Json, deadline: datetime) -> bool:
+    """Stamp the termination deadline on the node, or move it earlier; never later. Whoever knows
+    of an earlier one (a spot interruption's two minutes) shortens a drain already under way: the
+    drain re-reads it."""
+    existing = annotated_deadline(node)
+    if existing is not None and existing <= deadline.astimezone(UTC).replace(microsecond=0):
+        return False  # what the annotation holds already comes first (it has one-second resolution)
+    return set_annotations(node, {TERMINATION_TIMESTAMP_ANNOTATION: rfc3339(deadline)})
+
+
+def pinned(uid: str | None, mutate: Callable[[Json], bool]) -> Callable[[Json], bool]:
+    """`mutate` for update_node, applied only to the node with `uid` (checked on the very version the
+    write replaces); another node of the name is left as it is."""
+
+    def guarded(node: Json) -> bool:
+        if another_node(node, uid) is not None:
+            return False
+        return mutate(node)
+
+    return guarded
 
 
 def instance_id_of(provider_id: str | None) -> str | None:
@@ -210,76 +264,116 @@ class KubernetesActivities:
         First every candidate passes the guards (activities/guards.py: managed; for voluntary reasons
         do-not-disrupt and no other holder); one refusal refuses the command, before any change. A
         candidate that is missing or already being deleted is reported (ok=False), not raised: the
-        workflow decides whether that aborts."""
+        workflow decides whether that aborts. So is one that another command claimed between the
+        guards and the taint: the claim is a read-modify-write with a resourceVersion precondition
+        that re-checks the holder on the version it replaces (`_taint_candidate`)."""
         try:
             await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
         except guards.Refused as err:
             raise guards.refusal(err) from None
-        return list(
-            await asyncio.gather(*(self._taint_candidate(n, request.command_id) for n in request.nodes))
-        )
+        return list(await asyncio.gather(*(self._taint_candidate(n, request) for n in request.nodes)))
 
     async def _guard_candidate(self, name: str, request: TaintRequest) -> None:
         try:
             node = await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
                 return  # reported by the taint below
-            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            if another_node(node, request.uids.get(name)) is not None:
+                return  # not the node the command is for: reported by the taint below, never touched
+            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
             raise
         except Exception as err:
             raise classify_kube(err, f"checking node {name}") from None
-        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC))
+        grace = guards.raw_termination_grace_period(pool)
+        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC), grace)
 
-    async def _taint_candidate(self, name: str, command_id: str) -> CandidateNode:
-        def mutate(node: Json) -> bool:
-            if (node.get("metadata") or {}).get("deletionTimestamp"):
+    async def _taint_candidate(self, name: str, request: TaintRequest) -> CandidateNode:
+        voluntary = request.reason in VOLUNTARY_REASONS
+        took_over: list[str] = []
+
+        def claim(node: Json) -> bool:
+            # Runs on the version the write replaces (update_node sends its resourceVersion, and a
+            # conflict re-reads and runs this again): whatever claimed the node since the guards ran
+            # is seen here, so two commands can never both hold it.
+            meta = node["metadata"]
+            if (why := another_node(node, request.uids.get(name))) is not None:
+                raise _Refused(why)
+            if meta.get("deletionTimestamp") and voluntary:
                 raise _Refused("node is already being deleted")
+            # A forceful command takes a deleting node too: its termination goes on (the same id is
+            # started, or found running), and the command's deadline shortens it.
+            annotations = meta.setdefault("annotations", {})
+            holder = guards.other_holder(node, request.command_id)
+            took_over.clear()
+            if holder is not None:
+                if voluntary:  # one command at a time; a retried step never takes a node back
+                    raise _Refused(f"node {name} is already held by {holder}: one command at a time")
+                took_over.append(holder)  # forceful: the node goes whatever; this command drives it now
+            if voluntary and (why := node_do_not_disrupt_reason(annotations)) is not None:
+                raise _Refused(f"node {name} is annotated {why}: no voluntary disruption ({request.reason})")
             changed = add_taint(node, dict(DISRUPTED_TAINT))
-            annotations = node["metadata"].setdefault("annotations", {})
-            if command_id and annotations.get(guards.OWNER_ANNOTATION) != command_id:
-                annotations[guards.OWNER_ANNOTATION] = command_id
+            if request.command_id and annotations.get(guards.OWNER_ANNOTATION) != request.command_id:
+                annotations[guards.OWNER_ANNOTATION] = request.command_id
                 changed = True
+            if not voluntary and request.deadline is not None:
+                changed |= bring_deadline_forward(node, request.deadline)
             return changed
 
         try:
-            node = await self.kube.update_node(name, mutate)
+            node = await self.kube.update_node(name, claim)
         except _Refused as err:
             return CandidateNode(node=name, ok=False, message=str(err))
         except Exception as err:
             if not_found(err):
                 return CandidateNode(node=name, ok=False, message="node not found")
             raise classify_kube(err, f"tainting node {name}") from None
+        message = ""
+        if took_over:
+            message = f"took over from {took_over[0]}"
+            log.warning("node %s: %s %s", name, request.command_id, message)
+        uid = uid_of(node) or ""
         return CandidateNode(
             node=name,
             ok=True,
+            uid=uid or None,
             provider_id=(node.get("spec") or {}).get("providerID"),
             nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
+            termination_id=termination_workflow_id(self.cluster, name, uid) if uid else None,
+            message=message,
         )
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
         """Remove the disrupted taint; nodes already being deleted keep it (their termination owns them),
-        and so do nodes another command holds (a rollback undoes only its own taints)."""
+        and so do nodes another command holds (a rollback undoes only its own taints; the holder is
+        read on the version the write replaces). Returns the nodes released."""
 
         async def untaint(name: str) -> str | None:
+            released = False  # untainted now, or was not tainted: no claim of this command left on it
+
             def mutate(node: Json) -> bool:
+                nonlocal released
+                released = False
+                if another_node(node, request.uids.get(name)) is not None:
+                    return False  # the pinned node is gone: nothing of this command's is on this one
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
                     return False
                 if request.command_id and guards.other_holder(node, request.command_id) is not None:
                     return False
+                released = True
                 annotations = node["metadata"].get("annotations") or {}
-                released = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
-                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or released
+                dropped = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
+                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or dropped
 
             try:
                 await self.kube.update_node(name, mutate)
-                return name
             except Exception as err:
                 if not_found(err):
                     return None
                 raise classify_kube(err, f"untainting node {name}") from None
+            return name if released else None
 
         return [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
 
@@ -511,34 +605,33 @@ class KubernetesActivities:
     async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
         """Make sure the node is deleting (with the finalizer first, so the instance cannot leak), and stamp
         the drain deadline = deletion time + terminationGracePeriod as an annotation everyone can see.
-        An annotation already present is never moved (interruption may have set it to now)."""
+        An annotation already present is never moved (interruption may have set it to now).
+
+        Pinning: with `uid` (or `provider_id`) given, a node of the name that is another node (the
+        name was reused after the pinned one went) is not touched: the pinned node is gone, and its
+        instance is all that may be left to terminate. Without, the node found first is pinned: the
+        returned `uid` is what every later step of the termination acts on."""
         name = request.node
         try:
             node = await self.kube.find_node(name)
-            if node is None and activity.info().attempt == 1:
+            if (why := another_node(node, request.uid, request.provider_id)) is not None:
+                log.warning("termination of node %s: %s; not touching it", name, why)
+                return self._gone(request, why)
+            if node is None and activity.info().attempt == 1 and not request.uid:
                 # Only a retry may find the node gone (an earlier attempt deleted it): a first look
                 # that finds nothing means a wrong name, or a node someone else already removed.
+                # (A pinned node existed once: someone removed it, and only its instance may be left.)
                 raise guards.Refused(f"node {name} does not exist")
-            if node is not None:
-                await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             if node is None:
-                return NodeInfo(
-                    node=name,
-                    found=False,
-                    provider_id=request.provider_id,
-                    instance_id=instance_id_of(request.provider_id),
-                )
+                return self._gone(request)
+            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            uid = uid_of(node)
             if not node["metadata"].get("deletionTimestamp"):
-                await self.kube.update_node(name, ensure_finalizer)
-                await self.kube.delete_node(name)
+                await self.kube.update_node(name, pinned(uid, ensure_finalizer))
+                await self._delete_node(name, uid)
                 node = await self.kube.find_node(name)
-                if node is None:  # gone at once: someone removed the finalizer meanwhile
-                    return NodeInfo(
-                        node=name,
-                        found=False,
-                        provider_id=request.provider_id,
-                        instance_id=instance_id_of(request.provider_id),
-                    )
+                if node is None or another_node(node, uid) is not None:
+                    return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
             deadline = await self._deadline(node, request)
         except guards.Refused as err:
             raise guards.refusal(err) from None
@@ -550,6 +643,7 @@ class KubernetesActivities:
         return NodeInfo(
             node=name,
             found=True,
+            uid=uid_of(node),
             ready=is_ready(node),
             provider_id=provider_id,
             instance_id=instance_id_of(provider_id),
@@ -558,28 +652,45 @@ class KubernetesActivities:
             deadline=deadline,
         )
 
+    @staticmethod
+    def _gone(request: BeginTerminationRequest, why: str = "") -> NodeInfo:
+        """The pinned node no longer exists: its instance (from the pinned providerID) is all that may
+        be left."""
+        return NodeInfo(
+            node=request.node,
+            found=False,
+            uid=request.uid,
+            provider_id=request.provider_id,
+            instance_id=instance_id_of(request.provider_id),
+            message=why,
+        )
+
+    async def _delete_node(self, name: str, uid: str | None) -> None:
+        """Delete with a UID precondition: the API server refuses (409) if the name is another node's."""
+        body: Json = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self.kube.request("DELETE", f"{NODES}/{quote(name, safe='')}", body=body)
+
     async def _deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
-        annotations = node["metadata"].get("annotations") or {}
-        existing = parse_time(annotations.get(TERMINATION_TIMESTAMP_ANNOTATION))
-        if existing is not None:
-            return existing
-        deadline = await self._grace_deadline(node, request)
+        """The drain deadline: the node's annotation if it has one, else deletion time + grace period;
+        the request's deadline when earlier (never later: nobody's deadline is postponed)."""
+        existing = annotated_deadline(node)
+        deadline = existing if existing is not None else await self._grace_deadline(node, request)
         if request.deadline is not None:
             deadline = request.deadline if deadline is None else min(deadline, request.deadline)
         if deadline is None:
             return None
-        stamp = rfc3339(deadline)
-        await self.kube.update_node(
-            node["metadata"]["name"],
-            lambda n: (
-                TERMINATION_TIMESTAMP_ANNOTATION not in (n["metadata"].get("annotations") or {})
-                and set_annotations(n, {TERMINATION_TIMESTAMP_ANNOTATION: stamp})
-            ),
+        if existing is not None and existing <= deadline:
+            return existing
+        written = await self.kube.update_node(
+            node["metadata"]["name"], pinned(uid_of(node), lambda n: bring_deadline_forward(n, deadline))
         )
-        return parse_time(stamp)
+        return annotated_deadline(written) or deadline
 
     async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
-        """Deletion time + terminationGracePeriod (the request's, else the NodePool's); None without one."""
+        """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the planner and
+        the guards read it: api.nodepool_reader); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
@@ -605,20 +716,22 @@ class KubernetesActivities:
         return pool_termination_grace_period(pool)
 
     @activity.defn(name="taint_for_termination")
-    async def taint_for_termination(self, node: str) -> None:
+    async def taint_for_termination(self, node: str | NodeRef) -> None:
         """The disrupted taint and the exclude-from-external-load-balancers label, so nothing new lands and
-        load balancers deregister the node while it drains."""
+        load balancers deregister the node while it drains. Only on the pinned node (a plain name, as
+        workflows started before pinning send it, pins nothing)."""
+        ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
 
         def mutate(n: Json) -> bool:
             changed = add_taint(n, dict(DISRUPTED_TAINT))
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
-            await self.kube.update_node(node, mutate)
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
-            raise classify_kube(err, f"tainting node {node} for termination") from None
+            raise classify_kube(err, f"tainting node {ref.node} for termination") from None
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
@@ -634,6 +747,7 @@ class KubernetesActivities:
             self._interval(request.poll_interval_seconds),
             on_progress=lambda progress: _heartbeat(progress.details()),
             resumed=resumed_progress(previous[0]) if previous else None,
+            check=lambda: self._drain_check(request.node, request.uid),
             reason=request.reason,
         )
 
@@ -652,8 +766,23 @@ class KubernetesActivities:
         finally:
             beating.cancel()
         return DrainResult(
-            evicted=progress.evicted, deleted=progress.deleted, seconds=time.monotonic() - started
+            evicted=progress.evicted,
+            deleted=progress.deleted,
+            seconds=time.monotonic() - started,
+            message=progress.stopped,
         )
+
+    async def _replaced(self, name: str, uid: str | None) -> str | None:
+        """Why the node of this name is not the pinned one any more (None while it is, or is gone)."""
+        return another_node(await self.kube.find_node(name), uid)
+
+    async def _drain_check(self, name: str, uid: str | None) -> tuple[str | None, datetime | None]:
+        """For the drain, each pass: whether the name is another node's now, and the node's
+        termination deadline as annotated (it may have been brought forward since the drain began)."""
+        node = await self.kube.find_node(name)
+        if (why := another_node(node, uid)) is not None:
+            return why, None
+        return None, annotated_deadline(node)
 
     @activity.defn(name="await_volumes_detached")
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
@@ -663,6 +792,8 @@ class KubernetesActivities:
         interval = self._interval(request.poll_interval_seconds)
 
         async def detached() -> bool:
+            if request.uid and await self._replaced(request.node, request.uid) is not None:
+                return True  # the pinned node is gone: the attachments on this name are another's
             remaining = await self._blocking_attachments(request.node)
             _heartbeat({"node": request.node, "attached": remaining[:10]})
             return not remaining
@@ -705,11 +836,13 @@ class KubernetesActivities:
         return blocking
 
     @activity.defn(name="remove_finalizer")
-    async def remove_finalizer(self, node: str) -> None:
-        """The last step: once the finalizer is gone the API server removes the node."""
+    async def remove_finalizer(self, node: str | NodeRef) -> None:
+        """The last step: once the finalizer is gone the API server removes the node. Only the pinned
+        node's: another node that reuses the name keeps its finalizer."""
+        ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
         try:
-            await self.kube.update_node(node, drop_finalizer)
+            await self.kube.update_node(ref.node, pinned(ref.uid, drop_finalizer))
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
-            raise classify_kube(err, f"removing the finalizer of node {node}") from None
+            raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None

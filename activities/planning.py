@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import classify_kube
 from activities.guards import OWNER_ANNOTATION
@@ -158,9 +159,11 @@ class PlanningActivities:
         region: str | None = None,
         options: PlanOptions | None = None,
         catalog: Catalog | None = None,
+        cluster: str = "",
         instances: InstanceDescriptions | None = None,
     ) -> None:
         self.cache = cache
+        self.cluster = cluster  # workflow ids carry it (api/workflow_ids.py)
         self.kube = kube
         self.client = client
         self.instances = instances
@@ -283,7 +286,7 @@ class PlanningActivities:
     def _planned(self, command: Any) -> PlannedCommand:
         workflow_input = disruption_input(command)
         return PlannedCommand(
-            workflow_id=disruption_workflow_id(command),
+            workflow_id=disruption_workflow_id(command, self.cluster),
             method=command.method,
             reason=command.reason,
             nodes=list(command.nodes),
@@ -327,36 +330,59 @@ class PlanningActivities:
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
-        """Crash cleanup: remove `karpenter.sh/disrupted` from nodes no running workflow holds (checked
-        again here, just before acting). Returns the nodes it untainted."""
+        """Crash cleanup: remove `karpenter.sh/disrupted` from nodes no running workflow holds, checked
+        again here just before acting, in two ways: visibility (what is in flight) and the node's own
+        holder annotation, whose workflow is described directly (visibility lags a start by a second
+        or more; a describe does not). The untaint is a read-modify-write that gives up when the
+        holder changed since (the node was claimed again). Returns the nodes it untainted."""
         _, held = await self._in_flight()
         cleaned = []
         for name in nodes:
             if name in held:
                 continue
-
-            def mutate(node: Json) -> bool:
-                meta = node.get("metadata") or {}
-                if meta.get("deletionTimestamp"):
-                    return False  # a node being deleted keeps its taint (Karpenter does the same)
-                taints = (node.get("spec") or {}).get("taints") or []
-                kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT_KEY]
-                if len(kept) == len(taints):
-                    return False
-                node["spec"]["taints"] = kept
-                (meta.get("annotations") or {}).pop(OWNER_ANNOTATION, None)
-                return True
-
             try:
-                await self.kube.update_node(name, mutate)
+                node = await self.kube.find_node(name)
+                owner = ((node or {}).get("metadata", {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+                if node is None or (owner and await self._holder_running(owner)):
+                    continue
+
+                def mutate(node: Json, owner: str | None = owner) -> bool:
+                    meta = node.get("metadata") or {}
+                    if meta.get("deletionTimestamp"):
+                        return False  # a node being deleted keeps its taint (Karpenter does the same)
+                    if (meta.get("annotations") or {}).get(OWNER_ANNOTATION) != owner:
+                        return False  # claimed again since it was judged an orphan
+                    taints = (node.get("spec") or {}).get("taints") or []
+                    kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT_KEY]
+                    if len(kept) == len(taints):
+                        return False
+                    node["spec"]["taints"] = kept
+                    (meta.get("annotations") or {}).pop(OWNER_ANNOTATION, None)
+                    return True
+
+                after = await self.kube.update_node(name, mutate)
+                if not any(
+                    t.get("key") == DISRUPTED_TAINT_KEY for t in (after.get("spec") or {}).get("taints") or ()
+                ):
+                    cleaned.append(name)
             except Exception as err:
                 if getattr(err, "status", None) == 404:
                     continue
                 raise classify_kube(err, f"untainting orphan node {name}") from None
-            cleaned.append(name)
         if cleaned:
             log.info("crash cleanup: untainted %s (no running workflow holds them)", ", ".join(cleaned))
         return cleaned
+
+    async def _holder_running(self, owner: str) -> bool:
+        """Whether the command named by a holder annotation (`<workflow id>@<first run id>`) still runs."""
+        workflow_id = owner.partition("@")[0]
+        try:
+            described = await self.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     @activity.defn(name="sync_nodepool_finalizers")
     async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:

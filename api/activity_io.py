@@ -15,11 +15,25 @@ from api.workflow_io import GoDuration, Offering, ReplacementSpec, TaintSpec
 # -- Candidates ----------------------------------------------------------------------------------
 
 
+class NodeRef(BaseModel):
+    """A node by name, pinned to its metadata.uid when known: an activity given a UID acts only on
+    the node with that UID, never on a later one that reuses the name."""
+
+    node: str
+    uid: str | None = None
+
+
 class TaintRequest(BaseModel):
     nodes: list[str]
     command_id: str
     reason: str = Field(
         default="", description="the command's reason: voluntary ones re-check do-not-disrupt"
+    )
+    uids: dict[str, str] = Field(default_factory=dict, description="node -> the UID it is pinned to")
+    deadline: datetime | None = Field(
+        default=None,
+        description="forceful: every pod must be gone by then (a spot interruption's time); stamped on "
+        "the node as its termination deadline, or moved earlier, never later",
     )
 
 
@@ -28,14 +42,19 @@ class CandidateNode(BaseModel):
 
     node: str
     ok: bool
+    uid: str | None = Field(default=None, description="the node's metadata.uid: what it is pinned to now")
     provider_id: str | None = None
     nodepool: str | None = None
+    termination_id: str | None = Field(
+        default=None, description="the workflow id of this node's termination (api.workflow_ids)"
+    )
     message: str = ""
 
 
 class UntaintRequest(BaseModel):
     nodes: list[str]
     command_id: str = Field(default="", description="only taints this command holds are removed")
+    uids: dict[str, str] = Field(default_factory=dict, description="node -> the UID it is pinned to")
 
 
 # -- Replacements --------------------------------------------------------------------------------
@@ -132,6 +151,9 @@ class DiscardRequest(BaseModel):
 
 class BeginTerminationRequest(BaseModel):
     node: str
+    uid: str | None = Field(
+        default=None, description="pinned: a node of that name with another UID is not it"
+    )
     reason: str
     provider_id: str | None = None
     termination_grace_period: GoDuration | None = None
@@ -141,16 +163,19 @@ class BeginTerminationRequest(BaseModel):
 class NodeInfo(BaseModel):
     node: str
     found: bool
+    uid: str | None = Field(default=None, description="the UID the termination is pinned to from here on")
     ready: bool = False
     provider_id: str | None = None
     instance_id: str | None = None
     nodepool: str | None = None
     deletion_timestamp: datetime | None = None
     deadline: datetime | None = Field(default=None, description="deletion time + terminationGracePeriod")
+    message: str = Field(default="", description="why the node counts as gone, when it does")
 
 
 class DrainRequest(BaseModel):
     node: str
+    uid: str | None = None
     reason: str
     deadline: datetime | None = None
     poll_interval_seconds: float | None = None
@@ -160,10 +185,12 @@ class DrainResult(BaseModel):
     evicted: int = 0
     deleted: int = Field(default=0, description="pods deleted past PDBs because the deadline was near")
     seconds: float = 0.0
+    message: str = Field(default="", description="why the drain stopped early, if it did")
 
 
 class VolumeRequest(BaseModel):
     node: str
+    uid: str | None = None
     deadline: datetime | None = None
     poll_interval_seconds: float | None = None
 
@@ -177,4 +204,6 @@ class InstanceState(BaseModel):
     instance_id: str
     found: bool
     state: str | None = None
-    owned: bool = False
+    owned: bool = Field(default=False, description="tagged for this cluster and for a NodePool")
+    cluster_owned: bool = Field(default=False, description="kubernetes.io/cluster/<name>: owned")
+    nodepool: str | None = Field(default=None, description="its karpenter.sh/nodepool tag")

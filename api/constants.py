@@ -86,8 +86,9 @@ REASON_MANUAL = "Manual"
 # Priority classes whose pods drain last.
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
-# EC2 tags. The ownership tag `kubernetes.io/cluster/<cluster-name>: owned` is checked in code
-# before any terminate, not only in IAM.
+# EC2 tags. Ownership is `kubernetes.io/cluster/<cluster-name>: owned` together with
+# `karpenter.sh/nodepool` (the cluster tag alone is on EKS node groups' instances too), checked in
+# code before any terminate, not only in IAM.
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 CLUSTER_TAG_VALUE = "owned"
 TAG_NODEPOOL = "karpenter.sh/nodepool"

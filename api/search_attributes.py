@@ -7,7 +7,7 @@ unregistered attribute fails the workflow task.
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 NODES = SearchAttributeKey.for_keyword_list("KarpflowNodes")
 NODEPOOL = SearchAttributeKey.for_keyword("KarpflowNodePool")
@@ -28,3 +28,15 @@ def cli_type(key: SearchAttributeKey) -> str:
         "BOOL": "Bool",
         "DATETIME": "Datetime",
     }[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
+
+
+def at_start(nodes: list[str], reason: str, nodepool: str | None = None) -> TypedSearchAttributes:
+    """What a workflow is searchable by from the moment it starts, before its first workflow task
+    upserts anything: crash cleanup and in-flight accounting find its nodes through visibility."""
+    pairs: list[SearchAttributePair] = [
+        SearchAttributePair(NODES, list(nodes)),
+        SearchAttributePair(REASON, reason),
+    ]
+    if nodepool:
+        pairs.append(SearchAttributePair(NODEPOOL, nodepool))
+    return TypedSearchAttributes(pairs)

@@ -2,17 +2,29 @@
 (the controller, the deletion watcher, the interruption handler, a person) starts the same one.
 
 Temporal refuses a second running workflow with an id, which is what makes a replayed, restarted or
-duplicated start harmless.
+duplicated start harmless. Every id carries the cluster: two clusters may share a Temporal
+namespace. A node's id also carries its UID, because a node name is not an identity (EKS names nodes
+by private DNS, which comes back with the IP): a new node that reuses the name is another node, with
+its own termination, and a workflow started for the old one never acts on it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Literal
+
+InterruptionKind = Literal["spot", "rebalance"]
 
 
-def termination_workflow_id(node: str) -> str:
-    """One termination per node at a time."""
+def termination_workflow_id(cluster: str, node: str, uid: str) -> str:
+    """`termination/<cluster>/<node>/<uid>`: one termination per node incarnation."""
+    return f"termination/{cluster}/{node}/{uid}"
+
+
+def legacy_termination_workflow_id(node: str) -> str:
+    """The id terminations had before they carried their cluster and node UID; only workflows
+    started before that change (replayed from their history) still use it."""
     return f"termination/{node}"
 
 
@@ -22,10 +34,10 @@ def command_hash(method: str, reason: str, nodes: Iterable[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def disruption_workflow_id(nodepools: Iterable[str], reason: str, short_hash: str) -> str:
-    """`disruption/<pool>/<reason>/<short-hash>` (pools joined with `+`)."""
+def disruption_workflow_id(cluster: str, nodepools: Iterable[str], reason: str, short_hash: str) -> str:
+    """`disruption/<cluster>/<pool>/<reason>/<short-hash>` (pools joined with `+`)."""
     pools = "+".join(sorted(nodepools)) or "none"
-    return f"disruption/{pools}/{reason}/{short_hash}"
+    return f"disruption/{cluster}/{pools}/{reason}/{short_hash}"
 
 
 def controller_workflow_id(cluster: str) -> str:
@@ -38,7 +50,8 @@ def interruption_poller_workflow_id(cluster: str) -> str:
     return f"karpflow-interruption/{cluster}"
 
 
-def interruption_workflow_id(instance_id: str) -> str:
+def interruption_workflow_id(cluster: str, instance_id: str, kind: InterruptionKind) -> str:
     """What an interruption of one EC2 instance starts: derived from the instance id, so a message
-    delivered twice (SQS is at least once) starts nothing twice."""
-    return f"interruption/{instance_id}"
+    delivered twice (SQS is at least once) starts nothing twice, and from the kind of event: a spot
+    warning is never taken for a duplicate of the rebalance recommendation that preceded it."""
+    return f"interruption/{cluster}/{instance_id}/{kind}"

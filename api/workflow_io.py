@@ -181,9 +181,12 @@ class TerminationTimeouts(Strict):
 
 
 class TerminationInput(Strict):
-    """Terminate one node: `{"node": "ip-10-0-1-7.us-west-2.compute.internal"}` is enough."""
+    """Terminate one node: `{"node": "ip-10-0-1-7.us-west-2.compute.internal"}` is enough; with `uid`
+    (its metadata.uid) the workflow is pinned to that node, and a node that reuses the name later is
+    never touched. Without it, the node found at the start is the one pinned."""
 
     node: str = Field(min_length=1)
+    uid: str | None = Field(default=None, description="the node's metadata.uid: which node of that name")
     reason: Reason = "Manual"
     provider_id: str | None = Field(default=None, description="aws:///<zone>/<instance-id>, when known")
     command_id: str | None = Field(default=None, description="the disruption workflow that asked for it")
@@ -206,6 +209,11 @@ class DisruptionInput(Strict):
 
     reason: Reason
     nodes: list[str] = Field(min_length=1, description="candidate node names")
+    node_uids: dict[str, str] = Field(
+        default_factory=dict,
+        description="node name -> the metadata.uid the command was decided for; a node of that name "
+        "with another UID (the name was reused) is not taken. Nodes not listed are pinned when tainted",
+    )
     replacements: list[ReplacementSpec] = Field(default_factory=list)
     termination_deadline: datetime | None = Field(
         default=None,
@@ -223,6 +231,13 @@ class DisruptionInput(Strict):
         if any(not name for name in value):
             raise ValueError("node names must not be empty")
         return value
+
+    @model_validator(mode="after")
+    def _uids_of_candidates(self) -> DisruptionInput:
+        # A command narrowed to a subset of its nodes (emptiness validation keeps the nodes still
+        # valid) may carry the UIDs of the ones it dropped: they pin nothing.
+        self.node_uids = {node: uid for node, uid in self.node_uids.items() if node in self.nodes}
+        return self
 
     @model_validator(mode="after")
     def _deadline_is_forceful(self) -> DisruptionInput:
@@ -273,8 +288,10 @@ class ReplacementStatus(BaseModel):
 
 class CandidateStatus(BaseModel):
     node: str
+    uid: str | None = None
     tainted: bool = False
     provider_id: str | None = None
+    termination_id: str | None = Field(default=None, description="its TerminationWorkflow's id")
     termination: TerminationState = "NotStarted"
     message: str = ""
 
@@ -305,6 +322,7 @@ TerminationPhase = Literal[
 
 class TerminationStatus(BaseModel):
     node: str = ""
+    uid: str | None = None
     reason: str = ""
     phase: TerminationPhase = "Starting"
     instance_id: str | None = None
@@ -350,11 +368,13 @@ def parse_input(model: type[M], raw: Any) -> M:
 
 def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
     """The DisruptionWorkflow input for a planner `Command` (planner/model.py; duck-typed so this
-    module stays free of the planner): its reason, candidate names and replacements, instance types
-    cheapest first."""
+    module stays free of the planner): its reason, candidates (names, pinned to the UIDs the planner
+    saw) and replacements, instance types cheapest first."""
+    uids = {c.name: c.node.uid for c in getattr(command, "candidates", ()) if getattr(c.node, "uid", "")}
     return DisruptionInput(
         reason=command.reason,
         nodes=list(command.nodes),
+        node_uids=uids,
         replacements=[
             ReplacementSpec(
                 nodepool=replacement.nodepool,
@@ -368,6 +388,6 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
     )
 
 
-def disruption_workflow_id(command: Any) -> str:
-    """The workflow id of a planner `Command` (see api.workflow_ids)."""
-    return workflow_ids.disruption_workflow_id(command.nodepools, command.reason, command.id)
+def disruption_workflow_id(command: Any, cluster: str) -> str:
+    """The workflow id of a planner `Command` in `cluster` (see api.workflow_ids)."""
+    return workflow_ids.disruption_workflow_id(cluster, command.nodepools, command.reason, command.id)

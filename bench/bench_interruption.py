@@ -5,7 +5,8 @@ EventBridge, simulated delays 0) and karpflow's worker with its interruption pol
 (default 100) receive 500 spot interruption warnings sent to the queue at once (5 per node: SQS
 delivers at least once, and AWS may repeat a warning). Measures the time until every message is
 handled (deleted), the time until every interruption workflow has closed, and checks that none is
-lost: 500 deleted, exactly one `interruption/<instance-id>` run per node, one replacement per node.
+lost: 500 deleted, exactly one `interruption/<cluster>/<instance-id>/spot` run per node, and the
+replacements the scheduling simulation asks for (pods that fit on the other nodes need none).
 
     .venv/bin/python bench/bench_interruption.py [--nodes 100] [--messages 500]
 """
@@ -36,6 +37,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.workflow_ids import interruption_workflow_id
 from bench.bench_workflows import Simulator, build, demo_node, free_port
+from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller, instance_id_of
 from kube.client import KubeApi
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
@@ -147,9 +149,12 @@ async def main() -> None:
         )
         started = time.perf_counter()
         async with KarpflowWorker(settings, client=client):
-            # The worker's own poller class, on the SQS endpoint chosen above.
+            # The worker's own poller class, on the SQS endpoint chosen above, with an informer cache
+            # as the worker gives it (replacements come from the scheduling simulation on it).
+            cache = ClusterCache(kube)
+            cache.start()
             poller = InterruptionPoller(
-                sqs, url, kube, client, settings.task_queue, sim.cluster_name, wait_seconds=1
+                sqs, url, kube, client, settings.task_queue, sim.cluster_name, wait_seconds=1, cache=cache
             )
             polling = asyncio.create_task(poller.run())
             while poller.counters["deleted"] + poller.counters["failed"] < args.messages:
@@ -158,7 +163,10 @@ async def main() -> None:
                     break
             handled = time.perf_counter() - started
             handles = [
-                client.get_workflow_handle(interruption_workflow_id(i), result_type=dict) for i in instances
+                client.get_workflow_handle(
+                    interruption_workflow_id(sim.cluster_name, i, "spot"), result_type=dict
+                )
+                for i in instances
             ]
             statuses = []
             for handle in handles:
@@ -167,10 +175,16 @@ async def main() -> None:
             counters = dict(poller.counters)
             latencies = sorted(poller.latencies)
             polling.cancel()
+            await cache.stop()
         runs = 0
         for i in instances:
             runs += len(
-                [e async for e in client.list_workflows(f'WorkflowId="{interruption_workflow_id(i)}"')]
+                [
+                    e
+                    async for e in client.list_workflows(
+                        f'WorkflowId="{interruption_workflow_id(sim.cluster_name, i, "spot")}"'
+                    )
+                ]
             )
         after = sum(len(r["Instances"]) for r in ec2.describe_instances()["Reservations"])
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])

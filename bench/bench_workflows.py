@@ -200,7 +200,7 @@ class Bench:
             )
             status = await handle.result()
             wall = time.perf_counter() - started
-            children = [self.client.get_workflow_handle(f"termination/{n}") for n in command.nodes]
+            children = [self.client.get_workflow_handle(c.termination_id or "") for c in status.candidates]
             child_events = [await events(c) for c in children]
             print("1. one disruption: 2 nodes with 20 pods -> 1 replacement (simulated delays 0)")
             print(f"   wall time                    {wall:6.2f} s   ({status.phase})")

@@ -3,9 +3,11 @@
 A task inside every worker process, like the node-deletion watcher, not a workflow: the durable
 record is the SQS message itself, which is deleted only once its workflow has been started (or it
 was found to need nothing), so a crash anywhere leaves it for redelivery. Exactly-once effect comes
-from the workflow ids, derived from the instance id: `interruption/<instance-id>` (reject duplicate:
-a redelivered or repeated message starts nothing, even after the first run closed) and
-`termination/<node>` (the id every other part of karpflow uses for a node's termination).
+from the workflow ids, derived from the instance id and the kind of event:
+`interruption/<cluster>/<instance-id>/spot|rebalance` (reject duplicate: a redelivered or repeated
+message starts nothing, even after the first run closed) and `termination/<cluster>/<node>/<uid>`
+(the id every other part of karpflow uses for that node's termination). Every workflow is pinned to
+the node's UID and carries its search attributes from the start.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.planning import without_offerings
+from api import search_attributes as sa
 from api.constants import (
     CAPACITY_TYPE_LABEL,
-    DISRUPTED_TAINT_KEY,
     INSTANCE_TYPE_LABEL,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
@@ -35,13 +38,20 @@ from api.constants import (
 )
 from api.controller_io import SIGNAL_OFFERING_UNAVAILABLE, OfferingUnavailable
 from api.interruption_events import Interruption, UnparseableMessage, parse_message
-from api.karpflow_overrides import REBALANCE_REPLACE, apply_disruption_overrides
-from api.nodepool import NodePool
-from api.workflow_ids import controller_workflow_id, interruption_workflow_id, termination_workflow_id
-from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from api.karpflow_overrides import REBALANCE_REPLACE
+from api.workflow_ids import (
+    InterruptionKind,
+    controller_workflow_id,
+    interruption_workflow_id,
+    termination_workflow_id,
+)
+from api.workflow_io import DisruptionInput, Offering, ReplacementSpec, TerminationInput
+from cluster.informer import ClusterCache
 from kube import events
 from kube.client import Json, KubeApi
-from planner.budgets import BudgetError, allowed_disruptions
+from planner.catalog import Catalog, bundled_catalog
+from planner.interruption import SpotReplacement, rebalance_budget, spot_replacements
+from planner.snapshot import Snapshot
 from runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -52,6 +62,11 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 # Seconds a node listing serves; short, since a message for a node that just joined must find it
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
 NODE_INDEX_TTL = 1.0
+CACHE_WAIT = 5.0  # seconds a message waits for the informer cache's first listing
+
+
+def _nodepool(node: Json) -> str | None:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL)
 
 
 def instance_id_of(node: Json) -> str | None:
@@ -59,18 +74,35 @@ def instance_id_of(node: Json) -> str | None:
     return provider.rsplit("/", 1)[-1] if provider.startswith("aws://") else None
 
 
-def like_for_like(node: Json) -> ReplacementSpec | None:
-    """The same NodePool, instance type and capacity type (on-demand as a fallback for spot)."""
+def offering_of(node: Json) -> tuple[str, str, str] | None:
+    """(instance type, zone, capacity type) of the node, from its labels."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    pool, instance_type = labels.get(NODEPOOL_LABEL), labels.get(INSTANCE_TYPE_LABEL)
-    if not pool or not instance_type:
+    if not labels.get(INSTANCE_TYPE_LABEL) or not labels.get(ZONE_LABEL):
         return None
-    capacity = labels.get(CAPACITY_TYPE_LABEL) or "on-demand"
+    return labels[INSTANCE_TYPE_LABEL], labels[ZONE_LABEL], labels.get(CAPACITY_TYPE_LABEL) or "spot"
+
+
+def fallback_replacement(node: Json) -> ReplacementSpec | None:
+    """Without a view of the cluster (no informer cache): the same instance type in the same zone,
+    where zone-pinned pods can follow, on-demand (the spot pool there is the one being reclaimed)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    pool, offering = labels.get(NODEPOOL_LABEL), offering_of(node)
+    if not pool or offering is None:
+        return None
+    instance_type, zone, _ = offering
     return ReplacementSpec(
-        nodepool=pool,
-        instance_types=[instance_type],
-        capacity_type=["spot", "on-demand"] if capacity == "spot" else ["on-demand"],
+        nodepool=pool, offerings=[Offering(instance_type=instance_type, zone=zone, capacity_type="on-demand")]
     )
+
+
+def replacement_specs(replacements: list[SpotReplacement]) -> list[ReplacementSpec]:
+    return [
+        ReplacementSpec(
+            nodepool=r.nodepool,
+            offerings=[Offering(instance_type=t, zone=z, capacity_type=c) for t, z, c in r.offerings],  # type: ignore[arg-type]
+        )
+        for r in replacements
+    ]
 
 
 class InterruptionPoller:
@@ -85,8 +117,13 @@ class InterruptionPoller:
         concurrency: int = 50,
         wait_seconds: int = 20,
         fail_hook: Callable[[Interruption], None] | None = None,
+        cache: ClusterCache | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         self.sqs = sqs
+        # The worker's informer cache: the view the scheduling simulation and the budgets read.
+        self.cache = cache
+        self.catalog = catalog
         self.queue = queue
         self.kube = kube
         self.client = client
@@ -103,6 +140,9 @@ class InterruptionPoller:
         self._nodes: dict[str, Json] = {}
         self._nodes_at = float("-inf")
         self._nodes_lock = asyncio.Lock()
+        self._snapshot: Snapshot | None = None
+        self._snapshot_at = float("-inf")
+        self._snapshot_lock = asyncio.Lock()
         self._url: str | None = None
 
     async def queue_url(self) -> str:
@@ -218,42 +258,56 @@ class InterruptionPoller:
 
     async def _act(self, event: Interruption, instance_id: str, node: Json) -> str:
         await self._record_event(node, event)
-        name = node["metadata"]["name"]
+        name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
+        pins = {name: uid} if uid else {}
         provider_id = (node.get("spec") or {}).get("providerID")
         if event.kind == "SpotInterruption":
             await self._offering_unavailable(node, instance_id)
-            spec = like_for_like(node)
             return await self._disruption(
                 instance_id,
+                "spot",
                 DisruptionInput(
                     reason="Interrupted",
                     nodes=[name],
-                    replacements=[spec] if spec else [],
+                    node_uids=pins,
+                    replacements=await self._replacements(node),
                     termination_deadline=event.time + SPOT_WARNING,
                 ),
+                node,
             )
         if event.kind == "RebalanceRecommendation":
             if not await self._rebalance_opted_in(node):
                 return ""
-            spec = like_for_like(node)
             # Voluntary: budgets, do-not-disrupt and rollback on a failed replacement apply.
             return await self._disruption(
                 instance_id,
-                DisruptionInput(reason="Drifted", nodes=[name], replacements=[spec] if spec else []),
+                "rebalance",
+                DisruptionInput(
+                    reason="Drifted",
+                    nodes=[name],
+                    node_uids=pins,
+                    replacements=await self._replacements(node),
+                ),
+                node,
             )
         # StateChange, ScheduledChange: cordon, drain, terminate; the instance goes whatever happens.
         deadline = event.time if event.kind == "StateChange" else None
         handle = await self.client.start_workflow(
             "TerminationWorkflow",
-            TerminationInput(node=name, reason="Interrupted", provider_id=provider_id, deadline=deadline),
-            id=termination_workflow_id(name),
+            TerminationInput(
+                node=name, uid=uid or None, reason="Interrupted", provider_id=provider_id, deadline=deadline
+            ),
+            id=termination_workflow_id(self.cluster, name, uid or name),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=sa.at_start([name], "Interrupted", _nodepool(node)),
         )
         return f"termination {handle.id}"
 
-    async def _disruption(self, instance_id: str, command: DisruptionInput) -> str:
-        workflow_id = interruption_workflow_id(instance_id)
+    async def _disruption(
+        self, instance_id: str, kind: InterruptionKind, command: DisruptionInput, node: Json
+    ) -> str:
+        workflow_id = interruption_workflow_id(self.cluster, instance_id, kind)
         try:
             await self.client.start_workflow(
                 "DisruptionWorkflow",
@@ -261,6 +315,7 @@ class InterruptionPoller:
                 id=workflow_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=sa.at_start(command.nodes, command.reason, _nodepool(node)),
             )
         except WorkflowAlreadyStartedError:
             self.counters["duplicate"] += 1
@@ -300,37 +355,65 @@ class InterruptionPoller:
         annotations = (nodepool.get("metadata") or {}).get("annotations") or {}
         if annotations.get(REBALANCE_ANNOTATION) != "true":
             return False
-        return await self._within_budget(pool, nodepool)
+        return await self._within_budget(pool, node)
 
-    async def _within_budget(self, pool: str, nodepool: Json) -> bool:
-        """The pool's budgets for reason Drifted (the reason the replacement runs under), minus the
-        nodes of the pool already being disrupted or deleted; a budget that cannot be read fails closed."""
-        members = [
-            n
-            for n in (await self._nodes_by_instance(max_age=0.1)).values()
-            if ((n.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL) == pool
-        ]
-        busy = sum(
-            1
-            for n in members
-            if (n.get("metadata") or {}).get("deletionTimestamp")
-            or any(t.get("key") == DISRUPTED_TAINT_KEY for t in (n.get("spec") or {}).get("taints") or ())
-        )
-        try:
-            # karpflow.dev/budgets (running beside Karpenter) wins over spec, as in the planner.
-            effective, problems = apply_disruption_overrides(nodepool)
-            if problems:
-                raise ValueError("; ".join(problems))
-            allowed = allowed_disruptions(
-                NodePool.model_validate(effective), len(members), datetime.now(UTC), "Drifted"
+    async def _within_budget(self, pool: str, node: Json) -> bool:
+        """The pool's budgets for reason Drifted (the reason the replacement runs under), counted as
+        the planner counts them (planner/interruption.py `rebalance_budget`); without a view of the
+        cluster, or with budgets that cannot be read, it fails closed."""
+        snapshot = await self.snapshot()
+        if snapshot is None:
+            log.info("rebalance: no view of the cluster yet: no proactive replacement in NodePool %s", pool)
+            return False
+        allowed, why = rebalance_budget(snapshot, node["metadata"]["name"])
+        if not allowed:
+            log.info("rebalance: %s: no proactive replacement", why)
+        return allowed
+
+    # -- the cluster as the planner sees it ---------------------------------------------------------
+
+    async def snapshot(self) -> Snapshot | None:
+        """The informer cache as a planner Snapshot, shared by the messages of one NODE_INDEX_TTL (a
+        burst of warnings builds it once); None without a cache, or before it has synced."""
+        if self.cache is None:
+            return None
+        async with self._snapshot_lock:
+            if time.monotonic() - self._snapshot_at > NODE_INDEX_TTL:
+                if not await self.cache.wait_synced(CACHE_WAIT):
+                    return None
+                objects = list(self.cache.objects())
+                self._snapshot = await asyncio.to_thread(Snapshot.from_objects, objects, datetime.now(UTC))
+                self._snapshot_at = time.monotonic()
+            return self._snapshot
+
+    async def _replacements(self, node: Json) -> list[ReplacementSpec]:
+        """What the node's pods need once it is gone, from the planner's scheduling simulation on the
+        informer cache, the node's own offering excluded (EC2 is reclaiming it, or warns it will)."""
+        name = node["metadata"]["name"]
+        snapshot = await self.snapshot()
+        known = snapshot.nodes.get(name) if snapshot is not None else None
+        if snapshot is None or known is None or known.uid != node["metadata"].get("uid"):
+            spec = fallback_replacement(node)
+            log.info("node %s: no current view of it in the cache; replacement %s", name, spec)
+            return [spec] if spec else []
+        reclaimed = offering_of(node)
+        catalog = self._catalog(snapshot)
+        if reclaimed is not None:
+            gone = OfferingUnavailable(
+                instance_type=reclaimed[0],
+                zone=reclaimed[1],
+                capacity_type=reclaimed[2],
+                until=datetime.now(UTC) + UNAVAILABLE_FOR,
+                reason=f"interruption of node {name}",
             )
-        except (BudgetError, ValueError) as err:
-            log.info("rebalance: budgets of NodePool %s unreadable (%s): no proactive replacement", pool, err)
-            return False
-        if allowed - busy <= 0:
-            log.info("rebalance: NodePool %s budget allows no more disruptions now (%d busy)", pool, busy)
-            return False
-        return True
+            catalog = without_offerings(catalog, [gone], snapshot.now)
+        replacements = await asyncio.to_thread(spot_replacements, snapshot, catalog, name, reclaimed)
+        return replacement_specs(replacements)
+
+    def _catalog(self, snapshot: Snapshot) -> Catalog:
+        if self.catalog is None:
+            self.catalog = bundled_catalog(snapshot.region() or "us-west-2")
+        return self.catalog
 
     async def _record_event(self, node: Json, event: Interruption) -> None:
         """Karpenter's Event for the message on the node (kube/events.py; best effort)."""

@@ -1,15 +1,17 @@
-"""The node-deletion watcher: `kubectl delete node X` starts `termination/X` within moments.
+"""The node-deletion watcher: `kubectl delete node X` starts X's termination within moments.
 
 A task inside every worker process, not a workflow. Why this is durable anyway: the durable record
 of "this node must be terminated" is in Kubernetes itself, a deletionTimestamp held open by the
 `karpenter.sh/termination` finalizer, and it stays there until TerminationWorkflow removes the
 finalizer. The watcher only has to notice it, which it does by listing every node when it starts
 (and after any watch error or every `resync` seconds) and then watching; nothing is lost while no
-worker runs. Starting is idempotent by workflow id (`termination/<node>`, conflict policy
-USE_EXISTING): several worker replicas, a disruption that already started the termination, or a
-restart all end up with one workflow per node. A singleton workflow with a long-running watching
-activity would add a heartbeat, a restart delay of one heartbeat timeout and a continue-as-new
-cycle, and buy nothing the finalizer does not already give.
+worker runs. Starting is idempotent by workflow id (`termination/<cluster>/<node>/<uid>`, conflict
+policy USE_EXISTING): several worker replicas, a disruption that already started the termination, or
+a restart all end up with one workflow per node, and a node that reuses the name of one whose
+termination still runs gets its own (the id carries the UID, and the workflow is pinned to it). A
+singleton workflow with a long-running watching activity would add a heartbeat, a restart delay of
+one heartbeat timeout and a continue-as-new cycle, and buy nothing the finalizer does not already
+give.
 
 A termination that failed, was cancelled or timed out while its node is still being deleted is
 started again with backoff (30 s doubling to 10 min), checked every `retry_every` seconds; `waiting`
@@ -29,7 +31,8 @@ from datetime import UTC, datetime, timedelta
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 
-from api.constants import TERMINATION_FINALIZER
+from api import search_attributes as sa
+from api.constants import NODEPOOL_LABEL, TERMINATION_FINALIZER
 from api.workflow_ids import termination_workflow_id
 from api.workflow_io import TerminationInput
 from kube.client import NODES, Json, KubeApi
@@ -62,8 +65,10 @@ class NodeDeletionWatcher:
         on_synced: Callable[[], None] = lambda: None,
         retry_every: float = 10.0,
         retry_first: timedelta = RETRY_FIRST,
+        cluster: str = "",
     ) -> None:
         self.kube = kube
+        self.cluster = cluster
         self.client = client
         self.task_queue = task_queue
         self.resync = max(1, int(resync_seconds))
@@ -108,7 +113,7 @@ class NodeDeletionWatcher:
             if node is None or (node.get("metadata") or {}).get("uid", uid) != uid:
                 self._forget(uid, name)  # gone: the termination (or someone) finished the job
                 continue
-            handle = self.client.get_workflow_handle(termination_workflow_id(name))
+            handle = self.client.get_workflow_handle(termination_workflow_id(self.cluster, name, uid))
             described = await handle.describe()
             if described.status not in UNFINISHED:
                 continue
@@ -174,11 +179,15 @@ class NodeDeletionWatcher:
         handle = await self.client.start_workflow(
             "TerminationWorkflow",
             TerminationInput(
-                node=name, reason="Manual", provider_id=(node.get("spec") or {}).get("providerID")
+                node=name,
+                uid=meta.get("uid"),
+                reason="Manual",
+                provider_id=(node.get("spec") or {}).get("providerID"),
             ),
-            id=termination_workflow_id(name),
+            id=termination_workflow_id(self.cluster, name, uid),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=sa.at_start([name], "Manual", (meta.get("labels") or {}).get(NODEPOOL_LABEL)),
         )
         self.started.add(uid)
         self.names[uid] = name

@@ -124,11 +124,16 @@ def next_budget_change(
     return min(changes) if changes else None
 
 
-def _counts_toward_total(node: Node) -> bool:
+def counts_toward_budgets(node: Node) -> bool:
+    """Whether budgets count the node at all: initialized, its NodeClaim not InstanceTerminating."""
     return node.initialized and not (node.nodeclaim is not None and node.nodeclaim.instance_terminating)
 
 
-def _in_flight(node: Node) -> bool:
+def is_disrupting(node: Node) -> bool:
+    """Whether a counted node already consumes its pool's budget: NotReady, being deleted, or held
+    by a command (the disrupted taint, which in-flight workflows' nodes carry virtually). The one
+    definition: the planner's methods and the interruption poller's rebalance check
+    (planner/interruption.py) both read budgets through `build_budget_map`."""
     return not node.ready or node.is_deleting or node.has_disrupted_taint
 
 
@@ -140,10 +145,10 @@ def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int], dict[
     planned: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
     for node in ctx.snapshot.nodes.values():
         pool = node.nodepool
-        if pool not in total or not _counts_toward_total(node):
+        if pool not in total or not counts_toward_budgets(node):
             continue
         total[pool] += 1
-        if _in_flight(node):
+        if is_disrupting(node):
             in_flight[pool] += 1
         elif node.name in ctx.marked_for_deletion:
             planned[pool] += 1

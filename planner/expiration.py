@@ -41,6 +41,8 @@ def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
 def expiration_commands(ctx: PlanContext) -> list[Command]:
     commands = []
     for node, pool in ctx.snapshot.live_managed_nodes():
+        if node.has_disrupted_taint:  # a command in flight holds it already (planner/repair.py `held`)
+            continue
         when = expired_at(ctx, node.name)
         if when is None or ctx.now < when:
             continue

@@ -4,7 +4,8 @@ Repair (Karpenter v1.1+ NodeRepair): a managed node whose condition has been unh
 than its toleration (`PlanOptions.repair_tolerations`: Ready False or Unknown 30 min; the AWS node
 monitoring agent's AcceleratedHardwareReady 10 min, StorageReady, NetworkingReady, KernelReady,
 ContainerRuntimeReady 30 min) is replaced: no budget, no do-not-disrupt at selection time. Never in a
-NodePool where more than `repair_max_unhealthy` (20 %) of the nodes are unhealthy: then the cluster
+NodePool where more than `repair_max_unhealthy` (20 %) of the nodes, rounded up as Karpenter's health
+controller rounds (like a PDB's maxUnavailable: 1 of 3 or 4, 2 of 8), are unhealthy: then the cluster
 is sick (a bad AMI, a network outage), not the node, and replacing nodes would only churn.
 
 NodePool deletion (Karpenter's owner-reference cascade): the nodes of a NodePool that is being
@@ -12,6 +13,10 @@ deleted (deletionTimestamp set) are terminated gracefully, forcefully as a comma
 NodePool is simply absent is left alone: a cache that has not seen the pool yet must not look like
 a deletion (`karpflow` never decides on an unsynced cache, but a pool deleted before karpflow ever
 saw it is indistinguishable from a typo'd label; Karpenter's NodeClaims would cascade those).
+
+None of them plans a node that a command already holds (`karpenter.sh/disrupted`, which the controller
+also shows on the nodes of running workflows): it is on its way out, and planning it again would
+start a second command the moment the first closed and count its pods' capacity twice.
 
 A MaintenanceWindow that blocks Repair holds an unhealthy node back until it allows
 (docs/operator-controls.md).
@@ -23,6 +28,7 @@ node of the pool being deleted.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from api.constants import REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
@@ -49,6 +55,17 @@ def unhealthy_since(node: Node, tolerations: dict[str, timedelta]) -> tuple[str,
     return None
 
 
+def held(ctx: PlanContext, node: Node) -> bool:
+    """Already on its way out: chosen earlier in this pass, or held by a command in flight."""
+    return node.name in ctx.marked_for_deletion or node.has_disrupted_taint
+
+
+def unhealthy_allowed(pool_size: int, share: float) -> int:
+    """How many unhealthy nodes a pool of `pool_size` may have and still be repaired: the share of
+    its nodes, rounded up."""
+    return math.ceil(round(share * pool_size, 9))
+
+
 def _with_replacements(ctx: PlanContext, command: Command) -> Command:
     candidate = command.candidates[0]
     if not candidate.is_empty and ctx.simulate is not None:
@@ -70,19 +87,20 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
             by_pool.setdefault(pool.name, []).append((node, *found))
     commands = []
     for pool_name, unhealthy in sorted(by_pool.items()):
-        share = len(unhealthy) / sizes[pool_name]
-        if share > ctx.options.repair_max_unhealthy:
+        allowed = unhealthy_allowed(sizes[pool_name], ctx.options.repair_max_unhealthy)
+        if len(unhealthy) > allowed:
             for node, key, _ in unhealthy:
                 ctx.explain(
                     node.name,
                     REPAIR,
                     f"{key}, but {len(unhealthy)} of {sizes[pool_name]} nodes of NodePool {pool_name} are "
-                    f"unhealthy (more than {ctx.options.repair_max_unhealthy:.0%}): no repair",
+                    f"unhealthy (more than {allowed}: {ctx.options.repair_max_unhealthy:.0%} rounded up): "
+                    "no repair",
                 )
             continue
         for node, key, since in unhealthy:
             toleration = tolerations[key]
-            if node.name in ctx.marked_for_deletion or (since is not None and ctx.now - since < toleration):
+            if held(ctx, node) or (since is not None and ctx.now - since < toleration):
                 continue
             if (block := window_block(ctx, node, "Repair")) is not None:
                 ctx.explain(node.name, REPAIR, f"{key}, but {block.message()}")
@@ -108,7 +126,7 @@ def nodepool_deletion_commands(ctx: PlanContext) -> list[Command]:
         pool = ctx.snapshot.nodepools.get(node.nodepool or "")
         if pool is None or not pool.metadata.deletion_timestamp or node.is_deleting:
             continue
-        if name in ctx.marked_for_deletion:
+        if held(ctx, node):
             continue
         command = Command(
             method=NODEPOOL_DELETION,
@@ -127,7 +145,7 @@ def liveness_commands(ctx: PlanContext) -> list[Command]:
     """Nodes of a NodePool that never became Ready and initialized within LIVENESS_TTL of creation."""
     commands = []
     for node, pool in ctx.snapshot.live_managed_nodes():
-        if node.initialized or node.ready or node.name in ctx.marked_for_deletion:
+        if node.initialized or node.ready or held(ctx, node):
             continue
         created = node.creation_timestamp
         if created is None or ctx.now - created < LIVENESS_TTL:

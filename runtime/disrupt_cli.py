@@ -95,7 +95,7 @@ def choose(result: Any, nodes: tuple[str, ...], every: bool) -> tuple[list[Any],
 
 
 async def start(client: Client, settings: WorkerSettings, command: Any, started_by: str) -> Followed:
-    workflow_id = disruption_workflow_id(command)
+    workflow_id = disruption_workflow_id(command, settings.cluster_name)
     summary = disruption_summary(command)
     handle = await client.start_workflow(
         "DisruptionWorkflow",

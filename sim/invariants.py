@@ -65,7 +65,8 @@ maintenance-window
     disruption's action, and has blocked it for at least `bounds.window_grace` (a decision taken just
     before a window opened is not a violation). A disruption starts when the `karpenter.sh/disrupted`
     taint appears on the node; its reason is read from the command that holds it
-    (`karpflow.io/disruption-command: disruption/<pools>/<reason>/<id>@<run>`, or `interruption/...`):
+    (`karpflow.io/disruption-command: disruption/<cluster>/<pools>/<reason>/<id>@<run>`, or
+    `interruption/...`):
     Empty → Emptiness, Underutilized → Consolidation, Drifted → Drift, Expired → Expiration, Unhealthy
     on an initialized node → Repair. Interruption is never blocked. A window is active while a cron
     hit of one of its schedules (UTC) lies within its duration, always without schedules, and always
@@ -289,9 +290,9 @@ def disruption_reason(node: Obj) -> str | None:
     workflow_id = holder.split("@", 1)[0]
     if workflow_id.startswith("interruption/"):
         return "Interrupted"
-    parts = workflow_id.split("/")
+    parts = workflow_id.split("/")  # disruption/<cluster>/<pools>/<reason>/<id> (or without the cluster)
     if len(parts) >= 4 and parts[0] == "disruption":
-        return parts[2]
+        return parts[-2]
     return None
 
 

@@ -12,9 +12,14 @@ The runbook (karpenter-behavior.md §3, with the durability Karpenter lacks):
    instances that never initialized, then release their nodes. Replacements that did
    initialize stay as ordinary nodes: they are healthy capacity, and later consolidation may
    remove them; deleting them could evict pods that already moved there.
-5. Start one TerminationWorkflow per candidate (`termination/<node>`, parent-close ABANDON), which
-   deletes the node and drains it. From here the command cannot be undone: a cancellation only
+5. Start one TerminationWorkflow per candidate (`termination/<cluster>/<node>/<uid>`, the id the
+   node-deletion watcher and the interruption handler use for the same node; parent-close ABANDON),
+   which deletes the node and drains it. From here the command cannot be undone: a cancellation only
    stops this workflow from waiting; the terminations go on.
+
+Candidates are pinned: to the UIDs in the input (the planner's), else to the nodes found when they
+are tainted. A node that reuses a candidate's name later is another node: not tainted, untainted or
+terminated by this command.
 
 Forceful commands (expiration, repair, interruption, NodePool deletion; karpenter-behavior.md §7)
 follow the same steps, but the candidates go whatever happens: a replacement that fails is discarded
@@ -61,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
         UntaintRequest,
     )
     from api.constants import aws_provider_id
-    from api.workflow_ids import termination_workflow_id
+    from api.workflow_ids import legacy_termination_workflow_id
     from api.workflow_io import (
         CandidateStatus,
         DisruptionInput,
@@ -81,6 +86,8 @@ with workflow.unsafe.imports_passed_through():
 
 
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
+# workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
+PATCH_TERMINATION_PER_INCARNATION = "termination-id-per-node-incarnation"
 # How often a step that must finish is run again after a cancellation interrupted it.
 CANCELLATION_ATTEMPTS = 3
 T = TypeVar("T")
@@ -197,7 +204,13 @@ class DisruptionWorkflow:
         self._set_phase("Tainting")
         results = await workflow.execute_activity_method(
             KubernetesActivities.taint_disrupted,
-            TaintRequest(nodes=command.nodes, command_id=self._status.command_id, reason=command.reason),
+            TaintRequest(
+                nodes=command.nodes,
+                command_id=self._status.command_id,
+                reason=command.reason,
+                uids=command.node_uids,
+                deadline=command.termination_deadline,
+            ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
             # A cancellation must not let a taint land after the compensation removed it.
@@ -212,6 +225,9 @@ class DisruptionWorkflow:
                 result.provider_id,
                 result.message,
             )
+            if result.ok:  # pinned from here on (to the input's UID, which the taint checked)
+                candidate.uid = result.uid or candidate.uid
+                candidate.termination_id = result.termination_id
         pools = sorted(
             {r.nodepool for r in results if r.nodepool} | {s.nodepool for s in command.replacements}
         )
@@ -439,7 +455,9 @@ class DisruptionWorkflow:
         untainted = await workflow.execute_activity_method(
             KubernetesActivities.untaint_disrupted,
             UntaintRequest(
-                nodes=[c.node for c in self._status.candidates], command_id=self._status.command_id
+                nodes=[c.node for c in self._status.candidates],
+                command_id=self._status.command_id,
+                uids={c.node: c.uid for c in self._status.candidates if c.uid},
             ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
@@ -566,17 +584,22 @@ class DisruptionWorkflow:
     async def _start_termination(
         self, candidate: CandidateStatus, command: DisruptionInput
     ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        # The id of the node's incarnation, as the deletion watcher and interruption derive it, so the
+        # node gets one termination whoever starts it. A command that tainted before this change (its
+        # history has no termination id) keeps the id it would have used then.
+        pinned = workflow.patched(PATCH_TERMINATION_PER_INCARNATION) and candidate.termination_id
         return await workflow.start_child_workflow(
             TerminationWorkflow.run,
             TerminationInput(
                 node=candidate.node,
+                uid=candidate.uid,
                 reason=command.reason,
                 provider_id=candidate.provider_id,
                 command_id=self._status.command_id,
                 deadline=command.termination_deadline,
                 timeouts=command.termination,
             ),
-            id=termination_workflow_id(candidate.node),
+            id=candidate.termination_id if pinned else legacy_termination_workflow_id(candidate.node),
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
         )
@@ -599,7 +622,9 @@ class DisruptionWorkflow:
         self._status.command_id = f"{info.workflow_id}@{info.first_execution_run_id}"
         self._status.reason = command.reason
         self._status.forceful = not command.voluntary
-        self._status.candidates = [CandidateStatus(node=node) for node in command.nodes]
+        self._status.candidates = [
+            CandidateStatus(node=node, uid=command.node_uids.get(node)) for node in command.nodes
+        ]
         self._status.replacements = [
             ReplacementStatus(index=index, nodepool=spec.nodepool)
             for index, spec in enumerate(command.replacements)

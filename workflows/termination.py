@@ -1,8 +1,10 @@
 """TerminationWorkflow: take one node out of the cluster gracefully, then end its instance.
 
-Workflow id `termination/<node>`. Started by a disruption (as a child), by expiration or
-interruption, and by a person (`kubectl delete node`, through the node-deletion watcher). The
-runbook (karpenter-behavior.md §5):
+Workflow id `termination/<cluster>/<node>/<uid>` (api/workflow_ids.py). Started by a disruption (as
+a child), by interruption, and by a person (`kubectl delete node`, through the node-deletion
+watcher), all with that id. It is pinned to one node: the UID given, else the one found at the
+start; every step acts on that node only, so a node that reuses the name later (EKS names nodes by
+their private IP) is never drained, tainted or released by it. The runbook (karpenter-behavior.md §5):
 
 0. Begin: make sure the node is deleting, with the `karpenter.sh/termination` finalizer on it, and
    stamp the deadline (deletion time + terminationGracePeriod). If the node is NotReady and its
@@ -33,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         DrainRequest,
         InstanceRequest,
         NodeInfo,
+        NodeRef,
         VolumeRequest,
     )
     from api.workflow_io import (
@@ -80,6 +83,7 @@ class TerminationWorkflow:
                 KubernetesActivities.begin_termination,
                 BeginTerminationRequest(
                     node=request.node,
+                    uid=request.uid,
                     reason=request.reason,
                     provider_id=request.provider_id,
                     termination_grace_period=request.termination_grace_period,
@@ -89,17 +93,19 @@ class TerminationWorkflow:
                 retry_policy=API_RETRY,
             )
             self._record(node)
+            # From here every step names the node with the UID it is pinned to.
+            target = NodeRef(node=request.node, uid=node.uid)
             if not node.found:
                 return await self._node_already_gone(node, timeouts.instance_terminate)
             if await self._instance_already_gone(node):
-                await self._remove_finalizer(request.node)
+                await self._remove_finalizer(target)
                 return self._finish("instance already gone; finalizer released without draining")
 
             # 1. Nothing new lands here; load balancers let go.
             self._set_phase("Tainting")
             await workflow.execute_activity_method(
                 KubernetesActivities.taint_for_termination,
-                request.node,
+                target,
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
             )
@@ -108,7 +114,7 @@ class TerminationWorkflow:
             self._set_phase("Draining")
             drained = await workflow.execute_activity_method(
                 KubernetesActivities.drain_node,
-                DrainRequest(node=request.node, reason=request.reason, deadline=node.deadline),
+                DrainRequest(node=request.node, uid=node.uid, reason=request.reason, deadline=node.deadline),
                 start_to_close_timeout=timeouts.drain_attempt,
                 heartbeat_timeout=timeouts.heartbeat,
                 retry_policy=DRAIN_RETRY,
@@ -117,26 +123,28 @@ class TerminationWorkflow:
 
             # 3. Volumes of drained pods detach before the instance goes, unless the deadline is past.
             if node.deadline is None or workflow.now() < node.deadline:
-                await self._await_volumes(request.node, node, timeouts)
+                await self._await_volumes(target, node, timeouts)
 
             # 4. The instance, if this cluster owns it (checked in the activity; refusal is final).
             if node.instance_id:
                 await self._terminate_instance(node, timeouts.instance_terminate)
 
             # 5. Let the API server delete the node.
-            await self._remove_finalizer(request.node)
+            await self._remove_finalizer(target)
         except BaseException as err:
             self._fail(err)
             raise
-        return self._finish(f"drained ({drained.evicted} evicted, {drained.deleted} deleted at the deadline)")
+        summary = f"drained ({drained.evicted} evicted, {drained.deleted} deleted at the deadline)"
+        return self._finish(f"{summary}; {drained.message}" if drained.message else summary)
 
     # -- steps ------------------------------------------------------------------------------------
 
     async def _node_already_gone(self, node: NodeInfo, limit: timedelta) -> TerminationStatus:
+        gone = f"node already gone ({node.message})" if node.message else "node already gone"
         if node.instance_id:
             await self._terminate_instance(node, limit)
-            return self._finish("node already gone; its instance is terminated")
-        return self._finish("node already gone")
+            return self._finish(f"{gone}; its instance is terminated")
+        return self._finish(gone)
 
     async def _instance_already_gone(self, node: NodeInfo) -> bool:
         """Step 0 (Karpenter): a NotReady node whose instance EC2 no longer has needs no drain. While the
@@ -151,12 +159,13 @@ class TerminationWorkflow:
         )
         return not state.found or state.state in GONE_STATES
 
-    async def _await_volumes(self, name: str, node: NodeInfo, timeouts: TerminationTimeouts) -> None:
+    async def _await_volumes(self, target: NodeRef, node: NodeInfo, timeouts: TerminationTimeouts) -> None:
+        name = target.node
         self._set_phase("WaitingForVolumes")
         try:
             await workflow.execute_activity_method(
                 KubernetesActivities.await_volumes_detached,
-                VolumeRequest(node=name, deadline=node.deadline),
+                VolumeRequest(node=name, uid=target.uid, deadline=node.deadline),
                 schedule_to_close_timeout=timeouts.volume_detach,
                 heartbeat_timeout=timeouts.heartbeat,
                 retry_policy=API_RETRY,
@@ -179,7 +188,7 @@ class TerminationWorkflow:
             retry_policy=API_RETRY,
         )
 
-    async def _remove_finalizer(self, node: str) -> None:
+    async def _remove_finalizer(self, node: NodeRef) -> None:
         self._set_phase("RemovingFinalizer")
         await workflow.execute_activity_method(
             KubernetesActivities.remove_finalizer,
@@ -197,6 +206,7 @@ class TerminationWorkflow:
             raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
 
     def _record(self, node: NodeInfo) -> None:
+        self._status.uid = node.uid
         self._status.instance_id = node.instance_id
         self._status.deadline = node.deadline
         if node.nodepool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from api.interruption_events import UnparseableMessage, parse_message
-from cluster.interruption import instance_id_of, like_for_like
+from cluster.interruption import fallback_replacement, instance_id_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,15 +109,18 @@ def test_node_helpers():
                 "karpenter.sh/nodepool": "default",
                 "node.kubernetes.io/instance-type": "m5.large",
                 "karpenter.sh/capacity-type": "spot",
+                "topology.kubernetes.io/zone": "us-west-2a",
             }
         },
         "spec": {"providerID": "aws:///us-west-2a/i-0abc"},
     }
     assert instance_id_of(node) == "i-0abc"
     assert instance_id_of({"spec": {"providerID": "kind://x/y"}}) is None
-    spec = like_for_like(node)
-    assert spec.nodepool == "default" and spec.instance_types == ["m5.large"]
-    assert spec.capacity_type == ["spot", "on-demand"]
+    # Without the informer cache: the same type and zone (zone-pinned pods can follow), on-demand,
+    # never the spot offering being reclaimed.
+    spec = fallback_replacement(node)
+    assert spec.nodepool == "default"
+    assert [o.key for o in spec.offering_order([])] == ["m5.large/us-west-2a/on-demand"]
 
 
 def test_the_iam_policy_grants_every_sqs_call_the_poller_makes():
@@ -141,3 +144,12 @@ def test_the_rebalance_opt_in_is_a_known_karpflow_annotation():
     overrides, problems = read_overrides({REBALANCE_ANNOTATION: "true"})
     assert overrides.rebalance_replace is True and problems == []
     assert read_overrides({REBALANCE_ANNOTATION: "yes"})[1]
+
+
+def test_workflows_started_outside_the_controller_are_searchable_from_the_start():
+    from api import search_attributes as sa
+
+    attributes = sa.at_start(["ip-10-0-1-7"], "Interrupted", "default")
+    assert attributes.get(sa.NODES) == ["ip-10-0-1-7"] and attributes.get(sa.REASON) == "Interrupted"
+    assert attributes.get(sa.NODEPOOL) == "default"
+    assert sa.at_start(["n"], "Manual").get(sa.NODEPOOL) is None

@@ -129,7 +129,7 @@ async def test_the_demo_batch_class_drifts_relaunches_with_its_volume_and_drifts
         tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
         assert tags["cost-center"] == "42" and tags["team"] == "batch"
         (first_command,) = await completed_disruptions(karpflow, 1)
-        assert first_command.startswith("disruption/batch/Drifted/")
+        assert first_command.startswith(f"disruption/{karpflow.stack.cluster_name}/batch/Drifted/")
 
         # Karpenter's labels, written at registration from EC2's description of the instance.
         labels = first["metadata"]["labels"]

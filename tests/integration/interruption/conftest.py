@@ -45,6 +45,20 @@ class Queue:
         )
         assert result["FailedEntryCount"] == 0
 
+    def put_rebalance_recommendation(self, instance_id: str, when: datetime | None = None) -> None:
+        result = self.events.put_events(
+            Entries=[
+                {
+                    "Source": "aws.ec2",
+                    "DetailType": "EC2 Instance Rebalance Recommendation",
+                    "Detail": json.dumps({"instance-id": instance_id}),
+                    "Resources": [f"arn:aws:ec2:us-west-2:123456789012:instance/{instance_id}"],
+                    "Time": when or datetime.now(UTC),
+                }
+            ]
+        )
+        assert result["FailedEntryCount"] == 0
+
     def send(self, body: str) -> None:
         self.sqs.send_message(QueueUrl=self.url, MessageBody=body)
 

@@ -3,11 +3,13 @@ server and the real worker with its interruption poller."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from api.workflow_ids import interruption_workflow_id
 from cluster.interruption import REBALANCE_ANNOTATION, instance_id_of
@@ -17,8 +19,13 @@ pytestmark = pytest.mark.integration
 
 A = node("172.31.1.10", "m5.large", capacity="spot")
 B = node("172.31.2.20", "m5.large")
-PODS = [Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1})]
+# B is nearly full: A's pods need a replacement (the scheduling simulation finds none elsewhere).
+PODS = [
+    Workload("shop", "web", "100m", "128Mi", ["10", "10", "20"], pdb={"maxUnavailable": 1}),
+    Workload("batch", "filler", "1700m", "256Mi", ["20"]),
+]
 WORLD = scenario([A, B], PODS)
+SPOT_DEADLINE_S = 120  # EC2 reclaims a spot instance two minutes after its warning
 
 
 async def instance_of(karpflow, name: str) -> str:
@@ -27,6 +34,14 @@ async def instance_of(karpflow, name: str) -> str:
 
 async def runs_of(karpflow, workflow_id: str) -> int:
     return len([e async for e in karpflow.client.list_workflows(f'WorkflowId="{workflow_id}"')])
+
+
+def spot_id(karpflow, instance: str) -> str:
+    return interruption_workflow_id(karpflow.stack.cluster_name, instance, "spot")
+
+
+def rebalance_id(karpflow, instance: str) -> str:
+    return interruption_workflow_id(karpflow.stack.cluster_name, instance, "rebalance")
 
 
 async def replaced(karpflow, old: str) -> str | None:
@@ -99,7 +114,7 @@ async def test_the_same_message_three_times_starts_one_workflow_and_one_replacem
         await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
         assert w.interruptions.counters["deleted"] == 3
         assert w.interruptions.counters["kind:SpotInterruption"] == 3
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+    assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
     launched = {
         i["InstanceId"] for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))
     }
@@ -124,7 +139,7 @@ async def test_malformed_unknown_instance_and_unknown_kind_are_deleted_and_nothi
         # The worker keeps running: a real interruption afterwards is still handled.
         queue.put_spot_interruption(await instance_of(karpflow, B.name))
         await karpflow.eventually(lambda: replaced(karpflow, B.name), within=60, what="B replaced")
-    assert await runs_of(karpflow, interruption_workflow_id("i-0000000000000dead")) == 0
+    assert await runs_of(karpflow, spot_id(karpflow, "i-0000000000000dead")) == 0
     assert {A.name} <= set(await karpflow.nodes())
     launched = {i["InstanceId"] for i in karpflow.instances()} - before
     assert len(launched) == 1  # B's replacement only
@@ -149,7 +164,7 @@ async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queu
             lambda: replaced(karpflow, A.name), within=60, what="replacement after redelivery"
         )
         assert w.interruptions.counters["received"] == 2 and w.interruptions.counters["deleted"] == 1
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 1
+    assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
 
 
 @pytest.mark.slow
@@ -194,7 +209,7 @@ async def test_a_rebalance_recommendation_without_opt_in_records_an_event_only(k
     # Karpenter's reason, on the node's UID (what `kubectl describe node` matches)
     assert recorded["reason"] == "SpotRebalanceRecommendation", recorded
     assert recorded["involvedObject"]["uid"] == (await karpflow.kube.get_node(A.name))["metadata"]["uid"]
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()
     assert {i["InstanceId"] for i in karpflow.instances()} == before
 
@@ -216,7 +231,7 @@ async def test_a_rebalance_recommendation_with_opt_in_replaces_the_node(karpflow
     queue.send(json.dumps(rebalance))
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1):
         await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="proactive replacement")
-    described = await karpflow.client.get_workflow_handle(interruption_workflow_id(instance)).describe()
+    described = await karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance)).describe()
     assert described.workflow_type == "DisruptionWorkflow"
 
 
@@ -241,5 +256,195 @@ async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
     queue.send(json.dumps(rebalance))
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
         await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
-    assert await runs_of(karpflow, interruption_workflow_id(instance)) == 0
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
+    assert A.name in await karpflow.nodes()
+
+
+async def opt_in_to_rebalance(karpflow) -> None:
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={"metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}}},
+        content_type="application/merge-patch+json",
+    )
+
+
+async def gone_and_terminated(karpflow, name: str, instance: str) -> bool:
+    states = {i["InstanceId"] for i in karpflow.instances(("shutting-down", "terminated"))}
+    return name not in await karpflow.nodes() and instance in states
+
+
+async def started_with_attributes(karpflow, workflow_id: str) -> dict:
+    """The search attributes a workflow carried in its very first event."""
+    history = await karpflow.client.get_workflow_handle(workflow_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    return dict(started.search_attributes.indexed_fields)
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_spot_warning_after_a_refused_rebalance_still_drains_the_node_before_its_deadline(
+    karpflow, queue
+):
+    """Issue 17's acceptance: a spot node annotated do-not-disrupt, in a pool opted in to rebalance
+    replacement. EC2 sends the rebalance recommendation first: its voluntary command is refused
+    (do-not-disrupt). The spot warning 15 s later has a workflow of its own (not a duplicate of the
+    rebalance's) and drains the node and terminates its instance before the two minutes are up."""
+    await opt_in_to_rebalance(karpflow)
+
+    def do_not_disrupt(n):
+        n["metadata"].setdefault("annotations", {})["karpenter.sh/do-not-disrupt"] = "true"
+        return True
+
+    await karpflow.kube.update_node(A.name, do_not_disrupt)
+    instance = await instance_of(karpflow, A.name)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_rebalance_recommendation(instance)
+        await karpflow.eventually(
+            lambda: _async(w.interruptions.counters["kind:RebalanceRecommendation"] == 1), within=20
+        )
+        await asyncio.sleep(15)
+        warned = datetime.now(UTC)
+        queue.put_spot_interruption(instance, when=warned)
+        deadline = warned + timedelta(minutes=2)
+        await karpflow.eventually(
+            lambda: gone_and_terminated(karpflow, A.name, instance),
+            within=(deadline - datetime.now(UTC)).total_seconds(),
+            what=lambda: f"node drained and instance terminated, {w.interruptions.counters}",
+        )
+        finished = datetime.now(UTC)
+        rebalance = await karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance)).describe()
+        spot_handle = karpflow.client.get_workflow_handle(spot_id(karpflow, instance))
+        await karpflow.eventually(lambda: _closed(spot_handle), within=60, what="its replacement up")
+        spot = await spot_handle.describe()
+    took = (finished - warned).total_seconds()
+    print(f"rebalance then spot: drained and terminated {took:.1f}s after the warning ({SPOT_DEADLINE_S}s)")
+    assert finished < deadline
+    assert rebalance.status == WorkflowExecutionStatus.FAILED  # refused: do-not-disrupt
+    assert spot.status == WorkflowExecutionStatus.COMPLETED
+    assert "KarpflowNodes" in await started_with_attributes(karpflow, spot_id(karpflow, instance))
+    pods = [p for p in await karpflow.pods() if p["metadata"]["namespace"] == "shop"]
+    assert pods and all(p["spec"].get("nodeName") != A.name for p in pods)
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_spot_warning_takes_over_a_node_a_rebalance_command_still_holds(karpflow, queue):
+    """The rebalance's voluntary command holds the node while its replacement never gets ready; the
+    spot warning that follows takes the node over and drains it (onto its own replacement) before
+    its deadline, and the voluntary command's rollback does not untaint the node the spot path drains."""
+    await opt_in_to_rebalance(karpflow)
+    instance = await instance_of(karpflow, A.name)
+    rebalance = karpflow.client.get_workflow_handle(rebalance_id(karpflow, instance))
+
+    def launched_by_the_rebalance(described: dict) -> bool:
+        tags = {t["Key"]: t["Value"] for t in described.get("Tags") or ()}
+        return tags.get("karpflow.io/command-id", "").startswith(rebalance.id)
+
+    karpflow.stack.faults.add_never_ready(predicate=launched_by_the_rebalance)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_rebalance_recommendation(instance)
+
+        async def holds() -> bool:
+            node = (await karpflow.nodes())[A.name]
+            holder = (node["metadata"].get("annotations") or {}).get("karpflow.io/disruption-command", "")
+            return holder.startswith(rebalance.id)
+
+        await karpflow.eventually(holds, within=30, what="the rebalance command holding the node")
+        warned = datetime.now(UTC)
+        queue.put_spot_interruption(instance, when=warned)
+        await karpflow.eventually(
+            lambda: gone_and_terminated(karpflow, A.name, instance),
+            within=SPOT_DEADLINE_S,
+            what=lambda: f"node drained and instance terminated, {w.interruptions.counters}",
+        )
+        assert datetime.now(UTC) < warned + timedelta(seconds=SPOT_DEADLINE_S)
+        assert (await rebalance.describe()).status == WorkflowExecutionStatus.RUNNING  # still waiting
+        await rebalance.cancel()
+        await karpflow.eventually(
+            lambda: _closed(rebalance), within=30, what="the rebalance command rolled back"
+        )
+    spot = await karpflow.client.get_workflow_handle(spot_id(karpflow, instance)).describe()
+    assert spot.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def _closed(handle) -> bool:
+    return (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+
+# A spot node in us-west-2a running a pod pinned to its zone; B in us-west-2b cannot take it.
+PINNED_A = node("172.31.1.10", "m5.large", zone="us-west-2a", capacity="spot")
+OTHER_ZONE_B = node("172.31.2.20", "m5.large", zone="us-west-2b")
+PINNED = [
+    Workload(
+        "ml", "zonal", "1500m", "512Mi", ["10"], node_selector={"topology.kubernetes.io/zone": "us-west-2a"}
+    ),
+    Workload("shop", "web", "100m", "128Mi", ["20"]),
+]
+
+
+@pytest.mark.sim_stack(scenario=scenario([PINNED_A, OTHER_ZONE_B], PINNED))
+async def test_a_spot_replacement_honours_its_pods_zone_and_avoids_the_reclaimed_offering(karpflow, queue):
+    """Issue 17 item 4: the replacement is what the displaced pods need (the planner's scheduling
+    simulation on the informer cache), not the interrupted node's offering again: EC2 has no spot
+    m5.large left in us-west-2a (it is reclaiming it), and the pod may only run in us-west-2a."""
+    karpflow.stack.faults.add_insufficient_capacity("m5.large", "us-west-2a", "spot")
+    instance = await instance_of(karpflow, PINNED_A.name)
+
+    async def zonal_runs_in_its_zone() -> dict | None:
+        nodes = await karpflow.nodes()
+        for pod in await karpflow.pods():
+            if pod["metadata"]["namespace"] != "ml" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            host = nodes.get(pod["spec"].get("nodeName") or "")
+            if host and host["metadata"]["name"] != PINNED_A.name and pod["status"].get("phase") == "Running":
+                return host
+        return None
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        queue.put_spot_interruption(instance)
+        host = await karpflow.eventually(
+            zonal_runs_in_its_zone,
+            within=60,
+            what=lambda: f"the zone-pinned pod running again, {w.interruptions.counters}",
+        )
+    labels = host["metadata"]["labels"]
+    assert labels["topology.kubernetes.io/zone"] == "us-west-2a"
+    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"]) != (
+        "m5.large",
+        "spot",
+    )
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_rebalance_replacement_counts_a_notready_node_against_the_budget(karpflow, queue):
+    """Issue 17 item 13: one rule for "is this node disrupting" (planner/budgets.py). The pool allows
+    one disruption, and B is NotReady: the planner counts it as disrupting, so does the rebalance."""
+    await karpflow.kube.request(
+        "PATCH",
+        "/apis/karpenter.sh/v1/nodepools/default",
+        body={
+            "metadata": {"annotations": {REBALANCE_ANNOTATION: "true"}},
+            "spec": {"disruption": {"budgets": [{"nodes": "1"}]}},
+        },
+        content_type="application/merge-patch+json",
+    )
+    sick = (await karpflow.nodes())[B.name]
+    sick["status"]["conditions"] = [c for c in sick["status"]["conditions"] if c["type"] != "Ready"] + [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
+    await karpflow.kube.request("PUT", f"/api/v1/nodes/{B.name}/status", body=sick)
+    instance = await instance_of(karpflow, A.name)
+    rebalance = {
+        **json.loads(_body(instance)),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "detail": {"instance-id": instance},
+    }
+    queue.send(json.dumps(rebalance))
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()

@@ -243,7 +243,7 @@ def test_disrupt_starts_the_plans_command_for_a_node_and_follows_it(tmp_path: Pa
         result = karpflow("--state-dir", str(state), "disrupt", EMPTY_NODE, env={}, timeout=240)
         assert result.returncode == 0, result.stdout + result.stderr
         out = " ".join(result.stdout.split())
-        assert "started disruption/default/Empty/" in out
+        assert "started disruption/karpflow-dev/default/Empty/" in out  # the dev stack's cluster
         assert "Empty: delete 1 node: ip-172-31-2-30" in out
         assert ": Succeeded" in out  # followed to the end
 

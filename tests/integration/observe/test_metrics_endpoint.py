@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.workflow_io import TerminationInput
 from sim.ports import free_port
 from sim.testing import assert_no_violations, kubectl
 from tests.integration.workflows.conftest import REPO, Workload, node, scenario
-from workflows.termination import TerminationWorkflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,12 +77,9 @@ async def test_a_termination_moves_karpenters_series_and_the_dashboard_only_quer
             lambda: asyncio.to_thread(_try_scrape, url), within=60, what=karpflow.worker_logs
         )
         assert value(samples(before), "karpenter_pods_eviction_requests_total", code="200") == 0
-        status = await karpflow.client.execute_workflow(
-            TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted"),
-            id=f"termination/{A.name}",
-            task_queue=karpflow.task_queue,
-        )
+        # Under the id every part of karpflow derives for the node: the deletion watcher finds it
+        # running instead of starting a second termination (another id would drain twice).
+        status = await (await karpflow.start_termination(A.name)).result()
         assert status.phase == "Succeeded", status
 
         async def moved() -> str | None:

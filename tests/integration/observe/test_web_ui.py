@@ -140,7 +140,9 @@ async def test_the_web_ui_lists_filters_and_summarizes_a_disruption(make_sim_sta
         )
         assert item.workflow_id in by_node, by_node[:2000]
         # ... with the node's termination, which the disruption started, and nothing else
-        assert f"termination/{EMPTY_NODE}" in by_node and "2 Workflows" in by_node, by_node[:2000]
+        termination = status["candidates"][0]["termination_id"]
+        assert termination.startswith(f"termination/{world.stack.cluster_name}/{EMPTY_NODE}/"), termination
+        assert termination in by_node and "2 Workflows" in by_node, by_node[:2000]
         by_other = await asyncio.to_thread(render, f"{base}?query={node_filter(OTHER_NODE)}")
         assert item.workflow_id not in by_other and "No Workflows" in by_other, by_other[:2000]
 

@@ -244,12 +244,18 @@ class Karpflow:
                 raise AssertionError(f"timed out after {within}s waiting for {text or check}")
             await asyncio.sleep(0.05)
 
+    async def termination_id(self, node: str) -> str:
+        """The id every part of karpflow gives the termination of `node` as it is now (its UID)."""
+        uid = (await self.nodes())[node]["metadata"]["uid"]
+        return termination_workflow_id(self.stack.cluster_name, node, uid)
+
     async def start_termination(self, node: str, reason: str = "Drifted") -> WorkflowHandle[Any, Any]:
-        """A TerminationWorkflow of `node` on this test's task queue, under its real id."""
+        """A TerminationWorkflow of `node` on this test's task queue, pinned to it, under its real id."""
+        uid = (await self.nodes())[node]["metadata"]["uid"]
         return await self.client.start_workflow(
             TerminationWorkflow.run,
-            TerminationInput(node=node, reason=reason),
-            id=termination_workflow_id(node),
+            TerminationInput(node=node, uid=uid, reason=reason),
+            id=termination_workflow_id(self.stack.cluster_name, node, uid),
             task_queue=self.task_queue,
         )
 
@@ -257,7 +263,8 @@ class Karpflow:
         return f"{prefix}/{uuid.uuid4().hex[:8]}"
 
     async def cleanup(self) -> None:
-        """Terminate what this test left running: workflow ids (`termination/<node>`) are shared."""
+        """Terminate what this test left running: the tests' stacks share a cluster name, so a node
+        name and UID could meet again in a workflow id."""
         query = f'TaskQueue="{self.task_queue}" AND ExecutionStatus="Running"'
         async for execution in self.client.list_workflows(query):
             with contextlib.suppress(Exception):

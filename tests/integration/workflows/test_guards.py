@@ -229,15 +229,14 @@ async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause
     back, the node is drained and its instance terminated."""
     from temporalio.client import WorkflowExecutionStatus
 
-    from api.workflow_ids import termination_workflow_id
-
     instance_id = (await karpflow.nodes())[A.name]["spec"]["providerID"].rsplit("/", 1)[-1]
     tag = f"kubernetes.io/cluster/{karpflow.stack.cluster_name}"
     ec2 = karpflow.stack.ec2_client()
     ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": tag}])
+    termination = await karpflow.termination_id(A.name)
     async with karpflow.worker(node_watcher_retry=0.5) as worker:
         await karpflow.kube.delete_node(A.name)
-        handle = karpflow.client.get_workflow_handle(termination_workflow_id(A.name))
+        handle = karpflow.client.get_workflow_handle(termination)
 
         async def refused() -> bool:
             try:
@@ -264,3 +263,27 @@ async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause
 
 async def _async(value: bool) -> bool:
     return value
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], PODS), time_scale=1)
+async def test_a_notready_node_whose_instance_is_gone_is_removed_by_its_termination(karpflow):
+    """The instance was terminated outside karpflow and the kubelet went silent (time scale 1: the
+    simulated cloud node lifecycle controller would delete the node only 70 s later): a termination
+    is not refused by the managed-node guard; its own "instance already gone" path releases the node."""
+    instance_id = (await karpflow.nodes())[A.name]["spec"]["providerID"].rsplit("/", 1)[-1]
+    karpflow.stack.ec2_client().terminate_instances(InstanceIds=[instance_id])
+    node_ = (await karpflow.nodes())[A.name]
+    node_["status"]["conditions"] = [c for c in node_["status"]["conditions"] if c["type"] != "Ready"] + [
+        {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
+    await karpflow.kube.request("PUT", f"/api/v1/nodes/{A.name}/status", body=node_)
+    async with karpflow.worker():
+        handle = await karpflow.start_termination(A.name, reason="Unhealthy")
+        status = await handle.result()
+    assert "instance already gone" in status.message
+    assert A.name not in await karpflow.nodes()

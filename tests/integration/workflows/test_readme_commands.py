@@ -33,9 +33,11 @@ def test_the_readme_has_the_three_command_blocks():
 @pytest.mark.sim_stack(scenario=DEMO, time_scale=0.05)
 async def test_the_readme_commands_work_as_written(karpflow):
     karpflow.task_queue = "karpflow"  # the README uses the default task queue
+    cluster = karpflow.stack.cluster_name
     env = {
         "TEMPORAL_ADDRESS": karpflow.temporal_address,
         "KUBECONFIG": str(karpflow.stack.kubeconfig_path),
+        "KARPFLOW_CLUSTER_NAME": cluster,  # as `source .state/env` sets it
         "PATH": os.path.dirname(temporal_cli()) + os.pathsep + os.environ["PATH"],
     }
     disrupt, terminate, cancel = readme_blocks()
@@ -50,8 +52,11 @@ async def test_the_readme_commands_work_as_written(karpflow):
         added = {i["InstanceId"] for i in karpflow.instances()} - before
         assert len(added) == 1
 
+        deleted = "ip-172-31-6-110.us-west-2.compute.internal"
+        deleted_uid = (await karpflow.nodes())[deleted]["metadata"]["uid"]
         shown = await karpflow.run("bash", "-euo", "pipefail", "-c", terminate, **env)
-        assert "termination/ip-172-31-6-110.us-west-2.compute.internal" in shown.stdout
+        # kubectl delete node started the termination every part of karpflow derives for it.
+        assert f"termination/{cluster}/{deleted}/{deleted_uid}" in shown.stdout
         nodes = await karpflow.nodes()
         assert "ip-172-31-4-70.us-west-2.compute.internal" not in nodes
         assert "ip-172-31-6-110.us-west-2.compute.internal" not in nodes
@@ -60,9 +65,11 @@ async def test_the_readme_commands_work_as_written(karpflow):
         karpflow.stack.faults.add_never_ready(instance_types=["m5.large"])
         await karpflow.run("bash", "-euo", "pipefail", "-c", cancel, **env)
         try:
-            status = await wait_closed(karpflow.client, "disruption/default/Underutilized/cancel-me")
+            status = await wait_closed(
+                karpflow.client, f"disruption/{cluster}/default/Underutilized/cancel-me"
+            )
         except AssertionError:
-            h = karpflow.client.get_workflow_handle("disruption/default/Underutilized/cancel-me")
+            h = karpflow.client.get_workflow_handle(f"disruption/{cluster}/default/Underutilized/cancel-me")
             d = await h.describe()
             for a in d.raw_description.pending_activities:
                 print("PENDING", a.activity_type.name, a.attempt, a.last_failure.message, a.heartbeat_details)

@@ -12,7 +12,12 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from api.constants import DO_NOT_DISRUPT_ANNOTATION, TERMINATION_TIMESTAMP_ANNOTATION
+from api.constants import (
+    DISRUPTED_TAINT_KEY,
+    DO_NOT_DISRUPT_ANNOTATION,
+    TERMINATION_FINALIZER,
+    TERMINATION_TIMESTAMP_ANNOTATION,
+)
 from api.workflow_io import (
     DisruptionInput,
     ReplacementSpec,
@@ -55,12 +60,7 @@ async def test_a_pdb_allowing_one_disruption_paces_the_drain(karpflow):
 
     async with karpflow.worker():
         sampler = asyncio.create_task(sample())
-        status = await karpflow.client.execute_workflow(
-            TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted"),
-            id=f"termination/{A.name}",
-            task_queue=karpflow.task_queue,
-        )
+        status = await (await karpflow.start_termination(A.name)).result()
         sampler.cancel()
 
     assert status.phase == "Succeeded" and status.pods_evicted == 5 and status.pods_deleted == 0
@@ -125,6 +125,7 @@ async def _only_trainer_left(karpflow) -> bool:
 @pytest.mark.sim_stack(scenario=scenario([A, B], PACED))
 async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
     instance = next(i["InstanceId"] for i in karpflow.instances() if i["PrivateIpAddress"] == "172.31.1.10")
+    termination = await karpflow.termination_id(A.name)
     async with karpflow.worker():
         since = datetime.now(UTC)
         await karpflow.run(
@@ -136,7 +137,7 @@ async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
             A.name,
             "--wait=false",
         )
-        status = await wait_closed(karpflow.client, f"termination/{A.name}", since=since)
+        status = await wait_closed(karpflow.client, termination, since=since)
 
     assert status == WorkflowExecutionStatus.COMPLETED
     assert A.name not in await karpflow.nodes()
@@ -167,12 +168,13 @@ async def test_a_worker_killed_while_draining_resumes_without_launching_twice(ka
     )
     command.timeouts.heartbeat = command.termination.heartbeat
     workflow_id = karpflow.workflow_id("disruption/default/Drifted")
+    child_id = await karpflow.termination_id(A.name)
     first = karpflow.worker_process()
     try:
         handle = await karpflow.client.start_workflow(
             DisruptionWorkflow.run, command, id=workflow_id, task_queue=karpflow.task_queue
         )
-        child = karpflow.client.get_workflow_handle(f"termination/{A.name}")
+        child = karpflow.client.get_workflow_handle(child_id)
         await karpflow.eventually(
             lambda: _draining_with_evictions(child),
             within=60,
@@ -329,10 +331,12 @@ async def test_a_pod_under_two_pdbs_is_retried_then_deleted_at_the_deadline(karp
     )
     async with karpflow.worker():
         # A short heartbeat timeout: the SDK sends heartbeat details at most every 0.8 of it.
+        uid = (await karpflow.nodes())[A.name]["metadata"]["uid"]
+        timeouts = TerminationTimeouts(heartbeat="1s")
         handle = await karpflow.client.start_workflow(
             TerminationWorkflow.run,
-            TerminationInput(node=A.name, reason="Drifted", timeouts=TerminationTimeouts(heartbeat="1s")),
-            id=f"termination/{A.name}",
+            TerminationInput(node=A.name, uid=uid, reason="Drifted", timeouts=timeouts),
+            id=await karpflow.termination_id(A.name),  # the watcher's, once the node is deleting
             task_queue=karpflow.task_queue,
         )
 
@@ -350,3 +354,87 @@ async def test_a_pod_under_two_pdbs_is_retried_then_deleted_at_the_deadline(karp
     assert status.pods_evicted == 0 and status.pods_deleted == 2
     assert A.name not in await karpflow.nodes()
     assert_no_violations(karpflow.stack)  # deleted at the deadline, never evicted past a budget
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B], HELD, termination_grace_period="1h"))
+async def test_a_termination_never_drains_a_new_node_that_reused_its_nodes_name(karpflow):
+    """A do-not-disrupt pod holds the drain of A. Meanwhile A goes (someone removes its finalizer)
+    and a new instance registers under the same name, as EKS names nodes by a private IP that comes
+    back, with a pod of its own. The termination, pinned to A's UID, stops draining, terminates A's
+    instance only, and leaves the new node, its finalizer and its pod alone. Started by hand with
+    the node's name only: it pins the node it finds at the start."""
+    ec2 = karpflow.stack.ec2_client()
+    async with karpflow.worker():
+        handle = await karpflow.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=A.name, reason="Drifted"),
+            id=karpflow.workflow_id("termination/by-hand"),
+            task_queue=karpflow.task_queue,
+        )
+        await karpflow.eventually(lambda: _only_trainer_left(karpflow), within=10, what="the drain held")
+        old = (await karpflow.nodes())[A.name]
+        old_instance = old["spec"]["providerID"].rsplit("/", 1)[-1]
+
+        def without_finalizers(n: dict) -> bool:
+            n["metadata"]["finalizers"] = []
+            return True
+
+        await karpflow.kube.update_node(A.name, without_finalizers)
+
+        async def gone() -> bool:
+            return A.name not in await karpflow.nodes()
+
+        await karpflow.eventually(gone, within=10, what="the old node gone")
+        template = ec2.describe_instances(InstanceIds=[old_instance])["Reservations"][0]["Instances"][0]
+        tags = {t["Key"]: t["Value"] for t in template["Tags"]}
+        new_instance = ec2.run_instances(
+            ImageId=template["ImageId"],
+            InstanceType=template["InstanceType"],
+            SubnetId=template["SubnetId"],
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            ],
+        )["Instances"][0]["InstanceId"]
+        meta = old["metadata"]
+        await karpflow.kube.request(
+            "POST",
+            "/api/v1/nodes",
+            body={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": A.name,
+                    "labels": meta["labels"],
+                    "finalizers": [TERMINATION_FINALIZER],
+                },
+                "spec": {"providerID": f"aws:///{A.zone}/{new_instance}"},
+                "status": old["status"],
+            },
+        )
+        await karpflow.kube.request(
+            "POST",
+            "/api/v1/namespaces/shop/pods",
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "newcomer", "namespace": "shop"},
+                "spec": {"nodeName": A.name, "containers": [{"name": "app", "image": "nginx"}]},
+            },
+        )
+        status = await handle.result()
+
+    new = (await karpflow.nodes())[A.name]
+    assert new["metadata"]["uid"] != meta["uid"] and not new["metadata"].get("deletionTimestamp")
+    assert new["metadata"]["finalizers"] == [TERMINATION_FINALIZER]
+    assert not any(t["key"] == DISRUPTED_TAINT_KEY for t in new["spec"].get("taints") or ())
+    newcomer = await karpflow.kube.request("GET", "/api/v1/namespaces/shop/pods/newcomer")
+    assert not newcomer["metadata"].get("deletionTimestamp")
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for r in ec2.describe_instances(InstanceIds=[old_instance, new_instance])["Reservations"]
+        for i in r["Instances"]
+    }
+    assert states[old_instance] in ("shutting-down", "terminated") and states[new_instance] == "running"
+    assert status.phase == "Succeeded" and "another node now" in status.message, status.message

@@ -189,7 +189,8 @@ def test_budgets_are_reported_at_the_start_of_the_pass_and_after_its_commands():
     b.nodepool("default", expire_after="24h", budgets=[{"nodes": "3"}])
     b.node("expired", age=timedelta(days=2))
     b.pod("web-1", "expired")
-    b.node("notready", ready=False, age=timedelta(hours=2))
+    # NotReady for less than repair's 30 min toleration: disrupting for budgets, not yet repaired.
+    b.node("notready", ready=False, age=timedelta(hours=2), ready_for=timedelta(minutes=5))
     b.node("empty", age=timedelta(hours=2))
     b.node("busy", age=timedelta(hours=2))
     b.pod("web-2", "busy")

@@ -39,19 +39,27 @@ def test_a_node_not_ready_for_less_than_its_toleration_waits():
     assert run(b, repair_tolerations={"Ready=False": timedelta(minutes=5)}).commands[0].nodes == ["flaky"]
 
 
-def test_no_repair_when_a_quarter_of_the_pool_is_unhealthy():
+def test_no_repair_when_more_than_a_fifth_rounded_up_is_unhealthy():
     b = ClusterBuilder()
     pool_of(b, 6)
-    for name in ("sick-1", "sick-2"):  # 2 of 8 = 25 %
+    for name in ("sick-1", "sick-2", "sick-3"):  # 3 of 9: more than ceil(20 % of 9) = 2
         b.node(name, ready=False, ready_for=timedelta(hours=2))
     result = run(b)
     assert result.commands == []
-    explained = {x.node: x.reason for x in result.blocked}
-    assert (
-        "2 of 8 nodes of NodePool default are unhealthy"
-        in " ".join(d.reason for x in result.blocked for d in x.details)
-        or explained
-    )
+    reasons = " ".join(d.reason for x in result.blocked for d in x.details)
+    assert "3 of 9 nodes of NodePool default are unhealthy (more than 2: 20% rounded up)" in reasons
+
+
+def test_one_unhealthy_node_of_a_small_pool_is_repaired_as_karpenter_rounds_up():
+    """Karpenter allows ceil(20 %) unhealthy nodes: 1 of 3 or 4, 2 of 8 (its health controller)."""
+    for size, sick in ((3, 1), (4, 1), (8, 2)):
+        b = ClusterBuilder()
+        pool_of(b, size - sick)
+        names = [f"sick-{i}" for i in range(sick)]
+        for name in names:
+            b.node(name, ready=False, ready_for=timedelta(hours=2))
+        repaired = sorted(n for c in run(b).commands for n in c.nodes)
+        assert repaired == names, f"{sick} of {size}"
 
 
 def test_repair_can_be_turned_off():
@@ -90,3 +98,19 @@ def test_a_node_that_never_became_ready_within_15_minutes_of_launch_is_terminate
     (command,) = run(b, repair_tolerations={}).commands
     assert (command.method, command.reason, command.nodes) == ("liveness", "Unhealthy", ["stuck"])
     assert "not Ready and initialized 16m" in command.message
+
+
+def test_nodes_already_in_flight_get_no_second_forceful_command():
+    """A node a running workflow holds (shown to the planner with the disrupted taint) is not planned
+    again by expiration, repair, liveness or NodePool deletion: each pass would otherwise start its
+    command again the moment the previous one closed, and count its pods' capacity twice."""
+    b = ClusterBuilder()
+    held = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    pool_of(b, 9)
+    b.node("expired", age=timedelta(days=40), taints=held)
+    b.node("sick", ready=False, ready_for=timedelta(hours=1), taints=held)
+    b.node("stuck", age=timedelta(minutes=20), ready=False, initialized=False, taints=held)
+    old = b.nodepool("old")
+    old["metadata"]["deletionTimestamp"] = "2026-11-22T09:00:00Z"
+    b.node("leaving", pool="old", taints=held)
+    assert run(b).commands == []

@@ -214,3 +214,14 @@ def test_the_report_counts_what_it_watches(checker):
     checker.observe("ADDED", window("w", ["Drift"]))
     observed = checker.check().observed
     assert (observed["maintenance-windows"], observed["node-disruption-budgets"]) == (1, 1)
+
+
+def test_the_reason_is_read_from_a_cluster_scoped_command_id_too():
+    from sim.invariants import disruption_reason
+
+    def held_by(holder: str) -> dict:
+        return {"metadata": {"annotations": {"karpflow.io/disruption-command": holder}}}
+
+    assert disruption_reason(held_by("disruption/prod/blue+green/Underutilized/abc@r1")) == "Underutilized"
+    assert disruption_reason(held_by("disruption/blue/Drifted/abc@r1")) == "Drifted"
+    assert disruption_reason(held_by("interruption/prod/i-1/spot@r1")) == "Interrupted"

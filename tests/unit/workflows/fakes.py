@@ -30,6 +30,7 @@ from api.activity_io import (
     LaunchRequest,
     LaunchTemplate,
     NodeInfo,
+    NodeRef,
     RegisteredNode,
     RegistrationRequest,
     ResolveRequest,
@@ -133,11 +134,22 @@ class FakeCluster:
         self.calls.append(("taint_disrupted", request.nodes))
         await asyncio.sleep(self.taint_seconds)
         return [
-            CandidateNode(node=n, ok=True, provider_id=f"aws:///zone-a/i-{n}", nodepool="default")
-            if n in self.nodes and n not in self.deleting
+            CandidateNode(
+                node=n,
+                ok=True,
+                uid=self.uid(n),
+                provider_id=f"aws:///zone-a/i-{n}",
+                nodepool="default",
+                termination_id=f"termination/fake/{n}/{self.uid(n)}",
+            )
+            if n in self.nodes and n not in self.deleting and request.uids.get(n, self.uid(n)) == self.uid(n)
             else CandidateNode(node=n, ok=False, message="node not found")
             for n in request.nodes
         ]
+
+    @staticmethod
+    def uid(node: str) -> str:
+        return f"uid-{node}"
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
@@ -222,6 +234,7 @@ class FakeCluster:
         return NodeInfo(
             node=request.node,
             found=True,
+            uid=request.uid or self.uid(request.node),
             ready=self.node_ready,
             provider_id=f"aws:///zone-a/i-{request.node}",
             instance_id=f"i-{request.node}",
@@ -231,8 +244,8 @@ class FakeCluster:
         )
 
     @activity.defn(name="taint_for_termination")
-    async def taint_for_termination(self, node: str) -> None:
-        self.calls.append(("taint_for_termination", node))
+    async def taint_for_termination(self, node: str | NodeRef) -> None:
+        self.calls.append(("taint_for_termination", node.node if isinstance(node, NodeRef) else node))
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
@@ -273,5 +286,5 @@ class FakeCluster:
         return InstanceState(instance_id=request.instance_id, found=True, state="terminated", owned=True)
 
     @activity.defn(name="remove_finalizer")
-    async def remove_finalizer(self, node: str) -> None:
-        self.calls.append(("remove_finalizer", node))
+    async def remove_finalizer(self, node: str | NodeRef) -> None:
+        self.calls.append(("remove_finalizer", node.node if isinstance(node, NodeRef) else node))

@@ -154,10 +154,14 @@ def _matches(patterns: str | list[str], value: str) -> bool:
 
 def _condition_holds(condition: dict, context: dict[str, str]) -> bool:
     for operator, pairs in condition.items():
-        assert operator == "StringEquals", f"the evaluator does not know {operator}"
+        assert operator in ("StringEquals", "StringLike"), f"the evaluator does not know {operator}"
         for key, allowed in pairs.items():
             allowed = [allowed] if isinstance(allowed, str) else allowed
-            if key not in context or context[key] not in allowed:
+            if key not in context:  # IAM: a condition on a key the request lacks does not hold
+                return False
+            if operator == "StringEquals" and context[key] not in allowed:
+                return False
+            if operator == "StringLike" and not _matches(allowed, context[key]):
                 return False
     return True
 
@@ -175,23 +179,32 @@ def allowed(action: str, resource: str, **context: str) -> bool:
     return False
 
 
+POOL = "aws:RequestTag/karpenter.sh/nodepool"
+
+
 def test_instances_are_launched_and_tagged_only_as_this_clusters():
-    at_launch = {"ec2:CreateAction": "RunInstances", OWNED: "owned"}
-    assert allowed("ec2:RunInstances", INSTANCE, **{OWNED: "owned"})
+    ours = {OWNED: "owned", POOL: "default"}
+    at_launch = {"ec2:CreateAction": "RunInstances", **ours}
+    assert allowed("ec2:RunInstances", INSTANCE, **ours)
     assert not allowed("ec2:RunInstances", INSTANCE)
+    assert not allowed("ec2:RunInstances", INSTANCE, **{OWNED: "owned"})  # launched for a NodePool only
     assert allowed("ec2:CreateTags", INSTANCE, **at_launch)
     assert allowed("ec2:CreateTags", SPOT_REQUEST, **at_launch)  # spot requests are tagged at launch
     eni = "arn:aws:ec2:us-west-2:111122223333:network-interface/eni-0123"
     assert allowed("ec2:CreateTags", eni, **at_launch)  # and so are network interfaces
-    assert allowed("ec2:RunInstances", SPOT_REQUEST, **{OWNED: "owned"})
+    assert allowed("ec2:RunInstances", SPOT_REQUEST, **ours)
     # The hole this closes: stamping the ownership tag on someone else's running instance.
-    assert not allowed("ec2:CreateTags", INSTANCE, **{OWNED: "owned"})
+    assert not allowed("ec2:CreateTags", INSTANCE, **ours)
     assert not allowed("ec2:CreateTags", INSTANCE, **{"ec2:CreateAction": "RunInstances"})
 
 
-def test_only_owned_instances_can_be_terminated():
+def test_only_instances_launched_for_a_nodepool_of_this_cluster_can_be_terminated():
+    """The cluster tag alone is not enough: EKS managed node groups put it on their instances too."""
     owned = {"aws:ResourceTag/kubernetes.io/cluster/CLUSTER_NAME": "owned"}
-    assert allowed("ec2:TerminateInstances", INSTANCE, **owned)
+    assert allowed(
+        "ec2:TerminateInstances", INSTANCE, **owned, **{"aws:ResourceTag/karpenter.sh/nodepool": "gpu"}
+    )
+    assert not allowed("ec2:TerminateInstances", INSTANCE, **owned)
     assert not allowed("ec2:TerminateInstances", INSTANCE)
 
 

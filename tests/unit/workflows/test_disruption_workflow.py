@@ -200,7 +200,7 @@ async def test_cancel_after_the_terminations_started_lets_them_finish(harness):
     status = await handle.query(DisruptionWorkflow.status)
     assert status.phase == "Canceled" and "go on" in status.message, status
     assert "untaint_disrupted" not in harness.cluster.names()
-    child = harness.client.get_workflow_handle(f"termination/{candidates[0]}")
+    child = harness.client.get_workflow_handle(f"termination/fake/{candidates[0]}/uid-{candidates[0]}")
     assert (await child.describe()).status.name == "RUNNING"
     await child.terminate("test over")
 

@@ -17,12 +17,18 @@ class NoPodsLeft:
     async def pods_on_node(self, node: str) -> list[dict]:
         return []
 
+    async def find_node(self, name: str) -> dict | None:
+        return None
+
 
 class SlowPods:
     """A pass that takes longer than a heartbeat interval (a node with many pods to list)."""
 
     def __init__(self) -> None:
         self.calls = 0
+
+    async def find_node(self, name: str) -> dict | None:
+        return None
 
     async def pods_on_node(self, node: str) -> list[dict]:
         self.calls += 1

@@ -90,7 +90,8 @@ def test_bad_inputs_name_the_field(raw, message):
 
 def test_a_planner_command_becomes_a_workflow_input():
     catalog = bundled_catalog()
-    candidate = type("C", (), {"name": "ip-1", "pool_name": "default", "price": 0.2})()
+    node = type("N", (), {"uid": "8f1c2d3e-0000-4000-8000-000000000001"})()
+    candidate = type("C", (), {"name": "ip-1", "pool_name": "default", "price": 0.2, "node": node})()
     command = Command(
         method="drift",
         reason=REASON_DRIFTED,
@@ -103,9 +104,10 @@ def test_a_planner_command_becomes_a_workflow_input():
     )
     made = disruption_input(command)
     assert made.nodes == ["ip-1"] and made.reason == "Drifted"
+    assert made.node_uids == {"ip-1": node.uid}  # pinned to the node the planner saw
     assert made.replacements[0].instance_types == ["m5.large", "m5.xlarge"]
     assert made.replacements[0].capacity_type == ["spot"]
-    assert disruption_workflow_id(command) == f"disruption/default/Drifted/{command.id}"
+    assert disruption_workflow_id(command, "prod") == f"disruption/prod/default/Drifted/{command.id}"
 
 
 def test_settings_come_from_the_environment_and_flags_win(monkeypatch):
@@ -196,3 +198,12 @@ def test_text_log_lines_carry_the_context_once():
         assert handler.format(from_sdk).count("'workflow_id'") == 1
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
+
+
+def test_the_uids_of_nodes_a_command_no_longer_has_pin_nothing():
+    """Validation may narrow an emptiness command to the nodes still valid; the input keeps the UIDs
+    the planner gave every node (activities/planning.py validate_commands)."""
+    narrowed = parse_input(
+        DisruptionInput, {"reason": "Empty", "nodes": ["a"], "node_uids": {"a": "uid-a", "b": "uid-b"}}
+    )
+    assert narrowed.node_uids == {"a": "uid-a"}

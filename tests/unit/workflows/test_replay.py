@@ -14,9 +14,11 @@ Re-record after an intended, versioned change (and say so in the commit):
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from temporalio.worker import Replayer
 from api.controller_io import ControllerInput, PlannedCommand
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from worker import WORKFLOWS
+from workflows.disruption import PATCH_TERMINATION_PER_INCARNATION
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("KARPFLOW_RECORD_HISTORIES") == "1"
@@ -38,6 +41,11 @@ EXPECTED = {
     "termination",
     "termination-drain-retries",
     "controller",
+    # Recorded after the node pinning (issue 17): the child termination's id per node incarnation,
+    # behind workflow.patched, and a forceful command with a spot deadline.
+    "disruption-replace-pinned",
+    "disruption-forceful-deadline",
+    "termination-pinned",
 }
 
 
@@ -128,6 +136,77 @@ async def test_record_histories(harness):
         await asyncio.sleep(0.1)
     await _save("controller", first_run)
     await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_pinned_histories(harness):
+    """The paths the node pinning added, beside the histories recorded before it (record only these:
+    `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k pinned`)."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.update({"p1", "p2", "p3"})
+
+    async def start(workflow: str, arg: object, name: str) -> WorkflowHandle:
+        return await client.start_workflow(
+            workflow, arg, id=f"{name}/{harness.id('replay')}", task_queue=queue
+        )
+
+    pinned = _disruption(["p1"])
+    pinned.node_uids = {"p1": cluster.uid("p1")}
+    handle = await start("DisruptionWorkflow", pinned, "disruption/replay/default/Underutilized/pinned")
+    await _settle(handle)
+    await _save("disruption-replace-pinned", handle)
+
+    spot = DisruptionInput(
+        reason="Interrupted",
+        nodes=["p2"],
+        node_uids={"p2": cluster.uid("p2")},
+        replacements=[ReplacementSpec(nodepool="default", instance_types=["m5.large"], zones=["zone-a"])],
+        termination_deadline=datetime.now(UTC) + timedelta(minutes=2),
+    )
+    spot.timeouts.replacement_ready = timedelta(seconds=1)
+    handle = await start("DisruptionWorkflow", spot, "interruption/replay/i-p2/spot")
+    await _settle(handle)
+    await _save("disruption-forceful-deadline", handle)
+
+    handle = await start(
+        "TerminationWorkflow", TerminationInput(node="p3", uid=cluster.uid("p3")), "termination/replay/p3"
+    )
+    await _settle(handle)
+    await _save("termination-pinned", handle)
+
+
+def _events(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["events"]
+
+
+def _child_ids(path: Path) -> list[str]:
+    return [
+        event["startChildWorkflowExecutionInitiatedEventAttributes"]["workflowId"]
+        for event in _events(path)
+        if "startChildWorkflowExecutionInitiatedEventAttributes" in event
+    ]
+
+
+def _patches(path: Path) -> list[str]:
+    """The workflow.patched ids a history recorded (core's `core_patch` markers)."""
+    found = []
+    for event in _events(path):
+        marker = event.get("markerRecordedEventAttributes") or {}
+        if marker.get("markerName") == "core_patch":
+            for payload in marker["details"]["patch-data"]["payloads"]:
+                found.append(json.loads(base64.b64decode(payload["data"]))["id"])
+    return found
+
+
+def test_the_termination_id_change_replays_both_ways():
+    """Runs started before the change started their child as `termination/<node>` and recorded no
+    patch; runs started after, as `termination/<cluster>/<node>/<uid>` behind the patch marker.
+    Both replay on the current code (test_recorded_history_replays_on_the_current_code)."""
+    old = HISTORIES / "disruption-replace.json"
+    new = HISTORIES / "disruption-replace-pinned.json"
+    assert _child_ids(old) == ["termination/n1"] and _patches(old) == []
+    assert _child_ids(new) == ["termination/fake/p1/uid-p1"]
+    assert _patches(new) == [PATCH_TERMINATION_PER_INCARNATION]
 
 
 def test_every_workflow_has_recorded_histories():

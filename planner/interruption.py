@@ -1,0 +1,126 @@
+"""Interruption, decided on a snapshot: what a reclaimed spot node's pods need, and whether a pool's
+budgets allow a proactive rebalance replacement. Pure: the interruption poller (cluster/interruption.py)
+builds the snapshot from the worker's informer cache and turns the answers into workflow inputs.
+
+Spot replacements (Karpenter leaves these pods to its provisioner): the scheduling simulation places
+the displaced pods, honouring their zone and node constraints (node selectors, affinity, topology
+spread, the pool's requirements), on the cluster's other nodes first and on new NodeClaims for the
+rest, with the interrupted offering marked unavailable in the catalog the caller passes, so a new
+node is never planned where EC2 is reclaiming capacity. Each new node keeps the launch options the
+simulation allows, cheapest first, minus the interrupted offering; a spot node falls back to
+on-demand where its NodePool allows it.
+
+Rebalance budget: the same budget map as the planner's methods (planner/budgets.py), so "is this
+node disrupting" has one answer for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL, REASON_DRIFTED
+from api.nodepool import NodePool
+from planner.budgets import build_budget_map
+from planner.candidates import make_candidate
+from planner.catalog import Catalog
+from planner.model import PlanContext, PlanOptions, Replacement, Simulate
+from planner.plan import default_simulate
+from planner.snapshot import Snapshot
+
+Offering = tuple[str, str, str]  # (instance type, zone, capacity type)
+
+
+@dataclass(frozen=True)
+class SpotReplacement:
+    """A new node for displaced pods: its NodePool and the offerings to try, in order."""
+
+    nodepool: str
+    offerings: list[Offering]
+    pods: int
+
+
+def allowed_capacity_types(pool: NodePool) -> set[str]:
+    """The capacity types the NodePool's requirements allow (Karpenter defaults to on-demand)."""
+    allowed = {CAPACITY_SPOT, CAPACITY_ON_DEMAND}
+    constrained = False
+    for requirement in pool.spec.template.spec.requirements:
+        if requirement.key != CAPACITY_TYPE_LABEL:
+            continue
+        constrained = True
+        if requirement.operator == "In":
+            allowed &= set(requirement.values)
+        elif requirement.operator == "NotIn":
+            allowed -= set(requirement.values)
+        elif requirement.operator == "DoesNotExist":
+            allowed = set()
+    return allowed if constrained else {CAPACITY_ON_DEMAND}
+
+
+def _offerings(
+    replacement: Replacement, catalog: Catalog, capacity_type: str, reclaimed: Offering | None
+) -> list[Offering]:
+    out = []
+    for kind in replacement.instance_types:
+        for zone in replacement.zones or sorted({o.zone for o in kind.offerings}):
+            offering = (kind.name, zone, capacity_type)
+            known = catalog.get(kind.name)
+            available = (
+                known is not None and (o := known.offering(zone, capacity_type)) is not None and o.available
+            )
+            if offering != reclaimed and available:
+                out.append(offering)
+    return out
+
+
+def spot_replacements(
+    snapshot: Snapshot,
+    catalog: Catalog,
+    node_name: str,
+    reclaimed: Offering | None = None,
+    options: PlanOptions | None = None,
+    simulate: Simulate | None = None,
+) -> list[SpotReplacement]:
+    """The new nodes the pods of `node_name` need once it is gone (none when they fit elsewhere).
+    `catalog` should already mark `reclaimed` unavailable; it is also left out of the launch order."""
+    node = snapshot.nodes.get(node_name)
+    pool = snapshot.nodepools.get(node.nodepool or "") if node is not None else None
+    simulate = simulate if simulate is not None else default_simulate()
+    if node is None or pool is None or simulate is None:
+        return []
+    ctx = PlanContext(snapshot=snapshot, catalog=catalog, options=options or PlanOptions(), simulate=simulate)
+    candidate = make_candidate(ctx, node, pool)
+    if candidate.is_empty:
+        return []
+    out = []
+    for replacement in simulate(ctx, [candidate]).new_nodes:
+        offerings = _offerings(replacement, catalog, replacement.capacity_type, reclaimed)
+        target = snapshot.nodepools.get(replacement.nodepool)
+        if (
+            replacement.capacity_type == CAPACITY_SPOT
+            and target
+            and CAPACITY_ON_DEMAND in allowed_capacity_types(target)
+        ):
+            offerings += _offerings(replacement, catalog, CAPACITY_ON_DEMAND, reclaimed)
+        if offerings:
+            out.append(SpotReplacement(replacement.nodepool, offerings, len(replacement.pods)))
+    return out
+
+
+def rebalance_budget(snapshot: Snapshot, node_name: str, reason: str = REASON_DRIFTED) -> tuple[bool, str]:
+    """Whether the node's NodePool may start one more disruption for `reason` now, and why not. The
+    planner's budget map: the same node counts, the same "disrupting" rule, budgets that fail to
+    parse allow nothing."""
+    node = snapshot.nodes.get(node_name)
+    pool = node.nodepool if node is not None else None
+    if pool is None or pool not in snapshot.nodepools:
+        return False, f"node {node_name} has no NodePool in the snapshot"
+    budget = build_budget_map(PlanContext(snapshot=snapshot, catalog=Catalog(region="", types={})), reason)
+    if errors := budget.errors.get(pool):
+        return False, f"NodePool {pool}: budgets unreadable ({'; '.join(errors)})"
+    remaining = budget.remaining.get(pool, 0)
+    if remaining <= 0:
+        return False, (
+            f"NodePool {pool} allows no more {reason} disruptions now "
+            f"({budget.disrupting.get(pool, 0)} of {budget.total.get(pool, 0)} disrupting)"
+        )
+    return True, ""
