@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -372,3 +374,42 @@ async def test_a_failed_command_is_counted_once_however_many_passes_list_it(
     # From the pass after the first failure on, the planner is told, so batch's budget goes to others.
     assert [b.nodepool for b in fake.requests[1].backoffs] == ["batch"]
     assert fake.requests[1].failures_since is not None
+
+
+# -- logs (item 15) ----------------------------------------------------------------------------------------
+
+
+async def test_a_failed_command_is_one_log_line_with_its_cause(
+    controller_harness: ControllerHarness, caplog: pytest.LogCaptureFixture
+):
+    """Every failed child used to log '_ChildWorkflowHandle exception was never retrieved' with a
+    traceback: the controller started it and dropped the handle."""
+    fake = controller_harness.controller
+    failing = command(["gone"]).model_copy(update={"workflow_id": "disruption/default/Underutilized/gone"})
+    fake.script = [PassScript(commands=[failing])]
+    arrived, go_on = fake.hold(3), asyncio.Event()
+    fake.gates[4] = go_on  # the controller stays open (in pass 4) while the child fails
+    caplog.set_level(logging.INFO)
+    handle = await start_controller(controller_harness)
+    try:
+        child = controller_harness.client.get_workflow_handle(failing.workflow_id)
+        for _ in range(200):
+            with contextlib.suppress(RPCError):
+                if (await child.describe()).status == WorkflowExecutionStatus.FAILED:
+                    break
+            await asyncio.sleep(0.05)
+        arrived.set()
+        for _ in range(100):
+            if any(
+                "failed" in r.getMessage() and failing.workflow_id in r.getMessage() for r in caplog.records
+            ):
+                break
+            await asyncio.sleep(0.05)
+        gc.collect()
+    finally:
+        go_on.set()
+        await handle.terminate("test over")
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "never retrieved" in m], messages
+    (line,) = [m for m in messages if m.startswith(f"command {failing.workflow_id} failed")]
+    assert "no candidate could be tainted: gone" in line, line
