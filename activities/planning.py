@@ -149,6 +149,23 @@ class SentReasons:
         return update
 
 
+def planned_command(command: Any) -> PlannedCommand:
+    """A planner Command as the controller starts it: its workflow id and input, and its planned form."""
+    workflow_input = disruption_input(command)
+    return PlannedCommand(
+        workflow_id=disruption_workflow_id(command),
+        method=command.method,
+        reason=command.reason,
+        nodes=list(command.nodes),
+        nodepools=list(command.nodepools),
+        forceful=not workflow_input.voluntary,
+        needs_validation=command.method in VALIDATED_METHODS,
+        savings_per_hour=command.savings_per_hour,
+        input=workflow_input.model_dump(mode="json"),
+        planned=command_out(command).model_dump(mode="json", by_alias=True),
+    )
+
+
 def controller_id() -> str:
     """The workflow id of the controller this activity runs for."""
     return activity.info().workflow_id if activity.in_activity() else ""
@@ -327,7 +344,7 @@ class PlanningActivities:
             for name, node in snapshot.nodes.items()
             if node.has_disrupted_taint and not node.is_deleting and name not in held
         )
-        commands = [self._planned(command) for command in result.commands_]
+        commands = [planned_command(command) for command in result.commands_]
         finalizers = nodepool_finalizer_changes(snapshot)
         reasons = {b.node: b.reason for b in result.blocked}
         return PassResult(
@@ -358,21 +375,6 @@ class PlanningActivities:
         while len(self._sent_reasons) > REMEMBERED_CONTROLLERS:
             self._sent_reasons.popitem(last=False)
         return node_reasons.update_from(known, reasons)
-
-    def _planned(self, command: Any) -> PlannedCommand:
-        workflow_input = disruption_input(command)
-        return PlannedCommand(
-            workflow_id=disruption_workflow_id(command),
-            method=command.method,
-            reason=command.reason,
-            nodes=list(command.nodes),
-            nodepools=list(command.nodepools),
-            forceful=not workflow_input.voluntary,
-            needs_validation=command.method in VALIDATED_METHODS,
-            savings_per_hour=command.savings_per_hour,
-            input=workflow_input.model_dump(mode="json"),
-            planned=command_out(command).model_dump(mode="json", by_alias=True),
-        )
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
