@@ -106,8 +106,9 @@ def start(settings: WorkerSettings) -> None:
 )
 @_connection_options
 def stop(settings: WorkerSettings, reason: str, wait_seconds: float) -> None:
-    """Stop the ControllerWorkflow: it finishes its pass and completes, and workers leave it stopped
-    until `karpflow controller start`. Commands already started go on."""
+    """Stop the ControllerWorkflow: it starts nothing more and completes (within the step it is in:
+    a planning call, or a consolidation's 15 s wait), and workers leave it stopped until `karpflow
+    controller start`. Commands already started go on."""
 
     async def go() -> int:
         client = await _client(settings)
