@@ -33,7 +33,7 @@ async def test_a_long_busy_controller_keeps_every_run_under_its_history_limit(ts
     one_pass = figures.reasons_bytes * 2  # every reason, plus a command and the rest of a result
     assert figures.still_running and figures.status.error == ""
     assert len(figures.status.blocked) >= whole - 5  # every node explained (but a command's)
-    assert figures.forgotten >= 4 and figures.signals >= 5 and figures.status.bad_signals
+    assert figures.forgotten >= 4 and figures.signals >= 5  # and the controller went on
     closed = [r for r in figures.runs if r.ended != "running"]
     assert any(r.ended == "history limit" for r in closed), [r.ended for r in figures.runs]
     assert all(r.bytes < limit + one_pass for r in figures.runs), [r.bytes for r in figures.runs]

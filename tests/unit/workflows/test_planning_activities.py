@@ -31,17 +31,19 @@ async def test_a_pass_heartbeats_while_it_waits_for_the_cache(monkeypatch: pytes
 
 
 def two_pools_with_drift() -> ClusterBuilder:
-    """`batch` and `default`, one drifted node each (an AMI the EC2NodeClass no longer resolves);
-    batch's is older, so drift would pick it first."""
+    """`batch` and `default`, one drifted node each (launched before their NodePool's template
+    changed); batch's is older, so drift would pick it first."""
     b = ClusterBuilder(now=datetime.now(UTC))
     b.nodeclass()
-    for pool in ("batch", "default"):
-        b.nodepool(pool, consolidate_after="Never")
-    b.node("batch-old", pool="batch", ami="ami-0old", age=timedelta(days=9))
-    b.node("default-young", pool="default", ami="ami-0old", age=timedelta(days=1))
-    b.node("default-current", pool="default", age=timedelta(days=1))
-    for node in ("batch-old", "default-young", "default-current"):
+    pools = [b.nodepool(pool, consolidate_after="Never") for pool in ("batch", "default")]
+    b.node("batch-old", pool="batch", age=timedelta(days=9))
+    b.node("default-young", pool="default", age=timedelta(days=1))
+    for node in ("batch-old", "default-young"):
         b.pod(f"{node}-web", node)
+    for pool in pools:
+        pool["spec"]["template"]["metadata"]["labels"] = {"team": "new"}
+    b.node("default-current", pool="default", age=timedelta(days=1))
+    b.pod("default-current-web", "default-current")
     return b
 
 
