@@ -16,6 +16,11 @@ Every flag has an environment variable (`KARPFLOW_<FLAG>`, e.g. KARPFLOW_CLUSTER
 - runs the workflows and activities listed below (an explicit list, as in Temporal's samples);
 - watches for deleted nodes carrying karpflow's finalizer and starts their termination
   (cluster/node_deletions.py);
+- keeps the cluster's ControllerWorkflow running: starts it at start-up and checks every
+  --controller-supervise-interval seconds, starting it again if it failed or was terminated (one an
+  operator stopped stays stopped; runtime/controller_start.py);
+- logs an expected activity failure (a guard's refusal, a capacity error) as one line with its
+  cause, not a traceback (runtime/failure_log.py);
 - serves /healthz (liveness) and /readyz (readiness) for Kubernetes probes (runtime/health.py);
 - on SIGTERM stops polling, lets running activities finish (up to --graceful-shutdown seconds),
   and exits; a long drain that does not finish is resumed by another worker from its heartbeat.
@@ -38,13 +43,14 @@ import click
 from kubernetes.aio.config import incluster_config
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorAutoscaling, Worker
+from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
+from api.workflow_ids import controller_workflow_id
 from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
@@ -57,7 +63,8 @@ from runtime.connections import (
     ensure_search_attributes,
     sqs_client,
 )
-from runtime.controller_start import start_controller
+from runtime.controller_start import ensure_controller, supervise_controller
+from runtime.failure_log import ExpectedFailureLog
 from runtime.health import HealthServer
 from runtime.permission_log import PermissionDeniedLog
 from runtime.settings import WorkerSettings, explain, settings_options
@@ -69,6 +76,11 @@ from workflows.termination import TerminationWorkflow
 log = logging.getLogger("karpflow.worker")
 
 WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow)
+
+
+def worker_interceptors() -> list[Interceptor]:
+    """One line for a refused permission, and for every other expected failure."""
+    return [PermissionDeniedLog(), ExpectedFailureLog()]
 
 
 def in_cluster_ca(settings: WorkerSettings) -> str | None:
@@ -201,7 +213,7 @@ class KarpflowWorker:
             # Pollers follow the backlog: many terminations at once get picked up in parallel.
             workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
             activity_task_poller_behavior=PollerBehaviorAutoscaling(),
-            interceptors=[PermissionDeniedLog()],
+            interceptors=worker_interceptors(),
         )
         self._tasks.append(asyncio.create_task(self.worker.run(), name="temporal-worker"))
         if settings.node_watcher:
@@ -230,6 +242,12 @@ class KarpflowWorker:
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:
             await self.start_controller()
+            self._tasks.append(
+                asyncio.create_task(
+                    supervise_controller(self.client, settings, settings.controller_supervise_interval),
+                    name="controller-supervisor",
+                )
+            )
         if settings.health:
             self._health = HealthServer(
                 settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
@@ -246,11 +264,18 @@ class KarpflowWorker:
         return self
 
     async def start_controller(self) -> str:
-        """Start the cluster's ControllerWorkflow unless it runs already (every worker does this)."""
+        """Start the cluster's ControllerWorkflow unless it runs already or an operator stopped it
+        (every worker does this, then checks again every supervise interval)."""
         assert self.client is not None
-        handle = await start_controller(self.client, self.settings)
-        log.info("controller %s running (run %s)", handle.id, handle.result_run_id)
-        return handle.id
+        check = await ensure_controller(self.client, self.settings)
+        workflow_id = controller_workflow_id(self.settings.cluster_name)
+        if check.stopped:
+            log.info("controller %s is stopped; `karpflow controller start` starts it", workflow_id)
+        elif check.started_run is not None:
+            log.info("controller %s started (run %s)", workflow_id, check.started_run)
+        else:
+            log.info("controller %s running", workflow_id)
+        return workflow_id
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()

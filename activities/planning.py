@@ -15,19 +15,25 @@ flight, and turn its commands into workflow inputs:
   make a pass exceed a budget or pick a node twice.
 
 Planning is CPU work; it runs in a thread so the worker's event loop (heartbeats, watches) keeps
-breathing.
+breathing. `plan_pass` and `validate_commands` heartbeat from start to end, waits for the cache
+included, so a pass is retried elsewhere within the heartbeat timeout only when its worker is gone.
+
+A pass result names every managed node's reason as changes against what the controller already
+holds (api/node_reasons.py): the worker remembers what it last sent each controller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -36,6 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.errors import classify_kube
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
+from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
     DISRUPTED_TAINT_KEY,
@@ -45,6 +52,7 @@ from api.constants import (
     NODEPOOL_LABEL,
 )
 from api.controller_io import (
+    Backoff,
     FailedCommand,
     OfferingUnavailable,
     PassRequest,
@@ -69,12 +77,9 @@ from planner.plan import AnnotationChange, CommandOut, command_out, plan, valida
 from planner.snapshot import Snapshot, instance_id_of
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
 SYNC_TIMEOUT = 60.0
-# A blocked reason that only says "later": the node is not stuck, the cluster has not converged yet.
-WAITING_MARKERS = ("not consolidatable until",)
 # Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
 # forceful methods start at once.
 VALIDATED_METHODS = frozenset(
@@ -83,18 +88,89 @@ VALIDATED_METHODS = frozenset(
 
 
 HEARTBEAT_EVERY = 5.0
+# Controllers whose last sent reasons a worker remembers (one a cluster; a few for tests and moves).
+REMEMBERED_CONTROLLERS = 8
 
 
-async def heartbeating(work: Awaitable[T]) -> T:
-    """Await `work` (planning runs in a thread) while heartbeating, so a pass on a worker that died
-    is retried elsewhere within the heartbeat timeout instead of after its start-to-close timeout."""
-    task = asyncio.ensure_future(work)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY)
-        if done:
-            return task.result()
-        if activity.in_activity():
+@contextlib.asynccontextmanager
+async def heartbeats() -> AsyncIterator[None]:
+    """Heartbeat every HEARTBEAT_EVERY seconds while the block runs, whatever it awaits (the cache's
+    first sync may take a minute; the heartbeat timeout is 30 s)."""
+    if not activity.in_activity():
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
             activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    beating = asyncio.create_task(beat(), name="planning-heartbeat")
+    try:
+        yield
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
+
+
+def backed_off(backoffs: Iterable[Backoff], fresh: Iterable[FailedCommand], now: datetime) -> dict[str, str]:
+    """'<pool>/<reason>' -> why: what the planner must leave to the other pools this pass. The
+    controller's active backoffs, and the pools of failures it has not counted yet (it backs them off
+    as soon as this pass returns)."""
+    out = {}
+    for failure in fresh:
+        for pool in failure.nodepools:
+            out[f"{pool}/{failure.reason}"] = (
+                f"NodePool {pool} backs off {failure.reason}: {failure.workflow_id} failed"
+            )
+    for b in backoffs:
+        if b.until > now:
+            out[f"{b.nodepool}/{b.reason}"] = (
+                f"NodePool {b.nodepool} backs off {b.reason} until {b.until.astimezone(UTC):%H:%M:%S} "
+                f"after {b.failures} failed command(s)"
+            )
+    return out
+
+
+class SentReasons:
+    """What this worker last sent each controller (by workflow id), to send only changes next time."""
+
+    def __init__(self, remembered: int = REMEMBERED_CONTROLLERS) -> None:
+        self._sent: OrderedDict[str, tuple[dict[str, str], str]] = OrderedDict()
+        self._remembered = remembered
+
+    def update(self, controller: str, base: str, reasons: dict[str, str]) -> node_reasons.ReasonsUpdate:
+        """Changes only when the controller holds (by fingerprint `base`) what was sent last; else all."""
+        sent, sent_fingerprint = self._sent.pop(controller, (None, ""))
+        update = node_reasons.update_from(sent if base and base == sent_fingerprint else None, reasons)
+        self._sent[controller] = (dict(reasons), update.fingerprint)
+        while len(self._sent) > self._remembered:
+            self._sent.popitem(last=False)
+        return update
+
+
+def planned_command(command: Any, cluster: str = "") -> PlannedCommand:
+    """A planner Command as the controller starts it: its workflow id (scoped by `cluster`) and input,
+    and its planned form."""
+    workflow_input = disruption_input(command)
+    return PlannedCommand(
+        workflow_id=disruption_workflow_id(command, cluster),
+        method=command.method,
+        reason=command.reason,
+        nodes=list(command.nodes),
+        nodepools=list(command.nodepools),
+        forceful=not workflow_input.voluntary,
+        needs_validation=command.method in VALIDATED_METHODS,
+        savings_per_hour=command.savings_per_hour,
+        input=workflow_input.model_dump(mode="json"),
+        planned=command_out(command).model_dump(mode="json", by_alias=True),
+    )
+
+
+def controller_id() -> str:
+    """The workflow id of the controller this activity runs for."""
+    return activity.info().workflow_id if activity.in_activity() else ""
 
 
 class CacheNotSynced(RuntimeError):
@@ -171,15 +247,17 @@ class PlanningActivities:
         self.region = region
         self.options = options or PlanOptions()
         self._catalog = catalog
+        self.sent_reasons = SentReasons()
 
     # -- what is in flight ----------------------------------------------------------------------------
 
     async def _in_flight(self) -> tuple[list[str], set[str]]:
-        """Running disruption and termination workflows, and the nodes they hold."""
+        """Running disruption and termination workflows of this task queue (another cluster's worker
+        may share the namespace), and the nodes they hold."""
         types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
         ids, nodes = [], set()
         async for execution in self.client.list_workflows(
-            f"WorkflowType IN ({types}) AND ExecutionStatus = 'Running'"
+            f"WorkflowType IN ({types}) AND ExecutionStatus = 'Running' AND TaskQueue = '{self.task_queue}'"
         ):
             ids.append(execution.id)
             nodes.update(execution.typed_search_attributes.get(sa.NODES) or ())
@@ -202,6 +280,7 @@ class PlanningActivities:
             failed.append(
                 FailedCommand(
                     workflow_id=execution.id,
+                    run_id=execution.run_id,
                     nodepools=[p for p in pools if p],
                     reason=reason,
                     closed_at=execution.close_time or since,
@@ -216,9 +295,7 @@ class PlanningActivities:
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
         instances, problem = await self._instances(objects)
-        snapshot = await heartbeating(
-            asyncio.to_thread(Snapshot.from_objects, objects, now=now, instances=instances)
-        )
+        snapshot = await asyncio.to_thread(Snapshot.from_objects, objects, now=now, instances=instances)
         if problem:
             snapshot.problems.append(problem)
         return snapshot
@@ -235,8 +312,8 @@ class PlanningActivities:
             for instance_id in [instance_id_of((obj.get("spec") or {}).get("providerID"))]
             if instance_id
         ]
-        # A cold cache describes every managed node: keep heartbeating while EC2 answers.
-        return await heartbeating(self.instances.describe(ids))
+        # A cold cache describes every managed node (the activity heartbeats meanwhile).
+        return await self.instances.describe(ids)
 
     def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
@@ -249,27 +326,35 @@ class PlanningActivities:
 
     @activity.defn(name="plan_pass")
     async def plan_pass(self, request: PassRequest) -> PassResult:
-        """One pass of the planner on the cached view, with in-flight nodes held out."""
+        """One pass of the planner on the cached view, with in-flight nodes held out and backed-off
+        NodePools' budgets left to the others."""
+        async with heartbeats():
+            return await self._plan_pass(request)
+
+    async def _plan_pass(self, request: PassRequest) -> PassResult:
         started = time.perf_counter()
         now = datetime.now(UTC)
         in_flight, held = await self._in_flight()
         held |= set(request.holding)
+        failed = await self._failed_since(request.failures_since)
+        counted = set(request.counted_failures)
+        fresh = [f for f in failed if f.key not in counted]
         snapshot = await self._snapshot(held, now)
         catalog = self._catalog_for(snapshot, request.unavailable, now)
-        result = await heartbeating(asyncio.to_thread(plan, snapshot, catalog, self.options))
+        options = self.options.model_copy(update={"backed_off": backed_off(request.backoffs, fresh, now)})
+        result = await asyncio.to_thread(plan, snapshot, catalog, options)
         orphans = sorted(
             name
             for name, node in snapshot.nodes.items()
             if node.has_disrupted_taint and not node.is_deleting and name not in held
         )
-        commands = [self._planned(command) for command in result.commands_]
+        commands = [planned_command(command, self.cluster) for command in result.commands_]
         finalizers = nodepool_finalizer_changes(snapshot)
-        blocked = {b.node: b.reason for b in result.blocked}
+        reasons = {b.node: b.reason for b in result.blocked}
         return PassResult(
             at=now,
             commands=commands,
-            blocked=blocked,
-            waiting=sorted(n for n, why in blocked.items() if any(m in why for m in WAITING_MARKERS)),
+            reasons=self.sent_reasons.update(controller_id(), request.reasons_base, reasons),
             budgets=result.budgets,
             problems=result.problems,
             in_flight=in_flight,
@@ -277,30 +362,31 @@ class PlanningActivities:
             annotations=[a.model_dump(mode="json") for a in result.annotations],
             taints=[t.model_dump(mode="json") for t in result.taints],
             nodepool_finalizers=finalizers,
-            failed=await self._failed_since(request.failures_since),
+            failed=failed,
             nodes=len(snapshot.nodes),
             pods=len(snapshot.pods),
             seconds=round(time.perf_counter() - started, 3),
         )
 
-    def _planned(self, command: Any) -> PlannedCommand:
-        workflow_input = disruption_input(command)
-        return PlannedCommand(
-            workflow_id=disruption_workflow_id(command, self.cluster),
-            method=command.method,
-            reason=command.reason,
-            nodes=list(command.nodes),
-            nodepools=list(command.nodepools),
-            forceful=not workflow_input.voluntary,
-            needs_validation=command.method in VALIDATED_METHODS,
-            savings_per_hour=command.savings_per_hour,
-            input=workflow_input.model_dump(mode="json"),
-            planned=command_out(command).model_dump(mode="json", by_alias=True),
+    def _reasons_update(self, base: str, reasons: dict[str, str]) -> node_reasons.ReasonsUpdate:
+        """Changes only, when the controller holds what this worker sent it last; else everything."""
+        controller = activity.info().workflow_id if activity.in_activity() else ""
+        previous = self._sent_reasons.pop(controller, None)
+        known = (
+            previous if previous is not None and base and node_reasons.fingerprint(previous) == base else None
         )
+        self._sent_reasons[controller] = reasons
+        while len(self._sent_reasons) > REMEMBERED_CONTROLLERS:
+            self._sent_reasons.popitem(last=False)
+        return node_reasons.update_from(known, reasons)
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
         """Karpenter's validation: the commands, planned a while ago, re-checked on a fresh view."""
+        async with heartbeats():
+            return await self._validate_commands(request)
+
+    async def _validate_commands(self, request: ValidateRequest) -> list[Verdict]:
         now = datetime.now(UTC)
         own = {n for c in request.commands for n in c.nodes}
         _, held = await self._in_flight()
@@ -310,9 +396,7 @@ class PlanningActivities:
         verdicts = []
         for command in request.commands:
             planned = CommandOut.model_validate(command.planned)
-            out = await heartbeating(
-                asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
-            )
+            out = await asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
             if not out.valid or out.command is None:
                 verdicts.append(Verdict(workflow_id=command.workflow_id, valid=False, reason=out.reason))
                 continue

@@ -11,8 +11,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-# Signal names of the ControllerWorkflow (workflows/controller.py).
+from api.node_reasons import ReasonsUpdate
+
+# Signal names of the ControllerWorkflow (workflows/controller.py). A signal whose input does not
+# validate is dropped and listed in the status query's `bad_signals`; it never fails the workflow.
 SIGNAL_OFFERING_UNAVAILABLE = "offering_unavailable"
+SIGNAL_STOP = "stop"  # `karpflow controller stop`: finish, and close as completed (workers leave it so)
 
 
 class OfferingUnavailable(BaseModel):
@@ -47,6 +51,23 @@ class Backoff(BaseModel):
     last_failure: str = Field(default="", description="the failed workflow and its message")
 
 
+class StopRequest(BaseModel):
+    """The `stop` signal's input (optional): who stops the controller, and why."""
+
+    reason: str = ""
+    by: str = ""
+
+
+class ControllerStopped(BaseModel):
+    """The result of a ControllerWorkflow: it only completes when an operator stopped it, so a
+    completed controller is one the workers' supervision leaves alone (runtime/controller_start.py)."""
+
+    reason: str = ""
+    by: str = ""
+    at: datetime
+    passes: int = 0
+
+
 class HeldCommand(BaseModel):
     """A command this controller started that Temporal visibility may not list yet (it is eventually
     consistent): its nodes stay out of planning until a pass sees the workflow in flight."""
@@ -67,6 +88,11 @@ class ControllerState(BaseModel):
     holding: dict[str, HeldCommand] = Field(
         default_factory=dict, description="workflow id -> a started command not yet seen in flight"
     )
+    counted_failures: dict[str, datetime] = Field(
+        default_factory=dict,
+        description="failed commands already counted ('<workflow id>@<run id>' -> when they closed), "
+        "for as long as a pass's look-back can still list them",
+    )
 
 
 class ControllerInput(BaseModel):
@@ -83,6 +109,10 @@ class ControllerInput(BaseModel):
     )
     backoff_initial_seconds: float = Field(default=60.0, gt=0)
     backoff_max_seconds: float = Field(default=600.0, gt=0)
+    # Temporal fails a workflow at 50 MB or 51,200 events of history; a run continues as new well
+    # before, at whichever comes first of these, Temporal's own suggestion, and `passes_per_run`.
+    max_history_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="continue as new past this")
+    max_history_events: int = Field(default=10_000, gt=0, description="continue as new past this")
     state: ControllerState = Field(default_factory=ControllerState)
 
 
@@ -104,10 +134,16 @@ class PlannedCommand(BaseModel):
 
 class FailedCommand(BaseModel):
     workflow_id: str
+    run_id: str = ""
     nodepools: list[str]
     reason: str
     closed_at: datetime
     message: str = ""
+
+    @property
+    def key(self) -> str:
+        """One failed run (ids are reused by a command planned again once its run closed)."""
+        return f"{self.workflow_id}@{self.run_id or self.closed_at.isoformat()}"
 
 
 class PassRequest(BaseModel):
@@ -116,11 +152,28 @@ class PassRequest(BaseModel):
     )
     unavailable: list[OfferingUnavailable] = Field(default_factory=list)
     failures_since: datetime | None = None
+    counted_failures: list[str] = Field(
+        default_factory=list, description="failed commands (workflow id@run id) the controller counted"
+    )
+    backoffs: list[Backoff] = Field(
+        default_factory=list,
+        description="NodePools backing off a reason: the planner gives their budget to the other pools",
+    )
+    reasons_base: str = Field(
+        default="",
+        description="fingerprint of the per-node reasons the controller holds: the result sends only "
+        "changes to them ('' : send every reason)",
+    )
 
 
 class PassResult(BaseModel):
     at: datetime
     commands: list[PlannedCommand]
+    reasons: ReasonsUpdate | None = Field(
+        default=None, description="node -> why it was left alone, as changes (api/node_reasons.py)"
+    )
+    # Before `reasons` a result carried every node's reason in `blocked` and the waiting nodes in
+    # `waiting` (recorded histories and a worker of the previous version still do).
     blocked: dict[str, str] = Field(default_factory=dict, description="node -> why it was left alone")
     waiting: list[str] = Field(
         default_factory=list, description="nodes that are only waiting (consolidateAfter, a timer)"
@@ -183,4 +236,12 @@ class ControllerStatus(BaseModel):
         description="the last pass found nothing to do, nothing is in flight or validating, and no node "
         "is only waiting for consolidateAfter: the cluster has converged under the current rules",
     )
-    error: str = Field(default="", description="why the last pass failed, if it did")
+    error: str = Field(
+        default="", description="what failed in the last pass (planning, clean-up, validation), if anything"
+    )
+    bad_signals: list[str] = Field(
+        default_factory=list, description="signals this run dropped because their input did not validate"
+    )
+    stopping: str = Field(default="", description="set when an operator asked the controller to stop")
+    history_events: int = Field(default=0, description="events in this run's history so far")
+    history_bytes: int = Field(default=0, description="size of this run's history so far")

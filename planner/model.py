@@ -150,6 +150,10 @@ class PlanOptions(BaseModel):
             "ContainerRuntimeReady=False": timedelta(minutes=30),
         }
     )
+    # '<nodepool>/<reason>' -> why: pools the controller backs off for a reason after failed commands.
+    # Their candidates are left out of that reason's methods, so the budgeted commands of the pass go
+    # to the other pools (forceful methods ignore backoffs).
+    backed_off: dict[str, str] = Field(default_factory=dict)
     # Repair stops for a NodePool when more than this share of its nodes is unhealthy: then the
     # cluster is sick, not the node, and replacing nodes would not help (Karpenter: 20 %).
     repair_max_unhealthy: float = Field(default=0.2, ge=0, le=1)

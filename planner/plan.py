@@ -325,6 +325,8 @@ def _eligible(ctx: PlanContext, method: Method, candidate: Candidate, ledger: Nd
     if not method.should_disrupt(ctx, candidate):
         return False
     why = voluntary_block(ctx, candidate.node, method.reason, ledger)
+    if why is None:
+        why = ctx.options.backed_off.get(f"{candidate.pool_name}/{method.reason}")
     if why is not None:
         ctx.explain(candidate.name, method.name, why)
         return False

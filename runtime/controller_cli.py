@@ -1,16 +1,21 @@
-"""`karpflow controller start|status` and `karpflow status`: the controller from a terminal.
+"""`karpflow controller start|stop|status` and `karpflow status`: the controller from a terminal.
 
 Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
 stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
 ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
-off, and whether the cluster is quiet (converged under the current rules).
+off, and whether the cluster is quiet (converged under the current rules). `stop` asks the
+controller to finish and close as completed, which the workers' supervision then leaves alone;
+`start` starts it again (runtime/controller_start.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
@@ -20,13 +25,13 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
-from api.controller_io import ControllerStatus
+from api.controller_io import ControllerStatus, ControllerStopped, StopRequest
 from api.workflow_ids import controller_workflow_id
 from runtime.connections import connect_temporal
-from runtime.controller_start import start_controller
+from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
 from runtime.settings import WorkerSettings, explain
 
 EXIT_UNREACHABLE = 3
@@ -83,7 +88,8 @@ def controller() -> None:
 @controller.command("start")
 @_connection_options
 def start(settings: WorkerSettings) -> None:
-    """Start the ControllerWorkflow unless it runs already (workers do this at start-up too)."""
+    """Start the ControllerWorkflow unless it runs already; starts a stopped one again (workers keep
+    a running one running, and restart one that failed or was terminated)."""
 
     async def go() -> None:
         handle = await start_controller(await _client(settings), settings)
@@ -93,11 +99,60 @@ def start(settings: WorkerSettings) -> None:
     _leave(0)
 
 
+@controller.command("stop")
+@click.option("--reason", default="", help="why, shown by `karpflow status` and in the workflow's result")
+@click.option(
+    "--wait", "wait_seconds", default=60.0, show_default=True, help="seconds to wait for it to close"
+)
+@_connection_options
+def stop(settings: WorkerSettings, reason: str, wait_seconds: float) -> None:
+    """Stop the ControllerWorkflow: it starts nothing more and completes (within the step it is in:
+    a planning call, or a consolidation's 15 s wait), and workers leave it stopped until `karpflow
+    controller start`. Commands already started go on."""
+
+    async def go() -> int:
+        client = await _client(settings)
+        by = f"{getpass.getuser()}@{socket.gethostname()}"
+        handle = await stop_controller(client, settings, StopRequest(reason=reason, by=by))
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            if await latest_status(client, settings.cluster_name) in STOPPED_ON_PURPOSE:
+                click.echo(f"{handle.id} stopped; `karpflow controller start` starts it again")
+                return 0
+            await asyncio.sleep(0.5)
+        click.echo(
+            f"{handle.id}: stop requested, not closed after {wait_seconds:.0f}s (is a worker running?); "
+            "it stops at its next workflow task",
+            err=True,
+        )
+        return 1
+
+    _leave(asyncio.run(go()))
+
+
+async def _stopped(client: Client, cluster: str) -> ControllerStopped | None:
+    """The stop that ended the latest run, if an operator stopped it."""
+    if await latest_status(client, cluster) not in STOPPED_ON_PURPOSE:
+        return None
+    try:
+        handle = client.get_workflow_handle(controller_workflow_id(cluster), result_type=ControllerStopped)
+        return await handle.result()
+    except WorkflowFailureError:  # cancelled, not stopped: no result to read
+        return ControllerStopped(reason="cancelled", at=datetime.now(UTC))
+
+
 def _status_command(settings: WorkerSettings, output: str) -> None:
     async def go() -> ControllerStatus:
         client = await _client(settings)
         try:
-            return await read_status(client, settings.cluster_name)
+            stopped = await _stopped(client, settings.cluster_name)
+            status = await read_status(client, settings.cluster_name)
+            if stopped is not None:
+                who = f" by {stopped.by}" if stopped.by else ""
+                why = stopped.reason or "no reason given"
+                text = f"stopped{who} at {stopped.at:%Y-%m-%d %H:%M:%S}: {why}"
+                status = status.model_copy(update={"stopping": text, "quiet": False})
+            return status
         except RPCError as err:
             click.echo(
                 f"no controller answers for cluster {settings.cluster_name} "
@@ -140,6 +195,8 @@ def render(status: ControllerStatus, console: Console) -> None:
         f"controller of [bold]{status.cluster}[/]: {state}; pass {status.passes}, last {ago} "
         f"({status.last_pass_seconds:.2f}s, {status.last_pass_nodes} nodes)"
     )
+    if status.stopping:
+        console.print(f"[yellow]controller {status.stopping}[/] (`karpflow controller start` starts it)")
     if status.error:
         console.print(f"[red]last pass failed:[/] {status.error}")
     for title, rows in (
@@ -171,3 +228,9 @@ def render(status: ControllerStatus, console: Console) -> None:
         console.print(table)
     for problem in status.problems:
         console.print(f"[yellow]problem:[/] {problem}")
+    for dropped in status.bad_signals:
+        console.print(f"[yellow]dropped signal:[/] {dropped}")
+    if status.history_events:
+        console.print(
+            f"history of this run: {status.history_events} events, {status.history_bytes / 1e6:.1f} MB"
+        )

@@ -100,6 +100,12 @@ class WorkerSettings(BaseSettings):
     controller_validation: float = Field(
         default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
     )
+    controller_supervise_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds between checks that the controller runs: one that failed or was "
+        "terminated is started again (a stopped one is left stopped)",
+    )
     # Operations
     health: bool = Field(default=True, description="serve /healthz (liveness) and /readyz (readiness)")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0: any free port")

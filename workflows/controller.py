@@ -1,54 +1,73 @@
 """ControllerWorkflow: the singleton loop that makes karpflow act on its own.
 
-One per cluster (`karpflow-controller/<cluster>`), started idempotently by every worker. A pass
-(karpenter-behavior.md §1):
+One per cluster (`karpflow-controller/<cluster>`), kept running by every worker (started when
+missing, failed or terminated; runtime/controller_start.py). A pass (karpenter-behavior.md §1):
 
 1. observe and plan (activity `plan_pass`: the worker's informer cache, what is in flight from
-   Temporal visibility, the planner);
+   Temporal visibility, the planner, told which NodePools back off so their budget goes elsewhere);
 2. crash cleanup: `karpenter.sh/disrupted` taints that no running workflow holds are removed;
-3. the node annotations the planner asks for are applied, and the `karpflow.io/leaving` taints of
-   Optimal consolidation (`apply_taints`, behind the `leaving-taints` patch);
+3. the node annotations and NodePool finalizers the planner asks for are applied, and the
+   `karpflow.io/leaving` taints of Optimal consolidation (`apply_taints`, behind the
+   `leaving-taints` patch);
 4. commands start as child DisruptionWorkflows (parent-close ABANDON: they outlive this run and
    any continue-as-new), with the planner's readable, deterministic id, so a replayed or repeated
    pass can never start one twice. Forceful commands start at once and ignore backoffs;
    consolidation commands wait on a durable timer (15 s) and start only if `validate_commands`
    still finds them valid on a fresh view (Karpenter's validation); drift starts at once;
 5. a NodePool whose voluntary commands failed backs off for that reason (1 min doubling to 10 min,
-   with jitter), so one broken pool cannot starve the others.
+   with jitter), each failed run counted once, so one broken pool cannot starve the others.
+
+It cannot die of what it meets: a failed activity is recorded in the status (`error`) and the
+next pass runs; a signal whose input does not validate is dropped and listed (`bad_signals`).
+It ends only when an operator stops it (`stop` signal, `karpflow controller stop`): it completes,
+and completed is what the workers' supervision leaves alone.
 
 The next pass follows at once when this one started something, else after the interval (or when
-signalled `wake`). After `passes_per_run` passes the workflow continues as new with its backoffs
-and unavailable offerings; a pass adds 10 to 30 events, so a run stays below about 3,000.
+signalled `wake`). The run continues as new with its backoffs and unavailable offerings after
+`passes_per_run` passes, or earlier when its history grows past `max_history_bytes` or
+`max_history_events` or Temporal suggests it. Per-node reasons reach the workflow as changes
+(api/node_reasons.py): they are in the status query, not repeated in every pass of the history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.common import RawValue, RetryPolicy, TypedSearchAttributes
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import NON_RETRYABLE_TYPES
+    from api import node_reasons
     from api import search_attributes as sa
     from api.controller_io import (
         SIGNAL_OFFERING_UNAVAILABLE,
+        SIGNAL_STOP,
         SIGNAL_WAKE,
         Backoff,
         ControllerInput,
         ControllerState,
         ControllerStatus,
+        ControllerStopped,
         FailedCommand,
         HeldCommand,
         OfferingUnavailable,
         PassRequest,
         PassResult,
         PlannedCommand,
+        StopRequest,
         ValidateRequest,
         Verdict,
     )
-    from workflows.failures import activity_cause
+    from api.workflow_io import InvalidInput, parse_input
 
 PASS_TIMEOUT = timedelta(minutes=5)
 PASS_RETRY = RetryPolicy(
@@ -62,6 +81,15 @@ PASS_HEARTBEAT = timedelta(seconds=30)
 # Visibility lists a started workflow within seconds (Elasticsearch refreshes each second); its nodes
 # are held out of planning until then, and at most this long.
 HOLD_AT_MOST = timedelta(minutes=2)
+# A pass asks visibility for failed commands that closed up to this long before the previous pass, so
+# one that visibility listed late is still seen; the runs already counted are skipped.
+FAILURE_LOOKBACK = timedelta(minutes=2)
+BAD_SIGNALS_KEPT = 20
+
+# Changes to the command sequence, behind `workflow.patched` (docs/workflow-changes.md). Decided once
+# at the start of a run: a run that began on older code keeps the older behaviour to its end.
+PATCH_COUNT_FAILURES_ONCE = "controller-count-failures-once"
+PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 
 
 @workflow.defn(name="ControllerWorkflow")
@@ -70,36 +98,132 @@ class ControllerWorkflow:
         self._status = ControllerStatus()
         self._state = ControllerState()
         self._woken = False
+        self._stop: StopRequest | None = None
+        self._bad_signals: list[str] = []
+        # Every managed node's reason, for the status query; "" asks the next pass for all of them.
+        self._reasons: dict[str, str] = {}
+        self._reasons_fingerprint = ""
+        self._count_failures_once = False
+        self._bounded_history = False
 
     @workflow.query
     def status(self) -> ControllerStatus:
-        return self._status
+        return self._status.model_copy(
+            update={
+                "bad_signals": list(self._bad_signals),
+                "stopping": self._stopping_text(),
+            }
+        )
+
+    # -- signals: every one takes any input, and a bad one is dropped, never raised -----------------
+    # (A handler with fixed parameters fails the workflow task, forever, on a signal with one
+    # argument too many; hence `*args`.)
 
     @workflow.signal(name=SIGNAL_WAKE)
-    def wake(self) -> None:
+    def wake(self, *args: Any) -> None:
+        if args:
+            self._drop_signal(SIGNAL_WAKE, f"takes no input, got {len(args)} argument(s)")
+            return
         self._woken = True
 
     @workflow.signal(name=SIGNAL_OFFERING_UNAVAILABLE)
-    def offering_unavailable(self, offering: OfferingUnavailable) -> None:
+    def offering_unavailable(self, *args: Any) -> None:
+        offering = self._signal_input(SIGNAL_OFFERING_UNAVAILABLE, OfferingUnavailable, args)
+        if offering is None:
+            return
+        if offering.until.tzinfo is None:
+            self._drop_signal(
+                SIGNAL_OFFERING_UNAVAILABLE,
+                f"until {offering.until.isoformat()} has no time zone (RFC 3339, e.g. 2025-01-31T12:00:00Z)",
+            )
+            return
         self._state.unavailable[offering.key] = offering
         self._woken = True
 
+    @workflow.signal(name=SIGNAL_STOP)
+    def stop(self, *args: Any) -> None:
+        request = StopRequest() if not args or args == (None,) else None
+        if request is None:
+            request = self._signal_input(SIGNAL_STOP, StopRequest, args)
+        if request is not None:
+            self._stop = request
+
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        known = ", ".join((SIGNAL_WAKE, SIGNAL_OFFERING_UNAVAILABLE, SIGNAL_STOP))
+        self._drop_signal(name, f"no such signal (the controller takes {known})")
+
+    def _signal_input(self, name: str, model: Any, args: tuple[Any, ...]) -> Any:
+        if len(args) != 1:
+            self._drop_signal(name, f"takes one JSON object, got {len(args)} argument(s)")
+            return None
+        try:
+            return parse_input(model, args[0])
+        except InvalidInput as err:
+            self._drop_signal(name, str(err))
+            return None
+
+    def _drop_signal(self, name: str, why: str) -> None:
+        text = f"{workflow.now().isoformat(timespec='seconds')} {name}: {why}"[:500]
+        self._bad_signals = [*self._bad_signals, text][-BAD_SIGNALS_KEPT:]
+        workflow.logger.warning("controller dropped signal %s", text)
+
+    # -- the loop ------------------------------------------------------------------------------------
+
     @workflow.run
-    async def run(self, request: ControllerInput) -> None:
+    async def run(self, *args: Any) -> ControllerStopped | None:
+        request = self._input(args)
         self._state = request.state.model_copy(deep=True)
         self._status.cluster = request.cluster
+        self._count_failures_once = workflow.patched(PATCH_COUNT_FAILURES_ONCE)
+        self._bounded_history = workflow.patched(PATCH_BOUNDED_HISTORY)
         for _ in range(request.passes_per_run):
+            if self._stop is not None:
+                break
             started = await self._pass(request)
-            if not started:
+            if not started and self._stop is None:
                 try:
                     interval = timedelta(seconds=request.interval_seconds)
-                    await workflow.wait_condition(lambda: self._woken, timeout=interval)
+                    await workflow.wait_condition(
+                        lambda: self._woken or self._stop is not None, timeout=interval
+                    )
                 except TimeoutError:
                     pass
             self._woken = False
+            if self._bounded_history and self._history_full(request):
+                break
         # Signals that arrived during the last pass are in the state carried over.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._stop is not None:
+            workflow.logger.info("controller stopped: %s", self._stopping_text())
+            return ControllerStopped(
+                reason=self._stop.reason, by=self._stop.by, at=workflow.now(), passes=self._state.passes
+            )
         workflow.continue_as_new(request.model_copy(update={"state": self._state}))
+
+    def _input(self, args: tuple[Any, ...]) -> ControllerInput:
+        """Anyone may start the workflow by hand: a bad input fails it with the reason (and the
+        workers' supervision starts a good one), never a workflow task that fails forever."""
+        try:
+            if len(args) != 1:
+                raise InvalidInput(f"invalid ControllerInput: expected one JSON object, got {len(args)}")
+            return parse_input(ControllerInput, args[0])
+        except InvalidInput as err:
+            raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
+
+    def _history_full(self, request: ControllerInput) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_size() >= request.max_history_bytes
+            or info.get_current_history_length() >= request.max_history_events
+        )
+
+    def _stopping_text(self) -> str:
+        if self._stop is None:
+            return ""
+        who = f" by {self._stop.by}" if self._stop.by else ""
+        return f"stop requested{who}: {self._stop.reason or 'no reason given'}"
 
     # -- one pass --------------------------------------------------------------------------------------
 
@@ -109,53 +233,40 @@ class ControllerWorkflow:
         try:
             result: PassResult = await workflow.execute_activity(
                 "plan_pass",
-                PassRequest(
-                    holding=self._held_nodes(),
-                    unavailable=list(self._state.unavailable.values()),
-                    failures_since=self._state.failures_seen_until,
-                ),
+                self._pass_request(began),
                 result_type=PassResult,
                 start_to_close_timeout=PASS_TIMEOUT,
                 heartbeat_timeout=PASS_HEARTBEAT,
                 retry_policy=PASS_RETRY,
             )
         except ActivityError as err:
-            self._status.error = f"planning failed: {activity_cause(err)}"
+            if is_cancelled_exception(err):
+                raise
+            self._status.error = f"planning failed: {one_line(err)}"
             workflow.logger.warning("controller pass failed: %s", self._status.error)
             return False
         self._state.passes += 1
         self._release_seen(result.in_flight, began)
-        self._record_failures(request, result.failed, began)
+        self._record_failures(request, self._new_failures(result), began)
         self._state.failures_seen_until = result.at
+        waiting = self._take_reasons(result)
 
+        errors: list[str] = []
         cleaned: list[str] = []
         if result.orphan_taints:
-            cleaned = await workflow.execute_activity(
-                "untaint_orphans",
-                result.orphan_taints,
-                result_type=list[str],
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=PASS_RETRY,
+            cleaned = (
+                await self._act("crash cleanup", errors, "untaint_orphans", result.orphan_taints, list[str])
+                or []
             )
         if result.nodepool_finalizers:
-            await workflow.execute_activity(
-                "sync_nodepool_finalizers",
-                result.nodepool_finalizers,
-                result_type=int,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=PASS_RETRY,
+            await self._act(
+                "NodePool finalizers", errors, "sync_nodepool_finalizers", result.nodepool_finalizers, int
             )
         if result.annotations:
-            await workflow.execute_activity(
-                "apply_annotations",
-                result.annotations,
-                result_type=int,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=PASS_RETRY,
-            )
+            await self._act("node annotations", errors, "apply_annotations", result.annotations, int)
 
         if result.taints and workflow.patched("leaving-taints"):
-            # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure must not stop the pass.
+            # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure is only logged.
             try:
                 await workflow.execute_activity(
                     "apply_taints",
@@ -165,40 +276,49 @@ class ControllerWorkflow:
                     retry_policy=PASS_RETRY,
                 )
             except ActivityError as err:
-                workflow.logger.warning("leaving taints not applied: %s", activity_cause(err))
+                if is_cancelled_exception(err):
+                    raise
+                workflow.logger.warning("leaving taints not applied: %s", one_line(err))
 
-        now, rejected, blocked = workflow.now(), {}, dict(result.blocked)
+        now, rejected, held_back = workflow.now(), {}, {}
         ready, to_validate = [], []
         for command in result.commands:
             backoff = self._backoff_for(command, now)
             if backoff is not None:
                 for node in command.nodes:
-                    blocked[node] = (
+                    held_back[node] = (
                         f"NodePool {backoff.nodepool} backs off {backoff.reason} until {backoff.until}"
                     )
                 continue
             (to_validate if command.needs_validation else ready).append(command)
 
-        started = [await self._start(request, c) for c in ready]
+        started = [await self._start(request, c) for c in ready if self._stop is None]
         if to_validate:
             self._status.validating = [c.workflow_id for c in to_validate]
             await workflow.sleep(timedelta(seconds=request.validation_seconds))
-            verdicts: list[Verdict] = await workflow.execute_activity(
-                "validate_commands",
-                ValidateRequest(commands=to_validate, holding=self._held_nodes()),
-                result_type=list[Verdict],
-                start_to_close_timeout=PASS_TIMEOUT,
-                heartbeat_timeout=PASS_HEARTBEAT,
-                retry_policy=PASS_RETRY,
-            )
+            verdicts: list[Verdict] = []
+            if self._stop is None:
+                verdicts = (
+                    await self._act(
+                        "validation",
+                        errors,
+                        "validate_commands",
+                        ValidateRequest(commands=to_validate, holding=self._held_nodes()),
+                        list[Verdict],
+                        start_to_close_timeout=PASS_TIMEOUT,
+                        heartbeat_timeout=PASS_HEARTBEAT,
+                    )
+                    or []
+                )
             self._status.validating = []
             for verdict in verdicts:
-                if verdict.valid and verdict.command is not None:
-                    started.append(await self._start(request, verdict.command))
-                else:
+                if not verdict.valid or verdict.command is None:
                     rejected[verdict.workflow_id] = verdict.reason
+                elif self._stop is None:
+                    started.append(await self._start(request, verdict.command))
         started_ids = [s for s in started if s]
 
+        info = workflow.info()
         self._status = ControllerStatus(
             cluster=request.cluster,
             passes=self._state.passes,
@@ -207,23 +327,85 @@ class ControllerWorkflow:
             last_pass_nodes=result.nodes,
             started=started_ids,
             rejected=rejected,
-            blocked=blocked,
+            blocked={**self._reasons, **held_back},
             budgets=result.budgets,
             in_flight=result.in_flight,
             backoffs=sorted(self._state.backoffs.values(), key=lambda b: (b.nodepool, b.reason)),
             unavailable=list(self._state.unavailable.values()),
             cleaned_taints=cleaned,
             problems=result.problems,
-            waiting=result.waiting,
-            quiet=not result.commands and not result.in_flight and not result.waiting and not cleaned,
+            waiting=waiting,
+            quiet=not result.commands and not result.in_flight and not waiting and not cleaned and not errors,
+            error="; ".join(errors),
+            history_events=info.get_current_history_length(),
+            history_bytes=info.get_current_history_size(),
         )
         return bool(started_ids)
+
+    async def _act(
+        self,
+        what: str,
+        errors: list[str],
+        activity: str,
+        arg: Any,
+        result_type: type,
+        *,
+        start_to_close_timeout: timedelta = timedelta(seconds=30),
+        heartbeat_timeout: timedelta | None = None,
+    ) -> Any:
+        """One of the pass's own activities; a failure is recorded and the pass goes on (the next
+        pass sees the cluster again and plans what is still needed)."""
+        try:
+            return await workflow.execute_activity(
+                activity,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=start_to_close_timeout,
+                heartbeat_timeout=heartbeat_timeout,
+                retry_policy=PASS_RETRY,
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            errors.append(f"{what} failed: {one_line(err)}")
+            workflow.logger.warning("controller: %s", errors[-1])
+            return None
+
+    def _pass_request(self, now: datetime) -> PassRequest:
+        since = self._state.failures_seen_until
+        if self._count_failures_once and since is not None:
+            since -= FAILURE_LOOKBACK
+        return PassRequest(
+            holding=self._held_nodes(),
+            unavailable=list(self._state.unavailable.values()),
+            failures_since=since,
+            counted_failures=sorted(self._state.counted_failures),
+            backoffs=sorted(
+                (b for b in self._state.backoffs.values() if b.until > now),
+                key=lambda b: (b.nodepool, b.reason),
+            ),
+            reasons_base=self._reasons_fingerprint,
+        )
+
+    def _take_reasons(self, result: PassResult) -> list[str]:
+        """Apply the pass's reasons to the ones held; returns the nodes only waiting."""
+        if result.reasons is None:  # a worker of the previous version: every reason, every pass
+            self._reasons, self._reasons_fingerprint = dict(result.blocked), ""
+            return list(result.waiting)
+        update = result.reasons
+        if update.base and update.base != self._reasons_fingerprint:
+            self._reasons_fingerprint = ""  # not ours to apply: the next pass sends every reason
+        else:
+            self._reasons = node_reasons.apply(self._reasons, update)
+            held = node_reasons.fingerprint(self._reasons)
+            self._reasons_fingerprint = held if held == update.fingerprint else ""
+        return node_reasons.waiting(self._reasons)
 
     async def _start(self, request: ControllerInput, command: PlannedCommand) -> str | None:
         """Start the command's DisruptionWorkflow; its id makes a second start a no-op. Its nodes are
         searchable from the start and held out of the next passes until visibility lists it."""
         try:
-            await workflow.start_child_workflow(
+            handle = await workflow.start_child_workflow(
                 "DisruptionWorkflow",
                 command.input,
                 id=command.workflow_id,
@@ -239,6 +421,9 @@ class ControllerWorkflow:
             )
         except WorkflowAlreadyStartedError:
             return None
+        # The outcome is read from visibility by a later pass; reading it here too keeps a failed
+        # child from being logged as an exception nobody retrieved, and says in one line why.
+        handle.add_done_callback(_log_outcome)
         held = HeldCommand(nodes=list(command.nodes), since=workflow.now())
         self._state.holding[command.workflow_id] = held
         workflow.logger.info(
@@ -273,6 +458,23 @@ class ControllerWorkflow:
                 return backoff
         return None
 
+    def _new_failures(self, result: PassResult) -> list[FailedCommand]:
+        """The failed commands not counted yet. A pass looks back past the previous one (visibility
+        may list a closed workflow late), so the same run can come back; it counts once."""
+        if not self._count_failures_once:
+            return result.failed
+        counted = self._state.counted_failures
+        fresh = []
+        for failure in result.failed:
+            key = failure.key
+            if key not in counted:
+                counted[key] = failure.closed_at
+                fresh.append(failure)
+        # What the next pass's look-back can no longer list need not be remembered.
+        horizon = result.at - FAILURE_LOOKBACK
+        self._state.counted_failures = {k: at for k, at in counted.items() if at > horizon}
+        return fresh
+
     def _record_failures(self, request: ControllerInput, failed: list[FailedCommand], now: datetime) -> None:
         for failure in failed:
             for pool in failure.nodepools:
@@ -297,3 +499,21 @@ class ControllerWorkflow:
         self._state.backoffs = {
             k: b for k, b in self._state.backoffs.items() if b.until + timedelta(hours=1) > now
         }
+
+
+def one_line(err: BaseException) -> str:
+    """The innermost cause of a failure (Temporal wraps it in ActivityError, ChildWorkflowError), as
+    one line: its type, when it has one, and its message."""
+    while getattr(err, "cause", None) is not None:
+        err = err.cause  # type: ignore[attr-defined]
+    kind = err.type if isinstance(err, ApplicationError) else type(err).__name__
+    text = err.message if isinstance(err, ApplicationError) else str(err)
+    return f"{kind}: {' '.join(text.split())}" if kind else " ".join(text.split())
+
+
+def _log_outcome(handle: Any) -> None:
+    if handle.cancelled():
+        return
+    err = handle.exception()
+    if err is not None:
+        workflow.logger.info("command %s failed: %s", handle.id, one_line(err))

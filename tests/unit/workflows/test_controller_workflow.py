@@ -1,16 +1,54 @@
 """ControllerWorkflow on the time-skipping server with fake planning activities: what one pass hands
-the next, whatever Temporal visibility says."""
+the next, whatever Temporal visibility says; that no activity failure and no signal ends it; that
+its history grows with what changes, not with the cluster."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import json
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
+import pytest
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowQueryFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
 
 from api import search_attributes as sa
-from api.controller_io import ControllerInput, PlannedCommand
+from api.controller_io import (
+    SIGNAL_OFFERING_UNAVAILABLE,
+    SIGNAL_WAKE,
+    ControllerInput,
+    ControllerStatus,
+    FailedCommand,
+    PassRequest,
+    PassResult,
+    PlannedCommand,
+)
 from api.workflow_io import DisruptionInput
 from tests.unit.workflows.conftest import Harness
+from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixture
+    ControllerHarness,
+    FakeController,
+    PassScript,
+    activity_name,
+    controller_harness_fixture,
+)
+from tests.unit.workflows.planning_stubs import planning, quiet_cluster
+from worker import WORKFLOWS
 
 WID = "disruption/default/Underutilized/hold"
 
@@ -65,3 +103,313 @@ async def test_a_started_command_is_held_out_of_planning_until_visibility_lists_
     fields = started.search_attributes.indexed_fields
     assert sa.NODES.name in fields and sa.REASON.name in fields, sorted(fields)
     await child.terminate("test over")
+
+
+# -- a controller that cannot die (issue 17, item 5) ---------------------------------------------------
+
+
+async def start_controller(harness: ControllerHarness, **fields: Any) -> WorkflowHandle:
+    values: dict[str, Any] = {"cluster": "unit", "task_queue": harness.task_queue, "interval_seconds": 0.01}
+    return await harness.client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(**(values | fields)),
+        id=harness.id("karpflow-controller"),
+        task_queue=harness.task_queue,
+    )
+
+
+async def until_passes(handle: WorkflowHandle, count: int, within: float = 30) -> ControllerStatus:
+    """The status once `count` passes are done (whatever run of the controller is current)."""
+    deadline = asyncio.get_running_loop().time() + within
+    last = None
+    while asyncio.get_running_loop().time() < deadline:
+        with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+            last = await handle.query("status", result_type=ControllerStatus)
+            if last.passes >= count:
+                return last
+        await asyncio.sleep(0.25)  # a query is a workflow task: asking often slows the passes down
+    described = await handle.describe()
+    seen = f"{last.passes} passes, error {last.error!r}" if last else "no status"
+    raise AssertionError(f"{described.status.name} after {within}s: {seen}")
+
+
+async def test_the_controller_survives_a_failure_of_every_activity_it_calls(
+    controller_harness: ControllerHarness,
+):
+    fake = controller_harness.controller
+    empty_command = command(["n1"]).model_copy(
+        update={"workflow_id": "disruption/default/Empty/fails", "reason": "Empty", "needs_validation": True}
+    )
+    fake.script = [
+        PassScript(fail={"plan_pass"}),
+        PassScript(
+            orphan_taints=["n9"],
+            finalizers={"default": True},
+            annotations=[{"node": "n1", "key": "k", "value": "v"}],
+            commands=[empty_command],
+            fail={"untaint_orphans", "sync_nodepool_finalizers", "apply_annotations", "validate_commands"},
+        ),
+    ]
+    third = fake.hold(3)
+    handle = await start_controller(controller_harness, validation_seconds=0.01)
+    try:
+        after_failures = await until_passes(handle, 1)
+        assert after_failures.passes == 1
+        third.set()
+        assert "crash cleanup failed" in after_failures.error
+        assert "NodePool finalizers failed" in after_failures.error
+        assert "node annotations failed" in after_failures.error
+        assert "validation failed" in after_failures.error
+        later = await until_passes(handle, 4)
+        assert later.error == "" and later.passes >= 4
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await handle.terminate("test over")
+    # The failing pass (planning) was retried by the next one; the command was never started.
+    assert fake.calls[:6] == [
+        "plan_pass",
+        "plan_pass",
+        "untaint_orphans",
+        "sync_nodepool_finalizers",
+        "apply_annotations",
+        "validate_commands",
+    ]
+    assert ("taint_disrupted", ["n1"]) not in controller_harness.cluster.calls
+
+
+NAIVE = {"instance_type": "m5.large", "zone": "us-west-2a", "until": "2099-01-01T00:00:00"}
+GOOD = {"instance_type": "m5.large", "zone": "us-west-2b", "until": "2099-01-01T00:00:00Z"}
+
+
+async def test_bad_signals_are_dropped_and_listed_and_the_controller_goes_on(
+    controller_harness: ControllerHarness,
+):
+    handle = await start_controller(controller_harness)
+    try:
+        await until_passes(handle, 1)
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE, NAIVE)  # no time zone
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE, "garbage")
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE, {"zone": "us-west-2a"})
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE, args=[GOOD, GOOD])  # one argument too many
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE)  # none
+        await handle.signal(SIGNAL_WAKE, "now")
+        await handle.signal("offering-unavailable", GOOD)  # a misspelt name
+        await handle.signal(SIGNAL_OFFERING_UNAVAILABLE, GOOD)
+        passes = len(controller_harness.controller.requests)
+        status = await until_passes(handle, passes + 3)
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await handle.terminate("test over")
+    dropped = status.bad_signals
+    assert len(dropped) == 7, dropped
+    assert "has no time zone" in dropped[0]
+    assert "expected a JSON object, got str" in dropped[1]
+    assert "instance_type" in dropped[2] and "until" in dropped[2]
+    assert "got 2 argument(s)" in dropped[3] and "got 0 argument(s)" in dropped[4]
+    assert dropped[5].split(" ", 1)[1].startswith("wake: takes no input")
+    assert "offering-unavailable: no such signal" in dropped[6]
+    # The good one arrived: the planner no longer offers that zone's m5.large.
+    assert [u.key for u in status.unavailable] == ["m5.large/us-west-2b/spot"]
+    assert [u.key for u in controller_harness.controller.requests[-1].unavailable] == [
+        "m5.large/us-west-2b/spot"
+    ]
+
+
+async def test_a_stopped_controller_completes_saying_who_stopped_it_and_why(
+    controller_harness: ControllerHarness,
+):
+    handle = await start_controller(controller_harness)
+    await until_passes(handle, 2)
+    # What `karpflow controller stop` sends, and what an operator types with `temporal workflow signal`.
+    await handle.signal("stop", {"reason": "maintenance", "by": "ops"})
+    result = await asyncio.wait_for(handle.result(), 30)
+    from api.controller_io import ControllerStopped
+
+    stopped = ControllerStopped.model_validate(result)
+    assert (stopped.reason, stopped.by) == ("maintenance", "ops") and stopped.passes >= 2
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_a_controller_started_by_hand_with_a_bad_input_fails_saying_why(
+    controller_harness: ControllerHarness,
+):
+    handle = await controller_harness.client.start_workflow(
+        "ControllerWorkflow",
+        {"cluster": "", "interval_seconds": -1},
+        id=controller_harness.id("karpflow-controller"),
+        task_queue=controller_harness.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "cluster" in cause.message and "interval_seconds" in cause.message
+
+
+# -- history that stays bounded (item 6) ------------------------------------------------------------------
+
+
+def history_bytes(history: WorkflowHistory) -> int:
+    return sum(event.ByteSize() for event in history.events)
+
+
+async def runs_of(client: Client, workflow_id: str, first_run: str) -> list[tuple[str, WorkflowHistory]]:
+    """Every closed run of the chain that starts at `first_run`, in order, with its history."""
+    runs, run_id = [], first_run
+    while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        if (await handle.describe()).status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            return runs
+        history = await handle.fetch_history()
+        runs.append((run_id, history))
+        last = history.events[-1].workflow_execution_continued_as_new_event_attributes
+        run_id = last.new_execution_run_id
+
+
+async def test_the_history_grows_with_what_changes_not_with_the_cluster(ts_client: Client):
+    """A pass used to carry a reason for every managed node (130 KB a pass at 1,000 nodes): the real
+    plan_pass on a quiet 300-node cluster must add far less than that to the history per pass, while
+    the status query still explains every node."""
+    cluster = quiet_cluster(300)
+    real = planning(cluster.objects)
+    # Pass 3 and pass 13 wait in plan_pass until their history is measured.
+    arrived = {3: asyncio.Event(), 13: asyncio.Event()}
+    go_on = {3: asyncio.Event(), 13: asyncio.Event()}
+    calls = 0
+
+    @activity.defn(name="plan_pass")
+    async def plan_pass(request: PassRequest) -> PassResult:
+        nonlocal calls
+        calls += 1
+        if calls in arrived:
+            arrived[calls].set()
+            await go_on[calls].wait()
+        return await real.plan_pass(request)
+
+    fakes = FakeController()
+    others = [a for a in fakes.activities() if activity_name(a) != "plan_pass"]
+    task_queue = f"unit-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        ts_client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=[plan_pass, *others]
+    ):
+        handle = await ts_client.start_workflow(
+            "ControllerWorkflow",
+            ControllerInput(
+                cluster="history", task_queue=task_queue, interval_seconds=0.01, passes_per_run=500
+            ),
+            id=f"karpflow-controller/{task_queue}",
+            task_queue=task_queue,
+        )
+        try:
+            sizes = {}
+            for call in arrived:
+                await asyncio.wait_for(arrived[call].wait(), 60)
+                sizes[call] = history_bytes(await handle.fetch_history())
+                go_on[call].set()
+            status = await until_passes(handle, 13)
+        finally:
+            await handle.terminate("test over")
+    per_pass = (sizes[13] - sizes[3]) / 10
+    every_reason = len(json.dumps(status.blocked))
+    assert every_reason > 20_000
+    assert per_pass < every_reason / 10, (per_pass, every_reason)
+    assert len(status.blocked) == 300
+    (why,) = set(status.blocked.values())
+    assert why == "nodepool default has consolidationPolicy WhenEmpty and the node is not empty"
+
+
+async def test_a_run_continues_as_new_before_its_history_passes_its_limit(
+    controller_harness: ControllerHarness,
+):
+    """Whatever a pass carries (here a worker of the previous version, which sends every node's reason
+    in every pass, 30 KB), a run continues as new once its history passes max_history_bytes."""
+    fake = controller_harness.controller
+    fake.full_reasons = True
+    fake.reasons = {
+        f"node-{i:04d}": f"left alone for a reason about this long: {'x' * 50}" for i in range(300)
+    }
+    limit = 100_000
+    handle = await start_controller(controller_harness, passes_per_run=60, max_history_bytes=limit)
+    try:
+        status = await until_passes(handle, 20, within=60)
+    finally:
+        await handle.terminate("test over")
+    runs = await runs_of(controller_harness.client, handle.id, handle.result_run_id)
+    assert len(runs) >= 3, f"{len(runs)} run(s) continued as new in {status.passes} passes"
+    largest = max(history_bytes(history) for _, history in runs)
+    one_pass = len(json.dumps(fake.reasons))
+    assert limit <= largest < limit + 2 * one_pass, (largest, one_pass)
+    assert len(status.blocked) == 300
+
+
+# -- bookkeeping (item 13) and backoffs the planner hears of (item 7) ------------------------------
+
+
+def failure(run_id: str, at: datetime) -> FailedCommand:
+    wid = "disruption/batch/Drifted/abc"
+    return FailedCommand(workflow_id=wid, run_id=run_id, nodepools=["batch"], reason="Drifted", closed_at=at)
+
+
+async def test_a_failed_command_is_counted_once_however_many_passes_list_it(
+    controller_harness: ControllerHarness,
+):
+    """A command that closed while a pass ran was listed by that pass and by the next one (visibility
+    is read with a look-back), and counted twice: the backoff doubled too fast."""
+    fake = controller_harness.controller
+    now = datetime.now(UTC)
+    first, second = failure("run-1", now), failure("run-2", now + timedelta(seconds=1))
+    fake.script = [
+        PassScript(failed=[first]),
+        PassScript(failed=[first]),
+        PassScript(failed=[first, second]),
+        PassScript(failed=[second]),
+    ]
+    handle = await start_controller(controller_harness, backoff_initial_seconds=3600, backoff_max_seconds=1e5)
+    try:
+        status = await until_passes(handle, 5)
+    finally:
+        await handle.terminate("test over")
+    (backoff,) = status.backoffs
+    assert (backoff.nodepool, backoff.reason, backoff.failures) == ("batch", "Drifted", 2)
+    # From the pass after the first failure on, the planner is told, so batch's budget goes to others.
+    assert [b.nodepool for b in fake.requests[1].backoffs] == ["batch"]
+    assert fake.requests[1].failures_since is not None
+
+
+# -- logs (item 15) ----------------------------------------------------------------------------------------
+
+
+async def test_a_failed_command_is_one_log_line_with_its_cause(
+    controller_harness: ControllerHarness, caplog: pytest.LogCaptureFixture
+):
+    """Every failed child used to log '_ChildWorkflowHandle exception was never retrieved' with a
+    traceback: the controller started it and dropped the handle."""
+    fake = controller_harness.controller
+    failing = command(["gone"]).model_copy(update={"workflow_id": "disruption/default/Underutilized/gone"})
+    fake.script = [PassScript(commands=[failing])]
+    arrived, go_on = fake.hold(3), asyncio.Event()
+    fake.gates[4] = go_on  # the controller stays open (in pass 4) while the child fails
+    caplog.set_level(logging.INFO)
+    handle = await start_controller(controller_harness)
+    try:
+        child = controller_harness.client.get_workflow_handle(failing.workflow_id)
+        for _ in range(200):
+            with contextlib.suppress(RPCError):
+                if (await child.describe()).status == WorkflowExecutionStatus.FAILED:
+                    break
+            await asyncio.sleep(0.05)
+        arrived.set()
+        for _ in range(100):
+            if any(
+                "failed" in r.getMessage() and failing.workflow_id in r.getMessage() for r in caplog.records
+            ):
+                break
+            await asyncio.sleep(0.05)
+        gc.collect()
+    finally:
+        go_on.set()
+        await handle.terminate("test over")
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "never retrieved" in m], messages
+    (line,) = [m for m in messages if m.startswith(f"command {failing.workflow_id} failed")]
+    assert "no candidate could be tainted: gone" in line, line

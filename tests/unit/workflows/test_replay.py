@@ -1,14 +1,17 @@
 """Running workflows survive a code change: recorded histories replay against the current code.
 
 tests/unit/workflows/histories/ holds one history per path that matters (happy path, rollback,
-cancel, a drain with retries, the controller starting a command). Temporal's `Replayer` runs the
-current workflow code against each; a change that alters the sequence of commands a running
-workflow would issue fails here with a non-determinism error, before it reaches a cluster. The
-rule for changing workflows is in docs/workflow-changes.md.
+cancel, a drain with retries, the controller starting a command; a long controller run that
+continues as new, one cut by its history size, one stopped) and histories recorded by older code
+that must keep replaying (`controller-before-issue-17*`, never re-recorded). Temporal's `Replayer`
+runs the current workflow code against each; a change that alters the sequence of commands a
+running workflow would issue fails here with a non-determinism error, before it reaches a cluster.
+The rule for changing workflows is in docs/workflow-changes.md.
 
-Re-record after an intended, versioned change (and say so in the commit):
+Re-record after an intended, versioned change (and say so in the commit); the `-k` picks the
+controller's or the others':
 
-    KARPFLOW_RECORD_HISTORIES=1 .venv/bin/pytest tests/unit/workflows/test_replay.py
+    KARPFLOW_RECORD_HISTORIES=1 .venv/bin/pytest tests/unit/workflows/test_replay.py -k record
 """
 
 from __future__ import annotations
@@ -22,16 +25,27 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+import temporalio.workflow
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
 
-from api.controller_io import ControllerInput, PlannedCommand
+from api.controller_io import ControllerInput, FailedCommand, PlannedCommand
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from tests.unit.workflows.controller_fakes import PassScript, controller_harness_fixture  # noqa: F401
 from worker import WORKFLOWS
+from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE
 from workflows.disruption import PATCH_TERMINATION_PER_INCARNATION
 
 HISTORIES = Path(__file__).parent / "histories"
+CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
 RECORD = os.environ.get("KARPFLOW_RECORD_HISTORIES") == "1"
 # Every workflow type, and the paths of each that a change is most likely to break.
 EXPECTED = {
@@ -46,6 +60,11 @@ EXPECTED = {
     "disruption-replace-pinned",
     "disruption-forceful-deadline",
     "termination-pinned",
+    # The controller as it ran before issue 17 (never re-recorded: it proves that runs started on that
+    # code replay, taking the old side of every patch), and fresh runs of today's controller.
+    "controller-before-issue-17",
+    "controller-before-issue-17-backoff",
+    *CONTROLLER_HISTORIES,
 }
 
 
@@ -218,3 +237,168 @@ async def test_recorded_history_replays_on_the_current_code(path: Path):
     history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
+
+
+# -- the controller (issue 17): a long run, a run cut by its history size, a stopped run -------------
+
+
+def _delete(nodes: list[str], reason: str, workflow_id: str, validate: bool = False) -> PlannedCommand:
+    return PlannedCommand(
+        workflow_id=workflow_id,
+        method="emptiness" if validate else "drift",
+        reason=reason,
+        nodes=nodes,
+        nodepools=["default"],
+        forceful=False,
+        needs_validation=validate,
+        input=DisruptionInput(reason=reason, nodes=nodes).model_dump(mode="json"),
+        planned={},
+    )
+
+
+async def _first_run_closed(handle: WorkflowHandle, client: Client, within: float = 120) -> WorkflowHandle:
+    first_run = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)
+    for _ in range(int(within * 10)):
+        if (await first_run.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return first_run
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id}: the first run did not close within {within}s")
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_histories(controller_harness):
+    """Every path of a pass in one long run (failed activities, commands started at once and after
+    validation, a backoff, a failure listed twice, good and bad signals) until it continues as new;
+    a run that continues as new because of its history size; a run an operator stopped."""
+    client, queue = controller_harness.client, controller_harness.task_queue
+    fake, cluster = controller_harness.controller, controller_harness.cluster
+    HISTORIES.mkdir(exist_ok=True)
+    cluster.nodes.update({"n1", "n2", "n3", "n4"})
+    now = datetime.now(UTC)
+    failed = FailedCommand(
+        workflow_id="disruption/batch/Drifted/x",
+        run_id="r1",
+        nodepools=["batch"],
+        reason="Drifted",
+        closed_at=now,
+    )
+    fake.reasons = {f"n{i}": "nodepool default has consolidationPolicy WhenEmpty" for i in range(1, 5)}
+    fake.script = [
+        PassScript(fail={"plan_pass"}),
+        PassScript(
+            commands=[
+                _delete(["n1"], "Drifted", "disruption/default/Drifted/long-1"),
+                _delete(["n2"], "Empty", "disruption/default/Empty/long-2", validate=True),
+            ],
+            orphan_taints=["n9"],
+            finalizers={"default": True},
+            annotations=[{"node": "n3", "key": "karpenter.sh/voluntary-disruption", "value": "drifted"}],
+        ),
+        PassScript(
+            commands=[_delete(["n3"], "Empty", "disruption/default/Empty/long-3", validate=True)],
+            orphan_taints=["n9"],
+            fail={"untaint_orphans", "validate_commands"},
+        ),
+        PassScript(
+            failed=[failed],
+            commands=[
+                _delete(["n4"], "Drifted", "disruption/default/Drifted/long-4").model_copy(
+                    update={"nodepools": ["batch"]}
+                )
+            ],
+        ),
+        PassScript(failed=[failed]),
+    ]
+    fake.each_pass = lambda n, f: f.reasons.update({"n4": f"changed in pass {n}"}) if n % 5 == 0 else None
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(
+            cluster="replay",
+            task_queue=queue,
+            interval_seconds=0.05,
+            validation_seconds=0.05,
+            passes_per_run=30,
+        ),
+        id=f"karpflow-controller/long/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    await asyncio.sleep(0.5)
+    offering = {"instance_type": "m5.large", "zone": "us-west-2a", "until": "2099-01-01T00:00:00Z"}
+    await handle.signal("offering_unavailable", offering)
+    await handle.signal("offering_unavailable", {**offering, "until": "2099-01-01T00:00:00"})
+    await handle.signal("wake")
+    await handle.signal("no_such_signal", 1)
+    first_run = await _first_run_closed(handle, client)
+    await _save("controller-long", first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+    fake.full_reasons = True
+    fake.reasons = {
+        f"node-{i:03d}": f"left alone for a reason about this long: {'x' * 50}" for i in range(200)
+    }
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster="replay", task_queue=queue, interval_seconds=0.01, max_history_bytes=60_000),
+        id=f"karpflow-controller/history-limit/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    first_run = await _first_run_closed(handle, client)
+    await _save("controller-history-limit", first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+    fake.full_reasons, fake.reasons = False, {"n1": "quiet"}
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster="replay", task_queue=queue, interval_seconds=0.05),
+        id=f"karpflow-controller/stopped/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    await asyncio.sleep(0.5)
+    await handle.signal("stop", {"reason": "recording", "by": "test_replay"})
+    await asyncio.wait_for(handle.result(), 60)
+    await _save("controller-stopped", handle)
+
+
+def harness_suffix(queue: str) -> str:
+    return queue.rsplit("-", 1)[-1]
+
+
+def _patches(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history recorded (Temporal's `core_patch` markers)."""
+    found = set()
+    for event in history.events:
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_patch":
+                found.add(json.loads(marker.details["patch-data"].payloads[0].data)["id"])
+    return found
+
+
+def test_the_controller_histories_take_both_sides_of_every_patch():
+    """Runs started before a patch replay its old side (no marker), runs started after take the new
+    side (marker); both kinds of history are replayed by the test above."""
+
+    def load(name: str) -> WorkflowHistory:
+        return WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
+
+    patches = {PATCH_COUNT_FAILURES_ONCE, PATCH_BOUNDED_HISTORY}
+    assert _patches(load("controller-before-issue-17")) == set()
+    for name in CONTROLLER_HISTORIES:
+        assert _patches(load(name)) == patches, name
+
+
+async def test_without_its_patch_a_run_of_the_older_code_would_not_replay(monkeypatch: pytest.MonkeyPatch):
+    """controller-before-issue-17-backoff was recorded by the code before issue 17 (commit 186cbe5;
+    a scripted plan_pass: passes 1 and 2 list the same failed command, pass 3 plans a command of its
+    NodePool 8 s later; interval 4 s, backoff 6 s). The failure was counted twice, and the doubled
+    backoff held the command back; today's count (once) starts it. The patch keeps that run on its
+    old path; taking the new path anyway breaks its replay, which is what a running controller would
+    have met on upgrade."""
+    history = WorkflowHistory.from_json(
+        "backoff", (HISTORIES / "controller-before-issue-17-backoff.json").read_text()
+    )
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: True)
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)

@@ -1,0 +1,166 @@
+"""Scripted stand-ins for the controller's activities (plan_pass and the pass's own activities),
+registered under the real names, beside FakeCluster's disruption and termination activities.
+
+A test scripts each pass (`PassScript`): what it returns, what it fails with. Per-node reasons go
+through the worker's real `SentReasons`, so what reaches the workflow is what a worker would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest_asyncio
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from activities import errors
+from activities.planning import SentReasons
+from api.controller_io import FailedCommand, PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
+from tests.unit.workflows.fakes import FakeCluster
+from worker import WORKFLOWS
+
+CONTROLLER_ACTIVITIES = (
+    "plan_pass",
+    "validate_commands",
+    "untaint_orphans",
+    "sync_nodepool_finalizers",
+    "apply_annotations",
+)
+
+
+def refusal(what: str) -> ApplicationError:
+    return ApplicationError(f"{what}: refused by the test", type=errors.INVALID, non_retryable=True)
+
+
+@dataclass
+class PassScript:
+    """What one pass sees. `fail` names activities that fail for good in this pass."""
+
+    commands: list[PlannedCommand] = field(default_factory=list)
+    failed: list[FailedCommand] = field(default_factory=list)
+    orphan_taints: list[str] = field(default_factory=list)
+    finalizers: dict[str, bool] = field(default_factory=dict)
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+    fail: set[str] = field(default_factory=set)
+
+
+class FakeController:
+    def __init__(self) -> None:
+        self.script: list[PassScript] = []  # one entry a pass, then empty passes
+        self.requests: list[PassRequest] = []
+        self.calls: list[str] = []
+        self.reasons: dict[str, str] = {}  # what the planner says of each node now
+        self.each_pass: Callable[[int, FakeController], None] | None = None  # e.g. change reasons
+        self.full_reasons = False  # a worker of the previous version: every reason in `blocked`, every pass
+        self.gates: dict[int, asyncio.Event] = {}  # plan_pass call number -> waits until set
+        self.sent = SentReasons()
+        self._current = PassScript()
+
+    def next_script(self) -> PassScript:
+        return self.script.pop(0) if self.script else PassScript()
+
+    def hold(self, call: int) -> asyncio.Event:
+        """plan_pass call number `call` waits until the returned event is set."""
+        self.gates[call] = asyncio.Event()
+        return self.gates[call]
+
+    def activities(self) -> list[Any]:
+        return [
+            self.plan_pass,
+            self.validate_commands,
+            self.untaint_orphans,
+            self.sync_nodepool_finalizers,
+            self.apply_annotations,
+        ]
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self._current.fail:
+            raise refusal(name)
+
+    @activity.defn(name="plan_pass")
+    async def plan_pass(self, request: PassRequest) -> PassResult:
+        self.requests.append(request)
+        gate = self.gates.get(len(self.requests))
+        if gate is not None:
+            await gate.wait()
+        if self.each_pass is not None:
+            self.each_pass(len(self.requests), self)
+        self._current = self.next_script()
+        self._maybe_fail("plan_pass")
+        if self.full_reasons:
+            reasons, blocked = None, dict(self.reasons)
+        else:
+            reasons = self.sent.update(activity.info().workflow_id, request.reasons_base, self.reasons)
+            blocked = {}
+        return PassResult(
+            at=datetime.now(UTC),
+            commands=self._current.commands,
+            reasons=reasons,
+            blocked=blocked,
+            failed=self._current.failed,
+            orphan_taints=self._current.orphan_taints,
+            nodepool_finalizers=self._current.finalizers,
+            annotations=self._current.annotations,
+            nodes=len(self.reasons),
+        )
+
+    @activity.defn(name="validate_commands")
+    async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
+        self._maybe_fail("validate_commands")
+        return [Verdict(workflow_id=c.workflow_id, valid=True, command=c) for c in request.commands]
+
+    @activity.defn(name="untaint_orphans")
+    async def untaint_orphans(self, nodes: list[str]) -> list[str]:
+        self._maybe_fail("untaint_orphans")
+        return nodes
+
+    @activity.defn(name="sync_nodepool_finalizers")
+    async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:
+        self._maybe_fail("sync_nodepool_finalizers")
+        return len(changes)
+
+    @activity.defn(name="apply_annotations")
+    async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
+        self._maybe_fail("apply_annotations")
+        return len(changes)
+
+
+def activity_name(fn: Any) -> str:
+    return fn.__temporal_activity_definition.name
+
+
+def other_activities(cluster: FakeCluster) -> list[Any]:
+    """FakeCluster's disruption and termination activities, without its controller ones."""
+    return [a for a in cluster.activities() if activity_name(a) not in CONTROLLER_ACTIVITIES]
+
+
+@dataclass
+class ControllerHarness:
+    client: Client
+    controller: FakeController
+    cluster: FakeCluster
+    task_queue: str
+
+    def id(self, prefix: str) -> str:
+        return f"{prefix}/{uuid.uuid4().hex[:8]}"
+
+
+@pytest_asyncio.fixture(name="controller_harness")
+async def controller_harness_fixture(ts_client: Client) -> AsyncIterator[ControllerHarness]:
+    controller, cluster = FakeController(), FakeCluster()
+    task_queue = f"unit-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        ts_client,
+        task_queue=task_queue,
+        workflows=list(WORKFLOWS),
+        activities=[*controller.activities(), *other_activities(cluster)],
+    ):
+        yield ControllerHarness(ts_client, controller, cluster, task_queue)
