@@ -17,7 +17,6 @@ controller's or the others':
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -206,26 +205,15 @@ def _child_ids(path: Path) -> list[str]:
     ]
 
 
-def _patches(path: Path) -> list[str]:
-    """The workflow.patched ids a history recorded (core's `core_patch` markers)."""
-    found = []
-    for event in _events(path):
-        marker = event.get("markerRecordedEventAttributes") or {}
-        if marker.get("markerName") == "core_patch":
-            for payload in marker["details"]["patch-data"]["payloads"]:
-                found.append(json.loads(base64.b64decode(payload["data"]))["id"])
-    return found
-
-
 def test_the_termination_id_change_replays_both_ways():
     """Runs started before the change started their child as `termination/<node>` and recorded no
     patch; runs started after, as `termination/<cluster>/<node>/<uid>` behind the patch marker.
     Both replay on the current code (test_recorded_history_replays_on_the_current_code)."""
     old = HISTORIES / "disruption-replace.json"
     new = HISTORIES / "disruption-replace-pinned.json"
-    assert _child_ids(old) == ["termination/n1"] and _patches(old) == []
+    assert _child_ids(old) == ["termination/n1"] and _patches(_load(old)) == set()
     assert _child_ids(new) == ["termination/fake/p1/uid-p1"]
-    assert _patches(new) == [PATCH_TERMINATION_PER_INCARNATION]
+    assert _patches(_load(new)) == {PATCH_TERMINATION_PER_INCARNATION}
 
 
 def test_every_workflow_has_recorded_histories():
@@ -363,6 +351,10 @@ def harness_suffix(queue: str) -> str:
     return queue.rsplit("-", 1)[-1]
 
 
+def _load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(path.stem, path.read_text())
+
+
 def _patches(history: WorkflowHistory) -> set[str]:
     """The patch ids a history recorded (Temporal's `core_patch` markers)."""
     found = set()
@@ -378,13 +370,10 @@ def test_the_controller_histories_take_both_sides_of_every_patch():
     """Runs started before a patch replay its old side (no marker), runs started after take the new
     side (marker); both kinds of history are replayed by the test above."""
 
-    def load(name: str) -> WorkflowHistory:
-        return WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
-
     patches = {PATCH_COUNT_FAILURES_ONCE, PATCH_BOUNDED_HISTORY}
-    assert _patches(load("controller-before-issue-17")) == set()
+    assert _patches(_load(HISTORIES / "controller-before-issue-17.json")) == set()
     for name in CONTROLLER_HISTORIES:
-        assert _patches(load(name)) == patches, name
+        assert _patches(_load(HISTORIES / f"{name}.json")) == patches, name
 
 
 async def test_without_its_patch_a_run_of_the_older_code_would_not_replay(monkeypatch: pytest.MonkeyPatch):
