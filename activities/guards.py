@@ -18,8 +18,10 @@ node and the rule, and changes nothing when it refuses.
   node whose NodePool sets a terminationGracePeriod is Karpenter's eventual class: its pods'
   do-not-disrupt does not refuse it (the grace period bounds the drain), the node's own does. The holder is
   recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
-  under the same command is idempotent. An emptiness command also refuses a node that is no longer
-  empty (pods landed after the planner's validation, and it has no replacement for them).
+  under the same command is idempotent. An emptiness command leaves out a node that is no longer
+  empty (pods landed after the planner's validation, and it has no replacement for them), checked
+  before the taint and again after it, and goes on with the candidates still empty; with none left
+  it fails without changing anything.
 """
 
 from __future__ import annotations
@@ -158,13 +160,18 @@ def check_voluntary(
     holder = other_holder(node, command_id)
     if holder is not None:
         raise Refused(f"node {name} is already held by {holder}: one command at a time")
-    if reason == "Empty" and holder is None and not _is_tainted(node):
-        # Pods may land between the planner's validation and this taint; an emptiness command has no
-        # replacement for them, so a node that is no longer empty is not taken.
-        for raw in pods:
-            pod = Pod(raw)
-            if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
-                raise Refused(f"node {name} is no longer empty: pod {pod.key} runs on it")
+
+
+def no_longer_empty(node: Json, pods: list[Json]) -> str | None:
+    """Why an emptiness candidate is not empty any more (None: it still is). Pods may land between the
+    planner's validation and the taint; an emptiness command has no replacement for them, so such a
+    node is left out of the command, which goes on with the candidates still empty (Karpenter's
+    emptiness validator keeps that subset too)."""
+    for raw in pods:
+        pod = Pod(raw)
+        if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
+            return f"node {node['metadata']['name']} is no longer empty: pod {pod.key} runs on it"
+    return None
 
 
 def _ready(node: Json) -> bool:

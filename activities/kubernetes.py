@@ -51,6 +51,7 @@ from api.constants import (
     KARPENTER_VERSION,
     KNOWN_EPHEMERAL_TAINT_KEYS,
     NODEPOOL_LABEL,
+    REASON_EMPTY,
     REGISTERED_LABEL,
     TERMINATION_FINALIZER,
     TERMINATION_TIMESTAMP_ANNOTATION,
@@ -268,18 +269,29 @@ class KubernetesActivities:
         guards and the taint: the claim is a read-modify-write with a resourceVersion precondition
         that re-checks the holder on the version it replaces (`_taint_candidate`)."""
         try:
-            await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
+            skipped = await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
         except guards.Refused as err:
             raise guards.refusal(err) from None
-        return list(await asyncio.gather(*(self._taint_candidate(n, request) for n in request.nodes)))
+        return list(
+            await asyncio.gather(
+                *(
+                    self._taint_candidate(n, request)
+                    if why is None
+                    else asyncio.sleep(0, CandidateNode(node=n, ok=False, message=why))
+                    for n, why in zip(request.nodes, skipped, strict=True)
+                )
+            )
+        )
 
-    async def _guard_candidate(self, name: str, request: TaintRequest) -> None:
+    async def _guard_candidate(self, name: str, request: TaintRequest) -> str | None:
+        """Raise Refused to refuse the command; return why this one candidate is left out (an
+        emptiness candidate that is not empty any more), or None to taint it."""
         try:
             node = await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
-                return  # reported by the taint below
+                return None  # reported by the taint below
             if another_node(node, request.uids.get(name)) is not None:
-                return  # not the node the command is for: reported by the taint below, never touched
+                return None  # not the node the command is for: reported by the taint below, never touched
             pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
@@ -288,6 +300,10 @@ class KubernetesActivities:
             raise classify_kube(err, f"checking node {name}") from None
         grace = guards.raw_termination_grace_period(pool)
         guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC), grace)
+        # (A retry finds its own taint: nothing could land since.)
+        if request.reason == REASON_EMPTY and not has_taint(node, DISRUPTED_TAINT_KEY):
+            return guards.no_longer_empty(node, pods)
+        return None
 
     async def _taint_candidate(self, name: str, request: TaintRequest) -> CandidateNode:
         voluntary = request.reason in VOLUNTARY_REASONS
@@ -329,6 +345,13 @@ class KubernetesActivities:
             if not_found(err):
                 return CandidateNode(node=name, ok=False, message="node not found")
             raise classify_kube(err, f"tainting node {name}") from None
+        if request.reason == REASON_EMPTY and (why := await self._landed_since(name, node)) is not None:
+            # A pod bound between the guard's look and the taint: leave this node out, as the guard
+            # would have (the taint stops any later one).
+            await self.untaint_disrupted(
+                UntaintRequest(nodes=[name], command_id=request.command_id, uids=request.uids)
+            )
+            return CandidateNode(node=name, ok=False, message=why)
         message = ""
         if took_over:
             message = f"took over from {took_over[0]}"
@@ -343,6 +366,13 @@ class KubernetesActivities:
             termination_id=termination_workflow_id(self.cluster, name, uid) if uid else None,
             message=message,
         )
+
+    async def _landed_since(self, name: str, node: Json) -> str | None:
+        try:
+            pods = await self.kube.pods_on_node(name)
+        except Exception as err:
+            raise classify_kube(err, f"listing the pods of node {name}") from None
+        return guards.no_longer_empty(node, pods)
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:

@@ -222,6 +222,34 @@ async def test_an_emptiness_command_refuses_a_node_that_is_no_longer_empty(karpf
     await unchanged(karpflow, B.name)
 
 
+C = node("172.31.3.30", "m5.xlarge")  # no pod of PODS runs here
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B, C], PODS))
+async def test_an_emptiness_command_goes_on_with_the_candidates_still_empty(karpflow):
+    """Karpenter's emptiness validator keeps the subset still empty: a pod that landed on one
+    candidate leaves that node out, and the others are disrupted."""
+    async with karpflow.worker():
+        workflow_id = karpflow.workflow_id("disruption/default/Empty/subset")
+        handle = await karpflow.client.start_workflow(
+            "DisruptionWorkflow",
+            {"reason": "Empty", "nodes": [B.name, C.name]},
+            id=workflow_id,
+            task_queue=karpflow.task_queue,
+        )
+        status = await handle.result()
+        await karpflow.eventually(lambda: _gone(karpflow, C.name), within=60, what=f"{C.name} gone")
+    skipped = next(c for c in status["candidates"] if c["node"] == B.name)
+    assert not skipped["tainted"] and "is no longer empty: pod shop/web-" in skipped["message"]
+    assert status["phase"] == "Succeeded"
+    await unchanged(karpflow, B.name)
+    assert_no_violations(karpflow.stack)
+
+
+async def _gone(karpflow, name: str) -> bool:
+    return name not in await karpflow.nodes()
+
+
 @pytest.mark.sim_stack(scenario=scenario([A, B], PODS))
 async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause_is_fixed(karpflow):
     """`kubectl delete node` on a node whose instance lost its ownership tag: the watcher's termination
