@@ -39,6 +39,9 @@ from planner.model import (
     DRIFT,
     EMPTINESS,
     EXPIRATION,
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
     Candidate,
     Command,
     DisruptionClass,
@@ -49,8 +52,9 @@ from planner.model import (
     Simulate,
     ValidationResult,
 )
+from planner.optimal.held import LAUNCHED, PLAN_ANNOTATION, marker_changes, read_marker
 from planner.optimal.leaving import TaintChange, leaving_taint_changes
-from planner.optimal.method import OptimalConsolidation, TargetFleetOut, optimal_pools
+from planner.optimal.method import OptimalConsolidation, TargetFleetOut, held_plan, optimal_pools
 from planner.repair import (
     LIVENESS,
     NODEPOOL_DELETION,
@@ -243,11 +247,14 @@ def plan(
         ctx.marked_for_deletion.update(command.nodes)
 
     candidates, blocked = build_candidates(ctx)
+    # The Optimal plan held on the nodes (planner/optimal/held.py): Karpenter's methods leave it alone.
+    ctx.optimal_plan, stale_markers = held_plan(ctx)
     ended_by = None
     for method in methods:
         eligible = [c for c in candidates if _eligible(ctx, method, c)]
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
+        produced = _worth_the_churn(ctx, method, produced)
         commands.extend(produced)
         for command in produced:
             ctx.marked_for_deletion.update(command.nodes)
@@ -275,6 +282,14 @@ def plan(
         annotations=[
             AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
             for node, value in voluntary_disruption_markers(ctx)
+        ]
+        + [
+            AnnotationChange(node=node, key=PLAN_ANNOTATION, value=value)
+            for node, value in (
+                ctx.plan_markers
+                if ctx.plan_markers is not None
+                else marker_changes(snapshot, {}, stale_markers)
+            )
         ],
         taints=leaving_taint_changes(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
@@ -311,12 +326,57 @@ def _nodeclass_problems(snapshot: Snapshot) -> list[str]:
 def _eligible(ctx: PlanContext, method: Method, candidate: Candidate) -> bool:
     if candidate.name in ctx.marked_for_deletion:
         return False
+    held = _held_by_optimal_plan(ctx, method, candidate)
+    if held is not None:
+        ctx.explain(candidate.name, method.name, held)
+        return False
     # Graceful methods never take a node with blocking pods; the eventual class (drift) may when a
     # terminationGracePeriod bounds the drain.
     eventual = method.disruption_class == DisruptionClass.EVENTUAL and candidate.termination_grace_period
     if candidate.pod_block is not None and not eventual:
         return False
     return method.should_disrupt(ctx, candidate)
+
+
+def _held_by_optimal_plan(ctx: PlanContext, method: Method, candidate: Candidate) -> str | None:
+    """Why Karpenter's consolidation leaves this node to a held Optimal plan (planner/optimal/held.py):
+    multi- and single-node consolidation leave the plan's NodePools alone (the plan is their
+    consolidation until it ends: the two would otherwise undo each other's moves), and emptiness the
+    nodes the plan launched (their room is kept for its later moves). None: not held."""
+    hold = ctx.optimal_plan
+    if hold is None or method.name == OPTIMAL_CONSOLIDATION:
+        return None
+    karpenters = (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION)
+    if method.name in karpenters and candidate.pool_name in hold.pools:
+        return f"nodepool {candidate.pool_name} is being consolidated by Optimal plan {hold.id}"
+    if method.name == EMPTINESS:
+        marker = read_marker(candidate.node)
+        if marker is not None and marker.id == hold.id and marker.role == LAUNCHED:
+            return f"launched by Optimal plan {hold.id}: its room is kept for the plan's later moves"
+    return None
+
+
+def _worth_the_churn(ctx: PlanContext, method: Method, produced: list[Command]) -> list[Command]:
+    """Karpenter's consolidation, as the fallback of Optimal NodePools, must save what the Optimal
+    target charges for the pods it moves (planner/optimal/solver.py `churn_per_pod`): the target
+    found today's fleet best at that price, and a move for less would undo its judgement."""
+    churn = ctx.optimal_churn
+    if not churn or method.name not in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
+        return produced
+    optimal = optimal_pools(ctx)
+    kept = []
+    for command in produced:
+        pods = sum(len(c.reschedulable_pods) for c in command.candidates if c.pool_name in optimal)
+        if pods and command.savings_per_hour < churn * pods:
+            why = (
+                f"optimal: the move saves ${command.savings_per_hour:.4f}/h, less than its {pods} pods' "
+                f"churn (${churn:.4f}/h each) in an Optimal NodePool"
+            )
+            for node in command.nodes:
+                ctx.explain(node, method.name, why)
+            continue
+        kept.append(command)
+    return kept
 
 
 def _blocked_out(

@@ -1,4 +1,5 @@
-"""Optimal consolidation (planner/optimal/): the target, the step, the leaving taints, validation."""
+"""Optimal consolidation (planner/optimal/): the target, the plan held across passes, its moves, the
+leaving taints and plan markers, validation, and Karpenter's methods beside it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,17 @@ from datetime import timedelta
 import pytest
 
 from api.constants import CAPACITY_TYPE_LABEL
-from planner.model import OPTIMAL_CONSOLIDATION, PlanOptions
+from api.workflow_io import disruption_input
+from planner.model import (
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
+    PlanOptions,
+)
+from planner.optimal.held import PLAN_ANNOTATION, PlanMarker
+from planner.optimal.layout import PLANNED_PREFIX
 from planner.optimal.leaving import LEAVING_TAINT_EFFECT, LEAVING_TAINT_KEY, leaving_taint_changes
-from planner.optimal.moves import PLANNED_PREFIX
-from planner.plan import command_out, plan, validate_command
+from planner.plan import Plan, command_out, plan, validate_command
 from sim.cluster_builder import ClusterBuilder
 
 OPTIMAL = {"karpflow.dev/consolidation-strategy": "Optimal"}
@@ -179,25 +187,32 @@ def test_the_bench_scenario_ends_cheaper_than_it_starts_and_every_node_fits():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-    from bench_quality import apply, cluster_cost, fragmented_cluster
+    from bench_quality import apply, apply_markers, cluster_cost, fragmented_cluster
 
     b = fragmented_cluster(30, 1, "on-demand")
     options = PlanOptions(consolidation_strategy="Optimal")
     start, _ = cluster_cost(b)
     counter = [0]
-    used_optimal = False
+    plans: dict[str, float] = {}  # plan id -> cost when it started
     for _ in range(40):
         result = plan(b.snapshot(via_yaml=False), b.catalog, options)
         commands = [c for c in result.commands_ if c.method != "expiration"]
+        apply_markers(b, result)
         if not commands:
             break
         for command in commands:
-            used_optimal |= command.method == OPTIMAL_CONSOLIDATION
             before, _ = cluster_cost(b)
             apply(b, command, counter)  # asserts no node is over-committed
-            assert cluster_cost(b)[0] < before, command
+            after, _ = cluster_cost(b)
+            if command.method == OPTIMAL_CONSOLIDATION:
+                held = result.target_fleet.plan
+                plans.setdefault(held.id, before)
+                # A move may cost more than it saves, never more than its plan has saved.
+                assert after <= plans[held.id] + 1e-9, (command, plans)
+            else:
+                assert after < before, command
         b.now += timedelta(minutes=1)
-    assert used_optimal
+    assert plans
     assert cluster_cost(b)[0] < start / 2
 
 
@@ -222,3 +237,260 @@ def test_karpflow_plan_strategy_optimal_shows_the_target_fleet(tmp_path):
     assert data["targetFleet"]["targetCost"] < data["targetFleet"]["currentCost"]
     default = runner.invoke(main, ["plan", "--snapshot", str(path), "-o", "json"])
     assert json.loads(default.output)["targetFleet"] is None
+
+
+# --- the plan held across passes (planner/optimal/held.py) ------------------------------------------
+
+
+def node_obj(b: ClusterBuilder, name: str) -> dict:
+    return next(o for o in b.objects if o["kind"] == "Node" and o["metadata"]["name"] == name)
+
+
+def markers(b: ClusterBuilder) -> dict[str, PlanMarker]:
+    out = {}
+    for o in b.objects:
+        raw = (o["metadata"].get("annotations") or {}).get(PLAN_ANNOTATION) if o["kind"] == "Node" else None
+        if raw is not None:
+            out[o["metadata"]["name"]] = PlanMarker.model_validate_json(raw)
+    return out
+
+
+def carry_out(b: ClusterBuilder, result: Plan, counter: list[int]) -> None:
+    """What the controller and the DisruptionWorkflows do with a pass: its annotations and taints, then
+    its commands (nodes gone, replacements joined with their annotations, pods where planned)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply, apply_markers
+
+    apply_markers(b, result)
+    for command in result.commands_:
+        apply(b, command, counter)
+    b.now += timedelta(minutes=1)
+
+
+def test_a_plan_is_held_on_its_nodes_and_carried_on_by_the_next_pass():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    (move,) = optimal_commands(first)
+    held = first.target_fleet.plan
+    assert held is not None and held.state == "started" and held.ledger < 0
+    # The plan's leaving nodes get its marker, the move's new nodes carry it to the cluster.
+    wanted = {
+        c.node: PlanMarker.model_validate_json(c.value) for c in first.annotations if c.key == PLAN_ANNOTATION
+    }
+    assert set(wanted) == set(held.leaving) and {m.role for m in wanted.values()} == {"leaving"}
+    assert {m.id for m in wanted.values()} == {held.id}
+    for replacement in disruption_input(move).replacements:
+        launched = PlanMarker.model_validate_json(replacement.annotations[PLAN_ANNOTATION])
+        assert (launched.id, launched.role) == (held.id, "launched")
+    counter = [0]
+    carry_out(b, first, counter)
+    second = plan(b.snapshot(), b.catalog)
+    again = second.target_fleet.plan
+    assert (again.id, again.state) == (held.id, "continued")
+    assert set(again.leaving) == set(held.leaving) - set(move.nodes)
+    (next_move,) = optimal_commands(second)
+    assert set(next_move.nodes) <= set(again.leaving)
+    # Until the plan is done: then its markers and leaving taints are gone.
+    result = second
+    for _ in range(10):
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+        if not result.commands_:
+            break
+    carry_out(b, result, counter)
+    assert not markers(b)
+    assert not any(
+        t.get("key") == LEAVING_TAINT_KEY
+        for o in b.objects
+        if o["kind"] == "Node"
+        for t in o["spec"].get("taints") or []
+    )
+
+
+def investment_cluster() -> ClusterBuilder:
+    """Budget 1. keeper (protected) has room for d's small pod only; b1..b3 each run a 1-CPU pod that
+    nothing that stays can take: their cheapest home is one new c5.xlarge ($0.17/h) for the three,
+    dearer than one of them ($0.096/h). Removing d first pays for it."""
+    b = ClusterBuilder()
+    pool = b.nodepool("default", budgets=[{"nodes": "1"}], expire_after="Never", requirements=ON_DEMAND_M5_C5)
+    pool["metadata"]["annotations"] = dict(OPTIMAL)
+    b.nodeclass()
+    b.node("keeper", instance_type="m5.large")
+    b.pod("pinned", "keeper", cpu="1500m", memory="1Gi", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    b.node("d", instance_type="m5.xlarge")
+    b.pod("small", "d", cpu="100m", memory="128Mi", app="small")
+    for i in range(1, 4):
+        b.node(f"b{i}", instance_type="m5.large")
+        b.pod(f"web-{i}", f"b{i}", cpu="1", memory="512Mi", app="web")
+    return b
+
+
+def test_a_move_may_cost_more_than_it_saves_but_never_more_than_its_plan_saved():
+    b = investment_cluster()
+    counter = [0]
+    start, _ = cost_of(b)
+    result = plan(b.snapshot(), b.catalog)
+    savings = []
+    while optimal_commands(result):
+        (move,) = optimal_commands(result)
+        savings.append(move.savings_per_hour)
+        assert result.target_fleet.plan.ledger <= 1e-9
+        carry_out(b, result, counter)
+        assert cost_of(b)[0] <= start + 1e-9
+        result = plan(b.snapshot(), b.catalog)
+    # d first (a delete saving $0.192/h), then a move launching the c5.xlarge for one b node (it costs
+    # $0.074/h more than it saves), then the other b nodes onto it.
+    assert savings[0] == pytest.approx(0.192)
+    assert any(s < 0 for s in savings[1:]), savings
+    end, nodes = cost_of(b)
+    assert nodes == 2 and end == pytest.approx(0.096 + 0.17)
+
+
+def test_without_a_held_plan_the_investing_move_is_never_made():
+    """Each pass a fresh plan (markers lost): a first move must save on its own, so the b nodes stay
+    where Karpenter's rules would keep them too."""
+    b = investment_cluster()
+    counter = [0]
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply
+
+    for _ in range(6):
+        result = plan(b.snapshot(), b.catalog)
+        for command in optimal_commands(result):
+            assert command.savings_per_hour > 0
+            apply(b, command, counter)
+        b.now += timedelta(minutes=1)
+
+
+def cost_of(b: ClusterBuilder) -> tuple[float, int]:
+    snapshot = b.snapshot(via_yaml=False)
+    total = 0.0
+    for node in snapshot.nodes.values():
+        kind = b.catalog.get(node.instance_type)
+        total += kind.price(node.zone or "", node.capacity_type or "") or 0.0
+    return total, len(snapshot.nodes)
+
+
+def test_a_plan_is_dropped_when_a_leaving_node_can_no_longer_move():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, counter)
+    held = first.target_fleet.plan
+    protected = sorted(set(held.leaving) - set(optimal_commands(first)[0].nodes))[0]
+    b.pod(
+        "pinned", protected, cpu="100m", memory="128Mi", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    second = plan(b.snapshot(), b.catalog)
+    assert f"plan dropped ({protected} can no longer move" in second.target_fleet.why_no_step or (
+        second.target_fleet.plan is not None and second.target_fleet.plan.id != held.id
+    )
+    # The dropped plan's markers and the protected node's leaving taint go.
+    removed = {c.node for c in second.annotations if c.key == PLAN_ANNOTATION and c.value is None}
+    assert protected in removed
+    assert any(t.node == protected and not t.add for t in second.taints)
+
+
+def test_karpenters_methods_leave_a_held_plans_pool_alone_while_its_move_is_in_flight():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    (move,) = optimal_commands(first)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply_markers
+
+    apply_markers(b, first)
+    for name in move.nodes:  # in flight: tainted by its DisruptionWorkflow
+        node_obj(b, name)["spec"].setdefault("taints", []).append(
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+        )
+    b.now += timedelta(minutes=1)
+    waiting = plan(b.snapshot(), b.catalog, PlanOptions(all_methods=True))
+    assert waiting.target_fleet.plan.state == "waiting"
+    assert not [c for c in waiting.commands_ if c.method != "expiration"]
+    details = {d.method: d.reason for x in waiting.blocked for d in x.details}
+    for method in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
+        assert "being consolidated by Optimal plan" in details[method]
+    assert not [c for c in waiting.annotations if c.key == PLAN_ANNOTATION]  # nothing to change
+    del counter
+
+
+def test_the_rest_of_a_plan_that_no_longer_pays_back_is_dropped():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, counter)
+    # Say its leaving nodes were worth nothing when it started: it has spent more than it saved.
+    for name, marker in markers(b).items():
+        cheap = marker.model_copy(update={"leaving_cost": 0.0})
+        node_obj(b, name)["metadata"]["annotations"][PLAN_ANNOTATION] = cheap.as_value()
+    second = plan(b.snapshot(), b.catalog)
+    assert "plan dropped (the rest no longer saves" in second.target_fleet.why_no_step or (
+        second.target_fleet.plan is not None and second.target_fleet.plan.id != first.target_fleet.plan.id
+    )
+
+
+def test_validation_refuses_a_move_that_would_leave_its_plan_dearer_than_it_found_the_cluster():
+    b = investment_cluster()
+    counter = [0]
+    result = plan(b.snapshot(), b.catalog)
+    carry_out(b, result, counter)  # d goes: the plan has saved $0.192/h
+    snapshot = b.snapshot()
+    second = plan(snapshot, b.catalog)
+    (out,) = [c for c in second.commands if c.method == OPTIMAL_CONSOLIDATION]
+    assert out.savings_per_hour < 0
+    assert validate_command(snapshot, b.catalog, out).valid
+    for name, marker in markers(b).items():  # as if the plan had saved nothing yet
+        node_obj(b, name)["metadata"]["annotations"][PLAN_ANNOTATION] = marker.model_copy(
+            update={"leaving_cost": marker.leaving_cost - 0.192}
+        ).as_value()
+    verdict = validate_command(b.snapshot(), b.catalog, out)
+    assert not verdict.valid and verdict.reason.startswith("ledger")
+
+
+def test_markers_on_a_pool_that_left_the_strategy_are_removed():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    assert markers(b)
+    pool = next(o for o in b.objects if o["kind"] == "NodePool")
+    pool["metadata"]["annotations"] = {}
+    result = plan(b.snapshot(), b.catalog)
+    assert {c.node for c in result.annotations if c.key == PLAN_ANNOTATION and c.value is None} == set(
+        markers(b)
+    )
+    assert all(not t.add for t in result.taints)
+
+
+def test_the_simulation_takes_a_planned_destination_only_when_the_rules_allow():
+    from planner.scheduling.adapter import SnapshotSimulation
+
+    b = ClusterBuilder()
+    b.nodepool("default", expire_after="Never")
+    b.nodeclass()
+    b.node("a-first", instance_type="m5.xlarge")
+    b.node("b-second", instance_type="m5.xlarge")
+    b.node(
+        "c-tainted",
+        instance_type="m5.xlarge",
+        taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}],
+    )
+    b.node("going", instance_type="m5.large")
+    b.pod("web-1", "going", cpu="500m", memory="512Mi")
+    b.pod("web-2", "going", cpu="500m", memory="512Mi")
+    snapshot = b.snapshot()
+    sim = SnapshotSimulation(snapshot, b.catalog)
+    plain = sim.run(["going"])
+    assert set(plain.placements.values()) == {"a-first"}  # first fit by name
+    planned = sim.run(["going"], prefer={"default/web-1": "b-second", "default/web-2": "c-tainted"})
+    assert planned.placements["default/web-1"] == "b-second"
+    assert planned.placements["default/web-2"] == "a-first"  # the taint is not tolerated: as usual
