@@ -303,6 +303,8 @@ def print_target_fleet(console: Console, result: Plan) -> None:
     )
     table.add_row("launch", str(sum(launch.count for launch in target.launches)), launches or "-")
     console.print(table)
+    if target.ended:
+        console.print(f"  {target.ended}", markup=False)
     held = target.plan
     if held is not None:
         console.print(

@@ -163,6 +163,9 @@ class PlanOptions(BaseModel):
     # its fluid optimum (planner/optimal/solver.py). Higher keeps more nodes and evicts fewer pods
     # for a dearer fleet (docs/optimal-consolidation.md has the measured trade-off).
     optimal_churn_share: float = Field(default=0.15, ge=0)
+    # An Optimal plan still not done after this long is dropped (and a new one may start): its moves
+    # keep failing somewhere the plan cannot see, e.g. their validation.
+    optimal_plan_max_age: timedelta = timedelta(hours=1)
 
 
 # --- Candidates -----------------------------------------------------------------------------------

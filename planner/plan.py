@@ -83,6 +83,10 @@ class ReplacementOut(_Out):
         default=None, description="hourly price of the most expensive option (what the launch could cost)"
     )
     pods: int = 0
+    pod_keys: list[str] = Field(
+        default_factory=list,
+        description="Optimal moves: the pods planned onto this new node (the validation places them there)",
+    )
 
 
 class CommandOut(_Out):
@@ -105,6 +109,11 @@ class CommandOut(_Out):
     disruption_class: str
     pods: int = Field(description="reschedulable pods that move")
     message: str = ""
+    placements: dict[str, str] = Field(
+        default_factory=dict,
+        description="Optimal moves: pod -> the node that stays it is planned onto (the validation "
+        "places it there when the rules still allow)",
+    )
 
 
 class Explanation(_Out):
@@ -409,6 +418,9 @@ def _blocked_out(
 
 
 def command_out(command: Command) -> CommandOut:
+    # An Optimal move's pods are placed where its plan put them (validation included): they travel
+    # with it. Other methods' validation places pods its own way.
+    planned = command.method == OPTIMAL_CONSOLIDATION
     return CommandOut(
         id=command.id,
         method=command.method,
@@ -425,6 +437,7 @@ def command_out(command: Command) -> CommandOut:
                 price=r.price,
                 worst_case_price=r.worst_case_price,
                 pods=len(r.pods),
+                pod_keys=[p.key for p in r.pods] if planned else [],
             )
             for r in command.replacements
         ],
@@ -433,6 +446,7 @@ def command_out(command: Command) -> CommandOut:
         disruption_class=str(command.disruption_class),
         pods=sum(len(c.reschedulable_pods) for c in command.candidates),
         message=command.message,
+        placements=dict(command.placements) if planned else {},
     )
 
 
@@ -455,18 +469,22 @@ def command_from_out(ctx: PlanContext, out: CommandOut) -> Command | None:
         if node is None or pool is None:
             return None
         candidates.append(make_candidate(ctx, node, pool))
+    pods = {p.key: p for c in candidates for p in c.reschedulable_pods}
     replacements = [
         Replacement(
             nodepool=r.nodepool,
             instance_types=[t for n in r.instance_types if (t := ctx.catalog.get(n)) is not None],
             capacity_type=r.capacity_type,
             zones=list(r.zones),
+            pods=[pods[key] for key in r.pod_keys if key in pods],
         )
         for r in out.replacements
     ]
-    return Command(
+    command = Command(
         out.method, out.reason, candidates, replacements, DisruptionClass(out.disruption_class), out.message
     )
+    command.placements = dict(out.placements)
+    return command
 
 
 def validate_command(

@@ -124,6 +124,7 @@ class TargetFleetOut(Out):
     step_remove: list[str] = Field(default_factory=list, description="the target's removals started now")
     why_no_step: str = ""
     plan: PlanOut | None = None
+    ended: str = Field(default="", description="the plan that ended this pass: its id, done or why dropped")
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,13 +214,17 @@ class _Pass:
         ctx.optimal_churn = churn_per_pod(problem, ctx.options.optimal_churn_share)
         ended = ""
         if hold is not None:
-            commands, ended = self._carry_on(problem, hold)
+            commands, dropped = self._carry_on(problem, hold)
             if commands is not None:
                 return commands
             # Done or dropped: its markers and taints go, and a new plan may start at once.
+            ended = f"plan {hold.id} " + (f"dropped: {dropped}" if dropped else "done")
             self.stale.extend(hold.nodes)
             self.hold = None
-        return self._start(problem, ended)
+        commands = self._start(problem, ended)
+        if self.report is not None:
+            self.report.ended = ended
+        return commands
 
     def _wait(self, hold: HeldPlan) -> list[Command]:
         """A move of the plan is in flight: its new nodes may not have joined yet, so the next move
@@ -259,6 +264,9 @@ class _Pass:
         blocked = [n for n in hold.leaving if n not in movable]
         if blocked:
             return None, f"{blocked[0]} can no longer move ({self._why_not_candidate(blocked[0])})"
+        age = ctx.now - hold.marker.since
+        if age > ctx.options.optimal_plan_max_age:
+            return None, f"not done after {age}, more than optimal_plan_max_age allows"
         self.target = target = solve_target(problem, self.limit * TARGET_SHARE, hold.leaving)
         self.report = self._report(problem, target)
         layout = solve_layout(problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE)
@@ -275,14 +283,14 @@ class _Pass:
         self.report.target_cost = round(check.end_cost, 6)
         return self._move(problem, check, hold.marker, ledger, "continued")
 
-    def _start(self, problem: FleetProblem, dropped: str) -> list[Command]:
+    def _start(self, problem: FleetProblem, ended: str) -> list[Command]:
         """A new plan, when its whole checked layout saves and its first move passes."""
         ctx = self.ctx
         churn = ctx.optimal_churn or 0.0
         self.target = target = solve_target(problem, self.limit * TARGET_SHARE, churn=churn)
         self.report = report = self._report(problem, target)
         ctx.outcomes[OPTIMAL_CONSOLIDATION] = report
-        prefix = f"optimal: plan dropped ({dropped}); " if dropped else "optimal: "
+        prefix = f"optimal: {ended}; " if ended else "optimal: "
         if not target.improved:
             return self._nothing(
                 f"{prefix}no cheaper fleet found (today ${target.cost:.4f}/h; solver: {target.status}); "
@@ -527,8 +535,8 @@ def _pdb_exposure(
 def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:
     """The command on the fresh snapshot: every node still a candidate of an Optimal pool, within the
     budget, its pods still placed by the simulation on the nodes that stay plus its new nodes (each as
-    its first instance type and zone), with nodes tainted karpflow.io/leaving out, and the plan's
-    ledger still <= 0 after it."""
+    its first instance type and zone; each pod preferring where it was planned), with nodes tainted
+    karpflow.io/leaving out, and the plan's ledger still <= 0 after it."""
     candidates, blocked = build_candidates(ctx)
     fresh = {c.name: c for c in candidates}
     why_blocked = {b.node: b.reason for b in blocked}
@@ -567,12 +575,17 @@ def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:
     )
     names = [c.name for c in kept]
     later = {n for n, node in ctx.snapshot.nodes.items() if has_leaving_taint(node.taints)} - set(names)
+    # Each pod prefers where the move planned it, as when it was planned.
+    prefer = dict(command.placements)
+    for (name, _, _), r in zip(launches, command.replacements, strict=True):
+        prefer.update((p.key, name) for p in r.pods)
     result = virtual.run(
         sorted({*names, *later}),
         virtual.pods_of(names),
         gone=ctx.marked_for_deletion,
         max_new_claims=0,
         stop_on_failure=True,
+        prefer=prefer,
     )
     if not result.all_non_pending_scheduled:
         return ValidationResult(False, None, f"scheduling: {result.non_pending_errors()}")

@@ -388,9 +388,7 @@ def test_a_plan_is_dropped_when_a_leaving_node_can_no_longer_move():
         "pinned", protected, cpu="100m", memory="128Mi", annotations={"karpenter.sh/do-not-disrupt": "true"}
     )
     second = plan(b.snapshot(), b.catalog)
-    assert f"plan dropped ({protected} can no longer move" in second.target_fleet.why_no_step or (
-        second.target_fleet.plan is not None and second.target_fleet.plan.id != held.id
-    )
+    assert second.target_fleet.ended.startswith(f"plan {held.id} dropped: {protected} can no longer move")
     # The dropped plan's markers and the protected node's leaving taint go.
     removed = {c.node for c in second.annotations if c.key == PLAN_ANNOTATION and c.value is None}
     assert protected in removed
@@ -434,9 +432,8 @@ def test_the_rest_of_a_plan_that_no_longer_pays_back_is_dropped():
         cheap = marker.model_copy(update={"leaving_cost": 0.0})
         node_obj(b, name)["metadata"]["annotations"][PLAN_ANNOTATION] = cheap.as_value()
     second = plan(b.snapshot(), b.catalog)
-    assert "plan dropped (the rest no longer saves" in second.target_fleet.why_no_step or (
-        second.target_fleet.plan is not None and second.target_fleet.plan.id != first.target_fleet.plan.id
-    )
+    held = first.target_fleet.plan
+    assert second.target_fleet.ended.startswith(f"plan {held.id} dropped: the rest no longer saves")
 
 
 def test_validation_refuses_a_move_that_would_leave_its_plan_dearer_than_it_found_the_cluster():
@@ -494,3 +491,70 @@ def test_the_simulation_takes_a_planned_destination_only_when_the_rules_allow():
     planned = sim.run(["going"], prefer={"default/web-1": "b-second", "default/web-2": "c-tainted"})
     assert planned.placements["default/web-1"] == "b-second"
     assert planned.placements["default/web-2"] == "a-first"  # the taint is not tolerated: as usual
+
+
+def test_validation_places_a_moves_pods_where_its_plan_put_them():
+    """First fit would put the 1-CPU pod on the kept node and leave the memory-heavy one for the new
+    c5.large, which cannot hold it; the move planned the other way round, and its CommandOut says so."""
+    from planner.plan import CommandOut, ReplacementOut
+
+    b = ClusterBuilder()
+    pool = b.nodepool("default", expire_after="Never", requirements=ON_DEMAND_M5_C5)
+    pool["metadata"]["annotations"] = dict(OPTIMAL)
+    b.nodeclass()
+    b.node("kept", instance_type="m5.xlarge", zone="us-west-2a")
+    b.pod(
+        "resident", "kept", cpu="2920m", memory="10000Mi", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    b.node("going", instance_type="m5.large", zone="us-west-2a")
+    b.pod("cpu-heavy", "going", cpu="1", memory="1Gi")
+    b.pod("memory-heavy", "going", cpu="500m", memory="3500Mi")
+    snapshot = b.snapshot()
+    planned = CommandOut(
+        id="x",
+        method=OPTIMAL_CONSOLIDATION,
+        reason="Underutilized",
+        decision="replace",
+        nodes=["going"],
+        nodepools=["default"],
+        replacements=[
+            ReplacementOut(
+                nodepool="default",
+                instance_types=["c5.large"],
+                capacity_type="on-demand",
+                zones=["us-west-2a"],
+                price=0.085,
+                pods=1,
+                pod_keys=["default/cpu-heavy"],
+            )
+        ],
+        savings_per_hour=0.011,
+        disruption_class="graceful",
+        pods=2,
+        placements={"default/memory-heavy": "kept"},
+    )
+    assert validate_command(snapshot, b.catalog, planned).valid
+    first_fit = planned.model_copy(
+        update={
+            "placements": {},
+            "replacements": [planned.replacements[0].model_copy(update={"pod_keys": []})],
+        }
+    )
+    verdict = validate_command(snapshot, b.catalog, first_fit)
+    assert not verdict.valid and verdict.reason.startswith("scheduling")
+    # A planned move carries its destinations into the controller (PassResult) and back.
+    b2 = fragmented(nodes=8, budget="2")
+    (move,) = [c for c in plan(b2.snapshot(), b2.catalog).commands if c.method == OPTIMAL_CONSOLIDATION]
+    carried = {k for r in move.replacements for k in r.pod_keys} | set(move.placements)
+    assert carried and len(carried) == move.pods
+
+
+def test_a_plan_not_done_in_time_is_dropped():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    b.now += timedelta(hours=2)
+    later = plan(b.snapshot(), b.catalog)
+    assert later.target_fleet.ended.startswith(f"plan {first.target_fleet.plan.id} dropped: not done after")
+    still = plan(b.snapshot(), b.catalog, PlanOptions(optimal_plan_max_age=timedelta(hours=3)))
+    assert still.target_fleet.plan.id == first.target_fleet.plan.id
