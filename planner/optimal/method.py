@@ -71,6 +71,8 @@ from planner.scheduling.adapter import SnapshotSimulation, snapshot_simulation
 # Shares of the time limit: the target, then its layout; the step (a small program) has the rest.
 TARGET_SHARE = 0.5
 LAYOUT_SHARE = 0.3
+# HiGHS's status when it stopped at its time limit.
+TIME_LIMIT = "Time limit reached"
 # A plan must save at least this much once done ($/h), on top of the pools' savings floor.
 MIN_PLAN_SAVING = 0.001
 # When the step's command does not pass its check, the budget is halved and the step solved again.
@@ -267,14 +269,19 @@ class _Pass:
         age = ctx.now - hold.marker.since
         if age > ctx.options.optimal_plan_max_age:
             return None, f"not done after {age}, more than optimal_plan_max_age allows"
+        ledger = hold.ledger(ctx.snapshot, ctx.catalog)
         self.target = target = solve_target(problem, self.limit * TARGET_SHARE, hold.leaving)
         self.report = self._report(problem, target)
+        if not target.found:
+            # Out of time (a loaded machine), not out of options: the plan waits for the next pass.
+            why = f"no launches found in time ({target.status})"
+            self._keep(hold.marker, set(hold.leaving), "waiting", why, ledger)
+            return [], why
         layout = solve_layout(problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE)
         self.report.layout_seconds = round(layout.seconds, 3) if layout else 0.0
         check, why = check_plan(ctx, problem, hold.leaving, layout, target.launches)
         if check is None:
             return None, why
-        ledger = hold.ledger(ctx.snapshot, ctx.catalog)
         leaving = set(hold.leaving)
         rest = sum(n.worst_price for n in check.new)
         rest -= sum(r.price for r in problem.movable if r.name in leaving)
@@ -387,6 +394,10 @@ class _Pass:
             self.report.step_seconds = round(self.report.step_seconds + step.seconds, 3)
             if not step.remove:
                 why = f"no move of the plan fits the budgets, PDBs and its ledger now (solver: {step.status})"
+                if step.status == TIME_LIMIT and state != "started":
+                    # Out of time, not out of moves: the plan waits for the next pass.
+                    self._keep(marker, set(hold.leaving), "waiting", why, ledger)
+                    return [], why
                 break
             remove = [by_name[n] for n in by_name if n in set(step.remove)]  # disruption-cost order
             later = set(hold.leaving) - set(step.remove)

@@ -83,6 +83,7 @@ class TargetFleet:
     seconds: float
     improved: bool  # strictly cheaper than today
     exact: bool = True  # kept nodes had their own rows (else their room was pooled, and overstated)
+    found: bool = True  # False: the program had no answer when it stopped (today's fleet is reported)
 
 
 @dataclass
@@ -314,7 +315,7 @@ def solve_target(
     values, status = m.solve(False, time_limit, start)
     seconds = time.perf_counter() - began
     if values is None:
-        return TargetFleet({r.name for r in movable}, [], {}, current, status, seconds, False)
+        return TargetFleet({r.name for r in movable}, [], {}, current, status, seconds, False, exact, False)
     keep = {name for name, col in keep_cols.items() if values[col] > 0.5}
     launches = {o: round(values[col]) for o, col in option_cols.items() if round(values[col]) > 0}
     cost = sum(r.price for r in movable if r.name in keep) + sum(

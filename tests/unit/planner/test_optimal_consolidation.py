@@ -558,3 +558,23 @@ def test_a_plan_not_done_in_time_is_dropped():
     assert later.target_fleet.ended.startswith(f"plan {first.target_fleet.plan.id} dropped: not done after")
     still = plan(b.snapshot(), b.catalog, PlanOptions(optimal_plan_max_age=timedelta(hours=3)))
     assert still.target_fleet.plan.id == first.target_fleet.plan.id
+
+
+def test_a_held_plan_out_of_solver_time_waits_rather_than_drops(monkeypatch):
+    import planner.optimal.method as method
+    from planner.optimal.solver import TargetFleet
+
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    held = first.target_fleet.plan
+
+    def out_of_time(problem, time_limit, removals=None, churn=0.0):
+        return TargetFleet(set(), [], {}, 0.0, "Time limit reached", time_limit, False, True, False)
+
+    monkeypatch.setattr(method, "solve_target", out_of_time)
+    result = plan(b.snapshot(), b.catalog)
+    assert not optimal_commands(result)
+    assert (result.target_fleet.plan.id, result.target_fleet.plan.state) == (held.id, "waiting")
+    assert not [c for c in result.annotations if c.key == PLAN_ANNOTATION]  # its markers stay
+    assert not [t for t in result.taints if not t.add]  # and its leaving taints
