@@ -158,7 +158,7 @@ class PlanOptions(BaseModel):
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
     # Time the Optimal method's solver may take per pass (planner/optimal/); it returns its best
     # answer when the time is up.
-    optimal_time_limit: timedelta = timedelta(seconds=1.2)
+    optimal_time_limit: timedelta = timedelta(seconds=1.8)
     # What the Optimal target charges a moved pod: moving every pod of the scope costs this share of
     # its fluid optimum (planner/optimal/solver.py). Higher keeps more nodes and evicts fewer pods
     # for a dearer fleet (docs/optimal-consolidation.md has the measured trade-off).

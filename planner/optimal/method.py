@@ -69,8 +69,8 @@ from planner.savings_threshold import below_floor
 from planner.scheduling.adapter import SnapshotSimulation, snapshot_simulation
 
 # Shares of the time limit: the target, then its layout; the step (a small program) has the rest.
-TARGET_SHARE = 0.5
-LAYOUT_SHARE = 0.3
+TARGET_SHARE = 0.4
+LAYOUT_SHARE = 0.45
 # HiGHS's status when it stopped at its time limit.
 TIME_LIMIT = "Time limit reached"
 # A plan must save at least this much once done ($/h), on top of the pools' savings floor.
@@ -277,7 +277,7 @@ class _Pass:
             why = f"no launches found in time ({target.status})"
             self._keep(hold.marker, set(hold.leaving), "waiting", why, ledger)
             return [], why
-        layout = solve_layout(problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE)
+        layout = solve_layout(problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE, target)
         self.report.layout_seconds = round(layout.seconds, 3) if layout else 0.0
         check, why = check_plan(ctx, problem, hold.leaving, layout, target.launches)
         if check is None:
@@ -304,12 +304,14 @@ class _Pass:
                 "left to Karpenter's methods",
                 self.candidates,
             )
-        launches = target.launches
+        guide = target
         began = time.perf_counter()
         if not target.exact:
             # Pooled room overstates fragmented nodes: the launches again, with room node by node.
-            launches = solve_target(problem, self.limit * LAYOUT_SHARE / 2, target.remove).launches
-        layout = solve_layout(problem, target.remove, launches, self.limit * LAYOUT_SHARE / 2)
+            fixed = solve_target(problem, self.limit * LAYOUT_SHARE / 2, target.remove)
+            guide = fixed if fixed.found else target
+        launches = guide.launches
+        layout = solve_layout(problem, target.remove, launches, self.limit * LAYOUT_SHARE / 2, guide)
         report.layout_seconds = round(time.perf_counter() - began, 3)
         check, why = check_plan(ctx, problem, target.remove, layout, launches)
         if check is None:

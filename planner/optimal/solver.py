@@ -25,8 +25,9 @@ are solved again that way before the layout.
 **Layout**: the target made whole, node by node. Integer pods of each moving group per destination:
 every room that stays, each planned new node (open_k in {0,1}, at its price) and spares (one per
 option, and a quarter more of the planned ones). min sum price_k open_k, s.t. per node and resource
-the pods fit, and every moving pod has a destination. It starts from first fit (biggest pods first),
-and is first fit alone when too big to improve within a pass. The simulation then places each pod
+the pods fit, and every moving pod has a destination. It starts from a first fit that follows the
+target's flows (then biggest pods first), and is that first fit alone when too big to improve within
+a pass. The simulation then places each pod
 where the layout says when every rule allows it (planner/optimal/layout.py).
 
 **This pass's step** on the layout: z_i in {0,1}: remove leaving node i now; w_k in {0,1}: launch new
@@ -84,6 +85,10 @@ class TargetFleet:
     improved: bool  # strictly cheaper than today
     exact: bool = True  # kept nodes had their own rows (else their room was pooled, and overstated)
     found: bool = True  # False: the program had no answer when it stopped (today's fleet is reported)
+    # The target's (fractional) flows: pods of each group into each kept node's room (when counted node
+    # by node) and onto each launch option's new nodes. The layout starts from them.
+    room_flows: dict[str, dict[int, float]] = field(default_factory=dict)
+    option_flows: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -291,13 +296,17 @@ def solve_target(
     pooled = [r for r in problem.rooms if not r.movable or not exact]
     for admits, rooms in _classes(pooled).items():
         _room_rows(m, problem, flows, admits, rooms, keep_cols, scales, fragment)
+    room_flow_cols: dict[str, dict[int, int]] = {}
     if exact:
         for r in movable:
             if r.admits:
-                _room_rows(m, problem, flows, r.admits, [r], keep_cols, scales, fragment)
+                room_flow_cols[r.name] = _room_rows(
+                    m, problem, flows, r.admits, [r], keep_cols, scales, fragment
+                )
+    option_flow_cols: dict[int, dict[int, int]] = {}
     for o, n_col in option_cols.items():
         option = problem.options[o]
-        cols = {g: m.col(0.0) for g in sorted(option.admits)}
+        cols = option_flow_cols[o] = {g: m.col(0.0) for g in sorted(option.admits)}
         for g, col in cols.items():
             flows[g].append((col, 1.0))
         for d, scale in enumerate(scales):
@@ -322,7 +331,18 @@ def solve_target(
         problem.options[o].price * n for o, n in launches.items()
     )
     remove = [r.name for r in movable if r.name not in keep]
-    return TargetFleet(keep, remove, launches, cost, status, seconds, cost < current - _EPS, exact)
+    target = TargetFleet(keep, remove, launches, cost, status, seconds, cost < current - _EPS, exact)
+    target.room_flows = {
+        name: {g: values[c] for g, c in cols.items() if values[c] > _EPS}
+        for name, cols in room_flow_cols.items()
+        if name in keep
+    }
+    target.option_flows = {
+        o: {g: values[c] for g, c in cols.items() if values[c] > _EPS}
+        for o, cols in option_flow_cols.items()
+        if o in launches
+    }
+    return target
 
 
 def _room_rows(
@@ -334,7 +354,7 @@ def _room_rows(
     keep_cols: dict[str, int],
     scales: list[float],
     fragment: list[float],
-) -> None:
+) -> dict[int, int]:
     """Flow columns into the room of `rooms` and one capacity row per resource: the fixed room plus
     the room of those kept. Half a typical pod per node counts for nothing (pods are whole)."""
     cols = {g: m.col(0.0) for g in sorted(admits)}
@@ -346,14 +366,19 @@ def _room_rows(
         terms = [(col, problem.groups[g].vec[d] / scale) for g, col in cols.items()]
         terms += [(keep_cols[n], -v) for n, v in usable.items() if n in keep_cols]
         m.row(terms, -math.inf, fixed_room)
+    return cols
 
 
 def solve_layout(
-    problem: FleetProblem, removals: Sequence[str], launches: dict[int, int], time_limit: float
+    problem: FleetProblem,
+    removals: Sequence[str],
+    launches: dict[int, int],
+    time_limit: float,
+    guide: TargetFleet | None = None,
 ) -> Layout | None:
     """The target made whole: which staying room or new node each moving pod goes to (see the module
-    docstring). Started from a first-fit layout, so it has an answer whenever first fit finds one;
-    None when neither finds one."""
+    docstring). Started from a first-fit layout that follows the target's flows (`guide`), so it has
+    an answer whenever first fit finds one; None when neither finds one."""
     began = time.perf_counter()
     gone = set(removals)
     moving: dict[int, int] = {}
@@ -405,7 +430,7 @@ def solve_layout(
             flows[g].append((col, 1.0))
     for g, count in moving.items():
         m.row(flows[g], count, count)
-    start = _first_fit(problem, moving, dests, len(m.cost))
+    start = _first_fit(problem, moving, dests, len(m.cost), guide)
     if len(m.integer) > LAYOUT_MIP_COLUMNS:
         # Too big to improve on first fit within a pass: first fit it is (or nothing).
         values, status = start, "first fit"
@@ -440,59 +465,91 @@ class _Dest:
 
 
 def _first_fit(
-    problem: FleetProblem, moving: dict[int, int], dests: list[_Dest], columns: int
+    problem: FleetProblem,
+    moving: dict[int, int],
+    dests: list[_Dest],
+    columns: int,
+    guide: TargetFleet | None = None,
 ) -> list[float] | None:
-    """A layout by first fit, biggest pods first: staying rooms, then the target's new nodes, then
-    spares, cheapest per unit of room first. The layout program's starting point; None if it fails."""
+    """A whole layout, the layout program's starting point (None if it fails):
+    1. the target's flows, rounded down: pods of each group into the kept nodes' room it planned,
+       then onto the new nodes of each option it planned, each pod on the copy with the most room
+       left (the target mixes pod shapes per option so that both cpu and memory fill up);
+    2. what is left, biggest pods first, first fit: staying rooms, the target's new nodes, spares
+       cheapest per unit of room first."""
     start = [0.0] * columns
     left = {id(d): list(d.capacity) for d in dests}
+    need = dict(moving)
     scales = _scales(problem)
 
-    def size(g: int) -> float:
-        return sum(v / s for v, s in zip(problem.groups[g].vec, scales, strict=True))
+    def size(vec: Sequence[float]) -> float:
+        return sum(v / s for v, s in zip(vec, scales, strict=True))
 
+    def put(dest: _Dest, g: int, count: int) -> int:
+        """Up to `count` pods of group g on dest; how many went."""
+        col = dest.cols.get(g)
+        if col is None or count <= 0:
+            return 0
+        vec = problem.groups[g].vec
+        room = left[id(dest)]
+        take = min([count] + [r // v for r, v in zip(room, vec, strict=True) if v > 0])
+        if take <= 0:
+            return 0
+        for d, v in enumerate(vec):
+            room[d] -= take * v
+        start[col] += take
+        need[g] -= take
+        if dest.open_col is not None:
+            start[dest.open_col] = 1.0
+        return take
+
+    groups = sorted(moving, key=lambda g: size(problem.groups[g].vec), reverse=True)
+    if guide is not None:
+        for dest in dests:
+            if dest.room is not None:
+                for g, flow in guide.room_flows.get(dest.room, {}).items():
+                    if g in need:
+                        put(dest, g, min(need[g], math.floor(flow + _EPS)))
+        copies: dict[int, list[_Dest]] = {}
+        for dest in dests:
+            if dest.option is not None and not dest.spare:
+                copies.setdefault(dest.option, []).append(dest)
+        for o, flows in guide.option_flows.items():
+            for g in sorted(flows, key=lambda g: size(problem.groups[g].vec), reverse=True):
+                budget = min(need.get(g, 0), math.floor(flows[g] + _EPS))
+                for _ in range(budget):
+                    roomiest = sorted(
+                        copies.get(o, []),
+                        key=lambda d: (
+                            -min(r / c for r, c in zip(left[id(d)], d.capacity, strict=True) if c > 0)
+                        ),
+                    )
+                    if not any(put(d, g, 1) for d in roomiest):
+                        break
     spares = sorted(
         (d for d in dests if d.spare),
         key=lambda d: (
-            problem.options[d.option].price
-            / max(sum(a / s for a, s in zip(d.capacity, scales, strict=True)), 1e-9)
-            if d.option is not None
-            else 0.0
+            problem.options[d.option].price / max(size(d.capacity), 1e-9) if d.option is not None else 0.0
         ),
     )
     order = [d for d in dests if not d.spare] + spares
-    for g in sorted(moving, key=size, reverse=True):
-        need = moving[g]
-        vec = problem.groups[g].vec
+    for g in groups:
         for dest in order:
-            if need == 0:
+            if need[g] == 0:
                 break
-            col = dest.cols.get(g)
-            if col is None:
-                continue
-            room = left[id(dest)]
-            fits = min((r // v for r, v in zip(room, vec, strict=True) if v > 0), default=need)
-            take = min(need, fits)
-            if take <= 0:
-                continue
-            for d, v in enumerate(vec):
-                room[d] -= take * v
-            start[col] += take
-            need -= take
-            if dest.open_col is not None:
-                start[dest.open_col] = 1.0
-        if need:
+            put(dest, g, need[g])
+        if need[g]:
             return None
     # Copies of an option open in order (the program's symmetry rows): move the opened ones first.
     by_option: dict[int, list[_Dest]] = {}
     for dest in dests:
         if dest.option is not None:
             by_option.setdefault(dest.option, []).append(dest)
-    for copies in by_option.values():
-        opened = [d for d in copies if start[d.open_col or 0] > 0.5]
-        closed = [d for d in copies if start[d.open_col or 0] <= 0.5]
+    for copies_of in by_option.values():
+        opened = [d for d in copies_of if start[d.open_col or 0] > 0.5]
+        closed = [d for d in copies_of if start[d.open_col or 0] <= 0.5]
         contents = [{g: start[c] for g, c in d.cols.items()} for d in opened]
-        for dest in copies:
+        for dest in copies_of:
             assert dest.open_col is not None
             start[dest.open_col] = 0.0
             for c in dest.cols.values():

@@ -578,3 +578,25 @@ def test_a_held_plan_out_of_solver_time_waits_rather_than_drops(monkeypatch):
     assert (result.target_fleet.plan.id, result.target_fleet.plan.state) == (held.id, "waiting")
     assert not [c for c in result.annotations if c.key == PLAN_ANNOTATION]  # its markers stay
     assert not [t for t in result.taints if not t.add]  # and its leaving taints
+
+
+def test_the_savings_floor_judges_a_plan_as_a_whole():
+    b = investment_cluster()  # the plan saves $0.31/h in all; one of its moves costs $0.074/h more
+    pool = next(o for o in b.objects if o["kind"] == "NodePool")
+    pool["metadata"]["annotations"]["karpflow.dev/min-savings-per-hour"] = "0.25"
+    counter = [0]
+    result = plan(b.snapshot(), b.catalog)
+    savings = []
+    while optimal_commands(result):
+        savings.extend(c.savings_per_hour for c in optimal_commands(result))
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+    assert any(s < 0 for s in savings), savings
+    pool["metadata"]["annotations"]["karpflow.dev/min-savings-per-hour"] = "0.5"
+    fresh = investment_cluster()
+    next(o for o in fresh.objects if o["kind"] == "NodePool")["metadata"]["annotations"][
+        "karpflow.dev/min-savings-per-hour"
+    ] = "0.5"
+    refused = plan(fresh.snapshot(), fresh.catalog)
+    assert not optimal_commands(refused)
+    assert "the plan as a whole: savings floor:" in refused.target_fleet.why_no_step
