@@ -31,6 +31,7 @@ A plan's moves run one at a time, so what is in flight is always visible to the 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +60,9 @@ class PlanMarker(BaseModel):
     start_cost: float  # $/h of the Optimal scope when the plan started (shown to people)
     leaving_cost: float  # $/h of its leaving nodes when it started: what removing them all saves
     target_cost: float  # $/h the scope should cost once the plan is done
+    # The new nodes it planned when it started, "pool/instance type/capacity type" each: later moves
+    # launch these rather than what a fresh solve would pick from where the kube-scheduler put pods.
+    launches: list[str] = []
 
     def as_value(self) -> str:
         return self.model_dump_json(by_alias=True)
@@ -93,12 +97,22 @@ class HeldPlan:
     def nodes(self) -> set[str]:
         return {*self.leaving, *self.launched, *self.busy}
 
+    def still_to_launch(self, snapshot: Snapshot) -> Counter[str]:
+        """The planned new nodes its moves have not launched yet (launched ones present subtracted)."""
+        left = Counter(self.marker.launches)
+        left.subtract(launch_key(snapshot.nodes[n]) for n in self.launched)
+        return +left
+
     def ledger(self, snapshot: Snapshot, catalog: Catalog) -> float:
         """$/h this plan has added to the cluster so far (<= 0 when it has saved): its launched nodes
         present, minus what its leaving nodes no longer cost (gone or on their way out)."""
         still = sum(node_price(snapshot.nodes[n], catalog) for n in self.leaving)
         spent = sum(node_price(snapshot.nodes[n], catalog) for n in self.launched)
         return spent - (self.marker.leaving_cost - still)
+
+
+def launch_key(node: Node) -> str:
+    return f"{node.nodepool}/{node.instance_type}/{node.capacity_type}"
 
 
 def node_price(node: Node, catalog: Catalog) -> float:
@@ -172,6 +186,7 @@ __all__ = [
     "PLAN_ANNOTATION",
     "HeldPlan",
     "PlanMarker",
+    "launch_key",
     "marker_changes",
     "node_price",
     "plan_id",

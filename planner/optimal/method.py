@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,7 +67,7 @@ from planner.optimal.solver import (
     solve_target,
 )
 from planner.savings_threshold import below_floor
-from planner.scheduling.adapter import SnapshotSimulation, snapshot_simulation
+from planner.scheduling.adapter import SnapshotSimulation, launch_capacity_type, snapshot_simulation
 
 # Shares of the time limit: the target, then its layout; the step (a small program) has the rest.
 TARGET_SHARE = 0.4
@@ -272,14 +273,31 @@ class _Pass:
         ledger = hold.ledger(ctx.snapshot, ctx.catalog)
         self.target = target = solve_target(problem, self.limit * TARGET_SHARE, hold.leaving)
         self.report = self._report(problem, target)
-        if not target.found:
-            # Out of time (a loaded machine), not out of options: the plan waits for the next pass.
-            why = f"no launches found in time ({target.status})"
-            self._keep(hold.marker, set(hold.leaving), "waiting", why, ledger)
-            return [], why
-        layout = solve_layout(problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE, target)
-        self.report.layout_seconds = round(layout.seconds, 3) if layout else 0.0
-        check, why = check_plan(ctx, problem, hold.leaving, layout, target.launches)
+        # The new nodes it planned first: the kube-scheduler, not the plan, placed the pods of its
+        # earlier moves, and a fresh solve would buy small nodes around them where the planned large
+        # ones still hold the rest (small ones fragment further with every move).
+        check, why = None, ""
+        planned = _options(problem, hold.still_to_launch(ctx.snapshot))
+        if planned is not None:
+            began = time.perf_counter()
+            layout = solve_layout(problem, hold.leaving, planned, self.limit * LAYOUT_SHARE / 2)
+            self.report.layout_seconds = round(time.perf_counter() - began, 3)
+            check, why = check_plan(ctx, problem, hold.leaving, layout, planned)
+            if check is not None and len(check.new) > sum(planned.values()):
+                check = None  # the planned nodes no longer hold the rest
+        if check is None:
+            if not target.found:
+                # Out of time (a loaded machine), not out of options: the plan waits for the next pass.
+                why = f"no launches found in time ({target.status})"
+                self._keep(hold.marker, set(hold.leaving), "waiting", why, ledger)
+                return [], why
+            layout = solve_layout(
+                problem, hold.leaving, target.launches, self.limit * LAYOUT_SHARE / 2, target
+            )
+            self.report.layout_seconds = round(
+                self.report.layout_seconds + (layout.seconds if layout else 0), 3
+            )
+            check, why = check_plan(ctx, problem, hold.leaving, layout, target.launches)
         if check is None:
             return None, why
         leaving = set(hold.leaving)
@@ -328,6 +346,13 @@ class _Pass:
         if floor is not None:
             return self._nothing(f"{prefix}the plan as a whole: {floor}", self.candidates)
         leaving_cost = sum(r.price for r in problem.movable if r.name in set(target.remove))
+        launch_keys = []
+        for node in check.new:
+            if node.option is not None:
+                launch_keys.append(f"{node.pool}/{node.option.instance_type}/{node.option.capacity_type}")
+            elif node.claim is not None:
+                ct = launch_capacity_type(node.claim.capacity_types)
+                launch_keys.append(f"{node.pool}/{node.claim.instance_types[0]}/{ct}")
         marker = PlanMarker(
             id=plan_id(ctx.now, target.remove),
             role=LEAVING,
@@ -335,6 +360,7 @@ class _Pass:
             start_cost=round(problem.current_cost, 6),
             leaving_cost=round(leaving_cost, 6),
             target_cost=round(check.end_cost, 6),
+            launches=sorted(launch_keys),
         )
         pools = {
             r.candidate.pool_name for r in problem.movable if r.candidate and r.name in set(target.remove)
@@ -516,6 +542,23 @@ class _Pass:
             status=target.status,
             target_seconds=round(target.seconds, 3),
         )
+
+
+def _options(problem: FleetProblem, keys: Counter[str]) -> dict[int, int] | None:
+    """Planned new nodes ("pool/type/capacity type" counts) as launch option counts; None when one is
+    no longer an option (the catalog or the NodePool changed) or none is left."""
+    if not keys:
+        return None
+    index = {}
+    for o, option in enumerate(problem.options):
+        index.setdefault(f"{option.pool}/{option.instance_type}/{option.capacity_type}", o)
+    out: dict[int, int] = {}
+    for key, count in keys.items():
+        o = index.get(key)
+        if o is None:
+            return None
+        out[o] = out.get(o, 0) + count
+    return out
 
 
 def _whole(problem: FleetProblem, check: PlanCheck, ctx: PlanContext, removals: Sequence[str]) -> Command:

@@ -573,6 +573,7 @@ def test_a_held_plan_out_of_solver_time_waits_rather_than_drops(monkeypatch):
         return TargetFleet(set(), [], {}, 0.0, "Time limit reached", time_limit, False, True, False)
 
     monkeypatch.setattr(method, "solve_target", out_of_time)
+    monkeypatch.setattr(method, "_options", lambda problem, keys: None)  # its planned nodes are gone
     result = plan(b.snapshot(), b.catalog)
     assert not optimal_commands(result)
     assert (result.target_fleet.plan.id, result.target_fleet.plan.state) == (held.id, "waiting")
@@ -600,3 +601,26 @@ def test_the_savings_floor_judges_a_plan_as_a_whole():
     refused = plan(fresh.snapshot(), fresh.catalog)
     assert not optimal_commands(refused)
     assert "the plan as a whole: savings floor:" in refused.target_fleet.why_no_step
+
+
+def test_later_moves_launch_the_nodes_the_plan_planned_when_they_still_hold_the_rest():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    held = PlanMarker.model_validate_json(
+        next(c.value for c in first.annotations if c.key == PLAN_ANNOTATION)
+    )
+    assert held.launches, "the plan records the new nodes it planned"
+    counter = [0]
+    launched = []
+    result = first
+    for _ in range(10):
+        launched += [
+            f"default/{r.instance_type_names[0]}/{r.capacity_type}"
+            for c in optimal_commands(result)
+            for r in c.replacements
+        ]
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+        if not optimal_commands(result):
+            break
+    assert sorted(launched) == sorted(held.launches)
