@@ -381,6 +381,7 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
                 instance_types=list(replacement.instance_type_names),
                 zones=list(replacement.zones),
                 capacity_type=[replacement.capacity_type],
+                annotations=dict(getattr(replacement, "annotations", None) or {}),
             )
             for replacement in command.replacements
         ],
