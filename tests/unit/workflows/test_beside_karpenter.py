@@ -9,10 +9,11 @@ from datetime import timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from api.workflow_ids import replacement_nodeclaim_name
 from api.workflow_io import TerminationInput
-from tests.unit.workflows.test_disruption_workflow import command, nodes, start
+from tests.unit.workflows.test_disruption_workflow import command, nodes, start, wait_for_phase
 from workflows.disruption import DisruptionWorkflow
 from workflows.termination import TerminationWorkflow
 
@@ -78,6 +79,25 @@ async def test_a_replacement_that_never_initializes_is_deleted_at_its_deadline(b
     assert f"NodeClaim {replacement.nodeclaim}" in status.message
     assert "Initialized=Unknown" in status.message  # what Karpenter said it still waited for
     assert harness.cluster.deleted_nodeclaims == [replacement.nodeclaim]
+
+
+async def test_a_cancel_while_karpenter_launches_deletes_the_nodeclaim(beside_karpenter):
+    harness = beside_karpenter
+    harness.cluster.karpenter_never_initializes = True
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    await wait_for_phase(handle, "WaitingForReplacements")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, CancelledError)
+    status = await handle.query(DisruptionWorkflow.status)
+    assert status.phase == "Canceled"
+    (replacement,) = status.replacements
+    assert harness.cluster.deleted_nodeclaims == [replacement.nodeclaim]
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+    assert "terminate_instance" not in harness.cluster.names()
+    assert "begin_termination" not in harness.cluster.names()
 
 
 async def test_a_termination_hands_the_node_to_karpenter(beside_karpenter):
