@@ -68,7 +68,7 @@ async def test_a_replacement_that_never_initializes_is_deleted_at_its_deadline(b
     harness.cluster.karpenter_never_initializes = True
     candidates = nodes(harness, 1)
     cmd = command(candidates)
-    cmd.timeouts.replacement_ready = timedelta(seconds=30)
+    cmd.timeouts.replacement_ready = timedelta(seconds=3)  # real seconds: an activity runs meanwhile
     handle = await start(harness, cmd)
     with pytest.raises(WorkflowFailureError):
         await handle.result()
