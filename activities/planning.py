@@ -50,6 +50,7 @@ from api.constants import (
     KARPENTER_VERSION,
     NODEPOOL_FINALIZER,
     NODEPOOL_LABEL,
+    disrupted_taint_key,
 )
 from api.controller_io import (
     Backoff,
@@ -237,8 +238,12 @@ class PlanningActivities:
         catalog: Catalog | None = None,
         cluster: str = "",
         instances: InstanceDescriptions | None = None,
+        karpenter_coexistence: bool = False,
     ) -> None:
         self.cache = cache
+        # The disruption taint karpflow writes, and so the only one its crash cleanup removes: beside
+        # Karpenter, `karpenter.sh/disrupted` is Karpenter's, never karpflow's to take off.
+        self.taint_key = disrupted_taint_key(karpenter_coexistence)
         self.cluster = cluster  # workflow ids carry it (api/workflow_ids.py)
         self.kube = kube
         self.client = client
@@ -346,7 +351,7 @@ class PlanningActivities:
         orphans = sorted(
             name
             for name, node in snapshot.nodes.items()
-            if node.has_disrupted_taint and not node.is_deleting and name not in held
+            if any(t.key == self.taint_key for t in node.taints) and not node.is_deleting and name not in held
         )
         commands = [planned_command(command, self.cluster) for command in result.commands_]
         finalizers = nodepool_finalizer_changes(snapshot)
@@ -414,7 +419,8 @@ class PlanningActivities:
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
-        """Crash cleanup: remove `karpenter.sh/disrupted` from nodes no running workflow holds, checked
+        """Crash cleanup: remove karpflow's disruption taint (`karpenter.sh/disrupted`, or
+        `karpflow.dev/disrupted` beside Karpenter) from nodes no running workflow holds, checked
         again here just before acting, in two ways: visibility (what is in flight) and the node's own
         holder annotation, whose workflow is described directly (visibility lags a start by a second
         or more; a describe does not). The untaint is a read-modify-write that gives up when the
@@ -437,7 +443,7 @@ class PlanningActivities:
                     if (meta.get("annotations") or {}).get(OWNER_ANNOTATION) != owner:
                         return False  # claimed again since it was judged an orphan
                     taints = (node.get("spec") or {}).get("taints") or []
-                    kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT_KEY]
+                    kept = [t for t in taints if t.get("key") != self.taint_key]
                     if len(kept) == len(taints):
                         return False
                     node["spec"]["taints"] = kept
@@ -446,7 +452,7 @@ class PlanningActivities:
 
                 after = await self.kube.update_node(name, mutate)
                 if not any(
-                    t.get("key") == DISRUPTED_TAINT_KEY for t in (after.get("spec") or {}).get("taints") or ()
+                    t.get("key") == self.taint_key for t in (after.get("spec") or {}).get("taints") or ()
                 ):
                     cleaned.append(name)
             except Exception as err:
