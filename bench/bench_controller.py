@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -449,4 +450,15 @@ def work_command(url: str, temporal: str, passes: int, pause: float, profile: st
 
 
 if __name__ == "__main__":
-    main()
+    code = 0
+    try:
+        main(standalone_mode=False)
+    except click.ClickException as err:
+        err.show()
+        code = err.exit_code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the Temporal SDK may abort at interpreter exit (sdk-python #300)
