@@ -494,6 +494,8 @@ class PlanContext:
     leaving: set[str] | None = None
     # method name -> what it wants `karpflow plan` to show beside its commands (e.g. the target fleet).
     outcomes: dict[str, Any] = field(default_factory=dict)
+    # Values derived once per pass and read for every node (e.g. each NodePool's template hash).
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:

@@ -140,6 +140,9 @@ class Pod:
     """What the planner needs of a pod."""
 
     __slots__ = (
+        "_eviction_cost",
+        "_last_event_time",
+        "_reschedulable",
         "affinity_preferred_nodes",
         "annotations",
         "creation_timestamp",
@@ -250,9 +253,23 @@ class Pod:
     def is_reschedulable(self) -> bool:
         """Counts toward a node's workload (Karpenter §1.3): active, or terminating but owned by a
         StatefulSet (its replacement cannot start until it is gone); never DaemonSet or mirror pods."""
-        if self.is_daemonset or self.is_mirror or self.is_terminal:
-            return False
-        return self.deletion_timestamp is None or self.is_statefulset
+        return self._reschedulable
+
+    def _derive(self) -> None:
+        """What every pass reads of every pod, worked out once at parse (a pod is never changed
+        afterwards: a changed pod is a new Pod)."""
+        self._reschedulable = not (self.is_daemonset or self.is_mirror or self.is_terminal) and (
+            self.deletion_timestamp is None or self.is_statefulset
+        )
+        self._last_event_time = _latest(
+            self.scheduled_time, self.start_time, self.terminating_since, self.finished_at
+        )
+        try:
+            deletion_cost = int(self.annotations.get(POD_DELETION_COST_ANNOTATION, 0))
+        except ValueError:
+            deletion_cost = 0
+        cost = 1.0 + deletion_cost / 2**27 + self.priority / 2**25
+        self._eviction_cost = min(10.0, max(-10.0, cost))
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -275,8 +292,7 @@ class Pod:
     @property
     def eviction_cost(self) -> float:
         """Karpenter's per-pod cost: 1 + deletion-cost/2^27 + priority/2^25, clamped to [-10, 10]."""
-        cost = 1.0 + self.deletion_cost / 2**27 + self.priority / 2**25
-        return min(10.0, max(-10.0, cost))
+        return self._eviction_cost
 
     @property
     def terminating_since(self) -> datetime | None:
@@ -294,7 +310,7 @@ class Pod:
     def last_event_time(self) -> datetime | None:
         """Latest pod event that resets the node's consolidateAfter clock: bound/started,
         started terminating, or finished (Karpenter's pod-events controller)."""
-        return _latest(self.scheduled_time, self.start_time, self.terminating_since, self.finished_at)
+        return self._last_event_time
 
 
 _REQUEST_CACHE: dict[tuple, Resources] = {}
@@ -472,6 +488,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
         if terminated:
             finished = _latest(finished, parse_time(terminated.get("finishedAt")))
     pod.finished_at = finished
+    pod._derive()
     return pod
 
 

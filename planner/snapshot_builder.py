@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from api.constants import DISRUPTED_TAINT_KEY
@@ -33,6 +33,7 @@ from planner.snapshot import Pod, Snapshot, parse_pod
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 _RELIST = "RELIST"
 SOURCE = "<objects>"  # what Snapshot.from_objects names its source
+_PARSED_AT = datetime(1970, 1, 1, tzinfo=UTC)
 _DISRUPTED = Taint.from_dict({"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}, "virtual taint")
 
 
@@ -61,7 +62,7 @@ class _Entry:
         self.problems: tuple[str, ...] = ()
         self.part: Snapshot | None = None
 
-    def parse(self, at: datetime) -> None:
+    def parse(self) -> None:
         raw, self.raw = self.raw, None
         assert raw is not None
         if raw.get("kind") == "Pod":
@@ -74,7 +75,7 @@ class _Entry:
                 problem = do_not_disrupt_problem(self.pod.annotations)
                 self.problems = (f"Pod {self.pod.key}: {problem}",) if problem is not None else ()
                 return
-        part = Snapshot(now=at)
+        part = Snapshot(now=_PARSED_AT)  # parsing does not read the time
         part._add_objects([raw], SOURCE)
         self.part = part
 
@@ -115,7 +116,7 @@ class SnapshotBuilder:
         """The objects as `Snapshot.from_objects(objects, now, instances=instances)` reads them, with the
         nodes named in `held` tainted `karpenter.sh/disrupted` (in-flight workflows hold them)."""
         with self._build_lock:
-            self._catch_up(now)
+            self._catch_up()
             snapshot = Snapshot(now=now)
             snapshot.sources.append(SOURCE)
             pods, problems = snapshot.pods, snapshot.problems
@@ -135,7 +136,12 @@ class SnapshotBuilder:
             snapshot._index()
             return snapshot
 
-    def _catch_up(self, now: datetime) -> None:
+    def catch_up(self) -> None:
+        """Parse what changed, now rather than at the next snapshot (e.g. right after the first sync)."""
+        with self._build_lock:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
         with self._pending_lock:
             pending, self._pending = self._pending, []
         changed: dict[tuple[str, str], _Entry] = {}  # the last version of each changed object
@@ -161,7 +167,7 @@ class SnapshotBuilder:
                 entries[key] = changed[(kind, key)] = _Entry(obj)
         for (kind, key), entry in changed.items():
             if self._entries[kind].get(key) is entry:  # not deleted or listed away since
-                entry.parse(now)
+                entry.parse()
                 self.parsed += 1
 
     def _merge_instances(
