@@ -84,6 +84,7 @@ class InformerStats:
     events: int = 0
     relists_gone: int = 0
     errors: int = 0
+    received: int = 0  # objects listed or watched
 
 
 @dataclass
@@ -149,6 +150,7 @@ class Informer:
 
     def _listed(self, items: dict[str, Json], missing: bool) -> None:
         self.items, self.missing = items, missing
+        self.stats.received += len(items)
         self.version += 1
         if self.builder is not None:
             self.builder.replace(self.resource.kind, items.values())
@@ -188,6 +190,7 @@ class Informer:
                 else:
                     continue
                 self.version += 1
+                self.stats.received += 1
                 if self.builder is not None:
                     self.builder.apply(self.resource.kind, kind, obj)
         finally:
@@ -231,7 +234,15 @@ class ClusterCache:
 
     async def _keep_heap_frozen(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        await self.heap.run()
+        # Parse now what the first pass would, so that it is frozen too and that pass is incremental.
+        await asyncio.to_thread(self.builder.catch_up)
+        await self.heap.run(self._received, self._held)
+
+    def _received(self) -> int:
+        return self.builder.parsed + sum(i.stats.received for i in self.informers)
+
+    def _held(self) -> int:
+        return sum(len(i.items) for i in self.informers)
 
     @property
     def synced(self) -> bool:
