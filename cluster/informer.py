@@ -19,9 +19,9 @@ is current again. An open watch that brings no event is current: the server ends
 its timeout, and the client gives up 30 s after that.
 
 Every listing and event also feeds a `SnapshotBuilder` (planner/snapshot_builder.py): the planner's
-parsed view, kept up to date here and assembled per pass (`snapshot()`) from what changed. Once the
-first listing is in, the long-lived heap this cache makes is frozen out of the garbage collector's
-way (cluster/heap.py).
+parsed view, kept up to date here and assembled per pass (`snapshot()`) from what changed. Given a
+HeapFreezer (the worker process gives one), the long-lived heap this cache makes is frozen out of the
+garbage collector's way once it is listed and parsed (cluster/heap.py).
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ class Informer:
     version: int = 0  # bumped on every change of `items`, for indexes built from them
 
     def stale_for(self, now: float | None = None) -> float:
-        """Seconds the view may have missed changes for (0 while a watch is open)."""
-        if self.watching:
+        """Seconds the view may have missed changes for (0 while a watch is open, or while an optional
+        kind the server does not serve is known absent: it is re-listed only every minute)."""
+        if self.watching or (self.missing and not self.last_error):
             return 0.0
         return max(0.0, (time.monotonic() if now is None else now) - self.current_at)
 
@@ -215,7 +216,7 @@ class ClusterCache:
         self.builder = SnapshotBuilder([r.kind for r in resources])
         self.informers = [Informer(kube, r, watch_timeout, builder=self.builder) for r in resources]
         self.stale_after = stale_after
-        self.heap = heap if heap is not None else HeapFreezer()
+        self.heap = heap
         self._tasks: list[asyncio.Task[None]] = []
         self._by_instance: tuple[int, dict[str, Json]] = (-1, {})
 
@@ -224,7 +225,7 @@ class ClusterCache:
             self._tasks = [
                 asyncio.create_task(i.run(), name=f"informer-{i.resource.plural}") for i in self.informers
             ]
-            self._tasks.append(asyncio.create_task(self._keep_heap_frozen(), name="informer-heap"))
+            self._tasks.append(asyncio.create_task(self._after_sync(), name="informer-after-sync"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -232,11 +233,12 @@ class ClusterCache:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    async def _keep_heap_frozen(self) -> None:
+    async def _after_sync(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        # Parse now what the first pass would, so that it is frozen too and that pass is incremental.
+        # Parse now what the first pass would: that pass is incremental too, and this is frozen.
         await asyncio.to_thread(self.builder.catch_up)
-        await self.heap.run(self._received, self._held)
+        if self.heap is not None:
+            await self.heap.run(self._received, self._held)
 
     def _received(self) -> int:
         return self.builder.parsed + sum(i.stats.received for i in self.informers)
