@@ -138,6 +138,7 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
 
     from activities.planning import PlanningActivities
     from api.controller_io import PassRequest
+    from cluster.heap import HeapFreezer
     from cluster.informer import ClusterCache
     from kube.client import KubeApi
     from runtime.connections import with_karpflow_converter
@@ -145,7 +146,7 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
     clock = GcClock()
     kube = KubeApi.for_host(url, user_agent="karpflow-bench", request_timeout=EMULATOR_TIMEOUT)
     client = with_karpflow_converter(await Client.connect(temporal))
-    cache = ClusterCache(kube)
+    cache = ClusterCache(kube, heap=HeapFreezer())  # as the worker process has it (worker.py serve)
     began = time.perf_counter()
     cache.start()
     assert await cache.wait_synced(EMULATOR_TIMEOUT), cache.unsynced()
