@@ -68,7 +68,6 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
 NODE_INDEX_TTL = 1.0
 CACHE_WAIT = 5.0  # seconds a message waits for the informer cache's first listing
-RECEIVERS = 4  # long polls at once, each for up to 10 messages: a burst is read 40 at a time
 STARTED_MEMO = 100_000  # workflow ids remembered as started by this process (oldest forgotten first)
 
 
@@ -142,11 +141,8 @@ class InterruptionPoller:
         self.latencies: list[float] = []  # event time → workflow started, seconds
         self.last_poll = 0.0  # monotonic; a liveness heartbeat for /healthz-style checks
         self.concurrency = max(10, concurrency)
-        self.receivers = max(1, min(RECEIVERS, self.concurrency // 10))
-        # One thread per message in flight (its delete) plus the long polls.
-        self._threads = ThreadPoolExecutor(
-            self.concurrency + self.receivers, thread_name_prefix="interruption-sqs"
-        )
+        # One thread per message in flight (its delete) plus the long poll.
+        self._threads = ThreadPoolExecutor(self.concurrency + 1, thread_name_prefix="interruption-sqs")
         self._nodes: dict[str, Json] = {}
         self._nodes_at = float("-inf")
         self._nodes_lock = asyncio.Lock()
@@ -174,59 +170,40 @@ class InterruptionPoller:
         return await loop.run_in_executor(self._threads, lambda: getattr(self.sqs, method)(**kwargs))
 
     async def run(self) -> None:
-        """Forever: `receivers` long polls, each for up to 10 messages once 10 of the `concurrency`
-        handler slots are free; each message is handled as a task of its own (a slow message does not
-        hold up the next poll), and frees its slot when done."""
-        slots = asyncio.Semaphore(self.concurrency)
+        """Forever: long-poll up to 10 messages whenever 10 handler slots are free, handle each as a task
+        of its own (a slow message does not hold up the next poll)."""
+        backoff = 0.5
         inflight: set[asyncio.Task[None]] = set()
-        receivers = [
-            asyncio.create_task(self._receive(slots, inflight), name=f"interruption-receive-{n}")
-            for n in range(self.receivers)
-        ]
         try:
-            await asyncio.gather(*receivers)
+            while True:
+                try:
+                    while len(inflight) > self.concurrency - 10:
+                        _, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                    url = await self.queue_url()
+                    self.last_poll = time.monotonic()
+                    response = await self._sqs(
+                        "receive_message",
+                        QueueUrl=url,
+                        MaxNumberOfMessages=10,
+                        WaitTimeSeconds=self.wait_seconds,
+                    )
+                    messages = response.get("Messages") or []
+                    self.counters["received"] += len(messages)
+                    for message in messages:
+                        task = asyncio.create_task(self._guarded(url, message))
+                        inflight.add(task)
+                        task.add_done_callback(inflight.discard)
+                    backoff = 0.5
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("interruption poller: %r; polling again in %.1fs", err, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
         finally:
-            for task in [*receivers, *inflight]:
+            for task in inflight:
                 task.cancel()
             self._threads.shutdown(wait=False, cancel_futures=True)
-
-    async def _receive(self, slots: asyncio.Semaphore, inflight: set[asyncio.Task[None]]) -> None:
-        def done(task: asyncio.Task[None]) -> None:
-            inflight.discard(task)
-            slots.release()
-
-        backoff = 0.5
-        while True:
-            held = 0
-            try:
-                for _ in range(10):
-                    await slots.acquire()
-                    held += 1
-                url = await self.queue_url()
-                self.last_poll = time.monotonic()
-                response = await self._sqs(
-                    "receive_message",
-                    QueueUrl=url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=self.wait_seconds,
-                )
-                messages = response.get("Messages") or []
-                self.counters["received"] += len(messages)
-                for message in messages:
-                    task = asyncio.create_task(self._guarded(url, message))
-                    held -= 1  # the task's now: released when it is done
-                    inflight.add(task)
-                    task.add_done_callback(done)
-                backoff = 0.5
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                log.warning("interruption poller: %r; polling again in %.1fs", err, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-            finally:
-                for _ in range(held):
-                    slots.release()
 
     async def _guarded(self, url: str, message: Json) -> None:
         try:
