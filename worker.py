@@ -58,7 +58,7 @@ from kube.client import KubeApi
 from runtime.connections import (
     aws_client,
     connect_kubernetes,
-    connect_temporal,
+    connect_temporal_patiently,
     ec2_client,
     ensure_search_attributes,
     sqs_client,
@@ -177,7 +177,7 @@ class KarpflowWorker:
     async def __aenter__(self) -> KarpflowWorker:
         settings = self.settings
         if self.client is None:
-            self.client = await connect_temporal(settings, tracing_interceptors(settings))
+            self.client = await connect_temporal_patiently(settings, tracing_interceptors(settings))
         if settings.register_search_attributes:
             await ensure_search_attributes(self.client)
         if self.kube is None:

@@ -4,6 +4,7 @@ standard AWS credential chain, with an endpoint override for moto)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,32 @@ async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Inte
         # The SDK's metrics go to /metrics with karpflow's (runtime/metrics.py).
         runtime=temporal_runtime() if settings.metrics else None,
     )
+
+
+async def connect_temporal_patiently(
+    settings: WorkerSettings, interceptors: Sequence[Interceptor] = ()
+) -> Client:
+    """The worker's connection: a Temporal server that is restarting (an upgrade, a failover) is
+    waited for, with one log line per attempt, up to `temporal_connect_timeout` seconds; only then does
+    the worker exit. A worker that exited instead would come back only at its pod's next restart, after
+    Kubernetes' crash-loop backoff. (CLI commands connect once and fail at once.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.temporal_connect_timeout
+    delay = 0.5
+    while True:
+        try:
+            return await connect_temporal(settings, interceptors)
+        except RuntimeError as err:  # the SDK's "Failed client connect: ..."
+            if loop.time() + delay > deadline:
+                raise
+            log.warning(
+                "Temporal at %s does not answer (%s); trying again in %.1fs",
+                settings.temporal_address,
+                " ".join(str(err).split())[:300],
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def with_karpflow_converter(client: Client) -> Client:

@@ -36,6 +36,12 @@ class WorkerSettings(BaseSettings):
     temporal_api_key_file: Path | None = Field(
         default=None, description="API key in a file, e.g. a mounted Secret; implies TLS"
     )
+    temporal_connect_timeout: float = Field(
+        default=300.0,
+        ge=0,
+        description="seconds the worker keeps trying to reach Temporal at start-up (a server restarting, "
+        "an upgrade) before it exits",
+    )
     register_search_attributes: bool = True
     # Kubernetes
     kubeconfig: Path | None = Field(default=None, description="default: in-cluster, else ~/.kube/config")
