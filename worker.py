@@ -176,6 +176,12 @@ class KarpflowWorker:
 
     async def __aenter__(self) -> KarpflowWorker:
         settings = self.settings
+        if settings.health:
+            # First: while Temporal is waited for, the liveness probe passes and readiness does not.
+            self._health = HealthServer(
+                settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
+            )
+            await self._health.start()
         if self.client is None:
             self.client = await connect_temporal_patiently(settings, tracing_interceptors(settings))
         if settings.register_search_attributes:
@@ -248,11 +254,6 @@ class KarpflowWorker:
                     name="controller-supervisor",
                 )
             )
-        if settings.health:
-            self._health = HealthServer(
-                settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
-            )
-            await self._health.start()
         log.info(
             "worker running: task queue %s on %s/%s, cluster %s%s",
             settings.task_queue,
