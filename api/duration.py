@@ -40,7 +40,7 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float):
-        return timedelta(seconds=value)
+        return _seconds(value, value)
     text = value.strip()
     if text in ("0", ""):
         if text == "":
@@ -61,7 +61,16 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
         raise DurationError(
             f"invalid duration {value!r} (expected Go syntax such as 30s, 15m, 720h or 1h30m)"
         )
-    return timedelta(seconds=sign * seconds)
+    return _seconds(sign * seconds, value)
+
+
+def _seconds(seconds: float, value: object) -> timedelta:
+    # Karpenter's CRD pattern admits "99999999999h"; Go refuses it as out of range, and so must we,
+    # as a DurationError: an OverflowError would escape every caller's handling of bad input.
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError):
+        raise DurationError(f"duration {value!r} is out of range") from None
 
 
 def karpenter_duration(value: object, *, never_ok: bool = True) -> timedelta | None:

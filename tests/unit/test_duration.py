@@ -75,3 +75,34 @@ def test_provisioner_ttls_are_whole_non_negative_seconds():
     for bad in (-1, 1.5, "30", True):
         with pytest.raises(DurationError):
             ttl_seconds(bad)
+
+
+@pytest.mark.parametrize("value", ["99999999999999h", "9" * 400 + "s", 1e300, float("inf"), 10**20])
+def test_a_duration_out_of_range_is_a_duration_error(value):
+    """Found by the fuzz tests (tests/unit/test_fuzz_inputs.py): Karpenter's CRD pattern admits
+    "99999999999999h", and it raised OverflowError, past every caller's handling of bad input: a
+    NodePool with it broke reading the pool instead of being reported as invalid."""
+    with pytest.raises(DurationError, match="out of range"):
+        parse_duration(value)
+
+
+def test_a_nodepool_with_an_out_of_range_expire_after_is_read_with_a_problem():
+    from api.nodepool_reader import read_nodepool
+
+    raw = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "expireAfter": "99999999999999h",
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                    "requirements": [],
+                }
+            }
+        },
+    }
+    pool, problems = read_nodepool(raw)
+    assert any("expireAfter" in p and "out of range" in p for p in problems), problems
+    assert pool.spec.template.spec.expire_after == "Never"  # fails closed: never expires
