@@ -122,18 +122,22 @@ def format_duration(delta: timedelta | None) -> str:
     """The shortest Go-style text for a duration; "Never" for None."""
     if delta is None:
         return NEVER
-    total = delta.total_seconds()
-    if total == 0:
+    # Whole microseconds (timedelta's resolution), so the text parses back to the same duration:
+    # "%g" wrote 1e-06s (not Go syntax) and 12.3457s for 12.345678s.
+    micros = delta // timedelta(microseconds=1)
+    if micros == 0:
         return "0s"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
+    sign = "-" if micros < 0 else ""
+    hours, rest = divmod(abs(micros), 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
     text = ""
     if hours:
-        text += f"{int(hours)}h"
+        text += f"{hours}h"
     if minutes:
-        text += f"{int(minutes)}m"
-    if seconds:
-        text += f"{seconds:g}s"
+        text += f"{minutes}m"
+    if fraction:
+        text += f"{seconds}.{fraction:06d}".rstrip("0") + "s"
+    elif seconds:
+        text += f"{seconds}s"
     return sign + text

@@ -106,3 +106,19 @@ def test_a_nodepool_with_an_out_of_range_expire_after_is_read_with_a_problem():
     pool, problems = read_nodepool(raw)
     assert any("expireAfter" in p and "out of range" in p for p in problems), problems
     assert pool.spec.template.spec.expire_after == "Never"  # fails closed: never expires
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(microseconds=1), "0.000001s"),
+        (timedelta(seconds=12.345678), "12.345678s"),
+        (timedelta(hours=1, microseconds=500_000), "1h0.5s"),
+        (-timedelta(minutes=1, microseconds=10), "-1m0.00001s"),
+    ],
+)
+def test_a_formatted_duration_is_go_syntax_that_parses_back_the_same(delta, text):
+    """Found by the fuzz tests: "%g" wrote 1e-06s, which is not Go syntax, and 12.3457s for
+    12.345678s, so a workflow input with such a duration did not read back as it was started."""
+    assert format_duration(delta) == text
+    assert parse_duration(text) == delta
