@@ -85,6 +85,8 @@ async def test_tampered_or_foreign_ciphertext_is_refused_and_plain_payloads_pass
         (f"k={base64.b64encode(os.urandom(16)).decode()}", "is 16 bytes; AES-256 needs 32"),
         (f"k={K1}\nk={K2}", "line 2: key id 'k' appears twice"),
     ],
+    # Stable ids: the keys are random, and pytest-xdist needs every process to collect the same names.
+    ids=["empty", "comment-only", "no-id", "bad-id", "not-base64", "short-key", "duplicate-id"],
 )
 def test_a_bad_key_file_is_refused_with_the_line(text, message):
     with pytest.raises(KeyFileError, match=message):
