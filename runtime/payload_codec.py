@@ -67,7 +67,8 @@ def parse_keyring(text: str, source: str = "key file") -> Keyring:
         key_id, sep, encoded = line.partition("=")
         key_id, encoded = key_id.strip(), encoded.strip()
         where = f"{source} line {number}"
-        if not sep or not _KEY_ID_RE.match(key_id):
+        # A bare base64 key (no id) partitions at its padding into an id and nothing: the same mistake.
+        if not sep or not encoded or not _KEY_ID_RE.match(key_id):
             raise KeyFileError(
                 f"{where}: expected <key id>=<base64 key>, the id of 1-64 letters, digits, . _ -"
             )
