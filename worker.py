@@ -47,6 +47,7 @@ from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
+from activities.events import EventActivities
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.planning import PlanningActivities
@@ -55,6 +56,7 @@ from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
+from kube.events import recorder_for
 from runtime.connections import (
     aws_client,
     connect_kubernetes,
@@ -93,7 +95,11 @@ def in_cluster_ca(settings: WorkerSettings) -> str | None:
 def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
-    """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
+    """Every activity the workflows call, bound to its clients. The worker passes `planning` whether or
+    not it runs the controller: every worker of a task queue must be able to run every activity the
+    workflows on it call (Temporal gives an activity task to any poller of the queue), so a worker
+    started with the controller off still serves the passes of a controller someone starts
+    (`karpflow controller start`); its informer cache starts with the first pass it gets."""
     ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
     given = settings.cluster_endpoint and ca_bundle and settings.service_cidr
     endpoint = ClusterEndpoint(
@@ -111,6 +117,7 @@ def activities_for(
         threads=settings.ec2_threads,
         endpoint=endpoint,
         iam=aws_client("iam", settings),
+        events=recorder_for(kube),
     )
     kubernetes = KubernetesActivities(
         kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name
@@ -133,6 +140,8 @@ def activities_for(
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
+        # Events only a workflow knows to record (workflows/events.py).
+        EventActivities(kube).record_event,
     ]
     if planning is not None:
         activities += [
@@ -184,23 +193,21 @@ class KarpflowWorker:
             self.kube = await connect_kubernetes(settings)
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
-        planning = None
+        # The cluster as the planner sees it: the controller's passes, and the interruption poller's
+        # replacements and budgets. Started now when this worker runs either; else by the first pass
+        # a controller (started elsewhere, or by `karpflow controller start`) gives it.
+        self.cache = ClusterCache(self.kube)
         if settings.controller or settings.interruption_queue:
-            # The cluster as the planner sees it: the controller's passes, and the interruption
-            # poller's replacements and budgets.
-            self.cache = ClusterCache(self.kube)
             self.cache.start()
-        if settings.controller:
-            assert self.cache is not None
-            planning = PlanningActivities(
-                self.cache,
-                self.kube,
-                self.client,
-                task_queue=settings.task_queue,
-                region=settings.aws_region,
-                cluster=settings.cluster_name,
-                instances=InstanceDescriptions(self.ec2),
-            )
+        planning = PlanningActivities(
+            self.cache,
+            self.kube,
+            self.client,
+            task_queue=settings.task_queue,
+            region=settings.aws_region,
+            cluster=settings.cluster_name,
+            instances=InstanceDescriptions(self.ec2),
+        )
         self.worker = Worker(
             self.client,
             task_queue=settings.task_queue,
@@ -284,7 +291,7 @@ class KarpflowWorker:
     def ready(self) -> bool:
         running = self.worker is not None and self.worker.is_running
         watching = self.watcher is None or self.watcher.synced
-        cached = self.cache is None or self.cache.synced
+        cached = self.cache is None or not self.cache.started or self.cache.synced
         return running and watching and cached
 
     async def wait(self) -> None:

@@ -161,6 +161,10 @@ class ClusterCache:
         self._tasks = []
 
     @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    @property
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 

@@ -17,6 +17,10 @@ class StaticCache:
     def __init__(self, objects: list[dict[str, Any]], sync_seconds: float = 0.0) -> None:
         self.items = objects
         self.sync_seconds = sync_seconds
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
 
     async def wait_synced(self, within: float) -> bool:
         await asyncio.sleep(min(self.sync_seconds, within))
