@@ -42,6 +42,7 @@ from tests.unit.workflows.controller_fakes import PassScript, controller_harness
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE
 from workflows.disruption import PATCH_TERMINATION_PER_INCARNATION
+from workflows.termination import PATCH_FAILURE_EVENT
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
@@ -59,6 +60,10 @@ EXPECTED = {
     "disruption-replace-pinned",
     "disruption-forceful-deadline",
     "termination-pinned",
+    # A termination that fails (an instance this cluster does not own): recorded before issue 20 (no
+    # FailedTermination Event; never re-record it) and after, behind its patch.
+    "termination-failed-before-issue-20",
+    "termination-failed",
     # The controller as it ran before issue 17 (never re-recorded: it proves that runs started on that
     # code replay, taking the old side of every patch), and fresh runs of today's controller.
     "controller-before-issue-17",
@@ -191,6 +196,39 @@ async def test_record_pinned_histories(harness):
     )
     await _settle(handle)
     await _save("termination-pinned", handle)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_failed_termination(harness):
+    """A termination that fails (`-k failed_termination`); recorded on the code before issue 20 as
+    termination-failed-before-issue-20 (KARPFLOW_HISTORY_NAME), and never re-recorded under that name."""
+    harness.cluster.owned = False
+    harness.cluster.nodes.add("f1")
+    handle = await harness.client.start_workflow(
+        "TerminationWorkflow",
+        TerminationInput(node="f1", uid=harness.cluster.uid("f1")),
+        id=f"termination/replay/f1/{harness.id('replay')}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save(os.environ.get("KARPFLOW_HISTORY_NAME", "termination-failed"), handle)
+
+
+def test_a_failed_termination_replays_both_ways():
+    """Runs that failed before issue 20 recorded no patch and no record_event activity; runs after
+    take the patch: a FailedTermination Event through record_event, then the failure quoting its cause."""
+
+    def activities(name: str) -> list[str]:
+        return [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in _load(HISTORIES / f"{name}.json").events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+
+    old, new = "termination-failed-before-issue-20", "termination-failed"
+    assert _patches(_load(HISTORIES / f"{old}.json")) == set() and "record_event" not in activities(old)
+    assert _patches(_load(HISTORIES / f"{new}.json")) >= {PATCH_FAILURE_EVENT}
+    assert activities(new)[-1] == "record_event"
 
 
 def _events(path: Path) -> list[dict]:
