@@ -18,20 +18,23 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from api.activity_io import NodeRef
 from api.controller_io import ControllerInput, PlannedCommand
 from api.workflow_io import DisruptionInput, ReplacementSpec
+from planner import why_not
 from runtime.connections import with_karpflow_converter
 from runtime.metrics import TemporalMetrics
 from tests.unit.workflows.controller_fakes import FakeController, PassScript, other_activities
 from tests.unit.workflows.fakes import FakeCluster
 from worker import WORKFLOWS
+from workflows import events as workflow_events
 from workflows.disruption import DisruptionWorkflow
 
 
@@ -58,7 +61,8 @@ class Metered:
 
 
 @pytest_asyncio.fixture
-async def metered(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Metered]:
+async def metered(time_skipping_env: WorkflowEnvironment, ts_client: Client) -> AsyncIterator[Metered]:
+    # ts_client registers karpflow's search attributes on the server
     buffer = MetricBuffer(10_000, MetricBufferDurationFormat.SECONDS)
     runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
     client = with_karpflow_converter(
@@ -221,3 +225,44 @@ async def test_the_controller_starts_a_command_with_its_summary_and_memo_and_cou
         assert metered.value(decisions, consolidation_type="", **labels) == 1  # derived from the input
     finally:
         await handle.terminate("test over")
+
+
+@workflow.defn(name="GateEventsProbe")
+class GateEventsProbe:
+    """What the approval and NDB gates (issue 19) call: one line each."""
+
+    @workflow.run
+    async def run(self) -> None:
+        pinned = [NodeRef(node="ip-10-0-4-4", uid="uid-a"), NodeRef(node="ip-10-0-4-5", uid="uid-b")]
+        await workflow_events.awaiting_approval(pinned, "disruption/c/default/Drifted/1")
+        await workflow_events.waiting_node_disruption_budget(
+            pinned[0], "ingress", "NodeDisruptionBudget ingress allows 0 (maxUnavailable 1)"
+        )
+
+
+async def test_the_gates_record_their_events_in_one_call_on_the_pinned_nodes(ts_client):
+    cluster = FakeCluster()
+    task_queue = f"gates-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        ts_client,
+        task_queue=task_queue,
+        workflows=[GateEventsProbe],
+        activities=[cluster.record_event],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        await ts_client.execute_workflow(GateEventsProbe.run, id=f"gates/{task_queue}", task_queue=task_queue)
+    recorded = sorted((e.reason, e.name, e.uid, e.message) for e in cluster.events)
+    approval = "Disruption disruption/c/default/Drifted/1 waits for approval"
+    assert recorded == [
+        ("DisruptionAwaitingApproval", "ip-10-0-4-4", "uid-a", approval),
+        ("DisruptionAwaitingApproval", "ip-10-0-4-5", "uid-b", approval),
+        (
+            "DisruptionWaitingNodeDisruptionBudget",
+            "ip-10-0-4-4",
+            "uid-a",
+            "NodeDisruptionBudget ingress allows 0 (maxUnavailable 1)",
+        ),
+    ]
+    # the approval's words are the controller pass's for the same wait: one Event, counted
+    held = why_not.in_flight_reason("disruption/c/default/Drifted/1", why_not.AWAITING_APPROVAL_PHASE)
+    assert why_not.event_for(held) == ("DisruptionAwaitingApproval", approval)
