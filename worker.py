@@ -16,6 +16,9 @@ Every flag has an environment variable (`KARPFLOW_<FLAG>`, e.g. KARPFLOW_CLUSTER
 - runs the workflows and activities listed below (an explicit list, as in Temporal's samples);
 - watches for deleted nodes carrying karpflow's finalizer and starts their termination
   (cluster/node_deletions.py);
+- beside Karpenter (--karpenter-coexistence) requests replacements as NodeClaims, hands the nodes
+  Karpenter's termination controller acts on to it, and taints `karpflow.dev/disrupted`
+  (activities/nodeclaims.py, docs/running-beside-karpenter.md);
 - keeps the cluster's ControllerWorkflow running: starts it at start-up and checks every
   --controller-supervise-interval seconds, starting it again if it failed or was terminated (one an
   operator stopped stays stopped; runtime/controller_start.py);
@@ -50,6 +53,7 @@ from activities.ec2 import EC2Activities
 from activities.events import EventActivities
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
+from activities.nodeclaims import NodeClaimActivities
 from activities.planning import PlanningActivities
 from api.workflow_ids import controller_workflow_id
 from cluster.informer import ClusterCache
@@ -120,8 +124,13 @@ def activities_for(
         events=recorder_for(kube),
     )
     kubernetes = KubernetesActivities(
-        kube, poll_interval=settings.poll_interval, ownership=aws.ownership, cluster=settings.cluster_name
+        kube,
+        poll_interval=settings.poll_interval,
+        ownership=aws.ownership,
+        cluster=settings.cluster_name,
+        karpenter_coexistence=settings.karpenter_coexistence,
     )
+    nodeclaims = NodeClaimActivities(kube, poll_interval=settings.poll_interval)
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
@@ -135,6 +144,11 @@ def activities_for(
         kubernetes.drain_node,
         kubernetes.await_volumes_detached,
         kubernetes.remove_finalizer,
+        # Beside Karpenter (--karpenter-coexistence): replacements as NodeClaims, terminations handed over.
+        nodeclaims.create_nodeclaim,
+        nodeclaims.await_nodeclaim,
+        nodeclaims.delete_nodeclaims,
+        nodeclaims.await_karpenter_termination,
         # EC2.
         aws.launch_instance,
         aws.find_command_instances,
@@ -207,6 +221,7 @@ class KarpflowWorker:
             region=settings.aws_region,
             cluster=settings.cluster_name,
             instances=InstanceDescriptions(self.ec2),
+            karpenter_coexistence=settings.karpenter_coexistence,
         )
         self.worker = Worker(
             self.client,

@@ -23,7 +23,8 @@ from typing import Any
 from activities.errors import FORBIDDEN, INVALID, permanent
 from kube import events
 from kube.client import Json, KubeApi, KubeError
-from kube.drain_rules import TIER_NAMES, Pod, pdb_group, plan
+from kube.drain_rules import DISRUPTED_TAINT, TIER_NAMES, Pod, pdb_group, plan
+from kube.selectors import Taint
 from runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,10 @@ class Drainer:
         check: Callable[[], Awaitable[tuple[str | None, datetime | None]]] | None = None,
         reason: str = "",
         recorder: events.EventRecorder | None = None,
+        taint: Taint = DISRUPTED_TAINT,
     ) -> None:
         self.kube = kube
+        self.taint = taint  # the disruption taint on the node: pods that tolerate it stay
         self.reason = reason or "Unknown"  # the node's disruption reason, in Events and metrics
         self.recorder = recorder if recorder is not None else events.recorder_for(kube)
         self._node_ref: events.ObjectRef | None = None
@@ -135,7 +138,7 @@ class Drainer:
                 if deadline is not None and (self.deadline is None or deadline < self.deadline):
                     log.info("drain of node %s: deadline brought forward to %s", self.node, deadline)
                     self.deadline = deadline
-            current = plan(pods, self.deadline, now)
+            current = plan(pods, self.deadline, now, self.taint)
             self.progress.tier = current.tier
             self.progress.pods_left = len(current.waiting)
             self.progress.waiting_on = [pod.key for pod in current.waiting]

@@ -33,7 +33,13 @@ from pydantic import ValidationError
 
 from activities.errors import REFUSED, permanent
 from api.activity_io import InstanceState
-from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL, TAG_NODEPOOL
+from api.constants import (
+    DISRUPTED_TAINT_KEY,
+    DISRUPTION_TAINT_KEYS,
+    KARPFLOW_DISRUPTED_TAINT_KEY,
+    NODEPOOL_LABEL,
+    TAG_NODEPOOL,
+)
 from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
@@ -140,6 +146,7 @@ def check_voluntary(
     command_id: str,
     now: datetime,
     grace: timedelta | None = None,
+    taint_key: str = DISRUPTED_TAINT_KEY,
 ) -> None:
     """Voluntary reasons only: do-not-disrupt on the node and its active pods, and no other holder.
     `grace`: the NodePool's terminationGracePeriod; with one, drift (Karpenter's eventual class) is
@@ -157,7 +164,7 @@ def check_voluntary(
             raise Refused(
                 f"node {name} runs pod {pod.key} annotated do-not-disrupt: no voluntary disruption ({reason})"
             )
-    holder = other_holder(node, command_id)
+    holder = other_holder(node, command_id, taint_key)
     if holder is not None:
         raise Refused(f"node {name} is already held by {holder}: one command at a time")
 
@@ -181,17 +188,23 @@ def _ready(node: Json) -> bool:
     )
 
 
-def _is_tainted(node: Json) -> bool:
-    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or ())
+def disruption_taints(node: Json) -> list[str]:
+    """The disruption taint keys on the node (Karpenter's, karpflow's own, or both)."""
+    keys = {t.get("key") for t in (node.get("spec") or {}).get("taints") or ()}
+    return [key for key in DISRUPTION_TAINT_KEYS if key in keys]
 
 
-def other_holder(node: Json, command_id: str) -> str | None:
-    """Who else holds the node's disrupted taint: another command, or another controller (a taint
-    without our annotation, e.g. Karpenter's). None when untainted or held by `command_id`."""
-    taints = (node.get("spec") or {}).get("taints") or ()
-    if not any(t.get("key") == DISRUPTED_TAINT_KEY for t in taints):
+def other_holder(node: Json, command_id: str, taint_key: str = DISRUPTED_TAINT_KEY) -> str | None:
+    """Who else holds the node: another command, or another controller (a disruption taint without our
+    annotation). `taint_key` is the key karpflow writes in its mode: beside Karpenter
+    (`karpflow.dev/disrupted`), a `karpenter.sh/disrupted` taint is Karpenter's whatever the
+    annotation says. None when untainted or held by `command_id`."""
+    present = disruption_taints(node)
+    if not present:
         return None
+    if taint_key == KARPFLOW_DISRUPTED_TAINT_KEY and DISRUPTED_TAINT_KEY in present:
+        return f"Karpenter ({DISRUPTED_TAINT_KEY})"
     owner = (node["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)
     if owner == command_id:
         return None
-    return f"command {owner}" if owner else "another controller (karpenter.sh/disrupted without an owner)"
+    return f"command {owner}" if owner else f"another controller ({present[0]} without an owner)"

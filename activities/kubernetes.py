@@ -20,6 +20,7 @@ from temporalio import activity
 from activities import errors, guards
 from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found, permanent
+from activities.nodeclaims import KarpenterHandover
 from api.activity_io import (
     AmiChoice,
     BeginTerminationRequest,
@@ -43,7 +44,6 @@ from api.constants import (
     AWS_GROUP,
     AWS_VERSION,
     CAPACITY_TYPE_LABEL,
-    DISRUPTED_TAINT_KEY,
     DO_NOT_SYNC_TAINTS_LABEL,
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
@@ -58,6 +58,7 @@ from api.constants import (
     TERMINATION_FINALIZER,
     TERMINATION_TIMESTAMP_ANNOTATION,
     UNREGISTERED_TAINT_KEY,
+    disrupted_taint_key,
 )
 from api.hashes import nodeclass_hash_annotations, nodepool_hash_annotations
 from api.nodepool import EC2NodeClass, NodePool
@@ -66,15 +67,12 @@ from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
 from kube import events
 from kube.client import NODES, Json, KubeApi, KubeError
-from kube.drain_rules import Pod
+from kube.drain_rules import Pod, disruption_taint
 from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
 from runtime import metrics
 
 log = logging.getLogger(__name__)
-
-DISRUPTED_TAINT = {"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}
-
 
 # -- small pure helpers on node JSON -----------------------------------------------------------------
 
@@ -251,12 +249,19 @@ class KubernetesActivities:
         *,
         ownership: guards.OwnershipCheck | None = None,
         cluster: str = "",
+        karpenter_coexistence: bool = False,
     ) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
         # Whether this cluster owns an instance (EC2Activities.ownership): the managed-node guard.
         self.ownership = ownership
         self.cluster = cluster
+        # Beside Karpenter: karpflow's own taint key, replacements as NodeClaims, and the nodes
+        # Karpenter's termination controller acts on handed to it (activities/nodeclaims.py).
+        self.coexistence = karpenter_coexistence
+        self.taint_key = disrupted_taint_key(karpenter_coexistence)
+        self.disrupted_taint = {"key": self.taint_key, "effect": "NoSchedule"}
+        self.handover = KarpenterHandover(kube) if karpenter_coexistence else None
 
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
@@ -312,9 +317,11 @@ class KubernetesActivities:
         except Exception as err:
             raise classify_kube(err, f"checking node {name}") from None
         grace = guards.raw_termination_grace_period(pool)
-        guards.check_voluntary(node, pods, request.reason, request.command_id, datetime.now(UTC), grace)
+        guards.check_voluntary(
+            node, pods, request.reason, request.command_id, datetime.now(UTC), grace, self.taint_key
+        )
         # (A retry finds its own taint: nothing could land since.)
-        if request.reason == REASON_EMPTY and not has_taint(node, DISRUPTED_TAINT_KEY):
+        if request.reason == REASON_EMPTY and not has_taint(node, self.taint_key):
             return guards.no_longer_empty(node, pods)
         return None
 
@@ -334,7 +341,7 @@ class KubernetesActivities:
             # A forceful command takes a deleting node too: its termination goes on (the same id is
             # started, or found running), and the command's deadline shortens it.
             annotations = meta.setdefault("annotations", {})
-            holder = guards.other_holder(node, request.command_id)
+            holder = guards.other_holder(node, request.command_id, self.taint_key)
             took_over.clear()
             if holder is not None:
                 if voluntary:  # one command at a time; a retried step never takes a node back
@@ -342,7 +349,7 @@ class KubernetesActivities:
                 took_over.append(holder)  # forceful: the node goes whatever; this command drives it now
             if voluntary and (why := node_do_not_disrupt_reason(annotations)) is not None:
                 raise _Refused(f"node {name} is annotated {why}: no voluntary disruption ({request.reason})")
-            changed = add_taint(node, dict(DISRUPTED_TAINT))
+            changed = add_taint(node, dict(self.disrupted_taint))
             if request.command_id and annotations.get(guards.OWNER_ANNOTATION) != request.command_id:
                 annotations[guards.OWNER_ANNOTATION] = request.command_id
                 changed = True
@@ -406,12 +413,15 @@ class KubernetesActivities:
                     return False  # the pinned node is gone: nothing of this command's is on this one
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
                     return False
-                if request.command_id and guards.other_holder(node, request.command_id) is not None:
+                if (
+                    request.command_id
+                    and guards.other_holder(node, request.command_id, self.taint_key) is not None
+                ):
                     return False
                 released = True
                 annotations = node["metadata"].get("annotations") or {}
                 dropped = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
-                return remove_taint(node, DISRUPTED_TAINT_KEY, "NoSchedule") or dropped
+                return remove_taint(node, self.taint_key, "NoSchedule") or dropped
 
             try:
                 await self.kube.update_node(name, mutate)
@@ -544,6 +554,7 @@ class KubernetesActivities:
             annotations=annotations,
             taints=_merge_taints(template.spec.taints, spec.taints),
             startup_taints=_merge_taints(template.spec.startup_taints, spec.startup_taints),
+            via_nodeclaim=self.coexistence,
         )
 
     async def _node_for(self, name_hint: str | None, provider_id: str, list_too: bool) -> Json | None:
@@ -701,7 +712,8 @@ class KubernetesActivities:
                 return self._gone(request)
             await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             uid = uid_of(node)
-            if not node["metadata"].get("deletionTimestamp"):
+            nodeclaim = await self._hand_over(node, request) if self._karpenter_drains(node) else None
+            if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
                 await self.kube.update_node(name, pinned(uid, ensure_finalizer))
                 await self._delete_node(name, uid)
                 await self._disrupting(node, request.reason)  # this call deleted it: once per node
@@ -729,6 +741,8 @@ class KubernetesActivities:
             deletion_timestamp=parse_time(node["metadata"].get("deletionTimestamp")),
             deadline=deadline,
             pods=sum(1 for pod in pods if Pod(pod).waited_for(now)),
+            handed_over=self._karpenter_drains(node),
+            nodeclaim=nodeclaim,
         )
 
     async def _disrupting(self, node: Json, reason: str) -> None:
@@ -743,6 +757,30 @@ class KubernetesActivities:
             capacity_type=labels.get(CAPACITY_TYPE_LABEL, ""),
         ).inc()
         await self._record([events.disruption_terminating(node, reason)])
+
+    def _karpenter_drains(self, node: Json) -> bool:
+        """Beside Karpenter, whether its node termination controller acts on this node once it is
+        deleting (it does on every node with the termination finalizer and Karpenter's NodeClass
+        label): then Karpenter drains it, and karpflow must not drain it too."""
+        return self.handover is not None and EC2NODECLASS_LABEL in (node["metadata"].get("labels") or {})
+
+    async def _hand_over(self, node: Json, request: BeginTerminationRequest) -> str | None:
+        """Hand the node to Karpenter through its NodeClaim: karpflow's deadline stamped on it (the
+        node's too), then the NodeClaim deleted; Karpenter deletes the node, drains it and terminates
+        its instance. Returns the NodeClaim's name; None when the node has none (the caller deletes
+        the node itself, and Karpenter's termination drains it all the same)."""
+        assert self.handover is not None
+        claim = await self.handover.nodeclaim_for(node)
+        if claim is None:
+            return None
+        deadline = await self._deadline(node, request)
+        await self.handover.hand_over(claim, deadline)
+        log.info(
+            "node %s: NodeClaim %s deleted; Karpenter drains the node and terminates its instance",
+            node["metadata"]["name"],
+            claim["metadata"]["name"],
+        )
+        return str(claim["metadata"]["name"])
 
     @staticmethod
     def _gone(request: BeginTerminationRequest, why: str = "") -> NodeInfo:
@@ -818,7 +856,7 @@ class KubernetesActivities:
         ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
 
         def mutate(n: Json) -> bool:
-            changed = add_taint(n, dict(DISRUPTED_TAINT))
+            changed = add_taint(n, dict(self.disrupted_taint))
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
@@ -844,6 +882,7 @@ class KubernetesActivities:
             resumed=resumed_progress(previous[0]) if previous else None,
             check=lambda: self._drain_check(request.node, request.uid),
             reason=request.reason,
+            taint=disruption_taint(self.taint_key),
         )
 
         async def keep_beating() -> None:
@@ -916,7 +955,7 @@ class KubernetesActivities:
         now = datetime.now(UTC)
         ignored: set[str] = set()
         for pod in (Pod(raw) for raw in await self.kube.pods_on_node(node)):
-            if pod.waited_for(now):
+            if pod.waited_for(now, disruption_taint(self.taint_key)):
                 continue
             for claim in pod.claims():
                 pvc = await self.kube.pvc(pod.namespace, claim)

@@ -51,6 +51,7 @@ from api.constants import (
     KARPENTER_VERSION,
     NODEPOOL_FINALIZER,
     NODEPOOL_LABEL,
+    disrupted_taint_key,
 )
 from api.controller_io import (
     Backoff,
@@ -309,8 +310,12 @@ class PlanningActivities:
         catalog: Catalog | None = None,
         cluster: str = "",
         instances: InstanceDescriptions | None = None,
+        karpenter_coexistence: bool = False,
     ) -> None:
         self.cache = cache
+        # The disruption taint karpflow writes, and so the only one its crash cleanup removes: beside
+        # Karpenter, `karpenter.sh/disrupted` is Karpenter's, never karpflow's to take off.
+        self.taint_key = disrupted_taint_key(karpenter_coexistence)
         self.cluster = cluster  # workflow ids carry it (api/workflow_ids.py)
         self.kube = kube
         self.client = client
@@ -443,7 +448,7 @@ class PlanningActivities:
         orphans = sorted(
             name
             for name, node in snapshot.nodes.items()
-            if node.has_disrupted_taint and not node.is_deleting and name not in held
+            if any(t.key == self.taint_key for t in node.taints) and not node.is_deleting and name not in held
         )
         started_by = controller_started_by(controller_id())
         commands = [planned_command(command, self.cluster, started_by) for command in result.commands_]
@@ -499,7 +504,8 @@ class PlanningActivities:
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
-        """Crash cleanup: remove `karpenter.sh/disrupted` from nodes no running workflow holds, checked
+        """Crash cleanup: remove karpflow's disruption taint (`karpenter.sh/disrupted`, or
+        `karpflow.dev/disrupted` beside Karpenter) from nodes no running workflow holds, checked
         again here just before acting, in two ways: visibility (what is in flight) and the node's own
         holder annotation, whose workflow is described directly (visibility lags a start by a second
         or more; a describe does not). The untaint is a read-modify-write that gives up when the
@@ -522,7 +528,7 @@ class PlanningActivities:
                     if (meta.get("annotations") or {}).get(OWNER_ANNOTATION) != owner:
                         return False  # claimed again since it was judged an orphan
                     taints = (node.get("spec") or {}).get("taints") or []
-                    kept = [t for t in taints if t.get("key") != DISRUPTED_TAINT_KEY]
+                    kept = [t for t in taints if t.get("key") != self.taint_key]
                     if len(kept) == len(taints):
                         return False
                     node["spec"]["taints"] = kept
@@ -531,7 +537,7 @@ class PlanningActivities:
 
                 after = await self.kube.update_node(name, mutate)
                 if not any(
-                    t.get("key") == DISRUPTED_TAINT_KEY for t in (after.get("spec") or {}).get("taints") or ()
+                    t.get("key") == self.taint_key for t in (after.get("spec") or {}).get("taints") or ()
                 ):
                     cleaned.append(name)
             except Exception as err:

@@ -7,6 +7,7 @@ the offering tried, the deadline) in a form a person can read in the Web UI.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -101,6 +102,11 @@ class LaunchTemplate(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     startup_taints: list[TaintSpec] = Field(default_factory=list)
+    via_nodeclaim: bool = Field(
+        default=False,
+        description="beside Karpenter (--karpenter-coexistence): Karpenter launches the replacement from "
+        "a NodeClaim karpflow creates, instead of karpflow launching an instance",
+    )
 
     @property
     def zones(self) -> list[str]:
@@ -152,6 +158,59 @@ class InitializationRequest(BaseModel):
     candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
 
 
+# -- Replacements beside Karpenter (activities/nodeclaims.py) ---------------------------------------
+
+NodeClaimCondition = Literal["Launched", "Registered", "Initialized"]
+
+
+class NodeClaimRequest(BaseModel):
+    """Create the NodeClaim of one replacement (idempotent by its name)."""
+
+    name: str
+    command_id: str
+    index: int
+    spec: ReplacementSpec
+    template: LaunchTemplate
+
+
+class NodeClaimWait(BaseModel):
+    """Wait until Karpenter reports `until` True on the NodeClaim (pinned to `uid` when given)."""
+
+    name: str
+    uid: str | None = None
+    until: NodeClaimCondition
+    poll_interval_seconds: float | None = None
+
+
+class NodeClaimState(BaseModel):
+    """A NodeClaim as Karpenter filled it in so far."""
+
+    name: str
+    uid: str | None = None
+    provider_id: str | None = None
+    instance_id: str | None = None
+    node: str | None = Field(default=None, description="status.nodeName, once Registered")
+    offering: Offering | None = Field(default=None, description="what Karpenter launched (its labels)")
+    conditions: dict[str, str] = Field(default_factory=dict, description="condition type -> status")
+
+
+class NodeClaimDeletion(BaseModel):
+    """Delete the NodeClaims this command created (a rollback): Karpenter then terminates their
+    instances and deletes their Nodes."""
+
+    names: list[str]
+    command_id: str
+
+
+class HandoverWait(BaseModel):
+    """Wait until Karpenter has drained and terminated a node handed to it."""
+
+    node: str
+    uid: str | None = None
+    nodeclaim: str | None = None
+    poll_interval_seconds: float | None = None
+
+
 class DiscardRequest(BaseModel):
     """Undo one replacement that never initialized: release its node (if any), terminate its instance."""
 
@@ -185,6 +244,11 @@ class NodeInfo(BaseModel):
     deadline: datetime | None = Field(default=None, description="deletion time + terminationGracePeriod")
     message: str = Field(default="", description="why the node counts as gone, when it does")
     pods: int | None = Field(default=None, description="pods the drain must see gone, when it began")
+    handed_over: bool = Field(
+        default=False,
+        description="beside Karpenter: Karpenter's termination drains the node and ends its instance",
+    )
+    nodeclaim: str | None = Field(default=None, description="the NodeClaim deleted to hand it over")
 
 
 class DrainRequest(BaseModel):

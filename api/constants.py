@@ -15,6 +15,13 @@ NODE_DISRUPTION_BUDGET_KIND = "NodeDisruptionBudget"
 
 # Taints.
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
+# karpflow's own disruption taint, in place of Karpenter's when the worker runs beside Karpenter
+# (--karpenter-coexistence): Karpenter strips `karpenter.sh/disrupted` from every node with a NodeClaim
+# outside its own queue, and karpflow's crash cleanup then strips only its own key, so neither
+# controller removes the other's (docs/running-beside-karpenter.md).
+KARPFLOW_DISRUPTED_TAINT_KEY = "karpflow.dev/disrupted"
+# Either key says a disruption is in flight, whoever holds it.
+DISRUPTION_TAINT_KEYS = (DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY)
 UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
 NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"
@@ -50,7 +57,10 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
 ARCH_LABEL = "kubernetes.io/arch"
 OS_LABEL = "kubernetes.io/os"
+# Karpenter's NodeClass label (`<group>/<kind, lowercase>`): Karpenter's node termination controller
+# acts on every deleting Node that carries it and the termination finalizer.
 EC2NODECLASS_LABEL = "karpenter.k8s.aws/ec2nodeclass"
+EC2NODECLASS_KIND = "EC2NodeClass"
 
 # Annotations.
 DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
@@ -96,9 +106,18 @@ TAG_NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
 TAG_COMMAND_ID = "karpflow.io/command-id"
 TAG_REPLACEMENT_INDEX = "karpflow.io/replacement-index"
 TAG_NODE_NAME = "Name"
+# What Karpenter's AWS provider lists its instances by (with the two tag keys above), and the tag its
+# tagging controller adds once the NodeClaim has a Node.
+TAG_EKS_CLUSTER_NAME = "eks:eks-cluster-name"
+TAG_NODECLAIM = "karpenter.sh/nodeclaim"
 # The capacity type asked for (spot requests are not always visible as InstanceLifecycle at once).
 # Labels and taints are not tags: they travel in the bootstrap user data, as on a real node.
 TAG_CAPACITY_TYPE = "karpflow.io/capacity-type"
+
+
+def disrupted_taint_key(karpenter_coexistence: bool) -> str:
+    """The disruption taint karpflow writes (and its crash cleanup removes) in its mode."""
+    return KARPFLOW_DISRUPTED_TAINT_KEY if karpenter_coexistence else DISRUPTED_TAINT_KEY
 
 
 def cluster_tag(cluster_name: str) -> str:

@@ -55,3 +55,11 @@ def interruption_workflow_id(cluster: str, instance_id: str, kind: InterruptionK
     delivered twice (SQS is at least once) starts nothing twice, and from the kind of event: a spot
     warning is never taken for a duplicate of the rebalance recommendation that preceded it."""
     return f"interruption/{cluster}/{instance_id}/{kind}"
+
+
+def replacement_nodeclaim_name(nodepool: str, command_id: str, index: int) -> str:
+    """`<nodepool>-<hash>`: the NodeClaim of a command's replacement beside Karpenter, named as
+    Karpenter names its own (`<nodepool>-<suffix>`), from the command and the replacement index, so a
+    retried create finds the one created before and a rollback knows what to delete."""
+    digest = hashlib.sha256(f"{command_id}\x00{index}".encode()).hexdigest()[:10]
+    return f"{nodepool[:200]}-{digest}"

@@ -283,6 +283,9 @@ class ReplacementStatus(BaseModel):
     offering: Offering | None = None
     instance_id: str | None = None
     node: str | None = None
+    nodeclaim: str | None = Field(
+        default=None, description="beside Karpenter: the NodeClaim Karpenter launches it from"
+    )
     message: str = ""
 
 
@@ -311,6 +314,7 @@ TerminationPhase = Literal[
     "Starting",
     "Tainting",
     "Draining",
+    "WaitingForKarpenter",
     "WaitingForVolumes",
     "TerminatingInstance",
     "RemovingFinalizer",
@@ -381,6 +385,7 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
                 instance_types=list(replacement.instance_type_names),
                 zones=list(replacement.zones),
                 capacity_type=[replacement.capacity_type],
+                annotations=dict(getattr(replacement, "annotations", None) or {}),
             )
             for replacement in command.replacements
         ],

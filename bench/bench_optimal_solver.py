@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import apply, cluster_cost, fluid_optimum, fragmented_cluster
+from bench_quality import apply, apply_markers, cluster_cost, fluid_optimum, fragmented_cluster
 
 from planner.model import PlanOptions
 from planner.plan import plan
@@ -65,13 +65,18 @@ def main() -> None:
         cost, nodes = cluster_cost(builder)
         line = f"pass {index}: {nodes} nodes ${cost:.3f}/h, plan {seconds:.2f} s"
         if target is not None:
+            solver = target.target_seconds + target.layout_seconds + target.step_seconds
             line += (
-                f", solver {target.target_seconds:.2f} s target + {target.step_seconds:.2f} s step "
-                f"({target.status}; {target.nodes} candidates, target ${target.target_cost:.3f}/h)"
+                f", solver {solver:.2f} s ({target.target_seconds:.2f} s target + "
+                f"{target.layout_seconds:.2f} s layout + {target.step_seconds:.2f} s step; {target.status}; "
+                f"{target.nodes} candidates, target ${target.target_cost:.3f}/h)"
             )
+            if target.plan is not None:
+                line += f", plan {target.plan.id} {target.plan.state}"
         commands = [c for c in result.commands_ if c.method != "expiration"]
         line += "; " + (", ".join(f"{c.method} {c.decision} {len(c.nodes)}" for c in commands) or "nothing")
         print(line, flush=True)
+        apply_markers(builder, result)
         if not commands:
             break
         for command in commands:

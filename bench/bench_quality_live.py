@@ -35,7 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_quality import fluid_optimum_of
+from bench_quality import fluid_optimum_of, pod_shape_bound
 
 from api import search_attributes as sa
 from api.constants import CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL
@@ -100,6 +100,18 @@ def scenario(nodes: int, seed: int, strategy: str) -> dict:
     return listing
 
 
+def end_fleet(settings: DevSettings) -> str:
+    """The nodes at the end, grouped: count x type capacity type."""
+    state = dump_as_list(SimClient(settings.kube_url).request("GET", "/sim/state"))
+    kinds: dict[str, int] = {}
+    for obj in state["items"]:
+        if obj.get("kind") == "Node":
+            labels = obj["metadata"].get("labels") or {}
+            key = f"{labels.get(INSTANCE_TYPE_LABEL)} {labels.get(CAPACITY_TYPE_LABEL, 'on-demand')}"
+            kinds[key] = kinds.get(key, 0) + 1
+    return ", ".join(f"{n} x {k}" for k, n in sorted(kinds.items()))
+
+
 def hourly_cost(settings: DevSettings) -> tuple[float, int]:
     """What the cluster's nodes cost per hour: each at its own offering (type, zone, capacity type:
     replacements may be spot), bundled prices."""
@@ -153,6 +165,13 @@ def run(nodes: int, seed: int, strategy: str, timeout: float) -> dict:
     catalog = bundled_catalog("us-west-2")
     start_snapshot = Snapshot.from_objects(listing["items"])
     fluid = fluid_optimum_of(start_snapshot, catalog)
+    # Nodes whose pods may never move (do-not-disrupt) stay at their own price in any fleet.
+    pinned = {
+        p.node_name
+        for p in start_snapshot.pods
+        if p.node_name and p.annotations.get("karpenter.sh/do-not-disrupt") == "true"
+    }
+    shape = pod_shape_bound(start_snapshot, catalog, pinned)
     host = "127.0.0.1"
     settings = DevSettings(
         state_dir=state / "stack",
@@ -171,6 +190,7 @@ def run(nodes: int, seed: int, strategy: str, timeout: float) -> dict:
         start_cost, start_nodes = hourly_cost(settings)
         quiet_at, status, runs = asyncio.run(watch(settings, timeout))
         end_cost, end_nodes = hourly_cost(settings)
+        fleet = end_fleet(settings)
         observed = SimClient(settings.kube_url).request("GET", "/sim/invariants").get("observed", {})
         report = SimClient(settings.kube_url).request("GET", "/sim/invariants")
     finally:
@@ -180,6 +200,8 @@ def run(nodes: int, seed: int, strategy: str, timeout: float) -> dict:
         "start": (start_cost, start_nodes),
         "end": (end_cost, end_nodes),
         "fluid": fluid,
+        "shape": shape,
+        "fleet": fleet,
         "quiet_at": quiet_at,
         "passes": status.passes,
         "commands": len(runs),
@@ -207,9 +229,10 @@ def main() -> None:
         print(
             f"{strategy:9s} seed {args.seed}: ${start_cost:.3f}/h on {start_nodes} nodes -> "
             f"${end_cost:.3f}/h on {end_nodes} nodes, {end_cost / r['fluid'] - 1:+.1%} vs fluid optimum "
-            f"${r['fluid']:.3f}/h; quiet after {quiet} ({r['passes']} passes); "
+            f"${r['fluid']:.3f}/h, {end_cost / r['shape'] - 1:+.1%} vs pod-shape bound ${r['shape']:.3f}/h "
+            f"(do-not-disrupt nodes at their price); quiet after {quiet} ({r['passes']} passes); "
             f"{r['commands']} disruptions ({r['disrupted']} nodes); "
-            f"{r['evicted']} pods evicted; {r['violations']} invariant violations",
+            f"{r['evicted']} pods evicted; {r['violations']} invariant violations; end fleet {r['fleet']}",
             flush=True,
         )
 

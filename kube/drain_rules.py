@@ -2,8 +2,10 @@
 the deadline forces their deletion, and which PodDisruptionBudgets group their evictions.
 
 Rules (karpenter-behavior.md §5.4-5.6):
-- Waited for: pods that are not terminal, do not tolerate `karpenter.sh/disrupted:NoSchedule`, are
-  not mirror/static pods and are not stuck terminating (deletionTimestamp more than a minute past).
+- Waited for: pods that are not terminal, do not tolerate the disruption taint on the node
+  (`karpenter.sh/disrupted:NoSchedule`, or karpflow's `karpflow.dev/disrupted:NoSchedule` beside
+  Karpenter: a pod that tolerates the taint it is drained for would only land there again), are not
+  mirror/static pods and are not stuck terminating (deletionTimestamp more than a minute past).
 - Tiers: non-critical non-DaemonSet, non-critical DaemonSet, critical non-DaemonSet, critical
   DaemonSet. Only the first tier that still has pods is evicted; a tier starts when every pod of
   the earlier tiers is gone (terminating pods still count).
@@ -36,12 +38,17 @@ TIER_NAMES = ("non-critical", "non-critical DaemonSet", "critical", "critical Da
 DISRUPTED_TAINT = Taint(DISRUPTED_TAINT_KEY, None, "NoSchedule")
 
 
-def tolerates_disrupted(tolerations: Iterable[Json]) -> bool:
-    """Does any toleration tolerate `karpenter.sh/disrupted:NoSchedule` (a taint without a value)?
-    A malformed toleration tolerates nothing."""
+def disruption_taint(key: str = DISRUPTED_TAINT_KEY) -> Taint:
+    """The NoSchedule disruption taint (without a value) under `key`."""
+    return DISRUPTED_TAINT if key == DISRUPTED_TAINT_KEY else Taint(key, None, "NoSchedule")
+
+
+def tolerates_disrupted(tolerations: Iterable[Json], taint: Taint = DISRUPTED_TAINT) -> bool:
+    """Does any toleration tolerate the disruption taint (`karpenter.sh/disrupted:NoSchedule`, a taint
+    without a value, unless another is given)? A malformed toleration tolerates nothing."""
     for raw in tolerations or ():
         try:
-            if Toleration.from_dict(raw).tolerates(DISRUPTED_TAINT):
+            if Toleration.from_dict(raw).tolerates(taint):
                 return True
         except ValueError:
             continue
@@ -134,11 +141,11 @@ class Pod:
         )
         return do_not_disrupt_reason(self.annotations, started, now) is not None
 
-    def waited_for(self, now: datetime) -> bool:
-        """Must this pod be gone before the node is drained?"""
+    def waited_for(self, now: datetime, taint: Taint = DISRUPTED_TAINT) -> bool:
+        """Must this pod be gone before the node (tainted `taint`) is drained?"""
         return not (
             self.terminal
-            or tolerates_disrupted(self.spec.get("tolerations") or ())
+            or tolerates_disrupted(self.spec.get("tolerations") or (), taint)
             or self.mirror
             or self.stuck_terminating(now)
         )
@@ -179,8 +186,10 @@ class DrainPlan:
         return not self.waiting
 
 
-def plan(pods: Iterable[Pod], deadline: datetime | None, now: datetime) -> DrainPlan:
-    waiting = [pod for pod in pods if pod.waited_for(now)]
+def plan(
+    pods: Iterable[Pod], deadline: datetime | None, now: datetime, taint: Taint = DISRUPTED_TAINT
+) -> DrainPlan:
+    waiting = [pod for pod in pods if pod.waited_for(now, taint)]
     force = [(pod, grace) for pod in waiting if (grace := pod.force_delete_grace(deadline, now)) is not None]
     forced = {pod.uid for pod, _ in force}
     tier = min((pod.tier for pod in waiting), default=None)

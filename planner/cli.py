@@ -303,7 +303,7 @@ def _versus(cost: float, reference: float | None) -> str:
 
 def print_target_fleet(console: Console, result: Plan) -> None:
     """The Optimal strategy's target: its cost against today's and the fluid optimum, what it keeps,
-    launches and removes, and the moves (this pass's command; later ones after re-planning)."""
+    launches and removes, the plan held across passes, and this pass's move."""
     target = result.target_fleet
     assert target is not None
     fluid = target.fluid_optimum
@@ -313,7 +313,7 @@ def print_target_fleet(console: Console, result: Plan) -> None:
         f"({_versus(target.target_cost, target.current_cost)}); fluid optimum "
         f"{_money(fluid)}/h: today {_versus(target.current_cost, fluid)}, target "
         f"{_versus(target.target_cost, fluid)}; solver {target.status} in {target.target_seconds:.2f} s "
-        f"(+{target.step_seconds:.2f} s for this pass's move)",
+        f"(+{target.layout_seconds:.2f} s for its layout, +{target.step_seconds:.2f} s for this pass's move)",
         markup=True,
     )
     table = Table(show_edge=True)
@@ -328,14 +328,24 @@ def print_target_fleet(console: Console, result: Plan) -> None:
     )
     table.add_row("launch", str(sum(launch.count for launch in target.launches)), launches or "-")
     console.print(table)
+    if target.ended:
+        console.print(f"  {target.ended}", markup=False)
+    held = target.plan
+    if held is not None:
+        console.print(
+            f"  plan {held.id} ({held.state}, since {held.since}): ${held.start_cost:.4f}/h when it started, "
+            f"${held.target_cost:.4f}/h once done; so far {_money(held.ledger)}/h (never above 0); "
+            f"{len(held.leaving)} node(s) still to remove, {len(held.launched)} launched with room kept",
+            markup=False,
+        )
     moves = [c for c in result.commands if c.method == "optimal-consolidation"]
     if moves:
         for move in moves:
             console.print(f"  move now: {move.message}", markup=False)
-        later = len(target.remove) - sum(len(m.nodes) for m in moves)
+        later = len(held.leaving) - sum(len(m.nodes) for m in moves) if held is not None else 0
         if later > 0:
             console.print(
-                f"  later moves: {later} node(s), tainted karpflow.io/leaving now; planned again each pass",
+                f"  later moves: {later} node(s), tainted karpflow.io/leaving and marked with the plan now",
                 markup=False,
             )
     elif target.why_no_step:

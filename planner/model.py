@@ -170,7 +170,14 @@ class PlanOptions(BaseModel):
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
     # Time the Optimal method's solver may take per pass (planner/optimal/); it returns its best
     # answer when the time is up.
-    optimal_time_limit: timedelta = timedelta(seconds=1.2)
+    optimal_time_limit: timedelta = timedelta(seconds=1.8)
+    # What the Optimal target charges a moved pod: moving every pod of the scope costs this share of
+    # its fluid optimum (planner/optimal/solver.py). Higher keeps more nodes and evicts fewer pods
+    # for a dearer fleet (docs/optimal-consolidation.md has the measured trade-off).
+    optimal_churn_share: float = Field(default=0.15, ge=0)
+    # An Optimal plan still not done after this long is dropped (and a new one may start): its moves
+    # keep failing somewhere the plan cannot see, e.g. their validation.
+    optimal_plan_max_age: timedelta = timedelta(hours=1)
 
 
 # --- Candidates -----------------------------------------------------------------------------------
@@ -257,6 +264,8 @@ class Replacement:
     capacity_type: str
     zones: list[str]
     pods: list[Pod] = field(default_factory=list)  # what the simulation placed on it
+    # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py).
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def instance_type_names(self) -> list[str]:
@@ -502,6 +511,16 @@ class PlanContext:
     leaving: set[str] | None = None
     # method name -> what it wants `karpflow plan` to show beside its commands (e.g. the target fleet).
     outcomes: dict[str, Any] = field(default_factory=dict)
+    # The Optimal plan its nodes' markers hold (planner/optimal/held.py `HeldPlan`), read before the
+    # methods run; the Optimal method sets it to None when the plan ends. Karpenter's consolidation
+    # methods leave its NodePools to it (planner/plan.py).
+    optimal_plan: Any = None
+    # Plan-marker annotations the Optimal method wants (node, JSON value or None to remove); None when
+    # it did not run this pass (then only markers on nodes of pools that left the strategy go).
+    plan_markers: list[tuple[str, str | None]] | None = None
+    # $/h the Optimal method charges a moved pod this pass (None when it did not run): Karpenter's
+    # methods, its fallback, must save at least that on Optimal pools too (planner/plan.py).
+    optimal_churn: float | None = None
 
     @property
     def now(self) -> datetime:

@@ -40,6 +40,9 @@ from planner.model import (
     DRIFT,
     EMPTINESS,
     EXPIRATION,
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
     Candidate,
     Command,
     DisruptionClass,
@@ -52,8 +55,9 @@ from planner.model import (
 )
 from planner.node_disruption_budgets import NdbLedger
 from planner.operator_controls import admit, ndb_ledger, voluntary_block
+from planner.optimal.held import LAUNCHED, PLAN_ANNOTATION, marker_changes, read_marker
 from planner.optimal.leaving import TaintChange, leaving_taint_changes
-from planner.optimal.method import OptimalConsolidation, TargetFleetOut, optimal_pools
+from planner.optimal.method import OptimalConsolidation, TargetFleetOut, held_plan, optimal_pools
 from planner.repair import (
     LIVENESS,
     NODEPOOL_DELETION,
@@ -82,6 +86,10 @@ class ReplacementOut(_Out):
         default=None, description="hourly price of the most expensive option (what the launch could cost)"
     )
     pods: int = 0
+    pod_keys: list[str] = Field(
+        default_factory=list,
+        description="Optimal moves: the pods planned onto this new node (the validation places them there)",
+    )
 
 
 class CommandOut(_Out):
@@ -104,6 +112,11 @@ class CommandOut(_Out):
     disruption_class: str
     pods: int = Field(description="reschedulable pods that move")
     message: str = ""
+    placements: dict[str, str] = Field(
+        default_factory=dict,
+        description="Optimal moves: pod -> the node that stays it is planned onto (the validation "
+        "places it there when the rules still allow)",
+    )
 
 
 class Explanation(_Out):
@@ -264,6 +277,8 @@ def plan(
         ctx.marked_for_deletion.update(command.nodes)
 
     candidates, blocked = build_candidates(ctx)
+    # The Optimal plan held on the nodes (planner/optimal/held.py): Karpenter's methods leave it alone.
+    ctx.optimal_plan, stale_markers = held_plan(ctx)
     ended_by = None
     # NodeDisruptionBudgets (planner/operator_controls.py): forceful commands counted, then spent by
     # the voluntary commands each method's admitted commands take.
@@ -274,6 +289,7 @@ def plan(
         eligible = [c for c in candidates if _eligible(ctx, method, c, ledger)]
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
+        produced = _worth_the_churn(ctx, method, produced)
         produced = admit(ctx, method.name, produced, ledger)
         evaluations.append(
             MethodEvaluation(
@@ -311,6 +327,14 @@ def plan(
         annotations=[
             AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
             for node, value in voluntary_disruption_markers(ctx)
+        ]
+        + [
+            AnnotationChange(node=node, key=PLAN_ANNOTATION, value=value)
+            for node, value in (
+                ctx.plan_markers
+                if ctx.plan_markers is not None
+                else marker_changes(snapshot, {}, stale_markers)
+            )
         ],
         taints=leaving_taint_changes(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
@@ -348,6 +372,10 @@ def _nodeclass_problems(snapshot: Snapshot) -> list[str]:
 def _eligible(ctx: PlanContext, method: Method, candidate: Candidate, ledger: NdbLedger | None) -> bool:
     if candidate.name in ctx.marked_for_deletion:
         return False
+    held = _held_by_optimal_plan(ctx, method, candidate)
+    if held is not None:
+        ctx.explain(candidate.name, method.name, held)
+        return False
     # Graceful methods never take a node with blocking pods; the eventual class (drift) may when a
     # terminationGracePeriod bounds the drain.
     eventual = method.disruption_class == DisruptionClass.EVENTUAL and candidate.termination_grace_period
@@ -362,6 +390,47 @@ def _eligible(ctx: PlanContext, method: Method, candidate: Candidate, ledger: Nd
         ctx.explain(candidate.name, method.name, why)
         return False
     return True
+
+
+def _held_by_optimal_plan(ctx: PlanContext, method: Method, candidate: Candidate) -> str | None:
+    """Why Karpenter's consolidation leaves this node to a held Optimal plan (planner/optimal/held.py):
+    multi- and single-node consolidation leave the plan's NodePools alone (the plan is their
+    consolidation until it ends: the two would otherwise undo each other's moves), and emptiness the
+    nodes the plan launched (their room is kept for its later moves). None: not held."""
+    hold = ctx.optimal_plan
+    if hold is None or method.name == OPTIMAL_CONSOLIDATION:
+        return None
+    karpenters = (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION)
+    if method.name in karpenters and candidate.pool_name in hold.pools:
+        return f"nodepool {candidate.pool_name} is being consolidated by Optimal plan {hold.id}"
+    if method.name == EMPTINESS:
+        marker = read_marker(candidate.node)
+        if marker is not None and marker.id == hold.id and marker.role == LAUNCHED:
+            return f"launched by Optimal plan {hold.id}: its room is kept for the plan's later moves"
+    return None
+
+
+def _worth_the_churn(ctx: PlanContext, method: Method, produced: list[Command]) -> list[Command]:
+    """Karpenter's consolidation, as the fallback of Optimal NodePools, must save what the Optimal
+    target charges for the pods it moves (planner/optimal/solver.py `churn_per_pod`): the target
+    found today's fleet best at that price, and a move for less would undo its judgement."""
+    churn = ctx.optimal_churn
+    if not churn or method.name not in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
+        return produced
+    optimal = optimal_pools(ctx)
+    kept = []
+    for command in produced:
+        pods = sum(len(c.reschedulable_pods) for c in command.candidates if c.pool_name in optimal)
+        if pods and command.savings_per_hour < churn * pods:
+            why = (
+                f"optimal: the move saves ${command.savings_per_hour:.4f}/h, less than its {pods} pods' "
+                f"churn (${churn:.4f}/h each) in an Optimal NodePool"
+            )
+            for node in command.nodes:
+                ctx.explain(node, method.name, why)
+            continue
+        kept.append(command)
+    return kept
 
 
 def _blocked_out(
@@ -394,6 +463,9 @@ def _blocked_out(
 
 
 def command_out(command: Command) -> CommandOut:
+    # An Optimal move's pods are placed where its plan put them (validation included): they travel
+    # with it. Other methods' validation places pods its own way.
+    planned = command.method == OPTIMAL_CONSOLIDATION
     return CommandOut(
         id=command.id,
         method=command.method,
@@ -410,6 +482,7 @@ def command_out(command: Command) -> CommandOut:
                 price=r.price,
                 worst_case_price=r.worst_case_price,
                 pods=len(r.pods),
+                pod_keys=[p.key for p in r.pods] if planned else [],
             )
             for r in command.replacements
         ],
@@ -418,6 +491,7 @@ def command_out(command: Command) -> CommandOut:
         disruption_class=str(command.disruption_class),
         pods=sum(len(c.reschedulable_pods) for c in command.candidates),
         message=command.message,
+        placements=dict(command.placements) if planned else {},
     )
 
 
@@ -440,18 +514,22 @@ def command_from_out(ctx: PlanContext, out: CommandOut) -> Command | None:
         if node is None or pool is None:
             return None
         candidates.append(make_candidate(ctx, node, pool))
+    pods = {p.key: p for c in candidates for p in c.reschedulable_pods}
     replacements = [
         Replacement(
             nodepool=r.nodepool,
             instance_types=[t for n in r.instance_types if (t := ctx.catalog.get(n)) is not None],
             capacity_type=r.capacity_type,
             zones=list(r.zones),
+            pods=[pods[key] for key in r.pod_keys if key in pods],
         )
         for r in out.replacements
     ]
-    return Command(
+    command = Command(
         out.method, out.reason, candidates, replacements, DisruptionClass(out.disruption_class), out.message
     )
+    command.placements = dict(out.placements)
+    return command
 
 
 def validate_command(

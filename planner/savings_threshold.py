@@ -7,8 +7,9 @@ A NodePool may set, in karpflow's annotations (api/karpflow_overrides.py):
 
 Both apply when both are set. The saving is the command's guaranteed one (`savings_per_hour`: the
 removed nodes' price minus every replacement's worst-case price). The floor applies to commands that
-launch replacements, whatever method or strategy made them (multi- and single-node consolidation,
-planner/optimal/); a delete costs no launch and is never held back, nor are drift and expiration. A
+launch replacements, whatever method or strategy made them (multi- and single-node consolidation;
+an Optimal plan as a whole when it starts, planner/optimal/, since its moves may invest in a node
+later moves fill); a delete costs no launch and is never held back, nor are drift and expiration. A
 command that spans pools must clear the floor of each of them. Karpenter's answer to the same
 complaint is the Balanced policy (behaviour notes §2.7); a floor in money is easier to reason about.
 

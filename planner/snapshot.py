@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from api.constants import (
     CAPACITY_TYPE_LABEL,
-    DISRUPTED_TAINT_KEY,
+    DISRUPTION_TAINT_KEYS,
     EC2NODECLASS_LABEL,
     INITIALIZED_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -591,11 +591,12 @@ class Node:
 
     @property
     def disruption_taint(self) -> str | None:
-        """The taint saying a disruption is in flight: v1's `karpenter.sh/disrupted`, or v1beta1's
-        `karpenter.sh/disruption=disrupting` left by an older controller. None when untainted."""
+        """The taint saying a disruption is in flight: v1's `karpenter.sh/disrupted`, karpflow's own
+        `karpflow.dev/disrupted` (beside Karpenter), or v1beta1's `karpenter.sh/disruption=disrupting`
+        left by an older controller. None when untainted."""
         for taint in self.taints:
-            if taint.key == DISRUPTED_TAINT_KEY:
-                return DISRUPTED_TAINT_KEY
+            if taint.key in DISRUPTION_TAINT_KEYS:
+                return taint.key
             if (
                 taint.key == legacy.LEGACY_DISRUPTION_TAINT_KEY
                 and taint.value == legacy.LEGACY_DISRUPTION_TAINT_VALUE

@@ -106,6 +106,13 @@ class WorkerSettings(BaseSettings):
         description="seconds between checks that the controller runs: one that failed or was "
         "terminated is started again (a stopped one is left stopped)",
     )
+    # Beside Karpenter (docs/running-beside-karpenter.md)
+    karpenter_coexistence: bool = Field(
+        default=False,
+        description="Karpenter runs in the cluster too: replacements are NodeClaims Karpenter launches, "
+        "Karpenter drains and terminates the nodes of NodeClaims, and karpflow taints "
+        "karpflow.dev/disrupted instead of karpenter.sh/disrupted",
+    )
     # Operations
     health: bool = Field(default=True, description="serve /healthz (liveness) and /readyz (readiness)")
     health_port: int = Field(default=8080, ge=0, le=65535, description="0: any free port")

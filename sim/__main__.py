@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controllers", help="comma-separated subset of the simulated controllers (default: all)"
     )
+    parser.add_argument(
+        "--karpenter",
+        action="store_true",
+        help="run a simulated Karpenter beside karpflow (sim/controllers/karpenter/); the scenario's "
+        "nodes get NodeClaims",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig_path=args.kubeconfig,
         secure=bool(args.secure_dir),
         tls_dir=Path(args.secure_dir) if args.secure_dir else None,
+        karpenter=args.karpenter,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

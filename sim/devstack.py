@@ -89,6 +89,9 @@ class DevSettings(BaseSettings):
     worker: bool = True
     # HTTPS, tokens and RBAC on the emulator; the worker runs as its ServiceAccount (sim/dev_identity.py).
     secure: bool = False
+    # A simulated Karpenter beside karpflow, and the worker in its coexistence mode
+    # (docs/running-beside-karpenter.md).
+    karpenter_neighbour: bool = False
     # The worker's /healthz and /readyz; 0 picks a free port at `up` (recorded in dev.json).
     worker_health_port: int = 0
     # SQS queue (in moto) that EventBridge rules feed EC2 interruption events into (docs/interruption.md).
@@ -380,6 +383,8 @@ class DevStack:
             simulator += ["--scenario", str(s.scenario)]
         if s.secure:
             simulator += ["--secure-dir", str(s.tls_dir)]
+        if s.karpenter_neighbour:
+            simulator.append("--karpenter")
         parts = [
             Part(
                 "temporal",
@@ -419,6 +424,7 @@ class DevStack:
                 str(s.worker_health_port),
                 "--log-format",
                 "text",
+                *(["--karpenter-coexistence"] if s.karpenter_neighbour else []),
             ]
             parts.append(
                 Part(

@@ -125,6 +125,13 @@ def dev() -> None:
     help="HTTPS, bearer tokens and RBAC on the emulator; the worker runs as its ServiceAccount "
     "with the rights of deploy/overlays/local.",
 )
+@click.option(
+    "--karpenter-neighbour",
+    is_flag=True,
+    default=None,
+    help="A simulated Karpenter runs beside karpflow (it launches and terminates NodeClaims, "
+    "garbage-collects instances without one); the worker runs with --karpenter-coexistence.",
+)
 def up(empty: bool, no_worker: bool, **flags: Any) -> None:
     """Start the stack in the background (idempotent: what already runs is left alone)."""
     if empty:

@@ -30,9 +30,10 @@ do-not-disrupt
     deleted), or vanishes with its node — outside a forced termination.
 
 forced termination
-    The pod's node carries `karpenter.sh/nodeclaim-termination-timestamp` and the disruption happens
-    at or after that deadline minus the pod's terminationGracePeriodSeconds (default 30): the moment
-    Karpenter itself stops respecting PDBs and do-not-disrupt and deletes the pod.
+    The pod's node, or the NodeClaim with the node's providerID, carries
+    `karpenter.sh/nodeclaim-termination-timestamp` and the disruption happens at or after that
+    deadline (the earlier of the two) minus the pod's terminationGracePeriodSeconds (default 30): the
+    moment Karpenter itself stops respecting PDBs and do-not-disrupt and deletes the pod.
 
 pods-lost
     A ReplicaSet or StatefulSet has fewer live pods on existing nodes (bound, not terminating, not
@@ -49,8 +50,12 @@ orphan-node
     A Node whose providerID names an instance that is not pending or running (terminated, or absent
     from EC2) for longer than `bounds.orphan_node`.
 
+disruption taint
+    `karpenter.sh/disrupted`, or karpflow's own `karpflow.dev/disrupted` (beside Karpenter): either
+    says a disruption is in flight, in every rule below.
+
 stale-disrupted-taint
-    A Node that carries the `karpenter.sh/disrupted` taint, is not being deleted, and has no
+    A Node that carries a disruption taint, is not being deleted, and has no
     disruption in flight. Where "in flight" comes from is pluggable: `check(in_flight=nodes)`, or a
     source installed with `set_in_flight_source` (the workflows can list open disruptions). With a
     source, a taint without an in-flight disruption may last `bounds.disrupted_taint`. Without
@@ -63,8 +68,8 @@ stale-disrupted-taint
 maintenance-window
     A disruption starts on a node while a MaintenanceWindow that matches the node blocks the
     disruption's action, and has blocked it for at least `bounds.window_grace` (a decision taken just
-    before a window opened is not a violation). A disruption starts when the `karpenter.sh/disrupted`
-    taint appears on the node; its reason is read from the command that holds it
+    before a window opened is not a violation). A disruption starts when a disruption taint appears
+    on the node; its reason is read from the command that holds it
     (`karpflow.io/disruption-command: disruption/<cluster>/<pools>/<reason>/<id>@<run>`, or
     `interruption/...`):
     Empty → Emptiness, Underutilized → Consolidation, Drifted → Drift, Expired → Expiration, Unhealthy
@@ -83,6 +88,15 @@ node-disruption-budget
     interruption, repair) count but are never violations. A taint no command holds on a node being
     deleted (a termination: `kubectl delete node`, or interruption's) counts, and when it exceeds a
     budget the report lists it under `unjudged`: its reason cannot be read from the cluster.
+
+garbage-collected
+    The simulated Karpenter (sim/controllers/karpenter/) terminated an instance of the cluster because
+    it is tagged for a NodePool and no NodeClaim names it (karpflow launched it beside Karpenter).
+
+taint-stripped
+    The simulated Karpenter removed `karpenter.sh/disrupted` from a node while a karpflow command held
+    it (its `karpflow.io/disruption-command` annotation), because the node has a NodeClaim and is not
+    in Karpenter's own queue.
 
 Every violation is reported once per episode (a workload that stays short of pods is one
 violation, not one per tick).
@@ -114,6 +128,8 @@ Invariant = Literal[
     "stale-disrupted-taint",
     "maintenance-window",
     "node-disruption-budget",
+    "garbage-collected",
+    "taint-stripped",
 ]
 Obj = dict[str, Any]
 
@@ -207,7 +223,8 @@ def instance_id_of(node: Obj) -> str | None:
 
 
 def has_disrupted_taint(node: Obj) -> bool:
-    return any(t.get("key") == k.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or [])
+    """Karpenter's disruption taint, or karpflow's own beside Karpenter."""
+    return any(t.get("key") in k.DISRUPTION_TAINT_KEYS for t in (node.get("spec") or {}).get("taints") or [])
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -240,13 +257,24 @@ def is_protected(pod: Obj, now: datetime) -> bool:
     return started is None or now < started + duration
 
 
-def forced_termination(pod: Obj, node: Obj | None, now: datetime) -> bool:
-    """At or past the node's termination deadline minus the pod's own grace period."""
+def forced_termination(
+    pod: Obj, node: Obj | None, now: datetime, claim_deadline: datetime | None = None
+) -> bool:
+    """At or past the node's termination deadline (its own annotation, or its NodeClaim's, which is
+    where Karpenter's drain reads it) minus the pod's own grace period."""
     if node is None:
         return False
-    deadline = _parse_time((_meta(node).get("annotations") or {}).get(k.TERMINATION_TIMESTAMP_ANNOTATION))
-    if deadline is None:
+    deadlines = [
+        d
+        for d in (
+            _parse_time((_meta(node).get("annotations") or {}).get(k.TERMINATION_TIMESTAMP_ANNOTATION)),
+            claim_deadline,
+        )
+        if d is not None
+    ]
+    if not deadlines:
         return False
+    deadline = min(deadlines)
     grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     grace = 30 if grace is None else int(grace)
     return now >= deadline - timedelta(seconds=grace)
@@ -424,6 +452,7 @@ class InvariantChecker:
             self.workloads: dict[str, Obj] = {}  # uid -> ReplicaSet / StatefulSet / Deployment
             self.windows: dict[str, Obj] = {}  # name -> MaintenanceWindow
             self.ndbs: dict[str, Obj] = {}  # name -> NodeDisruptionBudget
+            self.claim_deadlines: dict[str, str] = {}  # providerID -> its NodeClaim's deadline annotation
             self._window_seen: dict[str, datetime] = {}  # window name -> when its spec was last set
             self._unattributed: list[str] = []  # terminations past a budget whose reason is unknown
             self.instances: dict[str, Obj] = {}  # instance id -> last EC2 description
@@ -482,6 +511,11 @@ class InvariantChecker:
                     self.ndbs.pop(name, None)
                 else:
                     self.ndbs[name] = obj
+            elif kind == "NodeClaim":
+                provider_id = str((obj.get("status") or {}).get("providerID") or "")
+                deadline = (_meta(obj).get("annotations") or {}).get(k.TERMINATION_TIMESTAMP_ANNOTATION)
+                if provider_id and deadline and event_type != "DELETED":
+                    self.claim_deadlines[provider_id] = deadline
             elif kind in ("ReplicaSet", "StatefulSet", "Deployment"):
                 uid = _meta(obj).get("uid", "")
                 if event_type == "DELETED":
@@ -590,7 +624,10 @@ class InvariantChecker:
             return
         now = self._wall()
         node = self._node_of(pod)
-        if forced_termination(pod, node, now):
+        claim_deadline = _parse_time(
+            self.claim_deadlines.get(str(((node or {}).get("spec") or {}).get("providerID")))
+        )
+        if forced_termination(pod, node, now, claim_deadline):
             return
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
         how = {"eviction": "evicted", "delete": "deleted through the API", "node-gone": "lost with its node"}[
@@ -712,6 +749,11 @@ class InvariantChecker:
             seen.add(owner_uid)
             total += int((owner.get("spec") or {}).get("replicas", 1))
         return total
+
+    def record(self, invariant: str, subject: str, message: str, details: dict[str, Any]) -> None:
+        """A violation seen outside the store and EC2 listings (the simulated Karpenter's)."""
+        with self._lock:
+            self._record(invariant, subject, message, details)  # type: ignore[arg-type]
 
     def _record(self, invariant: Invariant, subject: str, message: str, details: dict[str, Any]) -> None:
         self.violations.append(

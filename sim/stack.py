@@ -89,6 +89,7 @@ INVARIANT_KINDS = frozenset(
         "Deployment",
         "MaintenanceWindow",
         "NodeDisruptionBudget",
+        "NodeClaim",
     }
 )
 # karpflow's own CRDs: the simulated cluster is one where deploy/ was applied, so the worker's cache,
@@ -187,10 +188,18 @@ class SimStack:
         pod_start_seconds: float = 2.0,
         secure: bool = False,
         tls_dir: Path | None = None,
+        karpenter: bool = False,
+        karpenter_timings: Any = None,
     ) -> None:
         """`secure`: the emulator serves HTTPS and authenticates and authorizes every request
         (sim/apiserver/security.py); the kubeconfig then carries the CA and the admin's token. The CA
-        is written to `tls_dir/ca.crt` (a temporary directory when not given)."""
+        is written to `tls_dir/ca.crt` (a temporary directory when not given).
+
+        `karpenter`: a simulated Karpenter runs beside karpflow (sim/controllers/karpenter/), and the
+        scenario's nodes of a NodePool get the NodeClaims Karpenter would have made for them;
+        `karpenter_timings` (a `KarpenterTimings`) changes its delays."""
+        self.karpenter = karpenter
+        self.karpenter_timings = karpenter_timings
         self.scale = TimeScale(time_scale)
         self.cluster_name = cluster_name
         self.region = region
@@ -424,18 +433,32 @@ class SimStack:
     async def _start_controllers(self) -> None:
         if self.enabled is not None and not self.enabled:
             return
-        from sim.controllers.runner import SimControllers
+        from sim.controllers.karpenter import ClusterBootstrap
+        from sim.controllers.runner import CONTROLLERS, KarpenterSettings, SimControllers
 
         kwargs: dict[str, Any] = {}
         if self.node_timings is not None:
             kwargs["node_timings"] = self.node_timings
+        enabled = self.enabled
+        if self.karpenter:
+            enabled = (enabled if enabled is not None else frozenset(CONTROLLERS)) | {"karpenter"}
+            kwargs["karpenter"] = KarpenterSettings(
+                bootstrap=ClusterBootstrap(
+                    self.cluster_name, self.kube_url, self.ca_bundle, self.service_cidr
+                ),
+                api_endpoint=self.kube_url,
+                api_token=self.admin_token,
+                ec2_endpoint=self.ec2_endpoint,
+                reporter=self.invariants.record,
+                timings=self.karpenter_timings,
+            )
         self.controllers = SimControllers(
             self.store,
             ec2_endpoint=self.ec2_endpoint,
             cluster_name=self.cluster_name,
             region=self.region,
             timescale=self.scale,
-            enabled=self.enabled,
+            enabled=enabled,
             faults=self.faults,
             pod_start_seconds=self.pod_start_seconds,
             api_endpoint=self.kube_url,
@@ -472,6 +495,11 @@ class SimStack:
         report = seed(scenario, self.store, self._ec2, cluster_name=self.cluster_name)
         for warning in report.warnings:
             log.warning("scenario %s: %s", scenario.source, warning)
+        if self.karpenter:
+            from sim.controllers.karpenter.seed import seed_nodeclaims
+
+            claims = seed_nodeclaims(self.store, self._ec2, self.cluster_name)
+            report.created["NodeClaim"] = report.created.get("NodeClaim", 0) + len(claims)
         return report
 
     async def _reload(self, scenario: Scenario | None) -> SeedReport | None:
@@ -647,6 +675,7 @@ class SimStack:
             "kube_url": self.kube_url,
             "ec2_endpoint": self.ec2_endpoint,
             "time_scale": self.scale.factor,
+            "karpenter": self.karpenter,
             "scenario": None
             if self.scenario is None
             else {"source": self.scenario.source, **_report_json(self.seed_report)},

@@ -27,6 +27,11 @@ and the candidates are terminated anyway. Karpenter leaves their capacity to its
 their pods wait Pending meanwhile; here the replacements are bought ahead. They are waited for at
 most `replacement_ready` before the drain starts, or, with a `termination_deadline` (a spot
 interruption's two minutes), launched while the candidates drain at once.
+
+Beside Karpenter (--karpenter-coexistence; the resolved template says so), a replacement is a NodeClaim
+karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
+compensation deletes the NodeClaims of replacements that did not initialize, and Karpenter terminates
+their instances. karpflow launches and terminates no instance of its own then (activities/nodeclaims.py).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
     from activities.errors import INSUFFICIENT_CAPACITY, OFFERING_ERRORS
     from activities.kubernetes import KubernetesActivities
+    from activities.nodeclaims import NodeClaimActivities
     from api import search_attributes as sa
     from api.activity_io import (
         DiscardRequest,
@@ -60,6 +66,9 @@ with workflow.unsafe.imports_passed_through():
         LaunchedInstance,
         LaunchRequest,
         LaunchTemplate,
+        NodeClaimDeletion,
+        NodeClaimRequest,
+        NodeClaimWait,
         NodeRef,
         RegistrationRequest,
         ResolveRequest,
@@ -67,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
         UntaintRequest,
     )
     from api.constants import aws_provider_id
-    from api.workflow_ids import legacy_termination_workflow_id
+    from api.workflow_ids import legacy_termination_workflow_id, replacement_nodeclaim_name
     from api.workflow_io import (
         CandidateStatus,
         DisruptionInput,
@@ -91,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_TERMINATION_PER_INCARNATION = "termination-id-per-node-incarnation"
+PATCH_NODECLAIM_REPLACEMENTS = "karpenter-coexistence-nodeclaims"
 # How often a step that must finish is run again after a cancellation interrupted it.
 CANCELLATION_ATTEMPTS = 3
 T = TypeVar("T")
@@ -293,6 +303,9 @@ class DisruptionWorkflow:
                 retry_policy=API_RETRY,
                 summary=f"replacement {index}: read NodePool {spec.nodepool} and its EC2NodeClass",
             )
+            if template.via_nodeclaim and workflow.patched(PATCH_NODECLAIM_REPLACEMENTS):
+                await self._provide_by_nodeclaim(replacement, spec, template, deadline, command)
+                return
             instance = await self._launch(command, index, spec, template, deadline)
             replacement.state = "Launched"
             if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
@@ -327,6 +340,52 @@ class DisruptionWorkflow:
             )
             replacement.state = "Failed"
             raise ReplacementFailed(replacement.message) from err
+
+    async def _provide_by_nodeclaim(
+        self,
+        replacement: ReplacementStatus,
+        spec: ReplacementSpec,
+        template: LaunchTemplate,
+        deadline: datetime,
+        command: DisruptionInput,
+    ) -> None:
+        """Beside Karpenter: create the replacement's NodeClaim, then follow Karpenter's conditions on it
+        (Launched, Registered, Initialized), each wait bounded by the replacement's deadline. A NodeClaim
+        Karpenter deletes (no capacity, a registration timeout) fails the replacement at once."""
+        name = replacement_nodeclaim_name(spec.nodepool, self._status.command_id, replacement.index)
+        replacement.nodeclaim = name  # before it exists: the rollback deletes it by name
+        created = await workflow.execute_activity_method(
+            NodeClaimActivities.create_nodeclaim,
+            NodeClaimRequest(
+                name=name,
+                command_id=self._status.command_id,
+                index=replacement.index,
+                spec=spec,
+                template=template,
+            ),
+            start_to_close_timeout=API_CALL,
+            schedule_to_close_timeout=self._time_left(deadline),
+            retry_policy=API_RETRY,
+            # A create in flight must finish before the compensation deletes what it created.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        self._stop_if_cancelled()
+        for condition in ("Launched", "Registered", "Initialized"):
+            claim = await workflow.execute_activity_method(
+                NodeClaimActivities.await_nodeclaim,
+                NodeClaimWait(name=name, uid=created.uid, until=condition),
+                schedule_to_close_timeout=self._time_left(deadline),
+                heartbeat_timeout=command.timeouts.heartbeat,
+                retry_policy=WAIT_RETRY,
+            )
+            replacement.offering = claim.offering or replacement.offering
+            replacement.instance_id = claim.instance_id or replacement.instance_id
+            replacement.node = claim.node or replacement.node
+            replacement.state = condition
+            if condition == "Launched" and all(
+                r.state not in ("Pending", "Launching") for r in self._status.replacements
+            ):
+                self._set_phase("WaitingForReplacements")
 
     async def _launch(
         self,
@@ -412,6 +471,8 @@ class DisruptionWorkflow:
         where = [f"nodepool {replacement.nodepool}"]
         if replacement.offering:
             where.append(replacement.offering.key)
+        if replacement.nodeclaim:
+            where.append(f"NodeClaim {replacement.nodeclaim}")
         if replacement.instance_id:
             where.append(f"instance {replacement.instance_id}")
         if replacement.node:
@@ -448,9 +509,13 @@ class DisruptionWorkflow:
         )
         discarded = await self._discard_unready(problems)
         kept = [r for r in self._status.replacements if r.state == "Initialized"]
-        summary = (
-            f"rolled back: untainted {untainted or 0} candidate(s), "
-            f"terminated {discarded or 0} replacement instance(s)"
+        discarded_what = (
+            "deleted {} replacement NodeClaim(s) (Karpenter terminates their instances)"
+            if any(r.nodeclaim for r in self._status.replacements)
+            else "terminated {} replacement instance(s)"
+        )
+        summary = f"rolled back: untainted {untainted or 0} candidate(s), " + discarded_what.format(
+            discarded or 0
         )
         if kept:
             names = ", ".join(r.node or "" for r in kept)
@@ -497,6 +562,9 @@ class DisruptionWorkflow:
     async def _discard_replacements(self, problems: list[str]) -> int:
         if not self._status.replacements:
             return 0
+        if any(r.nodeclaim for r in self._status.replacements):
+            # Beside Karpenter the command launched no instance: its replacements are NodeClaims.
+            return await self._delete_nodeclaims()
         # Ask EC2 as well as workflow state: a launch may have completed after the workflow stopped
         # waiting for it, and EC2's tag filter may not list an instance launched a moment ago.
         instances = await workflow.execute_activity_method(
@@ -521,6 +589,27 @@ class DisruptionWorkflow:
                     raise outcome  # _compensate runs the step again; discarding is idempotent
                 problems.append(f"instance {instance.instance_id}: {describe(outcome)}")
         return sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))
+
+    async def _delete_nodeclaims(self) -> int:
+        """Delete the NodeClaims of the replacements that did not initialize (Karpenter terminates
+        their instances and deletes their Nodes); initialized ones stay, as ordinary nodes."""
+        doomed = [
+            r
+            for r in self._status.replacements
+            if r.nodeclaim and r.state not in ("Initialized", "Discarded")
+        ]
+        if not doomed:
+            return 0
+        deleted = await workflow.execute_activity_method(
+            NodeClaimActivities.delete_nodeclaims,
+            NodeClaimDeletion(names=[r.nodeclaim or "" for r in doomed], command_id=self._status.command_id),
+            start_to_close_timeout=API_CALL,
+            retry_policy=API_RETRY,
+        )
+        for replacement in doomed:
+            if replacement.nodeclaim in deleted:
+                replacement.state = "Discarded"
+        return len(deleted)
 
     @staticmethod
     def _known_instance(replacement: ReplacementStatus) -> LaunchedInstance:

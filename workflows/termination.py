@@ -15,6 +15,12 @@ their private IP) is never drained, tainted or released by it. The runbook (karp
 3. Wait for the volumes of drained pods to detach (skipped once the deadline has passed).
 4. Terminate the instance, only if this cluster owns it.
 5. Remove the finalizer: the API server then deletes the node.
+
+Beside Karpenter (--karpenter-coexistence), a node that Karpenter's own termination controller acts
+on (it carries Karpenter's NodeClass label) is handed to Karpenter in step 0 instead: its NodeClaim is
+deleted with karpflow's deadline stamped on it, and the workflow waits while Karpenter drains the node
+(Eviction API, PDBs) and terminates its instance; then it checks the instance is gone. Exactly one
+controller drains each node (activities/nodeclaims.py).
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import GONE_STATES, EC2Activities
     from activities.kubernetes import KubernetesActivities
+    from activities.nodeclaims import NodeClaimActivities
     from api import search_attributes as sa
     from api.activity_io import (
         BeginTerminationRequest,
         DrainRequest,
+        HandoverWait,
         InstanceRequest,
         NodeInfo,
         NodeRef,
@@ -55,6 +63,9 @@ with workflow.unsafe.imports_passed_through():
 
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_FAILURE_EVENT = "termination-failure-event"
+
+# workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
+PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
 
 
 @workflow.defn(name="TerminationWorkflow")
@@ -108,6 +119,8 @@ class TerminationWorkflow:
             target = NodeRef(node=request.node, uid=node.uid)
             if not node.found:
                 return await self._node_already_gone(node, timeouts.instance_terminate)
+            if node.handed_over and workflow.patched(PATCH_KARPENTER_HANDOVER):
+                return await self._handed_to_karpenter(target, node, timeouts)
             if await self._instance_already_gone(node):
                 await self._remove_finalizer(target)
                 return self._finish("instance already gone; finalizer released without draining")
@@ -170,6 +183,24 @@ class TerminationWorkflow:
             await self._terminate_instance(node, limit)
             return self._finish(f"{gone}; its instance is terminated")
         return self._finish(gone)
+
+    async def _handed_to_karpenter(
+        self, target: NodeRef, node: NodeInfo, timeouts: TerminationTimeouts
+    ) -> TerminationStatus:
+        """Karpenter drains the node and terminates its instance; wait for it, then make sure the
+        instance is gone (it is, when Karpenter had a NodeClaim for it; a node without one is
+        drained by Karpenter but its instance is left, and ended here)."""
+        self._set_phase("WaitingForKarpenter")
+        done = await workflow.execute_activity_method(
+            NodeClaimActivities.await_karpenter_termination,
+            HandoverWait(node=target.node, uid=target.uid, nodeclaim=node.nodeclaim),
+            start_to_close_timeout=timeouts.drain_attempt,
+            heartbeat_timeout=timeouts.heartbeat,
+            retry_policy=DRAIN_RETRY,
+        )
+        if node.instance_id:
+            await self._terminate_instance(node, timeouts.instance_terminate)
+        return self._finish(f"handed to Karpenter: {done}")
 
     async def _instance_already_gone(self, node: NodeInfo) -> bool:
         """Step 0 (Karpenter): a NotReady node whose instance EC2 no longer has needs no drain. While the

@@ -44,11 +44,12 @@ def leaving_taint_changes(
     snapshot: Snapshot, desired: set[str] | None, commanded: Collection[str], optimal_pools: Collection[str]
 ) -> list[TaintChange]:
     """The changes that make the leaving taints match `desired` (None: the method did not run, keep
-    what its pools have). Nodes being deleted or in this pass's commands are left as they are."""
+    what its pools have). Nodes being deleted or disrupted, or in this pass's commands, are left as
+    they are."""
     out = []
     for name, node in sorted(snapshot.nodes.items()):
-        if node.is_deleting or name in commanded:
-            continue
+        if node.is_deleting or node.has_disrupted_taint or name in commanded:
+            continue  # on its way out: its taints go with it
         has = has_leaving_taint(node.taints)
         want = desired is not None and name in desired
         if want and not has:

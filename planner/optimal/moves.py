@@ -1,217 +1,105 @@
 """From this pass's step to a command the simulation has checked.
 
-The step's new nodes are added to the simulation as if they had already joined (`planned_nodes`:
-the instance type's allocatable net of the DaemonSets that would run there, the NodePool's labels
-and taints, the zone and capacity type). The simulation then removes the step's nodes *and every
-other node the target removes* (their pods stay out of it: they move in a later pass) and places the
-step's pods. So a pod is only ever planned onto a node that stays, and moves once. Every rule the
-simulation knows is checked, topology spread and pod (anti-)affinity included, against the nodes
-that will really be there. Pods the planned nodes cannot take (fragmentation the solver's pooled
-view cannot see, or a topology rule) may open ordinary new NodeClaims, launched by the command too.
+The step (planner/optimal/solver.py) picks leaving nodes to remove now and the new nodes of the
+checked plan (planner/optimal/layout.py) their pods go to. The command is checked again on its own:
+the step's new nodes are added to the simulation, the step's nodes *and every other leaving node* are
+taken out (their pods move in later moves), and the step's pods are placed, each preferring the node
+the plan gave it, with no other new node allowed. A pod is thus only ever planned onto a node that
+stays, and moves once.
 
-A command launches only the planned nodes pods landed on, each as its planned type (or one as big for
-no more), in its planned zone, never a type one of its nodes already is for no less (Karpenter's
-filterOutSameInstanceType). It must be strictly cheaper, worst case, than the nodes it removes, as
-every consolidation command: the fleet's cost then falls with every command, so the moves cannot
-cycle. When the check fails, half the step is tried, then a quarter.
+A planned new node launches as its planned type, or a type of its NodePool at least as big in every
+resource for no more in its zone and capacity type (never a smaller one: the room left is for the
+pods of later moves); an overflow claim as its cheapest few options. A move need not save on its own:
+the plan's ledger, checked by the step, keeps the plan as a whole from ever costing more than it has
+saved (planner/optimal/held.py), and the whole plan must clear the pools' savings floor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from api import constants as k
 from api.constants import REASON_UNDERUTILIZED
 from planner.model import Candidate, Command, DisruptionClass, PlanContext, Replacement
 from planner.optimal.fleet import FleetProblem, LaunchOption
+from planner.optimal.layout import NewNode, PlanCheck, planned_nodes
 from planner.scheduling.adapter import SnapshotSimulation, launch_capacity_type
-from planner.scheduling.inputs import SimNode
 from planner.scheduling.state import vec_fits
 
-# Planned nodes sort after real node names, so the simulation fills the room of existing nodes
-# first (it tries existing nodes by name) and opens as few planned nodes as it can.
-PLANNED_PREFIX = "~planned-"
-# Pods the planned nodes cannot take may open at most this many ordinary new NodeClaims.
-MAX_OVERFLOW_NODES = 2
-HALVINGS = 2
-# Instance types an overflow NodeClaim may launch as (the cheapest ones).
-OVERFLOW_OPTIONS = 10
 
-
-def planned_nodes(
-    ctx: PlanContext, prepared: SnapshotSimulation, launches: Sequence[tuple[LaunchOption, str]]
-) -> list[SimNode]:
-    """The new nodes of a plan as simulation nodes (instance type, zone per node)."""
-    sim = prepared.simulator
-    pools = {p.pool.name: p for p in sim.pools}
-    out = []
-    for index, (option, zone) in enumerate(launches):
-        pool = pools[option.pool]
-        kind = sim.instance_types[option.instance_type]
-        overhead = pool.overhead.get(kind.name, (0,) * len(sim.resource_names))
-        allocatable = {
-            name: max(kind.allocatable.get(name, 0) - overhead[i], 0)
-            for i, name in enumerate(sim.resource_names)
-        }
-        name = f"{PLANNED_PREFIX}{index:03d}"
-        labels = {
-            **kind.labels,
-            **pool.pool.labels,
-            k.NODEPOOL_LABEL: option.pool,
-            k.INSTANCE_TYPE_LABEL: kind.name,
-            k.ZONE_LABEL: zone,
-            k.CAPACITY_TYPE_LABEL: option.capacity_type,
-            k.REGION_LABEL: ctx.catalog.region,
-            k.HOSTNAME_LABEL: name,
-        }
-        out.append(
-            SimNode(
-                name=name,
-                labels=labels,
-                allocatable=allocatable,
-                capacity=dict(kind.capacity),
-                taints=pool.pool.taints,
-                initialized=True,
-                managed=True,
-            )
-        )
-    return out
-
-
-def spread_zones(launches: dict[int, int], options: Sequence[LaunchOption]) -> list[tuple[LaunchOption, str]]:
-    """One (option, zone) per new node, biggest first; nodes of an option take its equal-price zones in
-    turn, so a zone spread is not defeated by putting every new node in the first zone."""
-    out: list[tuple[LaunchOption, str]] = []
-    for o in sorted(launches, key=lambda o: (tuple(-v for v in options[o].alloc), options[o].label)):
-        option = options[o]
-        out.extend((option, option.zones[i % len(option.zones)]) for i in range(launches[o]))
-    return out
+def new_node_replacement(problem: FleetProblem, check: PlanCheck, node: NewNode, pods: list) -> Replacement:
+    if node.option is not None:
+        assert node.zone is not None
+        return _planned_replacement(problem, node.option, node.zone, pods)
+    claim = node.claim
+    assert claim is not None
+    return check.virtual.replacement(
+        claim, pods, list(claim.instance_types), capacity_type=launch_capacity_type(claim.capacity_types)
+    )
 
 
 def step_command(
     ctx: PlanContext,
     problem: FleetProblem,
+    check: PlanCheck,
     method: str,
     remove: Sequence[Candidate],
-    launches: dict[int, int],
+    launches: Sequence[int],
     leaving_later: set[str],
+    annotations: dict[str, str],
 ) -> tuple[Command | None, str]:
-    """The checked command for removing `remove` now with `launches`, or why there is none. Tries
-    smaller prefixes of `remove` when the whole does not pass."""
-    why = ""
-    size = len(remove)
-    for _ in range(HALVINGS + 1):
-        if size == 0:
-            break
-        command, why = _try(
-            ctx,
-            problem,
-            method,
-            list(remove[:size]),
-            launches,
-            leaving_later | {c.name for c in remove[size:]},
-        )
-        if command is not None:
-            return command, ""
-        size //= 2
-    return None, why
-
-
-def _try(
-    ctx: PlanContext,
-    problem: FleetProblem,
-    method: str,
-    remove: list[Candidate],
-    launches: dict[int, int],
-    leaving_later: set[str],
-) -> tuple[Command | None, str]:
-    prepared = problem.prepared
-    plan = spread_zones(launches, problem.options)
+    """The checked command for removing `remove` now, launching the plan's new nodes `launches`."""
+    names = [c.name for c in remove]
+    step_pods = [p for n in names for p in check.moving.get(n, ())]
+    new = [check.new[i] for i in launches]
+    sim_nodes = []
+    for node in new:
+        if node.option is not None:
+            assert node.zone is not None
+            sim_nodes.append((node.name, node.option, node.zone))
+        else:
+            claim = node.claim
+            assert claim is not None
+            ct = launch_capacity_type(claim.capacity_types)
+            sim_nodes.append((node.name, (claim.nodepool, claim.instance_types[0], ct), claim.zones[0]))
     virtual = SnapshotSimulation(
         ctx.snapshot,
         ctx.catalog,
         ctx.options.preference_policy,
-        extra_nodes=planned_nodes(ctx, prepared, plan),
+        extra_nodes=planned_nodes(ctx, problem.prepared, sim_nodes),
     )
-    names = [c.name for c in remove]
-    moving = virtual.pods_of(names)
+    prefer = {p.key: check.destination[p.key] for p in step_pods if p.key in check.destination}
     result = virtual.run(
         sorted({*names, *leaving_later}),
-        moving,
+        step_pods,
         gone=ctx.marked_for_deletion,
-        max_new_claims=MAX_OVERFLOW_NODES,
+        max_new_claims=0,
         stop_on_failure=True,
+        prefer=prefer,
     )
     if not result.all_non_pending_scheduled:
-        return (
-            None,
-            f"the simulation cannot place the pods on the planned fleet: {result.non_pending_errors()}",
-        )
-    by_key = {p.key: p for p in moving}
-    on_planned: dict[str, list[str]] = {}
+        return None, f"the simulation cannot place the move's pods: {result.non_pending_errors()}"
+    by_key = {p.key: p for p in step_pods}
+    on_new: dict[str, list] = {}
     placements: dict[str, str] = {}
-    for pod in moving:
+    new_names = {n.name for n in new}
+    for pod in step_pods:
         target = result.placements.get(pod.key)
         if target is None:
             continue
-        if target.startswith(PLANNED_PREFIX):
-            on_planned.setdefault(target, []).append(pod.key)
-        elif not any(c.name == target for c in result.new_claims):
+        if target in new_names:
+            on_new.setdefault(target, []).append(by_key[pod.key])
+        else:
             placements[pod.key] = target
     replacements = []
-    for index, (option, zone) in enumerate(plan):
-        keys = on_planned.get(f"{PLANNED_PREFIX}{index:03d}")
-        if keys:
-            pods = [by_key[key] for key in keys]
-            replacements.append(_planned_replacement(problem, option, zone, pods))
-    for claim in result.replacements:
-        # The cheapest few options only: a claim may list every larger type, and the command's
-        # guaranteed saving counts the dearest option it lists.
-        options = [
-            o.instance_type for o in claim.options if o.worst_price <= claim.options[0].worst_price * 1.25
-        ]
-        ct = launch_capacity_type(claim.capacity_types)
-        replacements.append(virtual.replacement(claim, moving, options[:OVERFLOW_OPTIONS], capacity_type=ct))
-    same = _relaunches_removed_type(remove, replacements)
-    if same:
-        return (
-            None,
-            f"the move would launch {same} again, as one of its nodes already is: keeping it is better",
-        )
-    command = Command(method, REASON_UNDERUTILIZED, remove, replacements, DisruptionClass.GRACEFUL)
+    for node in new:
+        if node.name in on_new:
+            replacement = new_node_replacement(problem, check, node, on_new[node.name])
+            replacement.annotations = dict(annotations)
+            replacements.append(replacement)
+    command = Command(method, REASON_UNDERUTILIZED, list(remove), replacements, DisruptionClass.GRACEFUL)
     command.placements = placements
-    if command.savings_per_hour <= 0:
-        # Every move saves now, worst case, as every consolidation command: the fleet's cost falls
-        # with each command, so moves (theirs and Karpenter's methods') can never cycle.
-        return None, (
-            f"the move is not cheaper: its nodes cost ${command.source_price:.4f}/h, its new nodes "
-            f"up to ${command.replacement_worst_case_price:.4f}/h"
-        )
     command.message = describe(command, len(leaving_later))
     return command, ""
-
-
-def _relaunches_removed_type(remove: Sequence[Candidate], replacements: list[Replacement]) -> str | None:
-    """Karpenter's filterOutSameInstanceType, for moves: a new node whose options include a type one
-    of the removed nodes is, for no less than that node costs, is better not launched (keep the node).
-    Options of a new node are trimmed to those cheaper; returns the type when none is left."""
-    current: dict[str, float] = {}
-    for c in remove:
-        if c.instance_type_name and c.price is not None:
-            current[c.instance_type_name] = min(current.get(c.instance_type_name, float("inf")), c.price)
-    for r in replacements:
-        ceiling = min((current[t.name] for t in r.instance_types if t.name in current), default=None)
-        if ceiling is None:
-            continue
-        kept = [
-            t
-            for t in r.instance_types
-            if (p := t.worst_case_price([r.capacity_type], r.zones)) is not None and p < ceiling
-        ]
-        if not kept:
-            return r.instance_types[0].name
-        r.instance_types = kept
-    return None
 
 
 def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str, pods: list) -> Replacement:
@@ -250,12 +138,12 @@ def describe(command: Command, later: int) -> str:
         )
         target = f"{len(command.replacements)} new node(s) ({shapes})"
     else:
-        target = "pods fit on nodes the target keeps"
+        target = "pods fit on nodes that stay"
     tail = f"; {later} more node(s) leave in later moves" if later else ""
     return (
         f"{command.decision}: {len(command.candidates)} node(s) -> {target} "
-        f"(saves ${command.savings_per_hour:.4f}/h{tail})"
+        f"(saves ${command.savings_per_hour:.4f}/h now{tail})"
     )
 
 
-__all__ = ["MAX_OVERFLOW_NODES", "PLANNED_PREFIX", "planned_nodes", "spread_zones", "step_command"]
+__all__ = ["describe", "new_node_replacement", "step_command"]

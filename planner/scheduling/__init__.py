@@ -41,7 +41,8 @@ The rooms:
   requirement algebra (In/NotIn/Exists/Gt/Lt, merges, label matching);
 - `simulator.py`: `Simulator`, the probe loop (background placement, forks, pod order, placement),
   and a small read-only view (signatures, node and NodePool admission, instance types) for planners
-  that reason about the whole fleet at once (planner/optimal/);
+  that reason about the whole fleet at once (planner/optimal/), whose planned destination for a pod
+  (`prefer`) is tried first and taken only when every rule allows it;
 - `topology.py`: what a pod signature asks at each relaxation level, and topology groups;
 - `nodepools.py`: what a NodePool can launch (instance types that fit requirements, domains);
 - `existing_nodes.py`: placement on existing nodes;

@@ -11,7 +11,7 @@ anti-affinity); only the pods that move are converted in full, once each.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from api import constants as k
@@ -394,9 +394,11 @@ class SnapshotSimulation:
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
         packing: Packing = KARPENTER_PACKING,
+        prefer: Mapping[str, str] | None = None,
     ) -> SimulationResult:
         """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
-        the pending pods and those of nodes going away anyway in the background (§2.6)."""
+        the pending pods and those of nodes going away anyway in the background (§2.6). `prefer`:
+        planned destinations of moved pods (pod key -> node), honoured where the rules allow."""
         gone = frozenset(gone) - frozenset(node_names)
         moving = self.pods_of(node_names) if pods is None else pods
         extra = self.background_pods(node_names, gone) if background is None else background
@@ -409,6 +411,7 @@ class SnapshotSimulation:
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
             packing=packing,
+            prefer=prefer,
         )
 
     def replacement(

@@ -81,6 +81,22 @@ class ExistingNodes:
         probe.ptr[eff.fitkey] = pos
         return found
 
+    def _try_node(self, probe: Probe, eff: Effective, name: str) -> int | None:
+        """One named node, when every rule `_try_existing` checks lets the pod land there (a caller's
+        planned destination for the pod: see `Simulator.simulate`'s `prefer`)."""
+        idx = self.node_index.get(name)
+        if idx is None or idx in probe.removed:
+            return None
+        node = self.nodes[idx]
+        room = probe.free.get(idx, node.free)
+        if not vec_fits(eff.vec, room) or not self._static_ok_node(eff, node):
+            return None
+        if eff.ports:
+            taken = (*node.ports, *probe.ports.get(idx, ()))
+            if any(ports_conflict(a, b) for a in eff.ports for b in taken):
+                return None
+        return idx if self._topology_ok_node(probe, eff, node) else None
+
     def _commit_node(self, probe: Probe, eff: Effective, node: PreparedNode, pod: SimPod) -> None:
         probe.free[node.idx] = vec_sub(probe.free.get(node.idx, node.free), eff.vec)
         if eff.ports:

@@ -4,7 +4,7 @@ from Karpenter's scheduler, is told in planner/scheduling/__init__.py."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from kube.selectors import first_untolerated
@@ -244,6 +244,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         max_new_claims: int | None = None,
         stop_on_failure: bool = False,
         packing: Packing = KARPENTER_PACKING,
+        prefer: Mapping[str, str] | None = None,
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
         as needed.
@@ -267,6 +268,10 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
           first tries the existing nodes; the rest fill one new node at a time, each sized for the
           instance type that hosts its pods at the lowest price per share. Pods it cannot pack fall
           back to the "karpenter" way.
+
+        `prefer` (pod key -> existing node name) is a caller's plan of where moved pods go (planner/
+        optimal/ packs a whole fleet at once): such a pod lands on that node when every rule allows it
+        there, and is placed the usual way when not. The rules are never bent for a plan.
         """
         deleting_keys = set(from_deleting) | {
             p.key
@@ -300,7 +305,15 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                     probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
                 )
             for pod in ordered:
-                self._place(probe, pod, result, deleting_keys, max_new_claims, stop_on_failure)
+                self._place(
+                    probe,
+                    pod,
+                    result,
+                    deleting_keys,
+                    max_new_claims,
+                    stop_on_failure,
+                    prefer.get(pod.key) if prefer else None,
+                )
         except SimulationAborted as stop:
             result.aborted = str(stop)
         result.new_claims = [self._finalize(c) for c in probe.claims]
@@ -411,6 +424,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         deleting_keys: set[str],
         max_new_claims: int | None,
         stop_on_failure: bool,
+        preferred: str | None = None,
     ) -> None:
         sig = pod.constraints
         levels = self._levels(sig) if self.preference_policy == RESPECT else 0
@@ -418,7 +432,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             eff = self._eff(sig, level)
             if eff.vec is None:
                 break
-            dest = self._try_existing(probe, eff)
+            dest = self._try_node(probe, eff, preferred) if preferred is not None else None
+            if dest is None:
+                dest = self._try_existing(probe, eff)
             if dest is not None:
                 self._commit_existing(
                     probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure

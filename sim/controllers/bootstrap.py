@@ -5,7 +5,8 @@ is the referee, so a launch whose bootstrap a real AMI would not understand give
 registers here too. Formats, by what the AMI runs:
 
 - AL2023 (nodeadm): a MIME multi-part document whose `application/node.eks.aws` parts are NodeConfig
-  YAML, or one bare NodeConfig. Parts are merged in order: later scalars win, kubelet flags add up.
+  YAML, or one bare NodeConfig. Parts are merged in order: later scalars win, kubelet flags add up
+  (and so do the taints of the kubelet configuration's `registerWithTaints`).
 - AL2: a shell script (alone or a MIME part) calling `/etc/eks/bootstrap.sh <cluster>` with
   `--apiserver-endpoint`, `--b64-cluster-ca` and `--kubelet-extra-args '<flags>'`.
 - Bottlerocket: TOML `settings.kubernetes` (cluster-name, api-server, cluster-certificate,
@@ -171,6 +172,13 @@ def _kubelet_config(config: dict[str, Any], boot: KubeletBoot) -> None:
             setattr(boot, attr, {str(k): str(v) for k, v in dict(config[key]).items()})
     if config.get("clusterDNS"):
         boot.cluster_dns = [str(ip) for ip in config["clusterDNS"]]
+    for taint in config.get("registerWithTaints") or ():  # the kubelet's config form of the flag
+        if not isinstance(taint, dict) or not taint.get("key") or not taint.get("effect"):
+            raise BootError(f"the kubelet refuses registerWithTaints entry {taint!r}")
+        try:
+            boot.taints.extend(parse_taints(format_taints([taint]), "registerWithTaints"))
+        except FlagSyntaxError as err:
+            raise BootError(f"the kubelet refuses registerWithTaints: {err}") from None
 
 
 def _int(value: Any, what: str) -> int:

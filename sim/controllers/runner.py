@@ -45,7 +45,23 @@ from sim.timescale import TimeScale
 log = logging.getLogger(__name__)
 
 CONTROLLERS = ("nodes", "scheduler", "kubelet", "podgc", "replicasets", "deployments", "daemonsets", "pdb")
+# Off unless named: a simulated Karpenter beside karpflow (sim/controllers/karpenter/).
+OPTIONAL_CONTROLLERS = ("karpenter",)
 INFORMER_RESOURCES = ("nodes", "pods", "replicasets", "deployments", "daemonsets", "poddisruptionbudgets")
+
+
+@dataclass
+class KarpenterSettings:
+    """What the simulated Karpenter is given: the cluster as its settings and DescribeCluster say
+    (endpoint, CA, service CIDR), its API identity, EC2, and where to report what it did."""
+
+    bootstrap: Any  # sim.controllers.karpenter.ClusterBootstrap
+    api_endpoint: str
+    api_token: str
+    ec2_endpoint: str | None = None
+    ec2: Any = None
+    reporter: Any = None  # (invariant, subject, message, details) -> None
+    timings: Any = None  # sim.controllers.karpenter.KarpenterTimings
 
 
 @dataclass
@@ -97,11 +113,18 @@ class SimControllers:
         ec2_source: str = "auto",
         api_endpoint: str | None = None,
         api_ca_pem: bytes | None = None,
+        karpenter: Any = None,
     ) -> None:
+        """`karpenter`: the simulated Karpenter's settings (`KarpenterSettings`), used when "karpenter"
+        is among the enabled controllers."""
         chosen = frozenset(CONTROLLERS if enabled is None else enabled)
-        unknown = chosen - set(CONTROLLERS)
+        unknown = chosen - set(CONTROLLERS) - set(OPTIONAL_CONTROLLERS)
         if unknown:
-            raise ValueError(f"unknown controller(s) {sorted(unknown)}; choose from {', '.join(CONTROLLERS)}")
+            known = ", ".join((*CONTROLLERS, *OPTIONAL_CONTROLLERS))
+            raise ValueError(f"unknown controller(s) {sorted(unknown)}; choose from {known}")
+        if "karpenter" in chosen and (karpenter is None or (ec2_client is None and ec2_endpoint is None)):
+            raise ValueError("the karpenter controller needs its settings and an EC2 endpoint")
+        self.karpenter = karpenter
         self.settings = SimSettings(
             cluster_name=cluster_name,
             region=region,
@@ -176,6 +199,8 @@ class SimControllers:
             built["daemonsets"] = DaemonSetController(self.store, informer)
         if "pdb" in s.enabled:
             built["pdb"] = PdbStatusController(self.store, informer, s.pdb_resync_seconds)
+        if "karpenter" in s.enabled:
+            built["karpenter"] = self._karpenter()
         self.controllers = built
         informer.start()  # replays the current state through every handler
         self._tasks = [asyncio.create_task(self._pump(), name="sim-informer")]
@@ -218,6 +243,34 @@ class SimControllers:
                 log.exception("simulated %s controller crashed; restarting in 1 s", name)
                 await asyncio.sleep(1.0)
 
+    def _karpenter(self) -> Any:
+        from sim.controllers.karpenter import KarpenterNeighbour
+
+        s, given = self.settings, self.karpenter
+        return KarpenterNeighbour(
+            self.store,
+            # A client like karpflow's, not the simulator's own: injected throttling and capacity
+            # errors hit it as they would hit Karpenter.
+            ec2=given.ec2
+            or boto3.client(
+                "ec2",
+                region_name=s.region,
+                endpoint_url=given.ec2_endpoint,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            ),
+            cluster_name=s.cluster_name,
+            region=s.region,
+            timescale=s.timescale,
+            catalog=self.catalog or bundled_catalog(s.region),
+            bootstrap=given.bootstrap,
+            api_endpoint=given.api_endpoint,
+            api_token=given.api_token,
+            api_ca_pem=self.api_ca_pem,
+            reporter=given.reporter,
+            timings=given.timings,
+        )
+
     def _describe_types(self, names: list[str]) -> list[dict[str, Any]]:
         return self.ec2.describe_instance_types(InstanceTypes=names).get("InstanceTypes", [])
 
@@ -246,6 +299,8 @@ class SimControllers:
             out["kubelet"] = {"started": kubelet.started}
         if (gc := self.controllers.get("podgc")) is not None:
             out["podgc"] = {"deleted": gc.deleted}
+        if (karpenter := self.controllers.get("karpenter")) is not None:
+            out["karpenter"] = karpenter.status()
         return out
 
 

@@ -176,10 +176,15 @@ def untainted(nodes: dict[str, dict[str, Any]]) -> bool:
     )
 
 
-def drop_rule(stack: SimStack, resource: str) -> None:
-    """The ClusterRole as stored, without the rule for `resource`, put back with kubectl."""
+def drop_rule(stack: SimStack, which: str | dict[str, Any]) -> None:
+    """The ClusterRole as stored, without the rules for resource `which` (or without the one rule
+    `which`: two rules may name one resource with different verbs), put back with kubectl."""
     role = json.loads(kubectl(stack, "get", "clusterrole", ACCOUNT, "-o", "json"))
-    role["rules"] = [rule for rule in role["rules"] if resource not in rule["resources"]]
+    role["rules"] = [
+        rule
+        for rule in role["rules"]
+        if (rule != which if isinstance(which, dict) else which not in rule["resources"])
+    ]
     result = subprocess.run(
         ["kubectl", "--kubeconfig", str(stack.kubeconfig_path), "replace", "-f", "-"],
         input=json.dumps(role),
@@ -332,7 +337,7 @@ async def test_each_rule_of_the_cluster_role_is_needed_for_its_calls(karpflow, t
         for resource, verb, request in probes:
             status, _ = await call(stack, token, *request)
             assert status != 403, (resource, verb, request, status)
-        drop_rule(stack, rule["resources"][0])
+        drop_rule(stack, rule)
         for resource, verb, request in probes:
             status, text = await call(stack, token, *request)
             assert status == 403, (resource, verb, request, status)

@@ -1,16 +1,19 @@
 """The controller carries out Optimal consolidation on the local stack (planner/optimal/).
 
 A fragmented 12-node pool annotated `karpflow.dev/consolidation-strategy: Optimal`, budget 3: the
-target removes most nodes, so the first move leaves the others for later and they are tainted
-`karpflow.io/leaving:PreferNoSchedule` while it runs (the simulated kube-scheduler then prefers the
-nodes that stay). The controller must converge to a cheaper fleet, within the budget, with the
-invariant checker at zero and no leaving taint left behind.
+target removes most nodes, so the plan is held across passes. Its leaving nodes carry the plan's
+marker (`karpflow.io/optimal-plan`, written by the controller's `apply_annotations`) and the
+`karpflow.io/leaving:PreferNoSchedule` taint while earlier moves run (the simulated kube-scheduler
+then prefers the nodes that stay); the nodes its moves launch join with the marker (written by the
+DisruptionWorkflow at registration). The controller must converge to a cheaper fleet, within the
+budget, with the invariant checker at zero and no leaving taint or plan marker left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 BUDGET = 3
 LEAVING = "karpflow.io/leaving"
+PLAN = "karpflow.io/optimal-plan"
 
 
 def optimal_scenario() -> Any:
@@ -38,6 +42,15 @@ def optimal_scenario() -> Any:
             item["spec"]["disruption"]["consolidateAfter"] = "0s"
             item["spec"]["disruption"]["budgets"] = [{"nodes": str(BUDGET)}]
     return parse_scenario(yaml.safe_dump(listing), "fragmented-12-optimal")
+
+
+def marked(nodes: dict[str, dict[str, Any]], role: str | None = None) -> set[str]:
+    out = set()
+    for name, node in nodes.items():
+        raw = (node["metadata"].get("annotations") or {}).get(PLAN)
+        if raw is not None and (role is None or json.loads(raw)["role"] == role):
+            out.add(name)
+    return out
 
 
 def leaving(nodes: dict[str, dict[str, Any]]) -> set[str]:
@@ -52,6 +65,8 @@ def leaving(nodes: dict[str, dict[str, Any]]) -> set[str]:
 async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow):
     before = hourly_cost(karpflow.instances())
     seen_leaving: set[str] = set()
+    seen_marked: set[str] = set()
+    seen_launched: set[str] = set()
     worst: list[str] = []
     stop = asyncio.Event()
 
@@ -60,6 +75,8 @@ async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow)
         while not stop.is_set():
             nodes = await karpflow.nodes()
             seen_leaving.update(leaving(nodes))
+            seen_marked.update(marked(nodes, "leaving"))
+            seen_launched.update(marked(nodes, "launched"))
             now = disrupting(nodes)
             if len(now) > len(worst):
                 worst = now
@@ -90,9 +107,12 @@ async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow)
     assert after < before * 0.6, (before, after, sorted(nodes))
     assert seen_leaving, "the nodes of later moves were never tainted karpflow.io/leaving"
     assert not leaving(nodes), "a leaving taint outlived the moves"
+    assert seen_leaving <= seen_marked, "a node was tainted leaving without the plan's marker"
+    assert seen_launched, "no node joined with the plan's marker"
+    assert not marked(nodes), "a plan marker outlived its plan"
     assert 0 < len(worst) <= BUDGET, worst
     assert_no_violations(karpflow.stack)
     print(
         f"optimal, 12 nodes: ${before:.3f}/h -> ${after:.3f}/h on {len(nodes)} nodes; "
-        f"{len(seen_leaving)} tainted leaving at some point"
+        f"{len(seen_leaving)} tainted leaving at some point, {len(seen_launched)} launched by the plan"
     )

@@ -1,4 +1,5 @@
-"""Optimal consolidation (planner/optimal/): the target, the step, the leaving taints, validation."""
+"""Optimal consolidation (planner/optimal/): the target, the plan held across passes, its moves, the
+leaving taints and plan markers, validation, and Karpenter's methods beside it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,17 @@ from datetime import timedelta
 import pytest
 
 from api.constants import CAPACITY_TYPE_LABEL
-from planner.model import OPTIMAL_CONSOLIDATION, PlanOptions
+from api.workflow_io import disruption_input
+from planner.model import (
+    MULTI_NODE_CONSOLIDATION,
+    OPTIMAL_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
+    PlanOptions,
+)
+from planner.optimal.held import PLAN_ANNOTATION, PlanMarker
+from planner.optimal.layout import PLANNED_PREFIX
 from planner.optimal.leaving import LEAVING_TAINT_EFFECT, LEAVING_TAINT_KEY, leaving_taint_changes
-from planner.optimal.moves import PLANNED_PREFIX
-from planner.plan import command_out, plan, validate_command
+from planner.plan import Plan, command_out, plan, validate_command
 from sim.cluster_builder import ClusterBuilder
 
 OPTIMAL = {"karpflow.dev/consolidation-strategy": "Optimal"}
@@ -179,25 +187,32 @@ def test_the_bench_scenario_ends_cheaper_than_it_starts_and_every_node_fits():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-    from bench_quality import apply, cluster_cost, fragmented_cluster
+    from bench_quality import apply, apply_markers, cluster_cost, fragmented_cluster
 
     b = fragmented_cluster(30, 1, "on-demand")
     options = PlanOptions(consolidation_strategy="Optimal")
     start, _ = cluster_cost(b)
     counter = [0]
-    used_optimal = False
+    plans: dict[str, float] = {}  # plan id -> cost when it started
     for _ in range(40):
         result = plan(b.snapshot(via_yaml=False), b.catalog, options)
         commands = [c for c in result.commands_ if c.method != "expiration"]
+        apply_markers(b, result)
         if not commands:
             break
         for command in commands:
-            used_optimal |= command.method == OPTIMAL_CONSOLIDATION
             before, _ = cluster_cost(b)
             apply(b, command, counter)  # asserts no node is over-committed
-            assert cluster_cost(b)[0] < before, command
+            after, _ = cluster_cost(b)
+            if command.method == OPTIMAL_CONSOLIDATION:
+                held = result.target_fleet.plan
+                plans.setdefault(held.id, before)
+                # A move may cost more than it saves, never more than its plan has saved.
+                assert after <= plans[held.id] + 1e-9, (command, plans)
+            else:
+                assert after < before, command
         b.now += timedelta(minutes=1)
-    assert used_optimal
+    assert plans
     assert cluster_cost(b)[0] < start / 2
 
 
@@ -222,3 +237,390 @@ def test_karpflow_plan_strategy_optimal_shows_the_target_fleet(tmp_path):
     assert data["targetFleet"]["targetCost"] < data["targetFleet"]["currentCost"]
     default = runner.invoke(main, ["plan", "--snapshot", str(path), "-o", "json"])
     assert json.loads(default.output)["targetFleet"] is None
+
+
+# --- the plan held across passes (planner/optimal/held.py) ------------------------------------------
+
+
+def node_obj(b: ClusterBuilder, name: str) -> dict:
+    return next(o for o in b.objects if o["kind"] == "Node" and o["metadata"]["name"] == name)
+
+
+def markers(b: ClusterBuilder) -> dict[str, PlanMarker]:
+    out = {}
+    for o in b.objects:
+        raw = (o["metadata"].get("annotations") or {}).get(PLAN_ANNOTATION) if o["kind"] == "Node" else None
+        if raw is not None:
+            out[o["metadata"]["name"]] = PlanMarker.model_validate_json(raw)
+    return out
+
+
+def carry_out(b: ClusterBuilder, result: Plan, counter: list[int]) -> None:
+    """What the controller and the DisruptionWorkflows do with a pass: its annotations and taints, then
+    its commands (nodes gone, replacements joined with their annotations, pods where planned)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply, apply_markers
+
+    apply_markers(b, result)
+    for command in result.commands_:
+        apply(b, command, counter)
+    b.now += timedelta(minutes=1)
+
+
+def test_a_plan_is_held_on_its_nodes_and_carried_on_by_the_next_pass():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    (move,) = optimal_commands(first)
+    held = first.target_fleet.plan
+    assert held is not None and held.state == "started" and held.ledger < 0
+    # The plan's leaving nodes get its marker, the move's new nodes carry it to the cluster.
+    wanted = {
+        c.node: PlanMarker.model_validate_json(c.value) for c in first.annotations if c.key == PLAN_ANNOTATION
+    }
+    assert set(wanted) == set(held.leaving) and {m.role for m in wanted.values()} == {"leaving"}
+    assert {m.id for m in wanted.values()} == {held.id}
+    for replacement in disruption_input(move).replacements:
+        launched = PlanMarker.model_validate_json(replacement.annotations[PLAN_ANNOTATION])
+        assert (launched.id, launched.role) == (held.id, "launched")
+    counter = [0]
+    carry_out(b, first, counter)
+    second = plan(b.snapshot(), b.catalog)
+    again = second.target_fleet.plan
+    assert (again.id, again.state) == (held.id, "continued")
+    assert set(again.leaving) == set(held.leaving) - set(move.nodes)
+    (next_move,) = optimal_commands(second)
+    assert set(next_move.nodes) <= set(again.leaving)
+    # Until the plan is done: then its markers and leaving taints are gone.
+    result = second
+    for _ in range(10):
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+        if not result.commands_:
+            break
+    carry_out(b, result, counter)
+    assert not markers(b)
+    assert not any(
+        t.get("key") == LEAVING_TAINT_KEY
+        for o in b.objects
+        if o["kind"] == "Node"
+        for t in o["spec"].get("taints") or []
+    )
+
+
+def investment_cluster() -> ClusterBuilder:
+    """Budget 1. keeper (protected) has room for d's small pod only; b1..b3 each run a 1-CPU pod that
+    nothing that stays can take: their cheapest home is one new c5.xlarge ($0.17/h) for the three,
+    dearer than one of them ($0.096/h). Removing d first pays for it."""
+    b = ClusterBuilder()
+    pool = b.nodepool("default", budgets=[{"nodes": "1"}], expire_after="Never", requirements=ON_DEMAND_M5_C5)
+    pool["metadata"]["annotations"] = dict(OPTIMAL)
+    b.nodeclass()
+    b.node("keeper", instance_type="m5.large")
+    b.pod("pinned", "keeper", cpu="1500m", memory="1Gi", annotations={"karpenter.sh/do-not-disrupt": "true"})
+    b.node("d", instance_type="m5.xlarge")
+    b.pod("small", "d", cpu="100m", memory="128Mi", app="small")
+    for i in range(1, 4):
+        b.node(f"b{i}", instance_type="m5.large")
+        b.pod(f"web-{i}", f"b{i}", cpu="1", memory="512Mi", app="web")
+    return b
+
+
+def test_a_move_may_cost_more_than_it_saves_but_never_more_than_its_plan_saved():
+    b = investment_cluster()
+    counter = [0]
+    start, _ = cost_of(b)
+    result = plan(b.snapshot(), b.catalog)
+    savings = []
+    while optimal_commands(result):
+        (move,) = optimal_commands(result)
+        savings.append(move.savings_per_hour)
+        assert result.target_fleet.plan.ledger <= 1e-9
+        carry_out(b, result, counter)
+        assert cost_of(b)[0] <= start + 1e-9
+        result = plan(b.snapshot(), b.catalog)
+    # d first (a delete saving $0.192/h), then a move launching the c5.xlarge for one b node (it costs
+    # $0.074/h more than it saves), then the other b nodes onto it.
+    assert savings[0] == pytest.approx(0.192)
+    assert any(s < 0 for s in savings[1:]), savings
+    end, nodes = cost_of(b)
+    assert nodes == 2 and end == pytest.approx(0.096 + 0.17)
+
+
+def test_without_a_held_plan_the_investing_move_is_never_made():
+    """Each pass a fresh plan (markers lost): a first move must save on its own, so the b nodes stay
+    where Karpenter's rules would keep them too."""
+    b = investment_cluster()
+    counter = [0]
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply
+
+    for _ in range(6):
+        result = plan(b.snapshot(), b.catalog)
+        for command in optimal_commands(result):
+            assert command.savings_per_hour > 0
+            apply(b, command, counter)
+        b.now += timedelta(minutes=1)
+
+
+def cost_of(b: ClusterBuilder) -> tuple[float, int]:
+    snapshot = b.snapshot(via_yaml=False)
+    total = 0.0
+    for node in snapshot.nodes.values():
+        kind = b.catalog.get(node.instance_type)
+        total += kind.price(node.zone or "", node.capacity_type or "") or 0.0
+    return total, len(snapshot.nodes)
+
+
+def test_a_plan_is_dropped_when_a_leaving_node_can_no_longer_move():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, counter)
+    held = first.target_fleet.plan
+    protected = sorted(set(held.leaving) - set(optimal_commands(first)[0].nodes))[0]
+    b.pod(
+        "pinned", protected, cpu="100m", memory="128Mi", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    second = plan(b.snapshot(), b.catalog)
+    assert second.target_fleet.ended.startswith(f"plan {held.id} dropped: {protected} can no longer move")
+    # The dropped plan's markers and the protected node's leaving taint go.
+    removed = {c.node for c in second.annotations if c.key == PLAN_ANNOTATION and c.value is None}
+    assert protected in removed
+    assert any(t.node == protected and not t.add for t in second.taints)
+
+
+def test_karpenters_methods_leave_a_held_plans_pool_alone_while_its_move_is_in_flight():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    (move,) = optimal_commands(first)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_quality import apply_markers
+
+    apply_markers(b, first)
+    for name in move.nodes:  # in flight: tainted by its DisruptionWorkflow
+        node_obj(b, name)["spec"].setdefault("taints", []).append(
+            {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+        )
+    b.now += timedelta(minutes=1)
+    waiting = plan(b.snapshot(), b.catalog, PlanOptions(all_methods=True))
+    assert waiting.target_fleet.plan.state == "waiting"
+    assert not [c for c in waiting.commands_ if c.method != "expiration"]
+    details = {d.method: d.reason for x in waiting.blocked for d in x.details}
+    for method in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
+        assert "being consolidated by Optimal plan" in details[method]
+    assert not [c for c in waiting.annotations if c.key == PLAN_ANNOTATION]  # nothing to change
+    del counter
+
+
+def test_the_rest_of_a_plan_that_no_longer_pays_back_is_dropped():
+    b = fragmented(nodes=8, budget="2")
+    counter = [0]
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, counter)
+    # Say its leaving nodes were worth nothing when it started: it has spent more than it saved.
+    for name, marker in markers(b).items():
+        cheap = marker.model_copy(update={"leaving_cost": 0.0})
+        node_obj(b, name)["metadata"]["annotations"][PLAN_ANNOTATION] = cheap.as_value()
+    second = plan(b.snapshot(), b.catalog)
+    held = first.target_fleet.plan
+    assert second.target_fleet.ended.startswith(f"plan {held.id} dropped: the rest no longer saves")
+
+
+def test_validation_refuses_a_move_that_would_leave_its_plan_dearer_than_it_found_the_cluster():
+    b = investment_cluster()
+    counter = [0]
+    result = plan(b.snapshot(), b.catalog)
+    carry_out(b, result, counter)  # d goes: the plan has saved $0.192/h
+    snapshot = b.snapshot()
+    second = plan(snapshot, b.catalog)
+    (out,) = [c for c in second.commands if c.method == OPTIMAL_CONSOLIDATION]
+    assert out.savings_per_hour < 0
+    assert validate_command(snapshot, b.catalog, out).valid
+    for name, marker in markers(b).items():  # as if the plan had saved nothing yet
+        node_obj(b, name)["metadata"]["annotations"][PLAN_ANNOTATION] = marker.model_copy(
+            update={"leaving_cost": marker.leaving_cost - 0.192}
+        ).as_value()
+    verdict = validate_command(b.snapshot(), b.catalog, out)
+    assert not verdict.valid and verdict.reason.startswith("ledger")
+
+
+def test_markers_on_a_pool_that_left_the_strategy_are_removed():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    assert markers(b)
+    pool = next(o for o in b.objects if o["kind"] == "NodePool")
+    pool["metadata"]["annotations"] = {}
+    result = plan(b.snapshot(), b.catalog)
+    assert {c.node for c in result.annotations if c.key == PLAN_ANNOTATION and c.value is None} == set(
+        markers(b)
+    )
+    assert all(not t.add for t in result.taints)
+
+
+def test_the_simulation_takes_a_planned_destination_only_when_the_rules_allow():
+    from planner.scheduling.adapter import SnapshotSimulation
+
+    b = ClusterBuilder()
+    b.nodepool("default", expire_after="Never")
+    b.nodeclass()
+    b.node("a-first", instance_type="m5.xlarge")
+    b.node("b-second", instance_type="m5.xlarge")
+    b.node(
+        "c-tainted",
+        instance_type="m5.xlarge",
+        taints=[{"key": "dedicated", "value": "x", "effect": "NoSchedule"}],
+    )
+    b.node("going", instance_type="m5.large")
+    b.pod("web-1", "going", cpu="500m", memory="512Mi")
+    b.pod("web-2", "going", cpu="500m", memory="512Mi")
+    snapshot = b.snapshot()
+    sim = SnapshotSimulation(snapshot, b.catalog)
+    plain = sim.run(["going"])
+    assert set(plain.placements.values()) == {"a-first"}  # first fit by name
+    planned = sim.run(["going"], prefer={"default/web-1": "b-second", "default/web-2": "c-tainted"})
+    assert planned.placements["default/web-1"] == "b-second"
+    assert planned.placements["default/web-2"] == "a-first"  # the taint is not tolerated: as usual
+
+
+def test_validation_places_a_moves_pods_where_its_plan_put_them():
+    """First fit would put the 1-CPU pod on the kept node and leave the memory-heavy one for the new
+    c5.large, which cannot hold it; the move planned the other way round, and its CommandOut says so."""
+    from planner.plan import CommandOut, ReplacementOut
+
+    b = ClusterBuilder()
+    pool = b.nodepool("default", expire_after="Never", requirements=ON_DEMAND_M5_C5)
+    pool["metadata"]["annotations"] = dict(OPTIMAL)
+    b.nodeclass()
+    b.node("kept", instance_type="m5.xlarge", zone="us-west-2a")
+    b.pod(
+        "resident", "kept", cpu="2920m", memory="10000Mi", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    b.node("going", instance_type="m5.large", zone="us-west-2a")
+    b.pod("cpu-heavy", "going", cpu="1", memory="1Gi")
+    b.pod("memory-heavy", "going", cpu="500m", memory="3500Mi")
+    snapshot = b.snapshot()
+    planned = CommandOut(
+        id="x",
+        method=OPTIMAL_CONSOLIDATION,
+        reason="Underutilized",
+        decision="replace",
+        nodes=["going"],
+        nodepools=["default"],
+        replacements=[
+            ReplacementOut(
+                nodepool="default",
+                instance_types=["c5.large"],
+                capacity_type="on-demand",
+                zones=["us-west-2a"],
+                price=0.085,
+                pods=1,
+                pod_keys=["default/cpu-heavy"],
+            )
+        ],
+        savings_per_hour=0.011,
+        disruption_class="graceful",
+        pods=2,
+        placements={"default/memory-heavy": "kept"},
+    )
+    assert validate_command(snapshot, b.catalog, planned).valid
+    first_fit = planned.model_copy(
+        update={
+            "placements": {},
+            "replacements": [planned.replacements[0].model_copy(update={"pod_keys": []})],
+        }
+    )
+    verdict = validate_command(snapshot, b.catalog, first_fit)
+    assert not verdict.valid and verdict.reason.startswith("scheduling")
+    # A planned move carries its destinations into the controller (PassResult) and back.
+    b2 = fragmented(nodes=8, budget="2")
+    (move,) = [c for c in plan(b2.snapshot(), b2.catalog).commands if c.method == OPTIMAL_CONSOLIDATION]
+    carried = {k for r in move.replacements for k in r.pod_keys} | set(move.placements)
+    assert carried and len(carried) == move.pods
+
+
+def test_a_plan_not_done_in_time_is_dropped():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    b.now += timedelta(hours=2)
+    later = plan(b.snapshot(), b.catalog)
+    assert later.target_fleet.ended.startswith(f"plan {first.target_fleet.plan.id} dropped: not done after")
+    still = plan(b.snapshot(), b.catalog, PlanOptions(optimal_plan_max_age=timedelta(hours=3)))
+    assert still.target_fleet.plan.id == first.target_fleet.plan.id
+
+
+def test_a_held_plan_out_of_solver_time_waits_rather_than_drops(monkeypatch):
+    import planner.optimal.method as method
+    from planner.optimal.solver import TargetFleet
+
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    carry_out(b, first, [0])
+    held = first.target_fleet.plan
+
+    def out_of_time(problem, time_limit, removals=None, churn=0.0):
+        return TargetFleet(set(), [], {}, 0.0, "Time limit reached", time_limit, False, True, False)
+
+    monkeypatch.setattr(method, "solve_target", out_of_time)
+    monkeypatch.setattr(method, "_options", lambda problem, keys: None)  # its planned nodes are gone
+    result = plan(b.snapshot(), b.catalog)
+    assert not optimal_commands(result)
+    assert (result.target_fleet.plan.id, result.target_fleet.plan.state) == (held.id, "waiting")
+    assert not [c for c in result.annotations if c.key == PLAN_ANNOTATION]  # its markers stay
+    assert not [t for t in result.taints if not t.add]  # and its leaving taints
+
+
+def test_the_savings_floor_judges_a_plan_as_a_whole():
+    b = investment_cluster()  # the plan saves $0.31/h in all; one of its moves costs $0.074/h more
+    pool = next(o for o in b.objects if o["kind"] == "NodePool")
+    pool["metadata"]["annotations"]["karpflow.dev/min-savings-per-hour"] = "0.25"
+    counter = [0]
+    result = plan(b.snapshot(), b.catalog)
+    savings = []
+    while optimal_commands(result):
+        savings.extend(c.savings_per_hour for c in optimal_commands(result))
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+    assert any(s < 0 for s in savings), savings
+    pool["metadata"]["annotations"]["karpflow.dev/min-savings-per-hour"] = "0.5"
+    fresh = investment_cluster()
+    next(o for o in fresh.objects if o["kind"] == "NodePool")["metadata"]["annotations"][
+        "karpflow.dev/min-savings-per-hour"
+    ] = "0.5"
+    refused = plan(fresh.snapshot(), fresh.catalog)
+    assert not optimal_commands(refused)
+    assert "the plan as a whole: savings floor:" in refused.target_fleet.why_no_step
+
+
+def test_later_moves_launch_the_nodes_the_plan_planned_when_they_still_hold_the_rest():
+    b = fragmented(nodes=8, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    held = PlanMarker.model_validate_json(
+        next(c.value for c in first.annotations if c.key == PLAN_ANNOTATION)
+    )
+    assert held.launches, "the plan records the new nodes it planned"
+    counter = [0]
+    launched = []
+    result = first
+    for _ in range(10):
+        launched += [
+            f"default/{r.instance_type_names[0]}/{r.capacity_type}"
+            for c in optimal_commands(result)
+            for r in c.replacements
+        ]
+        carry_out(b, result, counter)
+        result = plan(b.snapshot(), b.catalog)
+        if not optimal_commands(result):
+            break
+    assert sorted(launched) == sorted(held.launches)

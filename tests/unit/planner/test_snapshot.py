@@ -464,3 +464,16 @@ def test_a_malformed_describe_instances_document_is_reported(tmp_path):
     instance = {"InstanceId": "i-1", "SecurityGroups": 3}
     path.write_text(json.dumps({"Reservations": [{"Instances": [instance]}]}))
     assert load_snapshot(path).problems == ["EC2 instance i-1: SecurityGroups must be a list"]
+
+
+def test_either_disruption_taint_key_marks_a_node_as_disrupting():
+    """Karpenter's key, karpflow's own beside Karpenter, or v1beta1's: the planner counts each node as
+    a disruption in flight (budgets, candidates), whoever holds it."""
+    b = ClusterBuilder()
+    b.node("karpenter", taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+    b.node("karpflow", taints=[{"key": "karpflow.dev/disrupted", "effect": "NoSchedule"}])
+    b.node("leaving", taints=[{"key": "karpflow.io/leaving", "effect": "PreferNoSchedule"}])
+    nodes = b.snapshot().nodes
+    assert nodes["karpenter"].disruption_taint == "karpenter.sh/disrupted"
+    assert nodes["karpflow"].disruption_taint == "karpflow.dev/disrupted"
+    assert nodes["leaving"].disruption_taint is None

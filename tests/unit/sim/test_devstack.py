@@ -75,3 +75,12 @@ def test_the_worker_joins_once_worker_py_defines_cli(tmp_path, monkeypatch):
         "temporal",
         "sim",
     ]
+
+
+def test_the_karpenter_neighbour_runs_with_the_worker_in_its_coexistence_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(devstack, "worker_available", lambda: True)
+    plain = {p.name: p.argv for p in DevStack(DevSettings(state_dir=tmp_path)).parts()}
+    assert "--karpenter" not in plain["sim"] and "--karpenter-coexistence" not in plain["worker"]
+    beside = DevStack(DevSettings(state_dir=tmp_path, karpenter_neighbour=True)).parts()
+    argv = {p.name: p.argv for p in beside}
+    assert "--karpenter" in argv["sim"] and "--karpenter-coexistence" in argv["worker"]

@@ -12,6 +12,7 @@ from sim.invariants import (
     InvariantChecker,
     desired_healthy,
     forced_termination,
+    has_disrupted_taint,
     is_protected,
 )
 from sim.timescale import TimeScale
@@ -215,6 +216,26 @@ def test_forced_termination_uses_the_pods_grace_period():
     assert not forced_termination(p, node("n", deadline=NOW + timedelta(seconds=10)), NOW)
     assert forced_termination(p, node("n", deadline=NOW + timedelta(seconds=5)), NOW)
     assert not forced_termination(p, node("n"), NOW)
+
+
+def test_beside_karpenter_the_nodeclaims_deadline_forces_too():
+    """Karpenter's drain reads the deadline off the NodeClaim: a pod deleted by it is a forced
+    termination even when the node itself carries no deadline (the earlier of the two counts)."""
+    p = pod("x")
+    p["spec"]["terminationGracePeriodSeconds"] = 5
+    assert forced_termination(p, node("n"), NOW, claim_deadline=NOW + timedelta(seconds=5))
+    assert not forced_termination(p, node("n"), NOW, claim_deadline=NOW + timedelta(seconds=10))
+    late_node = node("n", deadline=NOW + timedelta(hours=1))
+    assert forced_termination(p, late_node, NOW, claim_deadline=NOW + timedelta(seconds=5))
+
+
+def test_either_disruption_taint_key_says_a_disruption_is_in_flight():
+    tainted = node("n", taint=True)
+    assert has_disrupted_taint(tainted)
+    tainted["spec"]["taints"] = [{"key": k.KARPFLOW_DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}]
+    assert has_disrupted_taint(tainted)
+    tainted["spec"]["taints"] = [{"key": "karpflow.io/leaving", "effect": "PreferNoSchedule"}]
+    assert not has_disrupted_taint(tainted)
 
 
 def test_pods_lost_after_the_replacement_bound(checker, clock):

@@ -23,12 +23,17 @@ from api.activity_io import (
     DiscardRequest,
     DrainRequest,
     DrainResult,
+    HandoverWait,
     InitializationRequest,
     InstanceRequest,
     InstanceState,
     LaunchedInstance,
     LaunchRequest,
     LaunchTemplate,
+    NodeClaimDeletion,
+    NodeClaimRequest,
+    NodeClaimState,
+    NodeClaimWait,
     NodeInfo,
     NodeRef,
     RegisteredNode,
@@ -40,6 +45,7 @@ from api.activity_io import (
 )
 from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
 from api.event_reasons import RecordEventRequest
+from api.workflow_io import Offering
 
 
 class FakeCluster:
@@ -72,6 +78,13 @@ class FakeCluster:
         self.events: list[RecordEventRequest] = []  # what workflows recorded through record_event
         self.pods_on: dict[str, int] = {}  # node -> pods its drain waits for (begin_termination says)
         self.requests: dict[str, list[Any]] = {}  # activity name -> the requests it got, in order
+        # Beside Karpenter (--karpenter-coexistence): replacements are NodeClaims, terminations are
+        # handed to Karpenter.
+        self.karpenter_coexistence = False
+        self.nodeclaims: dict[str, NodeClaimRequest] = {}  # created, by name
+        self.deleted_nodeclaims: list[str] = []
+        self.karpenter_gives_up = False  # Karpenter deletes the NodeClaim (no capacity)
+        self.karpenter_never_initializes = False
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -94,6 +107,10 @@ class FakeCluster:
             self.describe_instance,
             self.terminate_instance,
             self.remove_finalizer,
+            self.create_nodeclaim,
+            self.await_nodeclaim,
+            self.delete_nodeclaims,
+            self.await_karpenter_termination,
             self.plan_pass,
             self.validate_commands,
             self.untaint_orphans,
@@ -180,6 +197,7 @@ class FakeCluster:
             subnets={"zone-a": "subnet-a", "zone-b": "subnet-b"},
             security_group_ids=["sg-1"],
             amis=[AmiChoice(id="ami-1")],
+            via_nodeclaim=self.karpenter_coexistence,
         )
 
     @activity.defn(name="launch_instance")
@@ -257,6 +275,8 @@ class FakeCluster:
             nodepool="default",
             deletion_timestamp=now,
             deadline=now + grace if grace is not None else None,
+            handed_over=self.karpenter_coexistence,
+            nodeclaim=f"claim-{request.node}" if self.karpenter_coexistence else None,
         )
 
     @activity.defn(name="taint_for_termination")
@@ -304,3 +324,45 @@ class FakeCluster:
     @activity.defn(name="remove_finalizer")
     async def remove_finalizer(self, node: str | NodeRef) -> None:
         self.calls.append(("remove_finalizer", node.node if isinstance(node, NodeRef) else node))
+
+    # -- beside Karpenter -----------------------------------------------------------------------------
+
+    @activity.defn(name="create_nodeclaim")
+    async def create_nodeclaim(self, request: NodeClaimRequest) -> NodeClaimState:
+        self.calls.append(("create_nodeclaim", request.name))
+        self.nodeclaims[request.name] = request
+        return NodeClaimState(name=request.name, uid=f"uid-{request.name}")
+
+    @activity.defn(name="await_nodeclaim")
+    async def await_nodeclaim(self, request: NodeClaimWait) -> NodeClaimState:
+        self.calls.append(("await_nodeclaim", f"{request.name}:{request.until}"))
+        if self.karpenter_gives_up:
+            raise ApplicationError(
+                f"NodeClaim {request.name} was deleted before it was {request.until}",
+                type=errors.NOT_FOUND,
+                non_retryable=True,
+            )
+        if self.karpenter_never_initializes and request.until == "Initialized":
+            await self._wait_forever({"nodeclaim": request.name, "waiting_for": "Initialized=Unknown"})
+        spec = self.nodeclaims[request.name].spec
+        return NodeClaimState(
+            name=request.name,
+            uid=request.uid,
+            provider_id=f"aws:///zone-a/i-{request.name}",
+            instance_id=f"i-{request.name}",
+            node=f"node-{request.name}" if request.until != "Launched" else None,
+            offering=Offering(instance_type=spec.instance_types[0], zone="zone-a", capacity_type="on-demand"),
+            conditions={"Launched": "True"},
+        )
+
+    @activity.defn(name="delete_nodeclaims")
+    async def delete_nodeclaims(self, request: NodeClaimDeletion) -> list[str]:
+        self.calls.append(("delete_nodeclaims", request.names))
+        deleted = [name for name in request.names if name in self.nodeclaims]
+        self.deleted_nodeclaims += deleted
+        return deleted
+
+    @activity.defn(name="await_karpenter_termination")
+    async def await_karpenter_termination(self, request: HandoverWait) -> str:
+        self.calls.append(("await_karpenter_termination", request.nodeclaim))
+        return f"Karpenter drained and terminated node {request.node}"

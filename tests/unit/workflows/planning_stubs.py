@@ -49,12 +49,15 @@ class NoVisibility:
         return nothing()
 
 
-def planning(objects: list[dict[str, Any]], sync_seconds: float = 0.0) -> PlanningActivities:
+def planning(
+    objects: list[dict[str, Any]], sync_seconds: float = 0.0, karpenter_coexistence: bool = False
+) -> PlanningActivities:
     return PlanningActivities(
         StaticCache(objects, sync_seconds),  # type: ignore[arg-type]
         kube=None,  # type: ignore[arg-type]
         client=NoVisibility(),  # type: ignore[arg-type]
         region="us-west-2",
+        karpenter_coexistence=karpenter_coexistence,
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from activities.drain import Drainer
 from kube.client import KubeError
-from kube.drain_rules import Pod, pdb_group, pdb_selects, plan, tolerates_disrupted
+from kube.drain_rules import Pod, disruption_taint, pdb_group, pdb_selects, plan, tolerates_disrupted
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -62,6 +62,19 @@ def pod(
 )
 def test_which_tolerations_tolerate_the_disrupted_taint(toleration, tolerates):
     assert tolerates_disrupted([toleration]) is tolerates
+
+
+def test_beside_karpenter_the_drain_waits_for_pods_by_karpflows_own_taint():
+    """A node karpflow drains beside Karpenter carries `karpflow.dev/disrupted`: a pod that tolerates
+    only Karpenter's key is evicted (it cannot land there again), one that tolerates karpflow's stays."""
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    karpenters = pod("karpenters", tolerations=[{"key": "karpenter.sh/disrupted", "operator": "Exists"}])
+    karpflows = pod("karpflows", tolerations=[{"key": "karpflow.dev/disrupted", "operator": "Exists"}])
+    everything = pod("everything", tolerations=[{"operator": "Exists"}])
+    pods = [karpenters, karpflows, everything]
+    assert [p.name for p in plan(pods, None, now).waiting] == ["karpflows"]
+    own = disruption_taint("karpflow.dev/disrupted")
+    assert [p.name for p in plan(pods, None, now, own).waiting] == ["karpenters"]
 
 
 def test_tiers_follow_graceful_node_shutdown_order():

@@ -11,6 +11,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 import activities.planning as planning_module
+from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
 from api.controller_io import Backoff, PassRequest, PassResult
 from sim.cluster_builder import ClusterBuilder
 from tests.unit.workflows.planning_stubs import planning, quiet_cluster
@@ -104,3 +105,20 @@ async def test_in_flight_is_read_for_this_task_queue_only():
     (query, *_) = activities.client.queries  # type: ignore[attr-defined]
     assert "ExecutionStatus = 'Running'" in query
     assert f"TaskQueue = '{activities.task_queue}'" in query
+
+
+@pytest.mark.parametrize(("coexistence", "orphan"), [(False, "karpenter-held"), (True, "karpflow-held")])
+async def test_crash_cleanup_takes_only_the_taint_key_karpflow_writes_in_its_mode(coexistence, orphan):
+    """Beside Karpenter, `karpenter.sh/disrupted` is Karpenter's (it holds it while it drains a node):
+    karpflow's crash cleanup must leave it, and take its own `karpflow.dev/disrupted` instead."""
+    b = ClusterBuilder(now=datetime.now(UTC))
+    b.nodeclass()
+    b.nodepool("default", policy="WhenEmpty", consolidate_after="Never")
+    for name, key in (
+        ("karpenter-held", DISRUPTED_TAINT_KEY),
+        ("karpflow-held", KARPFLOW_DISRUPTED_TAINT_KEY),
+    ):
+        b.node(name, taints=[{"key": key, "effect": "NoSchedule"}])
+        b.pod(f"{name}-web", name)
+    result = await planning(b.objects, karpenter_coexistence=coexistence).plan_pass(PassRequest())
+    assert result.orphan_taints == [orphan]

@@ -41,12 +41,13 @@ from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from tests.unit.workflows.controller_fakes import PassScript, controller_harness_fixture  # noqa: F401
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE
-from workflows.disruption import PATCH_TERMINATION_PER_INCARNATION
-from workflows.termination import PATCH_FAILURE_EVENT
+from workflows.disruption import PATCH_NODECLAIM_REPLACEMENTS, PATCH_TERMINATION_PER_INCARNATION
+from workflows.termination import PATCH_FAILURE_EVENT, PATCH_KARPENTER_HANDOVER
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
 RECORD = os.environ.get("KARPFLOW_RECORD_HISTORIES") == "1"
+COEXISTENCE_HISTORIES = ("disruption-nodeclaim", "disruption-nodeclaim-rollback", "termination-handover")
 # Every workflow type, and the paths of each that a change is most likely to break.
 EXPECTED = {
     "disruption-replace",
@@ -69,6 +70,9 @@ EXPECTED = {
     "controller-before-issue-17",
     "controller-before-issue-17-backoff",
     *CONTROLLER_HISTORIES,
+    # Beside Karpenter (issue 18): replacements as NodeClaims, a rollback deleting them, a termination
+    # handed to Karpenter, each behind its patch marker.
+    *COEXISTENCE_HISTORIES,
 }
 
 
@@ -229,6 +233,67 @@ def test_a_failed_termination_replays_both_ways():
     assert _patches(_load(HISTORIES / f"{old}.json")) == set() and "record_event" not in activities(old)
     assert _patches(_load(HISTORIES / f"{new}.json")) >= {PATCH_FAILURE_EVENT}
     assert activities(new)[-1] == "record_event"
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_coexistence_histories(harness):
+    """The paths beside Karpenter (record only these:
+    `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k coexistence`)."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.karpenter_coexistence = True
+    cluster.nodes.update({"k1", "k2", "k3"})
+
+    async def start(workflow: str, arg: object, name: str) -> WorkflowHandle:
+        return await client.start_workflow(
+            workflow, arg, id=f"{name}/{harness.id('replay')}", task_queue=queue
+        )
+
+    command = _disruption(["k1"])
+    command.node_uids = {"k1": cluster.uid("k1")}
+    handle = await start("DisruptionWorkflow", command, "disruption/replay/default/Underutilized/claim")
+    await _settle(handle)
+    await _save("disruption-nodeclaim", handle)
+
+    cluster.karpenter_gives_up = True
+    command = _disruption(["k2"])
+    command.node_uids = {"k2": cluster.uid("k2")}
+    handle = await start("DisruptionWorkflow", command, "disruption/replay/default/Underutilized/gone")
+    await _settle(handle)
+    await _save("disruption-nodeclaim-rollback", handle)
+    cluster.karpenter_gives_up = False
+
+    handle = await start(
+        "TerminationWorkflow", TerminationInput(node="k3", uid=cluster.uid("k3")), "termination/replay/k3"
+    )
+    await _settle(handle)
+    await _save("termination-handover", handle)
+
+
+def _activities(path: Path) -> list[str]:
+    return [
+        event["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for event in _events(path)
+        if "activityTaskScheduledEventAttributes" in event
+    ]
+
+
+def test_the_coexistence_histories_take_the_new_paths_behind_their_patches():
+    """Runs beside Karpenter recorded the patch markers and the NodeClaim activities; the histories of
+    the older paths have neither (test_recorded_history_replays_on_the_current_code replays all)."""
+    for name in ("disruption-nodeclaim", "disruption-nodeclaim-rollback"):
+        path = HISTORIES / f"{name}.json"
+        assert PATCH_NODECLAIM_REPLACEMENTS in _patches(_load(path)), name
+        assert "create_nodeclaim" in _activities(path) and "launch_instance" not in _activities(path)
+    assert "delete_nodeclaims" in _activities(HISTORIES / "disruption-nodeclaim-rollback.json")
+    handover = HISTORIES / "termination-handover.json"
+    assert _patches(_load(handover)) == {PATCH_KARPENTER_HANDOVER}
+    steps = _activities(handover)
+    assert "await_karpenter_termination" in steps and "drain_node" not in steps
+    for name in ("disruption-replace-pinned", "termination-pinned"):
+        assert not _patches(_load(HISTORIES / f"{name}.json")) & {
+            PATCH_NODECLAIM_REPLACEMENTS,
+            PATCH_KARPENTER_HANDOVER,
+        }, name
 
 
 def _events(path: Path) -> list[dict]:

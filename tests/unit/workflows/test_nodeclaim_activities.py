@@ -1,0 +1,166 @@
+"""activities/nodeclaims.py without a cluster: the NodeClaim a replacement asks Karpenter for passes
+Karpenter's CRD and says what the planner chose; its status reads back as Karpenter fills it; and a
+handed-over node's deadline on its NodeClaim only ever moves earlier."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from activities.nodeclaims import (
+    REPLACEMENT_FOR_ANNOTATION,
+    KarpenterHandover,
+    nodeclaim_body,
+    nodeclaim_state,
+)
+from api.activity_io import AmiChoice, LaunchTemplate, NodeClaimRequest
+from api.constants import TERMINATION_TIMESTAMP_ANNOTATION
+from api.workflow_io import Offering, ReplacementSpec, TaintSpec
+from kube.client import KubeError
+from sim.apiserver import crds, resources
+from sim.cluster_builder import ClusterBuilder
+
+COMMAND = "disruption/prod/default/Underutilized/abc"
+
+
+def request() -> tuple[NodeClaimRequest, dict[str, Any]]:
+    b = ClusterBuilder()
+    b.nodeclass()
+    pool = b.nodepool(
+        "default",
+        termination_grace_period="1h",
+        requirements=[
+            {
+                "key": "node.kubernetes.io/instance-type",
+                "operator": "In",
+                "values": ["m5.large", "m5.xlarge"],
+            },
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        ],
+    )
+    pool["metadata"]["uid"] = "pool-uid"
+    spec = ReplacementSpec(
+        nodepool="default",
+        offerings=[
+            Offering(instance_type="m5.large", zone="us-west-2a", capacity_type="spot"),
+            Offering(instance_type="m5.large", zone="us-west-2b", capacity_type="on-demand"),
+        ],
+    )
+    template = LaunchTemplate(
+        nodepool="default",
+        nodeclass="default",
+        subnets={"us-west-2a": "subnet-a"},
+        security_group_ids=["sg-1"],
+        amis=[AmiChoice(id="ami-1")],
+        labels={"karpenter.sh/nodepool": "default", "team": "web"},
+        annotations={"karpenter.sh/nodepool-hash": "123"},
+        taints=[TaintSpec(key="dedicated", value="web", effect="NoSchedule")],
+        via_nodeclaim=True,
+    )
+    return NodeClaimRequest(
+        name="default-0a1b2c", command_id=COMMAND, index=0, spec=spec, template=template
+    ), pool
+
+
+def test_the_nodeclaim_is_valid_by_karpenters_crd_and_pins_the_planners_offerings():
+    req, pool = request()
+    body = nodeclaim_body(req, pool)
+    assert crds.schema_errors(resources.resolve("nodeclaims"), body, None) == []
+    spec = body["spec"]
+    assert spec["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+    requirements = {r["key"]: r["values"] for r in spec["requirements"]}
+    assert requirements["node.kubernetes.io/instance-type"] == ["m5.large"]  # narrowed, not the pool's two
+    assert requirements["topology.kubernetes.io/zone"] == ["us-west-2a", "us-west-2b"]
+    assert requirements["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
+    assert requirements["karpenter.sh/nodepool"] == ["default"]
+    assert requirements["kubernetes.io/arch"] == ["amd64"]  # the pool's other requirements stay
+    assert spec["taints"] == [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]
+    assert spec["terminationGracePeriod"] == "1h"
+    meta = body["metadata"]
+    assert meta["labels"]["team"] == "web" and meta["annotations"]["karpenter.sh/nodepool-hash"] == "123"
+    assert meta["annotations"][REPLACEMENT_FOR_ANNOTATION] == COMMAND
+    (owner,) = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("NodePool", "default", "pool-uid")
+
+
+def test_the_state_reads_what_karpenter_filled_in():
+    claim = {
+        "metadata": {
+            "name": "default-0a1b2c",
+            "uid": "u1",
+            "labels": {
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-west-2a",
+                "karpenter.sh/capacity-type": "spot",
+            },
+        },
+        "status": {
+            "providerID": "aws:///us-west-2a/i-0123456789abcdef0",
+            "nodeName": "ip-10-0-1-1",
+            "conditions": [
+                {"type": "Launched", "status": "True"},
+                {"type": "Initialized", "status": "Unknown"},
+            ],
+        },
+    }
+    state = nodeclaim_state(claim)
+    assert state.instance_id == "i-0123456789abcdef0" and state.node == "ip-10-0-1-1"
+    assert state.offering == Offering(instance_type="m5.large", zone="us-west-2a", capacity_type="spot")
+    assert state.conditions == {"Launched": "True", "Initialized": "Unknown"}
+    assert nodeclaim_state({"metadata": {"name": "x"}}).offering is None
+
+
+class OneNodeClaim:
+    """The API server's side of one NodeClaim: GET, PUT with resourceVersion, DELETE with UID."""
+
+    def __init__(self, claim: dict[str, Any]) -> None:
+        self.claim: dict[str, Any] | None = claim
+        self.deleted_with: dict[str, Any] | None = None
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        if self.claim is None:
+            raise KubeError(404, "not found")
+        if method == "GET":
+            return {**self.claim, "metadata": dict(self.claim["metadata"])}
+        if method == "PUT":
+            self.claim = body
+            return body
+        if method == "DELETE":
+            self.deleted_with = body
+            self.claim = None
+            return {}
+        raise AssertionError(method)
+
+
+def stamped(deadline: datetime | None) -> dict[str, Any]:
+    annotations = (
+        {TERMINATION_TIMESTAMP_ANNOTATION: deadline.strftime("%Y-%m-%dT%H:%M:%SZ")} if deadline else {}
+    )
+    return {"metadata": {"name": "c1", "uid": "u1", "annotations": annotations}}
+
+
+async def test_a_handover_moves_the_deadline_earlier_never_later_then_deletes_by_uid():
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    for existing, ours, kept in [
+        (None, now, now),
+        (now + timedelta(hours=1), now, now),
+        (now, now + timedelta(hours=1), now),  # Karpenter's (or an earlier command's) sooner deadline stays
+    ]:
+        api = OneNodeClaim(stamped(existing))
+        claim = await api.request("GET", "")
+        seen: list[str] = []
+        original = api.request
+
+        async def spy(method: str, path: str, body: Any = None, original=original, seen=seen) -> Any:
+            if method == "PUT":
+                seen.append(body["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION])
+            return await original(method, path, body)
+
+        api.request = spy  # type: ignore[method-assign]
+        await KarpenterHandover(api).hand_over(claim, ours)  # type: ignore[arg-type]
+        assert api.deleted_with is not None and api.deleted_with["preconditions"] == {"uid": "u1"}
+        assert (
+            seen[-1]
+            if seen
+            else stamped(existing)["metadata"]["annotations"].get(TERMINATION_TIMESTAMP_ANNOTATION)
+        ) == kept.strftime("%Y-%m-%dT%H:%M:%SZ")
