@@ -10,7 +10,8 @@ directories; a developer's own stack is never touched):
 - `karpflow disrupt NODE` starts the plan's command for the node, with a summary and a memo, and
   follows it to the end;
 - `karpflow controller start` without a worker says so, and a worker started with the controller
-  off still serves its passes; `karpflow status --node` says what holds a node back.
+  off still serves its passes; `karpflow status --node` says what holds a node back, as the node's
+  Event and the unremovable metric do; the command it starts is counted and its Events listed.
 """
 
 from __future__ import annotations
@@ -327,5 +328,38 @@ def test_a_controller_started_by_hand_is_served_by_a_worker_started_without_one(
         with urllib.request.urlopen(env["KARPFLOW_METRICS_URL"], timeout=10) as response:
             exposed = response.read().decode()
         assert f'karpflow_unremovable_nodes{{reason="{kind}"}}' in exposed
+        assert "karpflow_controller_pass_duration_seconds_count" in exposed
+
+        # The empty node's command, started by the controller: a decision counted, its Events listed.
+        decided = ""
+        for _ in range(60):
+            with urllib.request.urlopen(env["KARPFLOW_METRICS_URL"], timeout=10) as response:
+                decided = response.read().decode()
+            if "karpenter_voluntary_disruption_decisions_total{" in decided:
+                break
+            time.sleep(1)
+        counted = [
+            line
+            for line in decided.splitlines()
+            if line.startswith("karpenter_voluntary_disruption_decisions_total{")
+            and 'decision="delete"' in line
+            and 'reason="Empty"' in line
+            and 'consolidation_type="empty"' in line
+        ]
+        assert counted and float(counted[0].rsplit(" ", 1)[1]) >= 1, decided[-3000:]
+        terminating = ""
+        for _ in range(60):
+            terminating = subprocess.run(
+                ["kubectl", "get", "events", "-A", "--field-selector", f"involvedObject.name={EMPTY_NODE}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**clean_environment(), **env},
+                check=False,
+            ).stdout
+            if "DisruptionTerminating" in terminating:
+                break
+            time.sleep(1)
+        assert "DisruptionTerminating" in terminating, terminating
     finally:
         down(state)
