@@ -65,6 +65,8 @@ EXPECTED = {
     # FailedTermination Event; never re-record it) and after, behind its patch.
     "termination-failed-before-issue-20",
     "termination-failed",
+    # The controller starting a command with its summary, details and memo (issue 20).
+    "controller-summaries",
     # The controller as it ran before issue 17 (never re-recorded: it proves that runs started on that
     # code replay, taking the old side of every patch), and fresh runs of today's controller.
     "controller-before-issue-17",
@@ -200,6 +202,55 @@ async def test_record_pinned_histories(harness):
     )
     await _settle(handle)
     await _save("termination-pinned", handle)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_summaries(harness):
+    """The controller starting a command with its summary, details and memo (`-k controller_summaries`)."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.add("s1")
+    cluster.planned = [
+        PlannedCommand(
+            workflow_id="disruption/default/Empty/summaries",
+            method="emptiness",
+            reason="Empty",
+            nodes=["s1"],
+            nodepools=["default"],
+            forceful=False,
+            needs_validation=False,
+            input=DisruptionInput(reason="Empty", nodes=["s1"]).model_dump(mode="json"),
+            planned={},
+            decision="delete",
+            consolidation_type="empty",
+            summary="Empty: delete 1 node: s1",
+            details="**Empty** (emptiness, delete)",
+            memo={"command": "karpflow controller (karpflow-controller/replay)", "reason": "Empty"},
+        )
+    ]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster="replay", task_queue=queue, interval_seconds=1, passes_per_run=2),
+        id=harness.id("karpflow-controller"),
+        task_queue=queue,
+    )
+    first_run = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)
+    for _ in range(600):
+        if (await first_run.describe()).status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    await _save("controller-summaries", first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+def test_the_controller_history_starts_its_command_with_summary_and_memo():
+    (started,) = [
+        e.start_child_workflow_execution_initiated_event_attributes
+        for e in _load(HISTORIES / "controller-summaries.json").events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    # (the static summary and details travel as the command's user metadata; the time-skipping server
+    # keeps them on the child, where test_workflow_observability reads them, not on this event)
+    assert "command" in started.memo.fields and "reason" in started.memo.fields
 
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
