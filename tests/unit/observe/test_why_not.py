@@ -182,3 +182,21 @@ def test_status_of_a_node_not_held_back_says_what_else_is_known():
         "reason": "being disrupted: disruption/c/default/Drifted/2",
     }
     assert not node_answer(status, "n")["held_back"]
+
+
+def test_a_repair_held_off_gets_node_repair_blocked_on_each_sick_node():
+    b = cluster(budgets=[{"nodes": "0"}])
+    for index in range(6):
+        b.node(f"n{index}")
+    for name in ("sick-1", "sick-2", "sick-3"):  # 3 of 9: more than 20 % rounded up
+        b.node(name, ready=False, ready_for=timedelta(hours=2))
+    snapshot = b.snapshot()
+    result = plan(snapshot, b.catalog, PlanOptions(), methods=[])
+    reasons = {x.node: x.reason for x in result.blocked}
+    repairs = [
+        e
+        for e in pass_report.pass_events(result, snapshot, reasons)
+        if e.reason == Reason.NODE_REPAIR_BLOCKED
+    ]
+    assert {e.on.name for e in repairs} == {"sick-1", "sick-2", "sick-3"}
+    assert all("unhealthy (more than 2" in e.message for e in repairs)
