@@ -73,8 +73,9 @@ down: install
 status: install
 	$(BIN)/karpflow dev status
 
+# Every bench at modest sizes (bench/run_all.py; the big sizes are in each script's docstring).
 bench: install
-	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .state .pytest_cache .ruff_cache .hypothesis

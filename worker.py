@@ -24,7 +24,8 @@ Every flag has an environment variable (`KARPFLOW_<FLAG>`, e.g. KARPFLOW_CLUSTER
   operator stopped stays stopped; runtime/controller_start.py);
 - logs an expected activity failure (a guard's refusal, a capacity error) as one line with its
   cause, not a traceback (runtime/failure_log.py);
-- serves /healthz (liveness) and /readyz (readiness) for Kubernetes probes (runtime/health.py);
+- serves /healthz (liveness) and /readyz (readiness, red with its reasons while the cluster cache is
+  unsynced or stale) for Kubernetes probes (runtime/health.py);
 - on SIGTERM stops polling, lets running activities finish (up to --graceful-shutdown seconds),
   and exits; a long drain that does not finish is resumed by another worker from its heartbeat.
 """
@@ -56,6 +57,7 @@ from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
 from activities.planning import PlanningActivities
 from api.workflow_ids import controller_workflow_id
+from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
@@ -184,8 +186,12 @@ class KarpflowWorker:
         client: Client | None = None,
         kube: KubeApi | None = None,
         ec2: Any = None,
+        heap: HeapFreezer | None = None,
     ) -> None:
+        """`heap`: the process's garbage-collector policy for the cluster cache (cluster/heap.py); the
+        `karpflow worker` process sets it, a worker assembled inside another program (tests) does not."""
         self.settings = settings
+        self.heap = heap
         self.client = client
         self.kube = kube
         self.ec2 = ec2
@@ -210,7 +216,7 @@ class KarpflowWorker:
         # The cluster as the planner sees it: the controller's passes, and the interruption poller's
         # replacements and budgets. Started now when this worker runs either; else by the first pass
         # a controller (started elsewhere, or by `karpflow controller start`) gives it.
-        self.cache = ClusterCache(self.kube)
+        self.cache = ClusterCache(self.kube, stale_after=settings.cache_stale_after, heap=self.heap)
         if settings.controller or settings.interruption_queue:
             self.cache.start()
         planning = PlanningActivities(
@@ -272,7 +278,11 @@ class KarpflowWorker:
             )
         if settings.health:
             self._health = HealthServer(
-                settings.health_host, settings.health_port, lambda: self.ready, settings.metrics
+                settings.health_host,
+                settings.health_port,
+                lambda: self.ready,
+                settings.metrics,
+                reasons=self.not_ready,
             )
             await self._health.start()
         log.info(
@@ -304,10 +314,20 @@ class KarpflowWorker:
 
     @property
     def ready(self) -> bool:
-        running = self.worker is not None and self.worker.is_running
-        watching = self.watcher is None or self.watcher.synced
-        cached = self.cache is None or not self.cache.started or self.cache.synced
-        return running and watching and cached
+        return not self.not_ready()
+
+    def not_ready(self) -> list[str]:
+        """Why the worker is not ready (nothing when it is): a stale cluster cache is one reason."""
+        reasons = []
+        if self.worker is None or not self.worker.is_running:
+            reasons.append("the Temporal worker is not running")
+        if self.watcher is not None and not self.watcher.synced:
+            reasons.append("the node-deletion watcher has not listed nodes yet")
+        if self.cache is not None and self.cache.started:  # else it starts with a first pass
+            if unsynced := self.cache.unsynced():
+                reasons.append(f"the cluster cache has not listed {', '.join(unsynced)} yet")
+            reasons.extend(f"the cluster cache is stale: {why}" for why in self.cache.stale())
+        return reasons
 
     async def wait(self) -> None:
         """Until the Temporal worker stops (it raises if it failed)."""
@@ -343,7 +363,7 @@ async def serve(settings: WorkerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with KarpflowWorker(settings) as running:
+    async with KarpflowWorker(settings, heap=HeapFreezer()) as running:
         stopped = asyncio.create_task(stop.wait())
         worker_done = asyncio.create_task(running.wait())
         done, _ = await asyncio.wait({stopped, worker_done}, return_when=asyncio.FIRST_COMPLETED)

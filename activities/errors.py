@@ -20,6 +20,7 @@ CONFLICT = "Conflict"
 THROTTLED = "Throttled"
 SERVER_ERROR = "ServerError"
 UNAVAILABLE = "Unavailable"
+STALE_VIEW = "StaleView"  # the worker's cluster cache has missed changes for too long; it recovers alone
 # Not retryable: retrying cannot help, a person or the workflow must act.
 INVALID = "InvalidRequest"
 FORBIDDEN = "Forbidden"

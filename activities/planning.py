@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections import OrderedDict
@@ -40,13 +39,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEv
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import pass_report
-from activities.errors import classify_kube
+from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
-    DISRUPTED_TAINT_KEY,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
     NODEPOOL_FINALIZER,
@@ -279,24 +277,6 @@ def nodepool_finalizer_changes(snapshot: Snapshot) -> dict[str, bool]:
     return changes
 
 
-def _with_virtual_taint(obj: Json, held: set[str]) -> Json:
-    if obj.get("kind") != "Node" or (obj.get("metadata") or {}).get("name") not in held:
-        return obj
-    taints = (obj.get("spec") or {}).get("taints") or []
-    if any(t.get("key") == DISRUPTED_TAINT_KEY for t in taints):
-        return obj
-    marked = copy.copy(obj)
-    marked["spec"] = {
-        **(obj.get("spec") or {}),
-        "taints": [*taints, {"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}],
-    }
-    return marked
-
-
-def _has_disrupted_taint(obj: Json) -> bool:
-    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or ())
-
-
 class PlanningActivities:
     def __init__(
         self,
@@ -395,22 +375,23 @@ class PlanningActivities:
         self.cache.start()  # a worker without the controller starts its cache with its first pass
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
-        objects = [_with_virtual_taint(obj, held) for obj in self.cache.objects()]
-        instances, problem = await self._instances(objects)
-        snapshot = await asyncio.to_thread(Snapshot.from_objects, objects, now=now, instances=instances)
+        if stale := self.cache.stale():
+            raise retryable(f"the cluster cache is stale, no decision on it: {'; '.join(stale)}", STALE_VIEW)
+        instances, problem = await self._instances(self.cache.objects_of("Node"))
+        # Only what changed since the last pass is parsed (planner/snapshot_builder.py).
+        snapshot = await asyncio.to_thread(self.cache.snapshot, now, instances, held)
         if problem:
             snapshot.problems.append(problem)
         return snapshot
 
-    async def _instances(self, objects: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
+    async def _instances(self, nodes: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
         """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""
         if self.instances is None:
             return [], None
         ids = [
             instance_id
-            for obj in objects
-            if obj.get("kind") == "Node"
-            and NODEPOOL_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+            for obj in nodes
+            if NODEPOOL_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
             for instance_id in [instance_id_of((obj.get("spec") or {}).get("providerID"))]
             if instance_id
         ]

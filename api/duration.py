@@ -9,6 +9,7 @@ the reading that disrupts nothing (fail closed), reported as a problem.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from functools import partial
@@ -41,6 +42,11 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
         return value
     if isinstance(value, int | float):
         return timedelta(seconds=value)
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=1024)  # a pass reads the same few texts for every node
+def _parse_text(value: str) -> timedelta:
     text = value.strip()
     if text in ("0", ""):
         if text == "":

@@ -1,116 +1,476 @@
-"""What one controller pass costs: Kubernetes API requests, time and memory, on large clusters.
+"""What one controller pass costs the worker, at the scale of the largest EKS clusters.
 
-    python bench/bench_controller.py                  # 1,000 nodes / 20,000 pods
+    python bench/bench_controller.py                           # 1,000 nodes / 20,000 pods
     python bench/bench_controller.py --sizes 5000x100000
+    python bench/bench_controller.py --sizes 10000x200000      # the largest: ~10 min, ~6 GB in all
 
-For each size a cluster is generated (sim.cluster_builder.generate_cluster) and loaded into the
-Kubernetes emulator (in process, no controllers, so nothing changes under the measurement). The
-worker's informer cache (cluster/informer.py) lists and starts watching, then the bench runs the
-controller's planning step three times as `plan_pass` does (cache → snapshot → planner) and reads
-the emulator's request log: how many requests each pass made, and how many objects they listed.
-A pass must not list all pods: after the first sync it should make none at all. Also printed: the
-sync time, the pass time (CPU and wall: the machine is shared), and the process's peak RSS.
+Each part runs in its own process, as in production, so the figures are the worker's own:
+- the Kubernetes API emulator (`python -m sim.apiserver`, no simulated controllers, so nothing
+  changes but what the bench changes), loaded with a generated cluster
+  (sim.cluster_builder.generate_cluster) by a short-lived loader process;
+- the Temporal dev server (the pass asks visibility what is in flight);
+- the worker: the informer cache (cluster/informer.py) and the controller's real `plan_pass`
+  activity (activities/planning.py), run in an activity context with its result encoded by the
+  worker's data converter, as a Temporal worker runs it. It reports, per pass: wall time, CPU time of
+  the process, time spent in the garbage collector, RSS; and the API requests the pass made.
+Meanwhile the bench churns the cluster (`--churn` pod changes a second: half are edits, half a pod
+deleted and another created), so each pass after the first sees a cluster that moved.
+
+The figures are printed against the goals (issue 21) as a table. Timing is never asserted here: the
+machine may be shared, so run it twice and read the spread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
+import os
+import random
 import resource
+import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from datetime import UTC, datetime
+import traceback
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import click
+import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from cluster.informer import ClusterCache
-from kube.client import KubeApi
-from planner.catalog import bundled_catalog
-from planner.plan import plan
-from planner.snapshot import Snapshot
-from sim.cluster_builder import ClusterSpec, generate_cluster
-from sim.scenario import parse_scenario
-from sim.stack import SimStack
+from bench.goals import Goal, print_goals  # noqa: E402
+
+# issue 21's goals: pass wall time and worker RSS per size.
+PASS_GOALS = {1000: 0.5, 5000: 3.0, 10000: 6.0}
+RSS_GOALS_MB = {5000: 1536, 10000: 3072}
+EMULATOR_TIMEOUT = 1800.0
 
 
-def with_images(listing: dict) -> dict:
+def with_images(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The generator writes what the planner reads; the emulator also wants what a real API server
     requires (a container image)."""
-    for item in listing["items"]:
+    for item in items:
         spec = item.get("spec") or {}
         pod_spec = (spec.get("template") or {}).get("spec") if item["kind"] != "Pod" else spec
         for container in (pod_spec or {}).get("containers") or ():
             container.setdefault("image", "registry.k8s.io/pause:3.10")
-    return listing
+    return items
 
 
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def http(url: str, method: str = "GET", body: Any = None, content_type: str = "application/json") -> Any:
+    data = None if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+    with urllib.request.urlopen(request, timeout=EMULATOR_TIMEOUT) as response:
+        return json.loads(response.read() or b"null")
 
 
-async def measure(stack: SimStack, passes: int) -> dict[str, object]:
-    kube = KubeApi.for_host(stack.kube_url, user_agent="karpflow-bench")
-    cache = ClusterCache(kube)
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_mb(pid: int | None = None) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+# -- the loader process ------------------------------------------------------------------------------
+
+
+def load(url: str, nodes: int, pods: int, names: Path) -> None:
+    """Generate the cluster and load it into the emulator; write the pods' keys for the churn."""
+    from sim.cluster_builder import ClusterSpec, generate_cluster
+
+    items = with_images(generate_cluster(ClusterSpec(nodes=nodes, pods=pods, pools=4, seed=1)).objects)
+    import orjson
+
+    # A loaded store has no namespaces unless given: the churn creates pods in them.
+    namespaces = sorted({item["metadata"].get("namespace") or "default" for item in items} - {"default"})
+    spaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in namespaces]
+    body = b"\n".join(orjson.dumps(item) for item in [*spaces, *items])
+    http(f"{url}/sim/state", "POST", body, "application/x-ndjson")
+    keys = [
+        f"{item['metadata'].get('namespace') or 'default'}/{item['metadata']['name']}"
+        for item in items
+        if item["kind"] == "Pod" and (item.get("spec") or {}).get("nodeName")
+    ]
+    names.write_text("\n".join(keys))
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["kind"]] = counts.get(item["kind"], 0) + 1
+    print(json.dumps(counts), flush=True)
+
+
+# -- the worker process ------------------------------------------------------------------------------
+
+
+class GcClock:
+    """Seconds the garbage collector ran, and its full (generation 2) collections."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.full += info.get("generation") == 2
+
+
+async def work(url: str, temporal: str, passes: int, pause: float, profile: str | None) -> None:
+    from temporalio.client import Client
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.planning import PlanningActivities
+    from api.controller_io import PassRequest
+    from cluster.heap import HeapFreezer
+    from cluster.informer import ClusterCache
+    from kube.client import KubeApi
+    from runtime.connections import with_karpflow_converter
+
+    clock = GcClock()
+    kube = KubeApi.for_host(url, user_agent="karpflow-bench", request_timeout=EMULATOR_TIMEOUT)
+    client = with_karpflow_converter(await Client.connect(temporal))
+    cache = ClusterCache(kube, heap=HeapFreezer())  # as the worker process has it (worker.py serve)
     began = time.perf_counter()
-    before_sync = len(stack.requests.query())
     cache.start()
-    assert await cache.wait_synced(600), cache.unsynced()
-    sync_seconds = time.perf_counter() - began
-    sync_requests = len(stack.requests.query()) - before_sync
-    catalog = bundled_catalog("us-west-2")
-    rows = []
-    for _ in range(passes):
-        mark = stack.requests.query()[-1].seq if stack.requests.query() else 0
+    assert await cache.wait_synced(EMULATOR_TIMEOUT), cache.unsynced()
+    report({"synced_s": round(time.perf_counter() - began, 1), "rss_mb": round(rss_mb())})
+    # As the worker builds it (worker.py), less EC2 (bench_instance_descriptions.py measures that).
+    planning = PlanningActivities(
+        cache, kube, client, task_queue="bench-controller", region="us-west-2", cluster="bench"
+    )
+    env = ActivityEnvironment()
+    base = ""
+    for index in range(passes):
+        await asyncio.sleep(pause)
+        mark = http(f"{url}/sim/requests?limit=1")["items"]
+        since = mark[-1]["seq"] if mark else 0
+        gc_before, full_before = clock.seconds, clock.full
         wall, cpu = time.perf_counter(), time.process_time()
-        snapshot = await asyncio.to_thread(Snapshot.from_objects, list(cache.objects()), datetime.now(UTC))
-        result = await asyncio.to_thread(plan, snapshot, catalog)
-        requests = stack.requests.query(since_seq=mark)
-        rows.append(
+        profiler = ThreadProfile() if profile and index == passes - 1 else None
+        result = await env.run(planning.plan_pass, PassRequest(reasons_base=base))
+        await client.data_converter.encode([result])  # what the worker sends back to Temporal
+        if profiler is not None:
+            asyncio.to_thread = profiler.real  # type: ignore[assignment]
+            profiler.profile.dump_stats(profile)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        requests = [
+            r
+            for r in http(f"{url}/sim/requests?since={since}")["items"]
+            if (r.get("user_agent") or "").startswith("karpflow-bench") and r.get("verb") != "watch"
+        ]
+        base = result.reasons.fingerprint if result.reasons is not None else ""
+        report(
             {
-                "wall_s": round(time.perf_counter() - wall, 2),
-                "cpu_s": round(time.process_time() - cpu, 2),
+                "pass": index + 1,
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
+                "gc_s": round(clock.seconds - gc_before, 3),
+                "gc_full": clock.full - full_before,
                 "requests": len(requests),
-                "pod_lists": sum(1 for r in requests if r.verb == "list" and r.resource == "pods"),
+                "pod_lists": sum(1 for r in requests if r["verb"] == "list" and r["resource"] == "pods"),
                 "commands": len(result.commands),
+                "nodes": result.nodes,
+                "pods": result.pods,
+                "rss_mb": round(rss_mb()),
             }
         )
+    report(
+        {
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "events": sum(s.events for s in cache.stats().values()),
+        }
+    )
     await cache.stop()
     await kube.close()
-    return {"sync_s": round(sync_seconds, 1), "sync_requests": sync_requests, "passes": rows}
 
 
-@click.command()
-@click.option("--sizes", default="1000x20000", show_default=True, help="NODESxPODS[,NODESxPODS...]")
-@click.option("--passes", default=3, show_default=True)
-def main(sizes: str, passes: int) -> None:
-    for size in sizes.split(","):
-        nodes, pods = (int(x) for x in size.split("x"))
-        t0 = time.perf_counter()
-        listing = with_images(
-            generate_cluster(ClusterSpec(nodes=nodes, pods=pods, pools=4, seed=1)).as_list()
+class ThreadProfile:
+    """cProfile of what the pass runs in threads (`asyncio.to_thread`: the snapshot and the planner);
+    the event loop's share is the rest of the wall time."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self.profile = cProfile.Profile()
+        self.real = asyncio.to_thread
+
+        async def to_thread(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return await self.real(self.profile.runcall, fn, *args, **kwargs)
+
+        asyncio.to_thread = to_thread  # type: ignore[assignment]
+
+
+def report(row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+
+
+# -- the bench ---------------------------------------------------------------------------------------
+
+
+class Churn(threading.Thread):
+    """`rate` pod changes a second against the emulator: edits (an annotation) and replacements (the
+    pod deleted and a copy created under a new name), as Deployments roll in a live cluster."""
+
+    def __init__(self, url: str, keys: list[str], rate: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.keys, self.rate = url, keys, rate
+        self.stop = threading.Event()
+        self.changes = 0
+        self.errors = 0
+        self.first_error = ""
+        self.random = random.Random(3)
+
+    def run(self) -> None:
+        while self.rate > 0 and self.keys and not self.stop.wait(1.0 / self.rate):
+            try:
+                self.change()
+                self.changes += 1
+            except Exception as err:
+                self.errors += 1
+                if not self.first_error:
+                    detail = err.read()[:200] if isinstance(err, urllib.error.HTTPError) else b""
+                    self.first_error = f"{err!r} {detail!r}"
+
+    def change(self) -> None:
+        index = self.random.randrange(len(self.keys))
+        namespace, name = self.keys[index].split("/", 1)
+        path = f"{self.url}/api/v1/namespaces/{namespace}/pods"
+        if self.changes % 2 == 0:
+            patch = {"metadata": {"annotations": {"bench.karpflow.io/edit": str(self.changes)}}}
+            http(f"{path}/{name}", "PATCH", patch, "application/merge-patch+json")
+            return
+        pod = http(f"{path}/{name}")
+        http(f"{path}/{name}?gracePeriodSeconds=0", "DELETE")
+        meta = pod["metadata"]
+        renamed = f"{name.rsplit('-r', 1)[0]}-r{self.changes}"
+        pod["metadata"] = {k: v for k, v in meta.items() if k not in ("uid", "resourceVersion")}
+        pod["metadata"]["name"] = renamed
+        http(path, "POST", pod)
+        self.keys[index] = f"{namespace}/{renamed}"
+
+
+def measure(size: str, passes: int, pause: float, churn: float, profile: str | None) -> dict[str, Any]:
+    from temporalio.testing import WorkflowEnvironment
+
+    from sim.binaries import temporal_cli
+
+    nodes, pods = (int(x) for x in size.split("x"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    python = sys.executable
+    emulator = subprocess.Popen(
+        [python, "-m", "sim.apiserver", "--port", str(port), "--timescale", "0"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out: dict[str, Any] = {"size": size, "nodes": nodes, "pods": pods}
+
+    async def temporal() -> Any:
+        return await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_cli(),
+            ui=False,
+            dev_server_extra_args=["--dynamic-config-value", "frontend.enableServerVersionCheck=false"],
+            dev_server_log_level="error",
         )
-        scenario = parse_scenario(json.dumps(listing), f"generated {size}")
-        stack = SimStack(scenario=scenario, controllers=False).start(timeout=900)
-        load = time.perf_counter() - t0
-        try:
-            figures = asyncio.run(measure(stack, passes))
-        finally:
-            stack.stop()
-        print(f"== {nodes} nodes / {pods} pods (generated and loaded in {load:.0f}s)")
-        print(
-            f"   informer sync: {figures['sync_s']}s, {figures['sync_requests']} requests "
-            "(a list and a watch per kind)"
-        )
-        for index, row in enumerate(figures["passes"], 1):  # type: ignore[arg-type]
-            print(
-                f"   pass {index}: {row['requests']} API requests ({row['pod_lists']} pod lists), "
-                f"{row['wall_s']}s wall / {row['cpu_s']}s CPU, {row['commands']} command(s)"
+
+    loop = asyncio.new_event_loop()
+    env = loop.run_until_complete(temporal())
+    churner: Churn | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError):
+                http(f"{url}/version")
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the emulator did not start")
+            time.sleep(0.2)
+        with tempfile.TemporaryDirectory() as tmp:
+            names = Path(tmp) / "pods.txt"
+            began = time.perf_counter()
+            loaded = subprocess.run(
+                [python, __file__, "load", url, str(nodes), str(pods), str(names)],
+                check=True,
+                capture_output=True,
+                text=True,
             )
-        print(f"   peak RSS of the process: {peak_mb():.0f} MB")
+            out["objects"] = json.loads(loaded.stdout.strip().splitlines()[-1])
+            out["load_s"] = round(time.perf_counter() - began)
+            keys = names.read_text().splitlines()
+        address = env.client.service_client.config.target_host
+        command = [python, __file__, "work", url, address, str(passes), str(pause)]
+        if profile:
+            command += ["--profile", profile]
+        worker = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        assert worker.stdout is not None
+        rows: list[dict[str, Any]] = []
+        emulator_peak = 0.0
+        for line in worker.stdout:
+            row = json.loads(line)
+            emulator_peak = max(emulator_peak, rss_mb(emulator.pid))
+            if "synced_s" in row:
+                out.update(sync_s=row["synced_s"], synced_rss_mb=row["rss_mb"])
+                churner = Churn(url, keys, churn)
+                churner.start()
+            elif "pass" in row:
+                rows.append(row)
+            else:
+                out.update(row)
+        if worker.wait() != 0:
+            raise RuntimeError(f"the worker process failed ({worker.returncode})")
+        out["passes"] = rows
+        out["emulator_rss_mb"] = round(emulator_peak)
+        out["churn"] = (
+            {"changes": churner.changes, "errors": churner.errors, "first_error": churner.first_error}
+            if churner
+            else {}
+        )
+    finally:
+        if churner is not None:
+            churner.stop.set()
+        emulator.terminate()
+        emulator.wait(60)
+        loop.run_until_complete(env.shutdown())
+        loop.close()
+    return out
+
+
+def print_size(figures: dict[str, Any]) -> list[Goal]:
+    nodes = figures["nodes"]
+    passes = figures["passes"]
+    objects = figures["objects"]
+    print(
+        f"== {nodes} nodes / {figures['pods']} pods asked ({objects.get('Node', 0)} nodes, "
+        f"{objects.get('Pod', 0)} pods generated; loaded in {figures['load_s']} s)"
+    )
+    print(f"   informer sync: {figures['sync_s']} s; worker RSS after sync {figures['synced_rss_mb']} MB")
+    for row in passes:
+        print(
+            f"   pass {row['pass']}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU "
+            f"({row['gc_s']:.2f} s in GC, {row['gc_full']} full), {row['requests']} API requests "
+            f"({row['pod_lists']} pod lists), {row['commands']} command(s), RSS {row['rss_mb']} MB"
+        )
+    churn = figures["churn"]
+    print(
+        f"   churn meanwhile: {churn.get('changes', 0)} pod changes ({churn.get('errors', 0)} failed); "
+        f"{figures.get('events', 0)} watch events applied"
+    )
+    if churn.get("first_error"):
+        print(f"   first churn error: {churn['first_error']}")
+    print(
+        f"   peak RSS: worker {figures['peak_rss_mb']} MB, emulator {figures['emulator_rss_mb']} MB "
+        "(separate processes)"
+    )
+    steady = [row["wall_s"] for row in passes[1:]] or [passes[0]["wall_s"]]
+    goals = []
+    label = f"{nodes:,} nodes / {figures['pods']:,} pods"
+    if nodes in PASS_GOALS:
+        goals.append(
+            Goal(
+                f"controller pass, {label} (median after the first)",
+                f"< {PASS_GOALS[nodes]} s",
+                f"{statistics.median(steady):.2f} s (first {passes[0]['wall_s']:.2f} s)",
+                statistics.median(steady) < PASS_GOALS[nodes],
+            )
+        )
+    if nodes in RSS_GOALS_MB:
+        goals.append(
+            Goal(
+                f"worker peak RSS, {label}",
+                f"< {RSS_GOALS_MB[nodes] / 1024:.1f} GB",
+                f"{figures['peak_rss_mb'] / 1024:.2f} GB",
+                figures["peak_rss_mb"] < RSS_GOALS_MB[nodes],
+            )
+        )
+    goals.append(
+        Goal(
+            f"pod lists per pass, {label}",
+            "0",
+            str(max(row["pod_lists"] for row in passes)),
+            all(row["pod_lists"] == 0 for row in passes),
+        )
+    )
+    return goals
+
+
+@click.group(invoke_without_command=True)
+@click.option("--sizes", default="1000x20000", show_default=True, help="NODESxPODS[,NODESxPODS...]")
+@click.option("--passes", default=4, show_default=True, help="passes per size (the first is cold)")
+@click.option("--pause", default=2.0, show_default=True, help="seconds between passes")
+@click.option("--churn", default=20.0, show_default=True, help="pod changes a second during the passes")
+@click.option("--profile", type=click.Path(dir_okay=False), help="cProfile the last pass into FILE")
+@click.option("--json-out", type=click.Path(dir_okay=False), help="write the figures as JSON")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    sizes: str,
+    passes: int,
+    pause: float,
+    churn: float,
+    profile: str | None,
+    json_out: str | None,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    goals, everything = [], []
+    for size in sizes.split(","):
+        figures = measure(size, passes, pause, churn, profile)
+        everything.append(figures)
+        goals += print_size(figures)
+    print_goals("controller pass (bench_controller.py)", goals)
+    if json_out:
+        Path(json_out).write_text(json.dumps(everything, indent=1))
+
+
+@main.command("load", hidden=True)
+@click.argument("url")
+@click.argument("nodes", type=int)
+@click.argument("pods", type=int)
+@click.argument("names", type=click.Path(path_type=Path))
+def load_command(url: str, nodes: int, pods: int, names: Path) -> None:
+    load(url, nodes, pods, names)
+
+
+@main.command("work", hidden=True)
+@click.argument("url")
+@click.argument("temporal")
+@click.argument("passes", type=int)
+@click.argument("pause", type=float)
+@click.option("--profile")
+def work_command(url: str, temporal: str, passes: int, pause: float, profile: str | None) -> None:
+    asyncio.run(work(url, temporal, passes, pause, profile))
+    sys.stdout.flush()
+    os._exit(0)  # the Temporal SDK may abort at interpreter exit (sdk-python #300)
 
 
 if __name__ == "__main__":
-    main()
+    code = 0
+    try:
+        main(standalone_mode=False)
+    except click.ClickException as err:
+        err.show()
+        code = err.exit_code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the Temporal SDK may abort at interpreter exit (sdk-python #300)

@@ -42,6 +42,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from bench.goals import Goal, print_goals
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
 from sim.binaries import temporal_cli
@@ -153,6 +154,7 @@ class Bench:
         self.poll_interval = poll_interval
         self.sim = sim
         self.verbose = False
+        self.goals: list[Goal] = []  # issue 21's, printed at the end
 
     async def run(self, scenario: str, body: Any) -> Any:
         await asyncio.to_thread(self.sim.load, scenario)
@@ -204,7 +206,10 @@ class Bench:
             child_events = [await events(c) for c in children]
             print("1. one disruption: 2 nodes with 20 pods -> 1 replacement (simulated delays 0)")
             print(f"   wall time                    {wall:6.2f} s   ({status.phase})")
-            print(f"   history events, disruption   {await events(handle):6d}")
+            disruption_events = await events(handle)
+            print(f"   history events, disruption   {disruption_events:6d}")
+            met = disruption_events <= 40
+            self.goals.append(Goal("history events per disruption", "<= 40", str(disruption_events), met))
             print(f"   history events, terminations {', '.join(str(e) for e in child_events)} (10 pods each)")
 
         await self.run(build([a, b], pods), body)
@@ -244,6 +249,12 @@ class Bench:
             print(f"   history events p50 / max     {statistics.median(counts):6.0f} / {max(counts)}")
             busy = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpu.items()))
             print(f"   CPU used meanwhile           {busy}")
+            per = cpu["worker"] / count * 1000  # the worker shares its process with the client here
+            events_p50 = statistics.median(counts)
+            self.goals += [
+                Goal(f"worker CPU per termination ({count} at once)", "<= 20 ms", f"{per:.0f} ms", per <= 20),
+                Goal("history events per termination (p50)", "<= 30", f"{events_p50:.0f}", events_p50 <= 30),
+            ]
 
         await self.run(build(victims + spares, pods), body)
 
@@ -337,6 +348,7 @@ async def main() -> None:
         await bench.terminations(args.terminations)
         await bench.long_drain(args.hold)
         sim.stop()
+        print_goals("workflows (bench_workflows.py)", bench.goals)
     finally:
         await env.shutdown()
 

@@ -10,16 +10,34 @@ Optional kinds (the seed-era Provisioner and AWSNodeTemplate, and karpflow's own
 and NodeDisruptionBudget: CRDs a cluster may not have) count as synced and empty when the server
 does not serve them, and are tried again later. Only "not served" (404) counts as empty: a kind the
 worker may not read (403) keeps the cache unsynced, so no pass decides without the operator's controls.
+
+Synced once is not current for ever: a kind whose view is older than `stale_after` seconds (no open
+watch, no event and no successful listing for that long: the watch keeps failing and so does the
+listing) is stale. `stale()` says which and why; planning refuses a stale view
+(activities/planning.py) and readiness turns red (worker.py), until the informer, which keeps trying,
+is current again. An open watch that brings no event is current: the server ends every watch within
+its timeout, and the client gives up 30 s after that.
+
+Every listing and event also feeds a `SnapshotBuilder` (planner/snapshot_builder.py): the planner's
+parsed view, kept up to date here and assembled per pass (`snapshot()`) from what changed. Given a
+HeapFreezer (the worker process gives one), the long-lived heap this cache makes is frozen out of the
+garbage collector's way once it is listed and parsed (cluster/heap.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
+from cluster.heap import HeapFreezer
 from kube.client import Json, KubeApi, KubeError
+from planner.snapshot import Snapshot
+from planner.snapshot_builder import SnapshotBuilder, object_key
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +72,9 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-def _key(obj: Json) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+_key = object_key
+# Seconds a kind's view may be older than before it is stale (its watch and its listing failing).
+STALE_AFTER = 60.0
 
 
 @dataclass
@@ -66,6 +84,7 @@ class InformerStats:
     events: int = 0
     relists_gone: int = 0
     errors: int = 0
+    received: int = 0  # objects listed or watched
 
 
 @dataclass
@@ -77,6 +96,19 @@ class Informer:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     stats: InformerStats = field(default_factory=InformerStats)
     missing: bool = False  # an optional kind the server does not serve
+    builder: SnapshotBuilder | None = None  # told every listing and event
+    # When the view was last known current (monotonic): a listing, an event, a watch open or ended.
+    current_at: float = float("-inf")
+    watching: bool = False  # a watch stream is open: the view is current
+    last_error: str = ""  # why the last list or watch failed ("" once one succeeds)
+    version: int = 0  # bumped on every change of `items`, for indexes built from them
+
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds the view may have missed changes for (0 while a watch is open, or while an optional
+        kind the server does not serve is known absent: it is re-listed only every minute)."""
+        if self.watching or (self.missing and not self.last_error):
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self.current_at)
 
     def _stamp(self, obj: Json) -> Json:
         # List items carry no kind; the snapshot dispatches on it.
@@ -98,7 +130,9 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except Exception as err:
+                self.watching = False
                 self.stats.errors += 1
+                self.last_error = f"{type(err).__name__}: {err}"[:300]
                 log.warning("informer %s: %r; listing again in %.1fs", self.resource.kind, err, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -109,56 +143,108 @@ class Informer:
             listing = await self.kube.request("GET", self.resource.path)
         except KubeError as err:
             if self.resource.optional and err.status == 404:
-                self.items, self.missing = {}, True
-                self.synced.set()
+                self._listed({}, missing=True)
                 return "0"
             raise
-        self.missing = False
-        self.items = {_key(obj): self._stamp(obj) for obj in listing.get("items") or ()}
-        self.synced.set()
+        self._listed({_key(obj): self._stamp(obj) for obj in listing.get("items") or ()}, missing=False)
         return str((listing.get("metadata") or {}).get("resourceVersion") or "0")
+
+    def _listed(self, items: dict[str, Json], missing: bool) -> None:
+        self.items, self.missing = items, missing
+        self.stats.received += len(items)
+        self.version += 1
+        if self.builder is not None:
+            self.builder.replace(self.resource.kind, items.values())
+        self._current()
+        self.synced.set()
+
+    def _opened(self) -> None:
+        self.watching = True
+        self._current()
+
+    def _current(self) -> None:
+        self.current_at = time.monotonic()
+        self.last_error = ""
 
     async def _watch(self, version: str) -> str | None:
         """Follow changes from `version`; the version to resume from, or None to list again."""
         self.stats.watches += 1
-        async for event in self.kube.watch(self.resource.path, version, self.watch_timeout):
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    self.stats.relists_gone += 1
-                return None
-            self.stats.events += 1
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            if kind == "BOOKMARK":
-                continue
-            if kind == "DELETED":
-                self.items.pop(_key(obj), None)
-            elif kind in ("ADDED", "MODIFIED"):
-                self.items[_key(obj)] = self._stamp(obj)
+        try:
+            async for event in self.kube.watch(
+                self.resource.path, version, self.watch_timeout, opened=self._opened
+            ):
+                self._current()
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        self.stats.relists_gone += 1
+                    return None
+                self.stats.events += 1
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    self.items.pop(_key(obj), None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    self.items[_key(obj)] = self._stamp(obj)
+                else:
+                    continue
+                self.version += 1
+                self.stats.received += 1
+                if self.builder is not None:
+                    self.builder.apply(self.resource.kind, kind, obj)
+        finally:
+            if self.watching:
+                self._current()  # current up to the moment the stream ended
+            self.watching = False
         return version  # the server ended the stream: watch again from where it stopped
 
 
 class ClusterCache:
-    """Every informer of RESOURCES, run as tasks of the worker's event loop."""
+    """Every informer of RESOURCES, run as tasks of the worker's event loop, and the planner's view of
+    them (`snapshot()`)."""
 
     def __init__(
-        self, kube: KubeApi, resources: tuple[Resource, ...] = RESOURCES, watch_timeout: int = 300
+        self,
+        kube: KubeApi,
+        resources: tuple[Resource, ...] = RESOURCES,
+        watch_timeout: int = 300,
+        stale_after: float = STALE_AFTER,
+        heap: HeapFreezer | None = None,
     ) -> None:
-        self.informers = [Informer(kube, r, watch_timeout) for r in resources]
+        self.builder = SnapshotBuilder([r.kind for r in resources])
+        self.informers = [Informer(kube, r, watch_timeout, builder=self.builder) for r in resources]
+        self.stale_after = stale_after
+        self.heap = heap
         self._tasks: list[asyncio.Task[None]] = []
+        self._by_instance: tuple[int, dict[str, Json]] = (-1, {})
 
     def start(self) -> None:
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(i.run(), name=f"informer-{i.resource.plural}") for i in self.informers
             ]
+            self._tasks.append(asyncio.create_task(self._after_sync(), name="informer-after-sync"))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    async def _after_sync(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        # Parse now what the first pass would: that pass is incremental too, and this is frozen.
+        await asyncio.to_thread(self.builder.catch_up)
+        if self.heap is not None:
+            await self.heap.run(self._received, self._held)
+
+    def _received(self) -> int:
+        return self.builder.parsed + sum(i.stats.received for i in self.informers)
+
+    def _held(self) -> int:
+        return sum(len(i.items) for i in self.informers)
 
     @property
     def started(self) -> bool:
@@ -179,9 +265,44 @@ class ClusterCache:
     def unsynced(self) -> list[str]:
         return [i.resource.kind for i in self.informers if not i.synced.is_set()]
 
+    def stale(self, now: float | None = None) -> list[str]:
+        """Why the view cannot be trusted: one line per kind whose view is older than `stale_after`."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for informer in self.informers:
+            if not informer.synced.is_set():
+                continue  # unsynced() says so
+            age = informer.stale_for(now)
+            if age > self.stale_after:
+                why = f": {informer.last_error}" if informer.last_error else ""
+                out.append(f"{informer.resource.kind} not watched for {age:.0f}s{why}")
+        return out
+
     def objects(self) -> Iterator[Json]:
         for informer in self.informers:
             yield from list(informer.items.values())
+
+    def objects_of(self, kind: str) -> list[Json]:
+        return [obj for i in self.informers if i.resource.kind == kind for obj in i.items.values()]
+
+    def snapshot(
+        self, now: datetime, instances: Iterable[Mapping[str, Any]] = (), held: Iterable[str] = ()
+    ) -> Snapshot:
+        """The planner's view at `now` (planner/snapshot_builder.py): blocking CPU work, for a thread."""
+        return self.builder.snapshot(now, instances, held)
+
+    def node_by_instance(self, instance_id: str) -> Json | None:
+        """The cached Node whose providerID names this EC2 instance (an index rebuilt when nodes change)."""
+        nodes = next(i for i in self.informers if i.resource.kind == "Node")
+        version, index = self._by_instance
+        if version != nodes.version:
+            index = {}
+            for node in nodes.items.values():
+                provider = (node.get("spec") or {}).get("providerID") or ""
+                if provider.startswith("aws://"):
+                    index[provider.rsplit("/", 1)[-1]] = node
+            self._by_instance = (nodes.version, index)
+        return index.get(instance_id)
 
     def stats(self) -> dict[str, InformerStats]:
         return {i.resource.kind: i.stats for i in self.informers}

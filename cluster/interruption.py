@@ -8,6 +8,11 @@ from the workflow ids, derived from the instance id and the kind of event:
 message starts nothing, even after the first run closed) and `termination/<cluster>/<node>/<uid>`
 (the id every other part of karpflow uses for that node's termination). Every workflow is pinned to
 the node's UID and carries its search attributes from the start.
+
+At burst (hundreds of warnings at once, each repeated): messages are handled concurrently (bounded),
+instance → node is read from the worker's informer cache, and a message whose workflow this process
+already started, or is starting, is dropped before any Temporal call (an in-process memo; the
+workflow ids and visibility stay the durable truth across processes).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -63,6 +68,7 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
 NODE_INDEX_TTL = 1.0
 CACHE_WAIT = 5.0  # seconds a message waits for the informer cache's first listing
+STARTED_MEMO = 100_000  # workflow ids remembered as started by this process (oldest forgotten first)
 
 
 def _nodepool(node: Json) -> str | None:
@@ -144,6 +150,10 @@ class InterruptionPoller:
         self._snapshot_at = float("-inf")
         self._snapshot_lock = asyncio.Lock()
         self._url: str | None = None
+        # Workflow ids this process started (or found started), and those being started right now:
+        # a repeated warning is dropped here, before the simulation, the signal and the Temporal call.
+        self._started: OrderedDict[str, None] = OrderedDict()
+        self._starting: dict[str, asyncio.Future[bool]] = {}
 
     async def queue_url(self) -> str:
         if self._url is None:
@@ -225,18 +235,16 @@ class InterruptionPoller:
             return
         if self.fail_hook is not None:
             self.fail_hook(event)
-        nodes = await self._nodes_by_instance()
         for instance_id in event.instance_ids:
-            node = nodes.get(instance_id)
-            if node is None:  # perhaps a node newer than the listing: look once more
-                node = (await self._nodes_by_instance(max_age=0.1)).get(instance_id)
+            node = await self._node_of(instance_id)
             if node is None:
+                self.counters["not_a_node"] += 1
                 log.info(
                     "interruption message %s: %s %s is not a node of cluster %s, deleted",
                     message_id, event.kind, instance_id, self.cluster,
                 )  # fmt: skip
                 continue
-            acted = await self._act(event, instance_id, node)
+            acted = await self._once(event, instance_id, node)
             if acted:
                 latency = (datetime.now(UTC) - event.time).total_seconds()
                 self.latencies.append(latency)
@@ -245,6 +253,57 @@ class InterruptionPoller:
                     "interruption %s of %s (node %s, message %s): %s, %.2fs after the event",
                     event.kind, instance_id, node["metadata"]["name"], message_id, acted, latency,
                 )  # fmt: skip
+
+    async def _node_of(self, instance_id: str) -> Json | None:
+        """The node of this instance: from the informer cache when it has listed nodes, else (or for a
+        node newer than the cache) from a listing shared by the messages of one NODE_INDEX_TTL."""
+        if self.cache is not None and await self.cache.wait_synced(CACHE_WAIT):
+            node = self.cache.node_by_instance(instance_id)
+            if node is not None:
+                return node
+        node = (await self._nodes_by_instance()).get(instance_id)
+        if node is None:  # perhaps a node newer than the listing: look once more
+            node = (await self._nodes_by_instance(max_age=0.1)).get(instance_id)
+        return node
+
+    def _workflow_id(self, event: Interruption, instance_id: str, node: Json) -> str:
+        """The id of the workflow `_act` starts for this event (what makes a repeat a duplicate)."""
+        if event.kind == "SpotInterruption":
+            return interruption_workflow_id(self.cluster, instance_id, "spot")
+        if event.kind == "RebalanceRecommendation":
+            return interruption_workflow_id(self.cluster, instance_id, "rebalance")
+        name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
+        return termination_workflow_id(self.cluster, name, uid or name)
+
+    async def _once(self, event: Interruption, instance_id: str, node: Json) -> str:
+        """`_act`, unless this process already started the workflow or is starting it: a repeat waits
+        for the first message's outcome and is dropped (with the first one failed, it fails too and
+        is left for redelivery)."""
+        workflow_id = self._workflow_id(event, instance_id, node)
+        if workflow_id in self._started:
+            self.counters["duplicate"] += 1
+            return ""
+        starting = self._starting.get(workflow_id)
+        if starting is not None:
+            if not await asyncio.shield(starting):
+                raise RuntimeError(f"{workflow_id}: its first message was not handled; left for redelivery")
+            self.counters["duplicate"] += 1
+            return ""
+        starting = self._starting[workflow_id] = asyncio.get_running_loop().create_future()
+        started = False
+        try:
+            acted = await self._act(event, instance_id, node)
+            started = bool(acted)
+            return acted
+        finally:
+            del self._starting[workflow_id]
+            # A termination id may run again once closed (a later StateChange after a failed one);
+            # an interruption id never does (REJECT_DUPLICATE): only those are remembered.
+            if started and event.kind in ("SpotInterruption", "RebalanceRecommendation"):
+                self._started[workflow_id] = None
+                while len(self._started) > STARTED_MEMO:
+                    self._started.popitem(last=False)
+            starting.set_result(started)
 
     async def _nodes_by_instance(self, max_age: float = NODE_INDEX_TTL) -> dict[str, Json]:
         """Instance id → node. The API server is this cluster's: every node listed is ours. One listing
@@ -292,6 +351,7 @@ class InterruptionPoller:
             )
         # StateChange, ScheduledChange: cordon, drain, terminate; the instance goes whatever happens.
         deadline = event.time if event.kind == "StateChange" else None
+        self.counters["start_calls"] += 1
         handle = await self.client.start_workflow(
             "TerminationWorkflow",
             TerminationInput(
@@ -308,6 +368,7 @@ class InterruptionPoller:
         self, instance_id: str, kind: InterruptionKind, command: DisruptionInput, node: Json
     ) -> str:
         workflow_id = interruption_workflow_id(self.cluster, instance_id, kind)
+        self.counters["start_calls"] += 1
         try:
             await self.client.start_workflow(
                 "DisruptionWorkflow",
@@ -373,16 +434,19 @@ class InterruptionPoller:
     # -- the cluster as the planner sees it ---------------------------------------------------------
 
     async def snapshot(self) -> Snapshot | None:
-        """The informer cache as a planner Snapshot, shared by the messages of one NODE_INDEX_TTL (a
-        burst of warnings builds it once); None without a cache, or before it has synced."""
+        """The informer cache as a planner Snapshot (kept up to date from its events, so only what
+        changed is parsed), shared by the messages of one NODE_INDEX_TTL; None without a cache, before
+        it has synced, or while it is stale (no decision on a view that may have missed changes)."""
         if self.cache is None:
             return None
         async with self._snapshot_lock:
             if time.monotonic() - self._snapshot_at > NODE_INDEX_TTL:
                 if not await self.cache.wait_synced(CACHE_WAIT):
                     return None
-                objects = list(self.cache.objects())
-                self._snapshot = await asyncio.to_thread(Snapshot.from_objects, objects, datetime.now(UTC))
+                if stale := self.cache.stale():
+                    log.info("interruption: the cluster cache is stale (%s)", "; ".join(stale))
+                    return None
+                self._snapshot = await asyncio.to_thread(self.cache.snapshot, datetime.now(UTC))
                 self._snapshot_at = time.monotonic()
             return self._snapshot
 

@@ -160,8 +160,15 @@ class KubeApi:
             method, url, headers, body, post, _request_timeout=request_timeout or self._timeout
         )
 
-    async def watch(self, path: str, resource_version: str, timeout_seconds: int) -> AsyncIterator[Json]:
-        """Watch events ({type, object}) from `resource_version` until the server ends the stream."""
+    async def watch(
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int,
+        opened: Callable[[], None] | None = None,
+    ) -> AsyncIterator[Json]:
+        """Watch events ({type, object}) from `resource_version` until the server ends the stream;
+        `opened` is called once the server has accepted the watch (a quiet watch is still a watch)."""
         query = {
             "watch": "1",
             "resourceVersion": resource_version,
@@ -173,6 +180,8 @@ class KubeApi:
             if response.status != 200:
                 data = await response.read()
                 raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+            if opened is not None:
+                opened()
             content: aiohttp.StreamReader = response.response.content
             while True:
                 line = await content.readline()

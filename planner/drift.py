@@ -210,7 +210,7 @@ def drift_status(ctx: PlanContext, node: Node, pool: NodePool) -> DriftStatus | 
     since = _drift_since(node)
     if node.annotation(NODEPOOL_HASH_VERSION_ANNOTATION) == NODEPOOL_HASH_VERSION:
         recorded = node.annotation(NODEPOOL_HASH_ANNOTATION)
-        if recorded is not None and recorded != nodepool_hash(pool):
+        if recorded is not None and recorded != _pool_hash(ctx, pool):
             return DriftStatus(
                 "NodePoolDrifted", f"nodepool {pool.name} template changed since launch", since
             )
@@ -225,6 +225,13 @@ def drift_status(ctx: PlanContext, node: Node, pool: NodePool) -> DriftStatus | 
     if found is not None:
         return DriftStatus(found[0], found[1], since)
     return None
+
+
+def _pool_hash(ctx: PlanContext, pool: NodePool) -> str:
+    key = ("nodepool_hash", pool.name)
+    if key not in ctx.memo:
+        ctx.memo[key] = nodepool_hash(pool)
+    return ctx.memo[key]
 
 
 def _drift_since(node: Node) -> datetime | None:

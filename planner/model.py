@@ -521,6 +521,8 @@ class PlanContext:
     # $/h the Optimal method charges a moved pod this pass (None when it did not run): Karpenter's
     # methods, its fallback, must save at least that on Optimal pools too (planner/plan.py).
     optimal_churn: float | None = None
+    # Values derived once per pass and read for every node (e.g. each NodePool's template hash).
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:

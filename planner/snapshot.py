@@ -140,6 +140,9 @@ class Pod:
     """What the planner needs of a pod."""
 
     __slots__ = (
+        "_eviction_cost",
+        "_last_event_time",
+        "_reschedulable",
         "affinity_preferred_nodes",
         "annotations",
         "creation_timestamp",
@@ -164,6 +167,7 @@ class Pod:
         "ready",
         "requests",
         "scheduled_time",
+        "selector_key",
         "start_time",
         "termination_grace_period_seconds",
         "tolerations",
@@ -205,6 +209,8 @@ class Pod:
     finished_at: datetime | None
     ready: bool
     termination_grace_period_seconds: int
+    # (namespace, sorted labels): what label selectors see of the pod, and what PDB matching caches on.
+    selector_key: tuple[str, tuple[tuple[str, str], ...]]
 
     @property
     def key(self) -> str:
@@ -247,9 +253,23 @@ class Pod:
     def is_reschedulable(self) -> bool:
         """Counts toward a node's workload (Karpenter §1.3): active, or terminating but owned by a
         StatefulSet (its replacement cannot start until it is gone); never DaemonSet or mirror pods."""
-        if self.is_daemonset or self.is_mirror or self.is_terminal:
-            return False
-        return self.deletion_timestamp is None or self.is_statefulset
+        return self._reschedulable
+
+    def _derive(self) -> None:
+        """What every pass reads of every pod, worked out once at parse (a pod is never changed
+        afterwards: a changed pod is a new Pod)."""
+        self._reschedulable = not (self.is_daemonset or self.is_mirror or self.is_terminal) and (
+            self.deletion_timestamp is None or self.is_statefulset
+        )
+        self._last_event_time = _latest(
+            self.scheduled_time, self.start_time, self.terminating_since, self.finished_at
+        )
+        try:
+            deletion_cost = int(self.annotations.get(POD_DELETION_COST_ANNOTATION, 0))
+        except ValueError:
+            deletion_cost = 0
+        cost = 1.0 + deletion_cost / 2**27 + self.priority / 2**25
+        self._eviction_cost = min(10.0, max(-10.0, cost))
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -272,8 +292,7 @@ class Pod:
     @property
     def eviction_cost(self) -> float:
         """Karpenter's per-pod cost: 1 + deletion-cost/2^27 + priority/2^25, clamped to [-10, 10]."""
-        cost = 1.0 + self.deletion_cost / 2**27 + self.priority / 2**25
-        return min(10.0, max(-10.0, cost))
+        return self._eviction_cost
 
     @property
     def terminating_since(self) -> datetime | None:
@@ -291,7 +310,7 @@ class Pod:
     def last_event_time(self) -> datetime | None:
         """Latest pod event that resets the node's consolidateAfter clock: bound/started,
         started terminating, or finished (Karpenter's pod-events controller)."""
-        return _latest(self.scheduled_time, self.start_time, self.terminating_since, self.finished_at)
+        return self._last_event_time
 
 
 _REQUEST_CACHE: dict[tuple, Resources] = {}
@@ -415,6 +434,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod.node_name = string_field(spec.get("nodeName"), "spec.nodeName") or None
     pod.phase = status.get("phase") or "Pending"
     pod.labels = string_map(meta.get("labels"), "metadata.labels")
+    pod.selector_key = (pod.namespace, tuple(sorted(pod.labels.items())) if pod.labels else ())
     pod.annotations = string_map(meta.get("annotations"), "metadata.annotations")
     pod.owner_kind, pod.owner_name = controller_owner(meta.get("ownerReferences"))
     if pod.owner_kind is None:
@@ -468,6 +488,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
         if terminated:
             finished = _latest(finished, parse_time(terminated.get("finishedAt")))
     pod.finished_at = finished
+    pod._derive()
     return pod
 
 
@@ -553,6 +574,14 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.name})"
+
+    def copy(self) -> Node:
+        """A shallow copy: a snapshot links pods, its NodeClaim and its instance to its own copy, so
+        one parsed node can serve many snapshots (snapshot_builder.py)."""
+        node = Node.__new__(Node)
+        for slot in Node.__slots__:
+            setattr(node, slot, getattr(self, slot))
+        return node
 
     @property
     def nodepool(self) -> str | None:
@@ -806,6 +835,13 @@ class PDB:
 
     def __repr__(self) -> str:
         return f"PDB({self.key}, allowed={self.disruptions_allowed})"
+
+    def copy(self) -> PDB:
+        """A shallow copy: a snapshot settles disruptionsAllowed on its own copy."""
+        pdb = PDB.__new__(PDB)
+        for slot in PDB.__slots__:
+            setattr(pdb, slot, getattr(self, slot))
+        return pdb
 
     def selects(self, pod: Pod) -> bool:
         return (
@@ -1124,6 +1160,25 @@ class Snapshot:
     def _put_instance(self, instance: InstanceFacts) -> None:
         self.instances[instance.instance_id] = instance
 
+    def _merge(self, part: Snapshot) -> None:
+        """Add what `_add_objects` put in `part` (one object's worth), as if it had been added here:
+        a snapshot assembled from parts equals one built from their objects in the same order. Nodes
+        and PDBs are copied, since `_index` links and settles them per snapshot."""
+        for node in part.nodes.values():
+            self._put_node(node.copy())
+        self.pods.extend(part.pods)
+        self.pdbs.extend(pdb.copy() for pdb in part.pdbs)
+        self.daemonsets.extend(part.daemonsets)
+        self.nodepools.update(part.nodepools)
+        self.budget_errors.update(part.budget_errors)
+        for name, nodeclass in part.nodeclasses.items():
+            self._put_nodeclass((nodeclass, part.nodeclass_not_ready.get(name)))
+        self.nodeclaims.update(part.nodeclaims)
+        self.maintenance_windows.update(part.maintenance_windows)
+        self.node_disruption_budgets.update(part.node_disruption_budgets)
+        self.instances.update(part.instances)
+        self.problems.extend(part.problems)
+
     def _index(self) -> None:
         """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
         for node in self.nodes.values():
@@ -1162,7 +1217,7 @@ class Snapshot:
         if not self.pdbs:
             return ()
         labels = pod.labels
-        key = (pod.namespace, tuple(sorted(labels.items())) if labels else ())
+        key = pod.selector_key
         cached = self._pdb_cache.get(key)
         if cached is None:
             if self._pdb_index is None:

@@ -1,7 +1,7 @@
 """The worker's HTTP endpoint for Kubernetes probes and Prometheus: /healthz (liveness: the event
 loop answers; a stuck loop fails the probe and the pod restarts), /readyz (readiness: what the
-worker says) and /metrics (runtime/metrics.py: karpflow's series, Karpenter's names where the
-meaning is the same, and the Temporal SDK's)."""
+worker says, and why not when it is not) and /metrics (runtime/metrics.py: karpflow's series,
+Karpenter's names where the meaning is the same, and the Temporal SDK's)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,19 @@ SDK_DRAIN_INTERVAL = 1.0  # seconds between moves of the Temporal SDK's buffered
 
 
 class HealthServer:
-    def __init__(self, host: str, port: int, ready: Callable[[], bool], serve_metrics: bool = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        serve_metrics: bool = True,
+        reasons: Callable[[], list[str]] | None = None,
+    ) -> None:
+        """`reasons`: why the worker is not ready, shown by /readyz when it is not."""
         self.host = host
         self.requested_port = port
         self.ready = ready
+        self.reasons = reasons
         self.serve_metrics = serve_metrics
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -55,7 +64,10 @@ class HealthServer:
 
     async def _readyz(self, _: web.Request) -> web.Response:
         ok = self.ready()
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        body: dict[str, object] = {"ready": ok}
+        if not ok and self.reasons is not None:
+            body["reasons"] = self.reasons()
+        return web.json_response(body, status=200 if ok else 503)
 
     async def _metrics(self, _: web.Request) -> web.Response:
         body, content_type = metrics.exposition()

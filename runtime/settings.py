@@ -100,6 +100,12 @@ class WorkerSettings(BaseSettings):
     controller_validation: float = Field(
         default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
     )
+    cache_stale_after: float = Field(
+        default=60.0,
+        gt=0,
+        description="seconds the informer cache may go without a working watch or listing of a kind "
+        "before planning stops and /readyz turns red (both recover on their own)",
+    )
     controller_supervise_interval: float = Field(
         default=30.0,
         gt=0,

@@ -242,6 +242,28 @@ def sim_instance_type(it: InstanceType) -> SimInstanceType:
     )
 
 
+# The last snapshot's bound pods, by the identity of their Pod: the snapshot builder (planner/
+# snapshot_builder.py) hands the next pass the same Pod objects for every pod that did not change, so
+# each is converted once. Only pods without anti-affinity: their terms are compared by identity.
+_BOUND: dict[int, tuple[Pod, BoundPod]] = {}
+
+
+def _bound_pods(snapshot: Snapshot, conv: _Converter) -> list[BoundPod]:
+    global _BOUND
+    previous, kept = _BOUND, {}
+    out = []
+    for pod in snapshot.pods:
+        if not pod.node_name or pod.is_terminal or pod.node_name not in snapshot.nodes:
+            continue
+        known = previous.get(id(pod))
+        bound = known[1] if known is not None and known[0] is pod else conv.bound(pod)
+        if not bound.anti_affinity:
+            kept[id(pod)] = (pod, bound)
+        out.append(bound)
+    _BOUND = kept  # replaced whole: another thread's simulation only loses hits
+    return out
+
+
 class SnapshotSimulation:
     """The scheduling simulation prepared for one snapshot and catalog."""
 
@@ -261,11 +283,7 @@ class SnapshotSimulation:
         nodes = [sim_node(n, self._conv) for n in snapshot.nodes.values()]
         nodes.extend(self._in_flight(snapshot, catalog))
         nodes.extend(extra_nodes)
-        bound = [
-            self._conv.bound(p)
-            for p in snapshot.pods
-            if p.node_name and not p.is_terminal and p.node_name in snapshot.nodes
-        ]
+        bound = _bound_pods(snapshot, self._conv)
         daemonsets = [
             SimDaemonSet(ds.name, ds.namespace, self._conv.constraints(ds.pod)) for ds in snapshot.daemonsets
         ]

@@ -114,6 +114,9 @@ async def test_the_same_message_three_times_starts_one_workflow_and_one_replacem
         await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
         assert w.interruptions.counters["deleted"] == 3
         assert w.interruptions.counters["kind:SpotInterruption"] == 3
+        # The repeats are dropped by the poller's memo, before any Temporal call.
+        assert w.interruptions.counters["start_calls"] == 1
+        assert w.interruptions.counters["duplicate"] == 2
     assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
     launched = {
         i["InstanceId"] for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))

@@ -10,13 +10,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from activities.planning import PlanningActivities
+from cluster.informer import RESOURCES
+from planner.snapshot import Snapshot
+from planner.snapshot_builder import SnapshotBuilder
 from sim.cluster_builder import ClusterBuilder
 
 
 class StaticCache:
+    """The informer cache's face to the activities, over a list of objects that tests may edit in
+    place: listed again into the same SnapshotBuilder the real cache feeds before every snapshot (the
+    builder's objects carry no resourceVersion, so each is parsed again). `stale_kinds` is what
+    `ClusterCache.stale()` says."""
+
     def __init__(self, objects: list[dict[str, Any]], sync_seconds: float = 0.0) -> None:
         self.items = objects
         self.sync_seconds = sync_seconds
+        self.stale_kinds: list[str] = []
+        self.builder = SnapshotBuilder([r.kind for r in RESOURCES])
         self.started = False
 
     def start(self) -> None:
@@ -29,8 +39,19 @@ class StaticCache:
     def objects(self) -> Iterator[dict[str, Any]]:
         return iter(self.items)
 
+    def objects_of(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.items if o.get("kind") == kind]
+
+    def snapshot(self, now: datetime, instances: Any = (), held: Any = ()) -> Snapshot:
+        for kind in self.builder.kinds:
+            self.builder.replace(kind, self.objects_of(kind))
+        return self.builder.snapshot(now, instances, held)
+
     def unsynced(self) -> list[str]:
         return []
+
+    def stale(self) -> list[str]:
+        return list(self.stale_kinds)
 
 
 class NoVisibility:
