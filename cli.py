@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "controller": "runtime.controller_cli:controller",
     "status": "runtime.controller_cli:status",
     "disrupt": "runtime.disrupt_cli:disrupt",
+    "codec-server": "runtime.codec_server:codec_server",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",
     "sim": "sim.cli:sim",

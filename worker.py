@@ -66,7 +66,7 @@ from kube.events import recorder_for
 from runtime.connections import (
     aws_client,
     connect_kubernetes,
-    connect_temporal,
+    connect_temporal_patiently,
     ec2_client,
     ensure_search_attributes,
     sqs_client,
@@ -205,8 +205,18 @@ class KarpflowWorker:
 
     async def __aenter__(self) -> KarpflowWorker:
         settings = self.settings
+        if settings.health:
+            # First: while Temporal is waited for, the liveness probe passes and readiness does not.
+            self._health = HealthServer(
+                settings.health_host,
+                settings.health_port,
+                lambda: self.ready,
+                settings.metrics,
+                reasons=self.not_ready,
+            )
+            await self._health.start()
         if self.client is None:
-            self.client = await connect_temporal(settings, tracing_interceptors(settings))
+            self.client = await connect_temporal_patiently(settings, tracing_interceptors(settings))
         if settings.register_search_attributes:
             await ensure_search_attributes(self.client)
         if self.kube is None:
@@ -276,15 +286,6 @@ class KarpflowWorker:
                     name="controller-supervisor",
                 )
             )
-        if settings.health:
-            self._health = HealthServer(
-                settings.health_host,
-                settings.health_port,
-                lambda: self.ready,
-                settings.metrics,
-                reasons=self.not_ready,
-            )
-            await self._health.start()
         log.info(
             "worker running: task queue %s on %s/%s, cluster %s%s",
             settings.task_queue,

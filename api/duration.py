@@ -41,7 +41,7 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float):
-        return timedelta(seconds=value)
+        return _seconds(value, value)
     return _parse_text(value)
 
 
@@ -67,7 +67,16 @@ def _parse_text(value: str) -> timedelta:
         raise DurationError(
             f"invalid duration {value!r} (expected Go syntax such as 30s, 15m, 720h or 1h30m)"
         )
-    return timedelta(seconds=sign * seconds)
+    return _seconds(sign * seconds, value)
+
+
+def _seconds(seconds: float, value: object) -> timedelta:
+    # Karpenter's CRD pattern admits "99999999999h"; Go refuses it as out of range, and so must we,
+    # as a DurationError: an OverflowError would escape every caller's handling of bad input.
+    try:
+        return timedelta(seconds=seconds)
+    except (OverflowError, ValueError):
+        raise DurationError(f"duration {value!r} is out of range") from None
 
 
 def karpenter_duration(value: object, *, never_ok: bool = True) -> timedelta | None:
@@ -119,18 +128,22 @@ def format_duration(delta: timedelta | None) -> str:
     """The shortest Go-style text for a duration; "Never" for None."""
     if delta is None:
         return NEVER
-    total = delta.total_seconds()
-    if total == 0:
+    # Whole microseconds (timedelta's resolution), so the text parses back to the same duration:
+    # "%g" wrote 1e-06s (not Go syntax) and 12.3457s for 12.345678s.
+    micros = delta // timedelta(microseconds=1)
+    if micros == 0:
         return "0s"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
+    sign = "-" if micros < 0 else ""
+    hours, rest = divmod(abs(micros), 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
     text = ""
     if hours:
-        text += f"{int(hours)}h"
+        text += f"{hours}h"
     if minutes:
-        text += f"{int(minutes)}m"
-    if seconds:
-        text += f"{seconds:g}s"
+        text += f"{minutes}m"
+    if fraction:
+        text += f"{seconds}.{fraction:06d}".rstrip("0") + "s"
+    elif seconds:
+        text += f"{seconds}s"
     return sign + text

@@ -7,6 +7,8 @@ unregistered attribute fails the workflow task.
 
 from __future__ import annotations
 
+import json
+
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 NODES = SearchAttributeKey.for_keyword_list("KarpflowNodes")
@@ -30,11 +32,30 @@ def cli_type(key: SearchAttributeKey) -> str:
     }[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
 
 
+# Temporal refuses a search attribute value over 2 KB (`limit.searchAttributeSize`, the default of
+# the server and of Temporal Cloud); a start or upsert with a longer one fails the workflow task, and
+# the server terminates the controller that tried it. Room is left for the payload's metadata.
+NODES_VALUE_BYTES = 1900
+
+
+def nodes_value(nodes: list[str]) -> list[str]:
+    """The nodes a workflow is searchable by: all of them, or as many as fit Temporal's limit (a
+    command of 130 nodes is 5.7 KB). The workflow's input and status still name every node."""
+    kept: list[str] = []
+    size = 2  # the JSON list's brackets
+    for node in nodes:
+        size += len(json.dumps(node)) + (1 if kept else 0)
+        if size > NODES_VALUE_BYTES:
+            break
+        kept.append(node)
+    return kept
+
+
 def at_start(nodes: list[str], reason: str, nodepool: str | None = None) -> TypedSearchAttributes:
     """What a workflow is searchable by from the moment it starts, before its first workflow task
     upserts anything: crash cleanup and in-flight accounting find its nodes through visibility."""
     pairs: list[SearchAttributePair] = [
-        SearchAttributePair(NODES, list(nodes)),
+        SearchAttributePair(NODES, nodes_value(list(nodes))),
         SearchAttributePair(REASON, reason),
     ]
     if nodepool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email
 import ipaddress
+import re
 import tomllib
 from dataclasses import dataclass, field
 from email.mime.multipart import MIMEMultipart
@@ -155,12 +156,21 @@ def _toml_value(value: Any) -> str:
         return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+    return '"' + "".join(_TOML_ESCAPES.get(c) or _control(c) for c in str(value)) + '"'
+
+
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _control(char: str) -> str:
+    # TOML's basic strings may not hold control characters raw: the user's own escapes come back.
+    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
 
 
 def _toml_key(key: str) -> str:
-    return key if key.replace("-", "").replace("_", "").isalnum() else _toml_value(key)
+    # Only ASCII letters, digits, - and _ may be bare ("é".isalnum() is true, yet not a bare key).
+    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
 
 
 def dump_toml(data: dict[str, Any], prefix: str = "") -> str:
@@ -210,10 +220,20 @@ BOTTLEROCKET_RAID0 = {
 }
 
 
+def _table(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """The user's table at `key` (made when absent); a scalar where karpflow merges its settings is
+    refused as the ValueError of a bad EC2NodeClass, not an AttributeError deep in the launch."""
+    table = parent.setdefault(key, {})
+    if not isinstance(table, dict):
+        raise ValueError(f"userData: {path} must be a TOML table, got {type(table).__name__}")
+    return table
+
+
 def bottlerocket(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | None) -> str:
     settings = tomllib.loads(user_data) if user_data and user_data.strip() else {}
-    root = settings.setdefault("settings", {})
-    kube = root.setdefault("kubernetes", {})
+    root = _table(settings, "settings", "settings")
+    kube = _table(root, "kubernetes", "settings.kubernetes")
+    _table(kube, "node-labels", "settings.kubernetes.node-labels")
     config = node.kubelet_config(cluster)
     kube.update(
         {

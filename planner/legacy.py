@@ -127,10 +127,14 @@ def node_pool_name(labels: Mapping[str, str], nodepool_label: str) -> str | None
 def migration_warning(obj: Mapping[str, Any]) -> str | None:
     """What to tell the operator about a seed-era object (shown by `karpflow plan` and the
     controller's status), naming the newer field for each setting in use; None for a v1 object."""
-    name = (obj.get("metadata") or {}).get("name", "?")
+    # Any object of the kind reaches here (a snapshot file, a served object): its parser reports a
+    # malformed metadata or spec; the warning must not fail on it first.
+    metadata = obj.get("metadata")
+    name = metadata.get("name", "?") if isinstance(metadata, Mapping) else "?"
     kind = obj.get("kind")
     if kind == PROVISIONER_KIND:
-        spec = obj.get("spec") or {}
+        spec = obj.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
         moves = [
             f"{old} -> NodePool {new}"
             for old, new, present in (

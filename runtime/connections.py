@@ -4,17 +4,21 @@ standard AWS credential chain, with an endpoint override for moto)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.service import TLSConfig
 
 from api import search_attributes
 from kube.client import KubeApi
 from runtime.metrics import temporal_runtime
+from runtime.payload_codec import codec_from_file
 from runtime.settings import WorkerSettings
 
 log = logging.getLogger("karpflow.worker")
@@ -34,11 +38,50 @@ async def connect_temporal(settings: WorkerSettings, interceptors: Sequence[Inte
         namespace=settings.temporal_namespace,
         api_key=settings.temporal_api_key_value(),
         tls=tls,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings),
         interceptors=list(interceptors),
         # The SDK's metrics go to /metrics with karpflow's (runtime/metrics.py).
         runtime=temporal_runtime() if settings.metrics else None,
     )
+
+
+def data_converter(settings: WorkerSettings) -> DataConverter:
+    """karpflow's payloads (pydantic models); with a payload key file, encrypted, failures included
+    (their messages name nodes and pods: they move into the encrypted attributes)."""
+    codec = codec_from_file(settings.payload_key_file)
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+async def connect_temporal_patiently(
+    settings: WorkerSettings, interceptors: Sequence[Interceptor] = ()
+) -> Client:
+    """The worker's connection: a Temporal server that is restarting (an upgrade, a failover) is
+    waited for, with one log line per attempt, up to `temporal_connect_timeout` seconds; only then does
+    the worker exit. A worker that exited instead would come back only at its pod's next restart, after
+    Kubernetes' crash-loop backoff. (CLI commands connect once and fail at once.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.temporal_connect_timeout
+    delay = 0.5
+    while True:
+        try:
+            return await connect_temporal(settings, interceptors)
+        except RuntimeError as err:  # the SDK's "Failed client connect: ..."
+            if loop.time() + delay > deadline:
+                raise
+            log.warning(
+                "Temporal at %s does not answer (%s); trying again in %.1fs",
+                settings.temporal_address,
+                " ".join(str(err).split())[:300],
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def with_karpflow_converter(client: Client) -> Client:

@@ -36,6 +36,17 @@ class WorkerSettings(BaseSettings):
     temporal_api_key_file: Path | None = Field(
         default=None, description="API key in a file, e.g. a mounted Secret; implies TLS"
     )
+    temporal_connect_timeout: float = Field(
+        default=300.0,
+        ge=0,
+        description="seconds the worker keeps trying to reach Temporal at start-up (a server restarting, "
+        "an upgrade) before it exits",
+    )
+    payload_key_file: Path | None = Field(
+        default=None,
+        description="AES-256 keys (`<id>=<base64>` lines, the newest last, e.g. a mounted Secret): "
+        "payloads are encrypted in Temporal's history (runtime/payload_codec.py, SECURITY.md)",
+    )
     register_search_attributes: bool = True
     # Kubernetes
     kubeconfig: Path | None = Field(default=None, description="default: in-cluster, else ~/.kube/config")
@@ -162,6 +173,19 @@ class WorkerSettings(BaseSettings):
         if value is not None and not value.expanduser().is_file():
             raise ValueError(f"file {value} does not exist")
         return value.expanduser() if value is not None else None
+
+    @field_validator("payload_key_file")
+    @classmethod
+    def _keyring(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        from runtime.payload_codec import KeyFileError, load_keyring
+
+        try:
+            load_keyring(value.expanduser())
+        except KeyFileError as err:
+            raise ValueError(str(err)) from None
+        return value.expanduser()
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkerSettings:

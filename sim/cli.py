@@ -10,6 +10,8 @@
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
     karpflow sim dump [-o cluster.yaml]              every object, as a kubectl List (a scenario/snapshot)
     karpflow sim load FILE                           replace the cluster with a scenario
+    karpflow sim chaos --seed 7 --minutes 2          a chaos run of its own stack (sim/chaos/), exit 1 on
+                                                     an invariant violated or no convergence
 
 The simulator is found with `--url`, else `KARPFLOW_SIM_URL`, else the dev stack's state directory
 (`--state-dir` / `KARPFLOW_STATE_DIR`, default `.state/`).
@@ -320,3 +322,64 @@ def load(ctx: click.Context, scenario: Path) -> None:
     console.print(f"Loaded {scenario}: {created}")
     for warning in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+# -- chaos --------------------------------------------------------------------------------------
+
+
+@sim.command()
+@click.option("--seed", type=int, default=1, show_default=True, help="Every random choice of the run.")
+@click.option("--minutes", type=float, default=2.0, show_default=True, help="Length of the fault phase.")
+@click.option("--nodes", type=int, default=16, show_default=True, help="Nodes of the generated cluster.")
+@click.option("--time-scale", type=float, default=0.05, show_default=True, help="Factor on simulated delays.")
+@click.option(
+    "--converge-within",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds the cluster may take to converge once the faults stop.",
+)
+@click.option(
+    "--state-dir", "run_dir", type=click.Path(file_okay=False, path_type=Path), help="Keep its state here."
+)
+@click.option(
+    "--keep-state", is_flag=True, help="Keep the state directory (logs, Temporal database) after a clean run."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end.")
+def chaos(
+    seed: int,
+    minutes: float,
+    nodes: int,
+    time_scale: float,
+    converge_within: float,
+    run_dir: Path | None,
+    keep_state: bool,
+    as_json: bool,
+) -> None:
+    """Run karpflow's controller on a generated cluster of its own stack while injecting faults
+    (killed workers, a Temporal restart, API and EC2 errors, vanished instances, spot interruptions,
+    churn), then check convergence and every invariant (sim/chaos/). The seed replays a run."""
+    import asyncio
+
+    from sim.chaos.runner import ChaosConfig, run_chaos
+    from sim.demo import exit_now
+
+    config = ChaosConfig(
+        seed=seed,
+        minutes=minutes,
+        nodes=nodes,
+        time_scale=time_scale,
+        converge_within=converge_within,
+        state_dir=run_dir,
+        keep_state=keep_state,
+    )
+    try:
+        report = asyncio.run(
+            run_chaos(config, say=lambda line: console.print(line, highlight=False, soft_wrap=True))
+        )
+    except Exception as err:
+        console.print(f"[red]the chaos run could not run:[/red] {err!r}", highlight=False)
+        exit_now(2)
+    if as_json:
+        click.echo(report.model_dump_json(indent=1))
+    exit_now(0 if report.ok else 1)

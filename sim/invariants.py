@@ -29,6 +29,12 @@ do-not-disrupt
     through the API while its node is being disrupted (carries the disrupted taint or is being
     deleted), or vanishes with its node — outside a forced termination.
 
+involuntary loss
+    PDBs and do-not-disrupt protect against voluntary disruptions only: a pod lost with its node
+    because EC2 took the instance (`instance_lost(id)`: a spot reclaim, an instance that vanished
+    without notice, both injected by the chaos harness) is not judged. Evictions and API deletions
+    of its pods still are.
+
 forced termination
     The pod's node, or the NodeClaim with the node's providerID, carries
     `karpenter.sh/nodeclaim-termination-timestamp` and the disruption happens at or after that
@@ -468,6 +474,7 @@ class InvariantChecker:
             self.counts = {"evictions": 0, "api-deletions": 0, "events": 0, "instance-polls": 0}
             self._announced: dict[str, tuple[str, str, int]] = {}  # pod key -> token of a request in flight
             self._seq = 0
+            self.lost_instances: set[str] = set()  # taken by EC2, not by a disruption (`instance_lost`)
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -569,6 +576,12 @@ class InvariantChecker:
                 self._first_seen.setdefault(instance_id, now)
             self.instances = current
 
+    def instance_lost(self, instance_id: str) -> None:
+        """EC2 took this instance (a spot reclaim, a failure): the pods lost with its node were not
+        disrupted by anyone, so no PDB or do-not-disrupt rule judges their loss."""
+        with self._lock:
+            self.lost_instances.add(instance_id)
+
     def set_in_flight_source(self, source: Callable[[], Iterable[str] | None] | None) -> None:
         """Names of nodes with a disruption in flight (e.g. from open Temporal workflows)."""
         self._in_flight_source = source
@@ -628,6 +641,9 @@ class InvariantChecker:
             self.claim_deadlines.get(str(((node or {}).get("spec") or {}).get("providerID")))
         )
         if forced_termination(pod, node, now, claim_deadline):
+            return
+        if cause == "node-gone" and node is not None and instance_id_of(node) in self.lost_instances:
+            self.counts["involuntary-losses"] = self.counts.get("involuntary-losses", 0) + 1
             return
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
         how = {"eviction": "evicted", "delete": "deleted through the API", "node-gone": "lost with its node"}[

@@ -6,12 +6,22 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, settings
 from temporalio.testing import WorkflowEnvironment
 
 from sim.binaries import temporal_cli, temporal_test_server
+
+# Hypothesis example counts: `ci` (the default) keeps `make test` short; `nightly` searches longer
+# (HYPOTHESIS_PROFILE=nightly). Tests with their own @settings(max_examples=...) keep theirs.
+settings.register_profile("ci", max_examples=60, deadline=timedelta(seconds=2), print_blob=True)
+settings.register_profile(
+    "nightly", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 

@@ -440,7 +440,7 @@ class ControllerWorkflow:
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 search_attributes=TypedSearchAttributes(
                     [
-                        sa.NODES.value_set(list(command.nodes)),
+                        sa.NODES.value_set(sa.nodes_value(list(command.nodes))),
                         sa.REASON.value_set(command.reason),
                         sa.NODEPOOL.value_set(",".join(command.nodepools)),
                     ]

@@ -750,7 +750,7 @@ class DisruptionWorkflow:
             for index, spec in enumerate(command.replacements)
         ]
         workflow.upsert_search_attributes(
-            [sa.NODES.value_set(list(command.nodes)), sa.REASON.value_set(command.reason)]
+            [sa.NODES.value_set(sa.nodes_value(list(command.nodes))), sa.REASON.value_set(command.reason)]
         )
         workflow.logger.info(
             "%s: %s -> %d replacement(s)", command.reason, ", ".join(command.nodes), len(command.replacements)

@@ -3,9 +3,13 @@
 A `FaultRule` matches requests by verb and resource (and optionally namespace / name) and then
 does one or more of: add latency, fail with a status code (500, 429, 409, 503, 504...) at some
 rate, hang like a timed-out request (then 504), or cut a watch stream after some events or
-seconds. `times` bounds how often it fires. Verbs are Kubernetes verbs: get, list, watch, create,
-update, patch, delete, deletecollection; resources are plurals, with subresources as
-"pods/eviction", "nodes/status". "*" matches anything.
+seconds. `times` bounds how often it fires. `rewatch_only` narrows a rule to watches that resume from
+a resourceVersion (what an informer sends after a cut stream): with status 410 such a watch is
+answered as kube-apiserver's watch cache answers a version it no longer keeps, a 200 whose one event
+is an ERROR carrying the 410 Status, so the client must list again. `error_rate` is the chance a
+rule fires on a matching request. Verbs are Kubernetes verbs: get, list, watch, create, update,
+patch, delete, deletecollection; resources are plurals, with subresources as "pods/eviction",
+"nodes/status". "*" matches anything.
 
     faults.add(FaultRule(verb="create", resource="pods/eviction", status=429, error_rate=0.5))
     faults.add(FaultRule(verb="watch", resource="nodes", watch_disconnect_after_events=3, times=1))
@@ -36,18 +40,24 @@ class FaultRule(BaseModel):
     resource: str = "*"  # "pods", "pods/eviction", "nodes/status", "*"
     namespace: str | None = None
     name: str | None = None
-    error_rate: float = Field(default=1.0, ge=0.0, le=1.0)  # chance that `status` is answered
+    # The chance that the rule fires on a matching request (its status, latency, hang or cut).
+    error_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     status: int | None = None  # HTTP code to fail with; None = no error, only latency/disconnects
     message: str | None = None
     latency_ms: float = Field(default=0.0, ge=0.0)
     timeout_seconds: float | None = Field(default=None, ge=0.0)  # hang this long, then 504
     watch_disconnect_after_events: int | None = Field(default=None, ge=0)
     watch_disconnect_after_seconds: float | None = Field(default=None, ge=0.0)
+    rewatch_only: bool = False  # only watches that resume from a resourceVersion (not "0")
     times: int | None = Field(default=None, ge=0)  # fire at most this many times (None: always)
     fired: int = 0
 
-    def matches(self, verb: str, resource: str, namespace: str | None, name: str | None) -> bool:
+    def matches(
+        self, verb: str, resource: str, namespace: str | None, name: str | None, rewatch: bool = False
+    ) -> bool:
         if self.verb not in ("*", verb):
+            return False
+        if self.rewatch_only and not rewatch:
             return False
         if self.resource != "*" and self.resource != resource:
             # "pods" is the pods themselves; "pods/*" matches every subresource of pods.
@@ -101,8 +111,11 @@ class Faults:
         with self._lock:
             return [r.model_copy() for r in self._rules]
 
-    def decide(self, verb: str, resource: str, namespace: str | None, name: str | None) -> FaultDecision:
-        """What to do to this request: the combined effect of every matching rule."""
+    def decide(
+        self, verb: str, resource: str, namespace: str | None, name: str | None, rewatch: bool = False
+    ) -> FaultDecision:
+        """What to do to this request: the combined effect of every matching rule. `rewatch`: a watch
+        that resumes from a resourceVersion."""
         out = FaultDecision()
         if not self._rules:  # the common case: no faults configured, no lock, no loop
             return out
@@ -110,9 +123,9 @@ class Faults:
             for rule in self._rules:
                 if rule.times is not None and rule.fired >= rule.times:
                     continue
-                if not rule.matches(verb, resource, namespace, name):
+                if not rule.matches(verb, resource, namespace, name, rewatch):
                     continue
-                fires = rule.status is None or self._random.random() < rule.error_rate
+                fires = rule.error_rate >= 1.0 or self._random.random() < rule.error_rate
                 if not fires:
                     continue
                 rule.fired += 1

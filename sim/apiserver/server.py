@@ -210,7 +210,8 @@ class ApiServer:
                         verb, rt.group, rt.plural, target.subresource, target.namespace, target.name
                     )
                     self.authorizer.check(user, asked)
-                decision = self.faults.decide(verb, target.resource, target.namespace, target.name)
+                rewatch = verb == "watch" and request.query.get("resourceVersion") not in (None, "", "0")
+                decision = self.faults.decide(verb, target.resource, target.namespace, target.name, rewatch)
                 fault = bool(decision.status or decision.hang_s or decision.latency_s)
                 if decision.latency_s:
                     await asyncio.sleep(decision.latency_s)
@@ -221,13 +222,16 @@ class ApiServer:
                         "exceeded (injected)",
                         retry_after=1,
                     )
-                if decision.status:
+                if decision.status == Gone.code and verb == "watch":
+                    response = await self._expired_watch(request)
+                elif decision.status:
                     raise error_for_code(
                         decision.status,
                         decision.message or f"injected fault ({decision.status})",
                         retry_after=1 if decision.status == 429 else None,
                     )
-                response = await self._resource(request, target, verb, decision)
+                else:
+                    response = await self._resource(request, target, verb, decision)
                 if (
                     target.rt.plural == crds.CRDS
                     and verb not in ("get", "list", "watch")
@@ -236,6 +240,9 @@ class ApiServer:
                     crds.sync(self.store)
         except ApiError as err:
             response = _error(err)
+        except ConnectionResetError:  # the client went away (a killed worker): nothing to answer
+            log.debug("client gone during %s %s", request.method, request.path_qs)
+            response = web.Response(status=499)
         except Exception as err:  # never let a handler bug become a dropped connection
             log.exception("emulator handler failed on %s %s", request.method, request.path_qs)
             response = _error(InternalError(f"emulator error: {err!r}"))
@@ -552,6 +559,15 @@ class ApiServer:
             raise BadRequest(f"the request body is not valid JSON: {err}") from None
 
     # --- watch ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _expired_watch(request: web.Request) -> web.StreamResponse:
+        """An injected 410 on a watch, as the watch cache gives it: 200, then one ERROR event."""
+        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        gone = Gone("too old resource version (injected)")
+        await resp.write(orjson.dumps({"type": "ERROR", "object": gone.status()}) + b"\n")
+        return resp
 
     async def _watch(self, request: web.Request, target: Target, decision: Any) -> web.StreamResponse:
         q = request.query

@@ -75,3 +75,50 @@ def test_provisioner_ttls_are_whole_non_negative_seconds():
     for bad in (-1, 1.5, "30", True):
         with pytest.raises(DurationError):
             ttl_seconds(bad)
+
+
+@pytest.mark.parametrize("value", ["99999999999999h", "9" * 400 + "s", 1e300, float("inf"), 10**20])
+def test_a_duration_out_of_range_is_a_duration_error(value):
+    """Found by the fuzz tests (tests/unit/test_fuzz_inputs.py): Karpenter's CRD pattern admits
+    "99999999999999h", and it raised OverflowError, past every caller's handling of bad input: a
+    NodePool with it broke reading the pool instead of being reported as invalid."""
+    with pytest.raises(DurationError, match="out of range"):
+        parse_duration(value)
+
+
+def test_a_nodepool_with_an_out_of_range_expire_after_is_read_with_a_problem():
+    from api.nodepool_reader import read_nodepool
+
+    raw = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "expireAfter": "99999999999999h",
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                    "requirements": [],
+                }
+            }
+        },
+    }
+    pool, problems = read_nodepool(raw)
+    assert any("expireAfter" in p and "out of range" in p for p in problems), problems
+    assert pool.spec.template.spec.expire_after == "Never"  # fails closed: never expires
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(microseconds=1), "0.000001s"),
+        (timedelta(seconds=12.345678), "12.345678s"),
+        (timedelta(hours=1, microseconds=500_000), "1h0.5s"),
+        (-timedelta(minutes=1, microseconds=10), "-1m0.00001s"),
+    ],
+)
+def test_a_formatted_duration_is_go_syntax_that_parses_back_the_same(delta, text):
+    """Found by the fuzz tests: "%g" wrote 1e-06s, which is not Go syntax, and 12.3457s for
+    12.345678s, so a workflow input with such a duration did not read back as it was started."""
+    assert format_duration(delta) == text
+    assert parse_duration(text) == delta

@@ -83,9 +83,9 @@ def test_the_graph_sees_sub_packages():
 
 def test_activities_and_workflows_do_not_depend_on_the_planner():
     """The planner decides; only the controller's planning activities run it (with pass_report, which
-    turns the pass's Plan into Events and gauges), the interruption handler reads the budget rule
-    before a proactive (rebalance) replacement, and the informer cache feeds the planner's
-    SnapshotBuilder as events arrive (issue 21's incremental pass)."""
+    turns the pass's Plan into Events and gauges), the interruption
+    handler reads the budget rule before a proactive (rebalance) replacement, and the informer cache
+    feeds the planner's snapshot builder with its events (the pass is incremental)."""
     edges = graph()
     leaks = sorted(
         (name, target)

@@ -211,3 +211,25 @@ def test_instance_store_raid0_in_each_familys_words():
     settings = tomllib.loads(generate("Bottlerocket", CLUSTER, node, None))["settings"]
     command = settings["bootstrap-commands"]["000-mount-instance-storage"]
     assert command["commands"][0] == ["apiclient", "ephemeral-storage", "init"] and command["essential"]
+
+
+@pytest.mark.parametrize(
+    "user_data",
+    ['settings = "x"\n', "[settings]\nkubernetes = 1\n", '[settings.kubernetes]\nnode-labels = "a"\n'],
+)
+def test_bottlerocket_user_data_with_a_scalar_where_a_table_goes_is_refused_as_invalid(user_data):
+    """Found by the fuzz tests: these raised AttributeError/TypeError, which the launch activity does
+    not answer as a bad EC2NodeClass (ValueError: permanent INVALID) but retries."""
+    with pytest.raises(ValueError, match="must be a TOML table"):
+        generate("Bottlerocket", CLUSTER, NodeBootstrap(nodepool="p"), user_data)
+
+
+@pytest.mark.parametrize(
+    ("user_data", "key", "value"),
+    [('"é" = 1\n', "é", 1), ('a = "x\\ny\\u0001\\u007f"\n', "a", "x\ny\x01\x7f"), ('"a\\n" = 2\n', "a\n", 2)],
+)
+def test_bottlerocket_keeps_the_users_keys_and_strings_valid_toml(user_data, key, value):
+    """Found by the fuzz tests: a non-ASCII key was written bare and a string's newline raw, so the
+    instance got user data Bottlerocket cannot parse."""
+    settings = tomllib.loads(generate("Bottlerocket", CLUSTER, NodeBootstrap(nodepool="p"), user_data))
+    assert settings[key] == value

@@ -249,6 +249,13 @@ async def _heartbeated_evictions(child) -> int:
             "replacements.0.nodepool",
         ),
         ("TerminationWorkflow", {"nodes": ["a"]}, "node"),
+        # Found by the fuzz tests: an OverflowError failed the workflow task (retried, stuck) instead.
+        ("TerminationWorkflow", {"node": "a", "termination_grace_period": 1e300}, "termination_grace_period"),
+        (
+            "DisruptionWorkflow",
+            {"reason": "Drifted", "nodes": ["a"], "timeouts": {"replacement_ready": "99999999999999h"}},
+            "timeouts.replacement_ready",
+        ),
     ],
 )
 async def test_a_malformed_input_from_the_cli_fails_in_seconds_naming_the_field(

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
+from sim.chaos.processes import TemporalServer
 from tests.integration.workflows.conftest import Workload, node, scenario
 from workflows.termination import TerminationWorkflow
 
@@ -94,3 +95,42 @@ async def _phase(handle, phase: str) -> bool:
         return (await handle.query(TerminationWorkflow.status)).phase == phase
     except Exception:
         return False
+
+
+@pytest.mark.sim_stack(scenario=scenario([A], []))
+async def test_a_worker_started_while_temporal_is_down_waits_for_it(karpflow, tmp_path):
+    """Found by the chaos run: a worker that started while the Temporal server restarted exited (1) at
+    once, and would have waited for its pod's crash-loop backoff. It waits for the server instead."""
+    server = TemporalServer(tmp_path)
+    server.port, health = free_port(), free_port()
+    process = karpflow.worker_process(
+        KARPFLOW_TEMPORAL_ADDRESS=server.address, KARPFLOW_HEALTH_PORT=str(health)
+    )
+    try:
+        await karpflow.eventually(
+            lambda: _async("does not answer" in karpflow.worker_logs()),
+            within=30,
+            what=lambda: f"a retry line\n{karpflow.worker_logs()}",
+        )
+        assert process.poll() is None, karpflow.worker_logs()
+        # Alive for the liveness probe (no restart by the kubelet), not ready for traffic.
+        assert await asyncio.to_thread(probe, health, "/healthz") == (200, {"status": "ok"})
+        assert await asyncio.to_thread(probe, health, "/readyz") == (503, {"ready": False})
+        await asyncio.to_thread(server.start)
+        await karpflow.eventually(
+            lambda: _async("worker running: task queue" in karpflow.worker_logs()),
+            within=60,
+            what=lambda: f"the worker to connect\n{karpflow.worker_logs()}",
+        )
+        assert process.poll() is None
+        await karpflow.eventually(
+            lambda: asyncio.to_thread(lambda: probe(health, "/readyz")[0] == 200), within=30, what="ready"
+        )
+    finally:
+        process.kill()
+        await asyncio.to_thread(process.wait, 10)
+        await asyncio.to_thread(server.stop)
+
+
+async def _async(value):
+    return value

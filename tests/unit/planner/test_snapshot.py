@@ -178,6 +178,16 @@ def test_a_streamed_json_list_reports_items_that_are_not_objects(tmp_path):
     assert load_snapshot(path, now=DEFAULT_NOW).problems == ["List items[0]: not an object: 7 (skipped)"]
 
 
+@pytest.mark.parametrize("kind", ["NodePool", "Provisioner", "AWSNodeTemplate"])
+def test_a_pool_whose_metadata_or_spec_is_not_an_object_is_a_problem_not_a_crash(tmp_path, kind):
+    """Found by the fuzz tests: the seed-era migration warning read metadata.name first and raised
+    AttributeError out of the whole load (`karpflow plan`, the controller's pass)."""
+    path = tmp_path / "pools.json"
+    path.write_text(json.dumps({"kind": "List", "items": [{"kind": kind, "metadata": 1.0, "spec": 7}]}))
+    snapshot = load_snapshot(path, now=DEFAULT_NOW)
+    assert snapshot.nodepools == {} and snapshot.problems
+
+
 def test_scalar_label_values_of_hand_written_yaml_become_text():
     pod = {"kind": "Pod", "metadata": {"name": "p", "labels": {"tier": 1, "canary": True}}, "spec": {}}
     snapshot = Snapshot.from_objects([pod], now=DEFAULT_NOW)

@@ -173,6 +173,22 @@ def test_pods_lost_with_their_node_violate_the_budget(checker):
     assert [v.details["cause"] for v in checker.check().violations] == ["node-gone"]
 
 
+def test_pods_lost_with_an_instance_ec2_took_are_not_judged(checker):
+    """A spot reclaim or a failed instance is no one's disruption: PDBs do not cover it."""
+    pods = seed(checker, minAvailable=3)
+    protected = pod("batch", owner="other", **{k.DO_NOT_DISRUPT_ANNOTATION: "true"})
+    checker.observe("ADDED", protected)
+    checker.instance_lost("i-1")
+    checker.observe("DELETED", node("n1", "i-1"))
+    checker.observe("DELETED", pods[0])
+    checker.observe("DELETED", protected)
+    assert checker.check().ok
+    assert checker.counts["involuntary-losses"] == 2
+    # An eviction of a pod of that node is still judged: karpflow asked for it.
+    checker.pod_evicted(pods[1])
+    assert [v.invariant for v in checker.check().violations] == ["pdb-violation"]
+
+
 def test_forced_termination_past_the_deadline_is_allowed(checker):
     pods = seed(checker, minAvailable=3)
     # Deadline 20 s away, pod grace 30 s: Karpenter already deletes the pod now.

@@ -705,6 +705,23 @@ def test_watch_disconnect_fault(emu: EmulatorServer, core: client.CoreV1Api) -> 
     assert len(lines) == 1 and time.monotonic() - started < 2
 
 
+def test_a_410_on_rewatch_comes_as_the_watch_cache_sends_it(
+    emu: EmulatorServer, core: client.CoreV1Api
+) -> None:
+    emu.faults.add({"verb": "watch", "resource": "nodes", "status": 410, "rewatch_only": True})
+    emu.store.create("nodes", b.node("n1"))
+    version = core.list_node().metadata.resource_version
+    # A first watch (no resourceVersion) is not a re-watch: served as usual.
+    first = core.list_node(watch=True, timeout_seconds=1, _preload_content=False)
+    assert [json.loads(line)["type"] for line in first.data.decode().splitlines()] == ["ADDED"]
+    # Resuming from a version: 200 and one ERROR event with the 410 Status, so the client lists again.
+    resumed = core.list_node(watch=True, resource_version=version, timeout_seconds=5, _preload_content=False)
+    assert resumed.status == 200
+    (event,) = [json.loads(line) for line in resumed.data.decode().splitlines()]
+    assert event["type"] == "ERROR" and event["object"]["code"] == 410
+    assert event["object"]["reason"] == "Expired"
+
+
 def test_sim_state_and_reset(emu: EmulatorServer) -> None:
     emu.store.create("nodes", b.node("n1"))
     code, state = http(emu, "GET", "/sim/state")
