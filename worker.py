@@ -51,6 +51,7 @@ from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
+from activities.events import EventActivities
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
@@ -61,6 +62,7 @@ from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
+from kube.events import recorder_for
 from runtime.connections import (
     aws_client,
     connect_kubernetes,
@@ -99,7 +101,11 @@ def in_cluster_ca(settings: WorkerSettings) -> str | None:
 def activities_for(
     kube: KubeApi, ec2: Any, settings: WorkerSettings, planning: PlanningActivities | None = None
 ) -> list[Callable[..., Any]]:
-    """Every activity the workflows call, bound to its clients (the controller's only with `planning`)."""
+    """Every activity the workflows call, bound to its clients. The worker passes `planning` whether or
+    not it runs the controller: every worker of a task queue must be able to run every activity the
+    workflows on it call (Temporal gives an activity task to any poller of the queue), so a worker
+    started with the controller off still serves the passes of a controller someone starts
+    (`karpflow controller start`); its informer cache starts with the first pass it gets."""
     ca_bundle = settings.cluster_ca_bundle or (settings.cluster_endpoint and in_cluster_ca(settings))
     given = settings.cluster_endpoint and ca_bundle and settings.service_cidr
     endpoint = ClusterEndpoint(
@@ -117,6 +123,7 @@ def activities_for(
         threads=settings.ec2_threads,
         endpoint=endpoint,
         iam=aws_client("iam", settings),
+        events=recorder_for(kube),
     )
     kubernetes = KubernetesActivities(
         kube,
@@ -149,6 +156,8 @@ def activities_for(
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
+        # Events only a workflow knows to record (workflows/events.py).
+        EventActivities(kube).record_event,
     ]
     if planning is not None:
         activities += [
@@ -214,24 +223,22 @@ class KarpflowWorker:
             self.kube = await connect_kubernetes(settings)
         if self.ec2 is None:
             self.ec2 = ec2_client(settings)
-        planning = None
+        # The cluster as the planner sees it: the controller's passes, and the interruption poller's
+        # replacements and budgets. Started now when this worker runs either; else by the first pass
+        # a controller (started elsewhere, or by `karpflow controller start`) gives it.
+        self.cache = ClusterCache(self.kube, stale_after=settings.cache_stale_after, heap=self.heap)
         if settings.controller or settings.interruption_queue:
-            # The cluster as the planner sees it: the controller's passes, and the interruption
-            # poller's replacements and budgets.
-            self.cache = ClusterCache(self.kube, stale_after=settings.cache_stale_after, heap=self.heap)
             self.cache.start()
-        if settings.controller:
-            assert self.cache is not None
-            planning = PlanningActivities(
-                self.cache,
-                self.kube,
-                self.client,
-                task_queue=settings.task_queue,
-                region=settings.aws_region,
-                cluster=settings.cluster_name,
-                instances=InstanceDescriptions(self.ec2),
-                karpenter_coexistence=settings.karpenter_coexistence,
-            )
+        planning = PlanningActivities(
+            self.cache,
+            self.kube,
+            self.client,
+            task_queue=settings.task_queue,
+            region=settings.aws_region,
+            cluster=settings.cluster_name,
+            instances=InstanceDescriptions(self.ec2),
+            karpenter_coexistence=settings.karpenter_coexistence,
+        )
         self.worker = Worker(
             self.client,
             task_queue=settings.task_queue,
@@ -317,7 +324,7 @@ class KarpflowWorker:
             reasons.append("the Temporal worker is not running")
         if self.watcher is not None and not self.watcher.synced:
             reasons.append("the node-deletion watcher has not listed nodes yet")
-        if self.cache is not None:
+        if self.cache is not None and self.cache.started:  # else it starts with a first pass
             if unsynced := self.cache.unsynced():
                 reasons.append(f"the cluster cache has not listed {', '.join(unsynced)} yet")
             reasons.extend(f"the cluster cache is stale: {why}" for why in self.cache.stale())

@@ -47,6 +47,8 @@ from api.constants import (
     cluster_tag,
 )
 from api.workflow_io import Offering
+from kube import events
+from kube.events import EventRecorder
 from launch import ec2_params
 from launch.instance_labels import eni_max_pods, instance_type_labels, offering_labels
 from launch.userdata import ClusterInfo, NodeBootstrap, generate
@@ -183,8 +185,10 @@ class EC2Activities:
         *,
         endpoint: ClusterEndpoint | None = None,
         iam: Any = None,
+        events: EventRecorder | None = None,
     ) -> None:
         self.ec2 = ec2
+        self.events = events  # DisruptionLaunching on the candidates (none without a Kubernetes API)
         self.cluster = cluster_name
         self.endpoint = endpoint or ClusterEndpoint(cluster_name)
         self.profiles = InstanceProfiles(iam, cluster_name)
@@ -256,7 +260,26 @@ class EC2Activities:
             raise failure from None
         instance = response["Instances"][0]
         log.info("%s: launched instance %s", what, instance["InstanceId"])
+        await self._launching(request, instance["InstanceId"])
         return await self._with_labels(self._launched_instance(instance, adopted=False), instance, request)
+
+    async def _launching(self, request: LaunchRequest, instance_id: str) -> None:
+        """Karpenter's DisruptionLaunching on each node the launch replaces."""
+        if self.events is None or not request.candidates:
+            return
+        offering = request.offering
+        launched = f"{instance_id} ({offering.instance_type} {offering.capacity_type} in {offering.zone})"
+        reason = request.reason or "disruption"
+        await asyncio.gather(
+            *(
+                self.events.record(
+                    events.disruption_launching(
+                        events.ObjectRef("Node", c.node, uid=c.uid or ""), reason, launched
+                    )
+                )
+                for c in request.candidates
+            )
+        )
 
     async def _with_labels(
         self, launched: LaunchedInstance, instance: dict[str, Any], request: LaunchRequest

@@ -37,7 +37,12 @@ class EventActivities:
 
     @activity.defn(name="record_event")
     async def record_event(self, request: RecordEventRequest) -> str:
-        """Record the Event; returns the outcome (created, aggregated, deduplicated, rate_limited, failed)."""
+        """Record the Event; returns the outcome (created, aggregated, deduplicated, rate_limited, failed).
+        With a UID (a workflow's pinned node) the object is not read: a node that reuses the name is
+        another node, and must not get this node's Event."""
         api_version = f"{KARPENTER_GROUP}/{KARPENTER_VERSION}" if request.kind == "NodePool" else "v1"
-        ref = events.ObjectRef.of(await self._object(request), request.kind, api_version)
+        if request.uid:
+            ref = events.ObjectRef(request.kind, request.name, request.namespace, request.uid, api_version)
+        else:
+            ref = events.ObjectRef.of(await self._object(request), request.kind, api_version)
         return await events.recorder_for(self.kube).record(events.Event(ref, request.reason, request.message))

@@ -43,6 +43,7 @@ from api.constants import (
     ARCH_LABEL,
     AWS_GROUP,
     AWS_VERSION,
+    CAPACITY_TYPE_LABEL,
     DO_NOT_SYNC_TAINTS_LABEL,
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
@@ -52,6 +53,7 @@ from api.constants import (
     KNOWN_EPHEMERAL_TAINT_KEYS,
     NODEPOOL_LABEL,
     REASON_EMPTY,
+    REASON_MANUAL,
     REGISTERED_LABEL,
     TERMINATION_FINALIZER,
     TERMINATION_TIMESTAMP_ANNOTATION,
@@ -63,10 +65,12 @@ from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS, TaintSpec
+from kube import events
 from kube.client import NODES, Json, KubeApi, KubeError
 from kube.drain_rules import Pod, disruption_taint
 from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
+from runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +266,15 @@ class KubernetesActivities:
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
 
+    async def _record(self, batch: list[events.Event]) -> None:
+        """Events of this step (best effort: the recorder never raises)."""
+        recorder = events.recorder_for(self.kube)
+        await asyncio.gather(*(recorder.record(event) for event in batch))
+
+    @staticmethod
+    def _refs(nodes: list[NodeRef]) -> list[events.ObjectRef]:
+        return [events.ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
+
     # -- candidates -------------------------------------------------------------------------------
 
     @activity.defn(name="taint_disrupted")
@@ -387,12 +400,15 @@ class KubernetesActivities:
         and so do nodes another command holds (a rollback undoes only its own taints; the holder is
         read on the version the write replaces). Returns the nodes released."""
 
+        refs: dict[str, events.ObjectRef] = {}
+
         async def untaint(name: str) -> str | None:
             released = False  # untainted now, or was not tainted: no claim of this command left on it
 
             def mutate(node: Json) -> bool:
                 nonlocal released
                 released = False
+                refs[name] = events.ObjectRef.of(node, "Node", "v1")
                 if another_node(node, request.uids.get(name)) is not None:
                     return False  # the pinned node is gone: nothing of this command's is on this one
                 if (node.get("metadata") or {}).get("deletionTimestamp"):
@@ -415,7 +431,17 @@ class KubernetesActivities:
                 raise classify_kube(err, f"untainting node {name}") from None
             return name if released else None
 
-        return [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
+        released = [name for name in await asyncio.gather(*(untaint(n) for n in request.nodes)) if name]
+        if request.rolled_back:
+            command = request.command_id.partition("@")[0] or "command"
+            await self._record(
+                [
+                    events.disruption_rolled_back(refs[n], command, request.rolled_back)
+                    for n in released
+                    if n in refs
+                ]
+            )
+        return released
 
     # -- replacements -----------------------------------------------------------------------------
 
@@ -552,6 +578,7 @@ class KubernetesActivities:
         interval = self._interval(request.poll_interval_seconds)
         polls = 0
         what = f"replacement instance {instance.instance_id} ({instance.provider_id})"
+        said = False
         while True:
             try:
                 node = await self._node_for(
@@ -570,6 +597,15 @@ class KubernetesActivities:
                 log.info("node %s registered for %s", name, what)
                 return RegisteredNode(node=name)
             _heartbeat({"waiting_for": f"a Node with providerID {instance.provider_id}"})
+            if not said:  # the candidates wait for it: say so once (the recorder dedupes a retry)
+                said = True
+                replacement = f"{instance.instance_id} ({instance.offering.instance_type})"
+                await self._record(
+                    [
+                        events.disruption_waiting_readiness(r, replacement)
+                        for r in self._refs(request.candidates)
+                    ]
+                )
             polls += 1
             await asyncio.sleep(interval)
 
@@ -592,6 +628,7 @@ class KubernetesActivities:
         """Wait until the node is Ready with no startup or ephemeral taint left, then label it initialized.
         The heartbeat says what it still waits for; a timeout reports it."""
         interval = self._interval(request.poll_interval_seconds)
+        said = False
         while True:
             try:
                 node = await self.kube.find_node(request.node)
@@ -609,6 +646,14 @@ class KubernetesActivities:
                     raise classify_kube(err, f"labelling node {request.node} initialized") from None
                 return
             _heartbeat({"node": request.node, "waiting_for": blockers})
+            if not said:
+                said = True
+                await self._record(
+                    [
+                        events.disruption_waiting_readiness(r, request.node)
+                        for r in self._refs(request.candidates)
+                    ]
+                )
             await asyncio.sleep(interval)
 
     @activity.defn(name="release_node")
@@ -671,16 +716,19 @@ class KubernetesActivities:
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
                 await self.kube.update_node(name, pinned(uid, ensure_finalizer))
                 await self._delete_node(name, uid)
+                await self._disrupting(node, request.reason)  # this call deleted it: once per node
                 node = await self.kube.find_node(name)
                 if node is None or another_node(node, uid) is not None:
                     return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
             deadline = await self._deadline(node, request)
+            pods = await self.kube.pods_on_node(name)
         except guards.Refused as err:
             raise guards.refusal(err) from None
         except errors.ApplicationError:
             raise
         except Exception as err:
             raise classify_kube(err, f"beginning termination of node {name}") from None
+        now = datetime.now(UTC)
         provider_id = (node.get("spec") or {}).get("providerID") or request.provider_id
         return NodeInfo(
             node=name,
@@ -692,9 +740,23 @@ class KubernetesActivities:
             nodepool=(node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL),
             deletion_timestamp=parse_time(node["metadata"].get("deletionTimestamp")),
             deadline=deadline,
+            pods=sum(1 for pod in pods if Pod(pod).waited_for(now)),
             handed_over=self._karpenter_drains(node),
             nodeclaim=nodeclaim,
         )
+
+    async def _disrupting(self, node: Json, reason: str) -> None:
+        """A disruption deleted the node: Karpenter's DisruptionTerminating Event and nodeclaims_disrupted
+        (a person's `kubectl delete node`, reason Manual, is no disruption: no Event, not counted)."""
+        if reason == REASON_MANUAL:
+            return
+        labels = node["metadata"].get("labels") or {}
+        metrics.NODECLAIMS_DISRUPTED.labels(
+            reason=reason,
+            nodepool=labels.get(NODEPOOL_LABEL, ""),
+            capacity_type=labels.get(CAPACITY_TYPE_LABEL, ""),
+        ).inc()
+        await self._record([events.disruption_terminating(node, reason)])
 
     def _karpenter_drains(self, node: Json) -> bool:
         """Beside Karpenter, whether its node termination controller acts on this node once it is
@@ -754,7 +816,10 @@ class KubernetesActivities:
         written = await self.kube.update_node(
             node["metadata"]["name"], pinned(uid_of(node), lambda n: bring_deadline_forward(n, deadline))
         )
-        return annotated_deadline(written) or deadline
+        stamped = annotated_deadline(written) or deadline
+        # Every pod left by then is deleted, PDBs or not: worth a Warning on the node.
+        await self._record([events.termination_grace_period_expiring(written or node, stamped)])
+        return stamped
 
     async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
         """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the planner and
@@ -909,9 +974,26 @@ class KubernetesActivities:
         """The last step: once the finalizer is gone the API server removes the node. Only the pinned
         node's: another node that reuses the name keeps its finalizer."""
         ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
+        released: list[Json] = []
+
+        def mutate(n: Json) -> bool:
+            released.clear()
+            if drop_finalizer(n):
+                released.append(n)
+                return True
+            return False
+
         try:
-            await self.kube.update_node(ref.node, pinned(ref.uid, drop_finalizer))
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
             raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None
+        if released:  # counted by the call that removed it: a retry finds it gone
+            meta = released[0]["metadata"]
+            pool = (meta.get("labels") or {}).get(NODEPOOL_LABEL, "")
+            metrics.NODES_TERMINATED.labels(nodepool=pool).inc()
+            deleted = parse_time(meta.get("deletionTimestamp"))
+            if deleted is not None:
+                seconds = (datetime.now(UTC) - deleted).total_seconds()
+                metrics.NODES_TERMINATION_DURATION.labels(nodepool=pool).observe(max(seconds, 0.0))

@@ -29,15 +29,16 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import pass_report
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
@@ -61,10 +62,14 @@ from api.controller_io import (
     Verdict,
 )
 from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_workflow_id
+from api.workflow_summaries import disruption_details, disruption_memo, disruption_summary
 from cluster.informer import ClusterCache
 from kube.client import Json, KubeApi
+from kube.events import EventBatches, recorder_for
+from planner import why_not
 from planner.catalog import Catalog, bundled_catalog
 from planner.model import (
+    CONSOLIDATION_TYPE_OF,
     EMPTINESS,
     MULTI_NODE_CONSOLIDATION,
     OPTIMAL_CONSOLIDATION,
@@ -74,6 +79,7 @@ from planner.model import (
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
 from planner.snapshot import Snapshot, instance_id_of
+from runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +125,10 @@ def backed_off(backoffs: Iterable[Backoff], fresh: Iterable[FailedCommand], now:
     as soon as this pass returns)."""
     out = {}
     for failure in fresh:
+        why = f": {failure.message}" if failure.message else ""
         for pool in failure.nodepools:
             out[f"{pool}/{failure.reason}"] = (
-                f"NodePool {pool} backs off {failure.reason}: {failure.workflow_id} failed"
+                f"NodePool {pool} backs off {failure.reason}: {failure.workflow_id} failed{why}"
             )
     for b in backoffs:
         if b.until > now:
@@ -130,6 +137,28 @@ def backed_off(backoffs: Iterable[Backoff], fresh: Iterable[FailedCommand], now:
                 f"after {b.failures} failed command(s)"
             )
     return out
+
+
+FAILURE_TEXT_LIMIT = 300  # it travels in the pass result and the controller's backoffs
+
+
+def failure_text(failure: Any) -> str:
+    """A Temporal Failure (proto) as one line: its innermost cause with its type, e.g.
+    `InstanceNotOwned: instance i-0abc is not tagged for cluster c` (the outer ones only wrap it:
+    "Child Workflow execution failed", "Activity task failed")."""
+    while failure.HasField("cause"):
+        failure = failure.cause
+    kind = failure.application_failure_info.type if failure.HasField("application_failure_info") else ""
+    text = " ".join(failure.message.split())
+    return (f"{kind}: {text}" if kind else text)[:FAILURE_TEXT_LIMIT]
+
+
+def held_reason(reason: str, holder: tuple[str, str] | None) -> str:
+    """The planner's reason for a node, naming the running workflow that holds it when one does
+    (the planner only sees its taint), and the approval it waits for."""
+    if holder is None or why_not.kind_of(reason) != why_not.Kind.IN_PROGRESS:
+        return reason
+    return why_not.in_flight_reason(*holder)
 
 
 class SentReasons:
@@ -149,9 +178,9 @@ class SentReasons:
         return update
 
 
-def planned_command(command: Any, cluster: str = "") -> PlannedCommand:
+def planned_command(command: Any, cluster: str = "", started_by: str = "") -> PlannedCommand:
     """A planner Command as the controller starts it: its workflow id (scoped by `cluster`) and input,
-    and its planned form."""
+    its planned form, and what the Web UI shows of it (summary, details, memo naming `started_by`)."""
     workflow_input = disruption_input(command)
     return PlannedCommand(
         workflow_id=disruption_workflow_id(command, cluster),
@@ -164,12 +193,55 @@ def planned_command(command: Any, cluster: str = "") -> PlannedCommand:
         savings_per_hour=command.savings_per_hour,
         input=workflow_input.model_dump(mode="json"),
         planned=command_out(command).model_dump(mode="json", by_alias=True),
+        decision=command.decision,
+        consolidation_type=CONSOLIDATION_TYPE_OF.get(command.method, ""),
+        summary=disruption_summary(command),
+        details=disruption_details(command),
+        memo=disruption_memo(command, started_by),
     )
+
+
+def narrowed(command: PlannedCommand, out: CommandOut) -> PlannedCommand:
+    """The command with the nodes validation kept (emptiness keeps the subset still valid), its input,
+    planned form and what the Web UI shows following."""
+    nodes = list(out.nodes)
+    return command.model_copy(
+        update={
+            "nodes": nodes,
+            "input": {**command.input, "nodes": nodes},
+            "planned": out.model_dump(mode="json", by_alias=True),
+            "savings_per_hour": out.savings_per_hour,
+            "summary": disruption_summary(out),
+            "details": disruption_details(out),
+            "memo": {
+                **command.memo,
+                "nodes": nodes,
+                "estimatedSavingsPerHour": round(out.savings_per_hour, 6),
+            },
+        }
+    )
+
+
+def controller_started_by(controller: str) -> str:
+    """The memo's `command` of what the controller starts: the controller (its workflow id)."""
+    return f"karpflow controller ({controller})" if controller else "karpflow controller"
 
 
 def controller_id() -> str:
     """The workflow id of the controller this activity runs for."""
     return activity.info().workflow_id if activity.in_activity() else ""
+
+
+class InFlight:
+    """Running disruption and termination workflows, and which of them holds each node."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.holders: dict[str, tuple[str, str]] = {}  # node -> (workflow id, phase)
+
+    @property
+    def nodes(self) -> set[str]:
+        return set(self.holders)
 
 
 class CacheNotSynced(RuntimeError):
@@ -233,22 +305,31 @@ class PlanningActivities:
         self.options = options or PlanOptions()
         self._catalog = catalog
         self.sent_reasons = SentReasons()
+        # The pass's Events (none where a test plans without a Kubernetes API).
+        self.events = EventBatches(recorder_for(kube)) if kube is not None else None
 
     # -- what is in flight ----------------------------------------------------------------------------
 
-    async def _in_flight(self) -> tuple[list[str], set[str]]:
+    async def _in_flight(self) -> InFlight:
         """Running disruption and termination workflows of this task queue (another cluster's worker
-        may share the namespace), and the nodes they hold."""
+        may share the namespace), and the nodes they hold (with the phase each is in)."""
         types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
-        ids, nodes = [], set()
+        found = InFlight()
         async for execution in self.client.list_workflows(
             f"WorkflowType IN ({types}) AND ExecutionStatus = 'Running' AND TaskQueue = '{self.task_queue}'"
         ):
-            ids.append(execution.id)
-            nodes.update(execution.typed_search_attributes.get(sa.NODES) or ())
-        return sorted(ids), nodes
+            found.ids.append(execution.id)
+            phase = execution.typed_search_attributes.get(sa.PHASE) or ""
+            for node in execution.typed_search_attributes.get(sa.NODES) or ():
+                # A disruption names its candidates and starts their terminations: name the disruption.
+                if node not in found.holders or execution.workflow_type == "DisruptionWorkflow":
+                    found.holders[node] = (execution.id, phase)
+        found.ids.sort()
+        return found
 
-    async def _failed_since(self, since: datetime | None) -> list[FailedCommand]:
+    async def _failed_since(
+        self, since: datetime | None, counted: Collection[str] = ()
+    ) -> list[FailedCommand]:
         if since is None:
             return []
         query = (
@@ -262,20 +343,36 @@ class PlanningActivities:
             reason = execution.typed_search_attributes.get(sa.REASON) or ""
             if reason not in VOLUNTARY_REASONS:
                 continue  # forceful commands are never held back
-            failed.append(
-                FailedCommand(
-                    workflow_id=execution.id,
-                    run_id=execution.run_id,
-                    nodepools=[p for p in pools if p],
-                    reason=reason,
-                    closed_at=execution.close_time or since,
-                )
+            failure = FailedCommand(
+                workflow_id=execution.id,
+                run_id=execution.run_id,
+                nodepools=[p for p in pools if p],
+                reason=reason,
+                closed_at=execution.close_time or since,
             )
+            if failure.key not in counted:  # read why once, when the controller first counts it
+                failure.message = await self._failure_of(execution.id, execution.run_id)
+            failed.append(failure)
         return failed
+
+    async def _failure_of(self, workflow_id: str, run_id: str | None) -> str:
+        """Why a closed workflow failed, as its close event says (the innermost cause, quoted); ""
+        when it cannot be read (the backoff is decided anyway)."""
+        try:
+            handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+            async for event in handle.fetch_history_events(
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+            ):
+                if event.HasField("workflow_execution_failed_event_attributes"):
+                    return failure_text(event.workflow_execution_failed_event_attributes.failure)
+        except RPCError as err:
+            log.info("cannot read why %s failed: %s", workflow_id, err)
+        return ""
 
     # -- the view ------------------------------------------------------------------------------------
 
     async def _snapshot(self, held: set[str], now: datetime) -> Snapshot:
+        self.cache.start()  # a worker without the controller starts its cache with its first pass
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         if stale := self.cache.stale():
@@ -320,10 +417,10 @@ class PlanningActivities:
     async def _plan_pass(self, request: PassRequest) -> PassResult:
         started = time.perf_counter()
         now = datetime.now(UTC)
-        in_flight, held = await self._in_flight()
-        held |= set(request.holding)
-        failed = await self._failed_since(request.failures_since)
+        flying = await self._in_flight()
+        held = flying.nodes | set(request.holding)
         counted = set(request.counted_failures)
+        failed = await self._failed_since(request.failures_since, counted)
         fresh = [f for f in failed if f.key not in counted]
         snapshot = await self._snapshot(held, now)
         catalog = self._catalog_for(snapshot, request.unavailable, now)
@@ -334,16 +431,21 @@ class PlanningActivities:
             for name, node in snapshot.nodes.items()
             if any(t.key == self.taint_key for t in node.taints) and not node.is_deleting and name not in held
         )
-        commands = [planned_command(command, self.cluster) for command in result.commands_]
+        started_by = controller_started_by(controller_id())
+        commands = [planned_command(command, self.cluster, started_by) for command in result.commands_]
         finalizers = nodepool_finalizer_changes(snapshot)
-        reasons = {b.node: b.reason for b in result.blocked}
+        reasons = {b.node: held_reason(b.reason, flying.holders.get(b.node)) for b in result.blocked}
+        seconds = round(time.perf_counter() - started, 3)
+        pass_report.record_pass_metrics(result, reasons, seconds)
+        if self.events is not None:
+            self.events.submit(pass_report.pass_events(result, snapshot, reasons))
         return PassResult(
             at=now,
             commands=commands,
             reasons=self.sent_reasons.update(controller_id(), request.reasons_base, reasons),
             budgets=result.budgets,
             problems=result.problems,
-            in_flight=in_flight,
+            in_flight=flying.ids,
             orphan_taints=orphans,
             annotations=[a.model_dump(mode="json") for a in result.annotations],
             taints=[t.model_dump(mode="json") for t in result.taints],
@@ -351,20 +453,8 @@ class PlanningActivities:
             failed=failed,
             nodes=len(snapshot.nodes),
             pods=len(snapshot.pods),
-            seconds=round(time.perf_counter() - started, 3),
+            seconds=seconds,
         )
-
-    def _reasons_update(self, base: str, reasons: dict[str, str]) -> node_reasons.ReasonsUpdate:
-        """Changes only, when the controller holds what this worker sent it last; else everything."""
-        controller = activity.info().workflow_id if activity.in_activity() else ""
-        previous = self._sent_reasons.pop(controller, None)
-        known = (
-            previous if previous is not None and base and node_reasons.fingerprint(previous) == base else None
-        )
-        self._sent_reasons[controller] = reasons
-        while len(self._sent_reasons) > REMEMBERED_CONTROLLERS:
-            self._sent_reasons.popitem(last=False)
-        return node_reasons.update_from(known, reasons)
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
@@ -375,8 +465,7 @@ class PlanningActivities:
     async def _validate_commands(self, request: ValidateRequest) -> list[Verdict]:
         now = datetime.now(UTC)
         own = {n for c in request.commands for n in c.nodes}
-        _, held = await self._in_flight()
-        held |= set(request.holding)
+        held = (await self._in_flight()).nodes | set(request.holding)
         snapshot = await self._snapshot(held - own, now)
         catalog = self._catalog_for(snapshot, [], now)
         verdicts = []
@@ -384,17 +473,13 @@ class PlanningActivities:
             planned = CommandOut.model_validate(command.planned)
             out = await asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
             if not out.valid or out.command is None:
+                kind = command.consolidation_type or CONSOLIDATION_TYPE_OF.get(command.method, "")
+                metrics.FAILED_VALIDATIONS.labels(consolidation_type=kind).inc()
                 verdicts.append(Verdict(workflow_id=command.workflow_id, valid=False, reason=out.reason))
                 continue
             still = command
             if out.command.nodes != planned.nodes:  # emptiness keeps the subset still valid
-                still = command.model_copy(
-                    update={
-                        "nodes": list(out.command.nodes),
-                        "input": {**command.input, "nodes": list(out.command.nodes)},
-                        "planned": out.command.model_dump(mode="json", by_alias=True),
-                    }
-                )
+                still = narrowed(command, out.command)
             verdicts.append(Verdict(workflow_id=command.workflow_id, valid=True, command=still))
         return verdicts
 
@@ -406,7 +491,7 @@ class PlanningActivities:
         holder annotation, whose workflow is described directly (visibility lags a start by a second
         or more; a describe does not). The untaint is a read-modify-write that gives up when the
         holder changed since (the node was claimed again). Returns the nodes it untainted."""
-        _, held = await self._in_flight()
+        held = (await self._in_flight()).nodes
         cleaned = []
         for name in nodes:
             if name in held:

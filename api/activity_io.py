@@ -56,6 +56,10 @@ class UntaintRequest(BaseModel):
     nodes: list[str]
     command_id: str = Field(default="", description="only taints this command holds are removed")
     uids: dict[str, str] = Field(default_factory=dict, description="node -> the UID it is pinned to")
+    rolled_back: str = Field(
+        default="",
+        description="set by a rollback (why): each node released gets a DisruptionRolledBack Event",
+    )
 
 
 # -- Replacements --------------------------------------------------------------------------------
@@ -114,6 +118,10 @@ class LaunchRequest(BaseModel):
     index: int
     offering: Offering
     template: LaunchTemplate
+    candidates: list[NodeRef] = Field(
+        default_factory=list, description="the nodes it replaces: each gets a DisruptionLaunching Event"
+    )
+    reason: str = Field(default="", description="the command's reason, for that Event")
 
 
 class LaunchedInstance(BaseModel):
@@ -129,10 +137,14 @@ class LaunchedInstance(BaseModel):
     )
 
 
+_WAITING = "the nodes it replaces: each gets a DisruptionWaitingReadiness Event"
+
+
 class RegistrationRequest(BaseModel):
     instance: LaunchedInstance
     template: LaunchTemplate
     poll_interval_seconds: float | None = None
+    candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
 
 
 class RegisteredNode(BaseModel):
@@ -143,6 +155,7 @@ class InitializationRequest(BaseModel):
     node: str
     startup_taints: list[TaintSpec] = Field(default_factory=list)
     poll_interval_seconds: float | None = None
+    candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
 
 
 # -- Replacements beside Karpenter (activities/nodeclaims.py) ---------------------------------------
@@ -230,6 +243,7 @@ class NodeInfo(BaseModel):
     deletion_timestamp: datetime | None = None
     deadline: datetime | None = Field(default=None, description="deletion time + terminationGracePeriod")
     message: str = Field(default="", description="why the node counts as gone, when it does")
+    pods: int | None = Field(default=None, description="pods the drain must see gone, when it began")
     handed_over: bool = Field(
         default=False,
         description="beside Karpenter: Karpenter's termination drains the node and ends its instance",

@@ -130,6 +130,14 @@ class PlannedCommand(BaseModel):
     savings_per_hour: float = 0.0
     input: dict[str, Any] = Field(description="the DisruptionInput, as JSON")
     planned: dict[str, Any] = Field(description="the planner's CommandOut, as JSON")
+    # For the Web UI and the metrics (absent in results of older workers: the controller falls back).
+    decision: str = Field(default="", description="delete or replace")
+    consolidation_type: str = Field(default="", description="empty, multi, single, optimal or '' (drift)")
+    summary: str = Field(default="", description="the workflow's one-line static summary")
+    details: str = Field(default="", description="the workflow's static details (Markdown)")
+    memo: dict[str, Any] = Field(
+        default_factory=dict, description="the workflow's memo: what started it, why, estimated savings"
+    )
 
 
 class FailedCommand(BaseModel):
@@ -138,7 +146,7 @@ class FailedCommand(BaseModel):
     nodepools: list[str]
     reason: str
     closed_at: datetime
-    message: str = ""
+    message: str = Field(default="", description="why it failed: its innermost cause, quoted")
 
     @property
     def key(self) -> str:

@@ -128,10 +128,19 @@ CATALOG: dict[Reason, ReasonInfo] = {
 
 class RecordEventRequest(BaseModel):
     """The `record_event` activity's input: an Event on one object, for what a workflow knows and no
-    activity does at the moment it acts (a rollback, an approval awaited)."""
+    activity does at the moment it acts (a failed termination, an approval awaited)."""
 
     kind: Literal["Node", "Pod", "NodePool"]
     name: str
     namespace: str = ""
+    uid: str = Field(
+        default="", description="the object's UID (a node's pinned one); else the object of the name now"
+    )
     reason: Reason
     message: str = Field(max_length=1024)
+
+
+def awaiting_approval_message(command: str) -> str:
+    """DisruptionAwaitingApproval's message, one wording wherever it is recorded (the approval gate, the
+    controller's pass), so the recorder counts them as one Event."""
+    return f"Disruption {command} waits for approval"

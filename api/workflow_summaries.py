@@ -3,8 +3,9 @@
 it, its reason and the estimated savings. Whoever starts a DisruptionWorkflow passes them to
 `start_workflow(static_summary=..., static_details=..., memo=...)`; they cost no workflow history.
 
-Duck-typed on the planner's `Command` (planner/model.py), like `api.workflow_io.disruption_input`,
-so this module stays free of the planner.
+Duck-typed on the planner's `Command` (planner/model.py) and its serialized `CommandOut` (what
+validation keeps), like `api.workflow_io.disruption_input`, so this module stays free of the planner.
+The controller's commands carry them from the planning activity (`PlannedCommand.summary`, ...).
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ def _nodes(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def _type_names(replacement: Any) -> list[str]:
+    """The launch options: a planner Replacement's `instance_type_names`, a CommandOut's names."""
+    names = getattr(replacement, "instance_type_names", None)
+    return list(names if names is not None else replacement.instance_types)
+
+
 def _replacement(replacement: Any) -> str:
-    types = list(replacement.instance_type_names)
+    types = _type_names(replacement)
     zones = list(replacement.zones)
     where = f" in {zones[0]}" if len(zones) == 1 else (f" in {len(zones)} zones" if zones else "")
     others = len(types) - 1
@@ -56,7 +63,7 @@ def disruption_details(command: Any) -> str:
             "",
             f"Replacement {index + 1}: NodePool {replacement.nodepool}, {replacement.capacity_type}, "
             f"zones {', '.join(replacement.zones) or 'any'}",
-            f"options, cheapest first: {', '.join(replacement.instance_type_names)}",
+            f"options, cheapest first: {', '.join(_type_names(replacement))}",
         ]
     if getattr(command, "message", ""):
         lines += ["", str(command.message)]

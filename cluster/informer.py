@@ -247,6 +247,10 @@ class ClusterCache:
         return sum(len(i.items) for i in self.informers)
 
     @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    @property
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from api.event_reasons import CATALOG, EventType, Reason
+from api.event_reasons import CATALOG, EventType, Reason, awaiting_approval_message
 from kube.client import Json, KubeApi, KubeError
 from runtime import metrics
 
@@ -179,6 +179,12 @@ def failed_termination(node: Json | ObjectRef, step: str, error: str) -> Event:
     return Event(_node(node), Reason.FAILED_TERMINATION, f"{step} failed: {error}"[:1000])
 
 
+def held_back(node: Json | ObjectRef, reason: Reason, message: str) -> Event:
+    """A node the controller's pass left alone, under the reason its kind calls for
+    (planner/why_not.py: DisruptionBlocked, Unconsolidatable, DisruptionWaitingWindow, ...)."""
+    return Event(_node(node), reason, message[:1000])
+
+
 def node_repair_blocked(obj: Json | ObjectRef, why: str) -> Event:
     ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
     return Event(ref, Reason.NODE_REPAIR_BLOCKED, why)
@@ -215,7 +221,7 @@ def disruption_rolled_back(node: Json | ObjectRef, command: str, why: str) -> Ev
 
 def disruption_awaiting_approval(obj: Json | ObjectRef, command: str) -> Event:
     ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
-    return Event(ref, Reason.DISRUPTION_AWAITING_APPROVAL, f"Disruption {command} waits for approval")
+    return Event(ref, Reason.DISRUPTION_AWAITING_APPROVAL, awaiting_approval_message(command))
 
 
 def disruption_waiting_window(node: Json | ObjectRef, window: str, action: str, until: str = "") -> Event:
@@ -358,6 +364,41 @@ class EventRecorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
+
+
+@dataclass
+class EventBatches:
+    """The Events of a controller pass, written in the background so that a pass over thousands of
+    nodes never waits on the API server: at most `concurrency` writes at a time, and while one
+    pass's batch is still being written the next pass's is skipped (its Events come again with the
+    pass after, and the recorder would only count them anyway)."""
+
+    recorder: EventRecorder
+    concurrency: int = 8
+    _running: asyncio.Task[None] | None = None
+
+    def submit(self, batch: list[Event]) -> bool:
+        """Start writing `batch`; False when the previous one is still being written."""
+        if self._running is not None and not self._running.done():
+            return False
+        if not batch:
+            return True
+        self._running = asyncio.create_task(self._write(batch), name="pass-events")
+        return True
+
+    async def _write(self, batch: list[Event]) -> None:
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(event: Event) -> None:
+            async with slots:
+                await self.recorder.record(event)  # never raises
+
+        await asyncio.gather(*(one(event) for event in batch))
+
+    async def wait(self) -> None:
+        """Until the batch being written is written (tests, shutdown)."""
+        if self._running is not None:
+            await self._running
 
 
 _recorders: weakref.WeakKeyDictionary[KubeApi, EventRecorder] = weakref.WeakKeyDictionary()

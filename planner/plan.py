@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -153,6 +154,18 @@ class AnnotationChange(_Out):
     value: str | None = None
 
 
+@dataclass(frozen=True)
+class MethodEvaluation:
+    """How long one method of the pass took and how many candidates it could consider (Karpenter's
+    decision_evaluation_duration_seconds and eligible_nodes)."""
+
+    method: str
+    reason: str
+    consolidation_type: str
+    seconds: float
+    eligible: int
+
+
 class Plan(_Out):
     at: str
     region: str
@@ -183,11 +196,17 @@ class Plan(_Out):
     )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
+    _evaluations: list[MethodEvaluation] = PrivateAttr(default_factory=list)
 
     @property
     def commands_(self) -> list[Command]:
         """The Command objects behind `commands` (same order), for in-process callers."""
         return self._commands
+
+    @property
+    def evaluations(self) -> list[MethodEvaluation]:
+        """The methods this pass ran, in order, with their time and eligible candidates."""
+        return self._evaluations
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
@@ -264,12 +283,23 @@ def plan(
     # NodeDisruptionBudgets (planner/operator_controls.py): forceful commands counted, then spent by
     # the voluntary commands each method's admitted commands take.
     ledger = ndb_ledger(ctx) if snapshot.node_disruption_budgets else None
+    evaluations = []
     for method in methods:
+        began = ctx.clock()
         eligible = [c for c in candidates if _eligible(ctx, method, c, ledger)]
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
         produced = _worth_the_churn(ctx, method, produced)
         produced = admit(ctx, method.name, produced, ledger)
+        evaluations.append(
+            MethodEvaluation(
+                method.name,
+                method.reason,
+                getattr(method, "consolidation_type", ""),
+                max(ctx.clock() - began, 0.0),
+                len(eligible),
+            )
+        )
         commands.extend(produced)
         for command in produced:
             ctx.marked_for_deletion.update(command.nodes)
@@ -325,6 +355,7 @@ def plan(
         ),
     )
     result._commands = commands
+    result._evaluations = evaluations
     return result
 
 
@@ -548,6 +579,7 @@ __all__ = [
     "BlockedOut",
     "BudgetNodesOut",
     "CommandOut",
+    "MethodEvaluation",
     "Plan",
     "ReplacementOut",
     "TaintChange",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import os
 import socket
 import sys
@@ -25,11 +26,15 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
 from api.controller_io import ControllerStatus, ControllerStopped, StopRequest
 from api.workflow_ids import controller_workflow_id
+from planner import why_not
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
 from runtime.settings import WorkerSettings, explain
@@ -75,6 +80,16 @@ async def _client(settings: WorkerSettings) -> Client:
         raise  # unreachable: _leave does not return
 
 
+async def activity_pollers(client: Client, task_queue: str) -> int:
+    """How many workers poll the task queue's activities now (every worker runs the controller's)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    return len((await client.workflow_service.describe_task_queue(request)).pollers)
+
+
 async def read_status(client: Client, cluster: str) -> ControllerStatus:
     handle = client.get_workflow_handle(controller_workflow_id(cluster))
     return await handle.query("status", result_type=ControllerStatus)
@@ -92,8 +107,15 @@ def start(settings: WorkerSettings) -> None:
     a running one running, and restart one that failed or was terminated)."""
 
     async def go() -> None:
-        handle = await start_controller(await _client(settings), settings)
+        client = await _client(settings)
+        handle = await start_controller(client, settings)
         click.echo(f"{handle.id} running (run {handle.result_run_id})")
+        if not await activity_pollers(client, settings.task_queue):
+            click.echo(
+                f"no worker polls task queue {settings.task_queue} now: the controller's first pass "
+                "runs when one starts (`karpflow worker`, or `karpflow dev up` on the dev stack)",
+                err=True,
+            )
 
     asyncio.run(go())
     _leave(0)
@@ -141,9 +163,58 @@ async def _stopped(client: Client, cluster: str) -> ControllerStopped | None:
         return ControllerStopped(reason="cancelled", at=datetime.now(UTC))
 
 
-def _status_command(settings: WorkerSettings, output: str) -> None:
+def node_answer(status: ControllerStatus, node: str, running: list[str] | None = None) -> dict[str, Any]:
+    """What holds `node` back, from the controller's last pass: the reason in words, its kind (the
+    `reason` label of karpflow_unremovable_nodes) and the Event it is recorded under; `running`: the
+    workflows that name the node now (visibility), for a node the pass did not hold back."""
+    answer: dict[str, Any] = {"node": node, "cluster": status.cluster, "last_pass_at": status.last_pass_at}
+    why = status.blocked.get(node)
+    if why is not None:
+        chosen = why_not.event_for(why)
+        return answer | {
+            "held_back": True,
+            "kind": str(why_not.kind_of(why)),
+            "reason": why,
+            "event": str(chosen[0]) if chosen else None,
+        }
+    if running:
+        return answer | {"held_back": False, "reason": f"being disrupted: {', '.join(running)}"}
+    return answer | {
+        "held_back": False,
+        "reason": "not held back by the last pass: a command was planned for it, or it is not a node "
+        "of a NodePool (or was not seen yet)",
+    }
+
+
+async def running_for(client: Client, node: str) -> list[str]:
+    """The running disruptions and terminations that name `node` (the KarpflowNodes search attribute)."""
+    query = f"KarpflowNodes = '{node}' AND ExecutionStatus = 'Running'"
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+def render_node(answer: dict[str, Any], console: Console) -> None:
+    when = answer["last_pass_at"]
+    ago = f"{(datetime.now(UTC) - when).total_seconds():.0f}s ago" if when else "never"
+    console.print(f"node [bold]{answer['node']}[/] (controller of {answer['cluster']}, last pass {ago})")
+    if not answer["held_back"]:
+        console.print(answer["reason"])
+        return
+    console.print(f"held back: [yellow]{answer['kind']}[/]")
+    console.print(f"why: {answer['reason']}")
+    if answer["event"]:
+        console.print(
+            f"Event: {answer['event']} (kubectl describe node {answer['node']}); "
+            f'metric: karpflow_unremovable_nodes{{reason="{answer["kind"]}"}}'
+        )
+
+
+def _status_command(settings: WorkerSettings, output: str, node: str | None = None) -> None:
+    running: list[str] = []
+
     async def go() -> ControllerStatus:
         client = await _client(settings)
+        if node is not None:
+            running.extend(await running_for(client, node))
         try:
             stopped = await _stopped(client, settings.cluster_name)
             status = await read_status(client, settings.cluster_name)
@@ -164,6 +235,13 @@ def _status_command(settings: WorkerSettings, output: str) -> None:
             raise  # unreachable: _leave does not return
 
     status = asyncio.run(go())
+    if node is not None:
+        answer = node_answer(status, node, running)
+        if output == "json":
+            click.echo(json.dumps(answer, indent=2, default=str))
+        else:
+            render_node(answer, Console())
+        _leave(0)
     if output == "json":
         click.echo(status.model_dump_json(indent=2))
     else:
@@ -181,10 +259,12 @@ def controller_status(settings: WorkerSettings, output: str) -> None:
 
 @click.command("status")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--node", help="what holds this node back, from the controller's last pass")
 @_connection_options
-def status(settings: WorkerSettings, output: str) -> None:
-    """The controller's status (same as `karpflow controller status`)."""
-    _status_command(settings, output)
+def status(settings: WorkerSettings, output: str, node: str | None) -> None:
+    """The controller's status (same as `karpflow controller status`); with --node, why that node is
+    not disrupted."""
+    _status_command(settings, output, node)
 
 
 def render(status: ControllerStatus, console: Console) -> None:
@@ -222,9 +302,9 @@ def render(status: ControllerStatus, console: Console) -> None:
                 table.add_row(pool, reason, str(allowed))
         console.print(table)
     if status.blocked:
-        table = Table("node", "why it was left alone", title=f"blocked ({len(status.blocked)})")
+        table = Table("node", "held back by", "why", title=f"blocked ({len(status.blocked)})")
         for node, why in sorted(status.blocked.items())[:50]:
-            table.add_row(node, why)
+            table.add_row(node, str(why_not.kind_of(why)), why)
         console.print(table)
     for problem in status.problems:
         console.print(f"[yellow]problem:[/] {problem}")

@@ -37,12 +37,6 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 
 # -- Karpenter's names -------------------------------------------------------------------------------
 
-DECISIONS = Counter(
-    "karpenter_voluntary_disruption_decisions_total",
-    "Disruption decisions started, by decision (delete or replace), reason and consolidation type.",
-    ["decision", "reason", "consolidation_type"],
-    registry=REGISTRY,
-)
 ELIGIBLE_NODES = Gauge(
     "karpenter_voluntary_disruption_eligible_nodes",
     "Nodes the last controller pass found eligible for disruption, by reason.",
@@ -134,13 +128,7 @@ UNREMOVABLE_NODES = Gauge(
 )
 ESTIMATED_SAVINGS = Gauge(
     "karpflow_estimated_savings_dollars_per_hour",
-    "Estimated hourly savings of the commands the last controller pass started, by reason.",
-    ["reason"],
-    registry=REGISTRY,
-)
-ROLLBACKS = Counter(
-    "karpflow_disruption_rollbacks_total",
-    "Voluntary disruptions rolled back (candidates untainted, replacements removed), by reason.",
+    "Estimated hourly savings of the commands the last controller pass planned, by reason.",
     ["reason"],
     registry=REGISTRY,
 )
@@ -173,14 +161,26 @@ def exposition() -> tuple[bytes, str]:
 
 _SECONDS_UNITS = {"s", "seconds", "duration"}
 
-# Recorded by workflow code through `workflow.metric_meter()` (workflows/phase_metrics.py), which
+# Recorded by workflow code through `workflow.metric_meter()` (workflows/workflow_metrics.py), which
 # the SDK skips on replay, so they reach this registry through the SDK's buffer. Declared here so
-# the endpoint lists them before the first workflow records one.
+# the endpoint lists them before the first workflow records one (counters without `_total`: it is
+# added on the way out, as for every SDK counter).
 WORKFLOW_PHASE_DURATION = "karpflow_workflow_phase_duration_seconds"
+DECISIONS = "karpenter_voluntary_disruption_decisions"
+ROLLBACKS = "karpflow_disruption_rollbacks"
 SDK_DECLARED: dict[str, tuple[str, str]] = {
     WORKFLOW_PHASE_DURATION: (
         "histogram",
         "Time a disruption or termination spent in each phase, by workflow type and phase.",
+    ),
+    DECISIONS: (
+        "counter",
+        "Voluntary disruption commands the controller started, by decision (delete or replace), reason "
+        "and consolidation type.",
+    ),
+    ROLLBACKS: (
+        "counter",
+        "Voluntary disruptions rolled back (candidates untainted, replacements removed), by reason.",
     ),
 }
 

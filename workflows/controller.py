@@ -68,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
     )
     from api.workflow_io import InvalidInput, parse_input
+    from workflows.failures import one_line
+    from workflows.workflow_metrics import count_decision
 
 PASS_TIMEOUT = timedelta(minutes=5)
 PASS_RETRY = RetryPolicy(
@@ -238,6 +240,7 @@ class ControllerWorkflow:
                 start_to_close_timeout=PASS_TIMEOUT,
                 heartbeat_timeout=PASS_HEARTBEAT,
                 retry_policy=PASS_RETRY,
+                summary=f"plan pass {self._state.passes + 1}",
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -255,15 +258,34 @@ class ControllerWorkflow:
         cleaned: list[str] = []
         if result.orphan_taints:
             cleaned = (
-                await self._act("crash cleanup", errors, "untaint_orphans", result.orphan_taints, list[str])
+                await self._act(
+                    "crash cleanup",
+                    errors,
+                    "untaint_orphans",
+                    result.orphan_taints,
+                    list[str],
+                    summary=f"untaint {_count(result.orphan_taints, 'orphan node')}",
+                )
                 or []
             )
         if result.nodepool_finalizers:
             await self._act(
-                "NodePool finalizers", errors, "sync_nodepool_finalizers", result.nodepool_finalizers, int
+                "NodePool finalizers",
+                errors,
+                "sync_nodepool_finalizers",
+                result.nodepool_finalizers,
+                int,
+                summary=f"finalizers of {_count(result.nodepool_finalizers, 'NodePool')}",
             )
         if result.annotations:
-            await self._act("node annotations", errors, "apply_annotations", result.annotations, int)
+            await self._act(
+                "node annotations",
+                errors,
+                "apply_annotations",
+                result.annotations,
+                int,
+                summary=f"apply {_count(result.annotations, 'node annotation')}",
+            )
 
         if result.taints and workflow.patched("leaving-taints"):
             # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure is only logged.
@@ -274,6 +296,7 @@ class ControllerWorkflow:
                     result_type=int,
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=PASS_RETRY,
+                    summary=f"leaving taints: {_count(result.taints, 'change')}",
                 )
             except ActivityError as err:
                 if is_cancelled_exception(err):
@@ -307,6 +330,7 @@ class ControllerWorkflow:
                         list[Verdict],
                         start_to_close_timeout=PASS_TIMEOUT,
                         heartbeat_timeout=PASS_HEARTBEAT,
+                        summary=f"validate {_count(to_validate, 'command')}",
                     )
                     or []
                 )
@@ -352,6 +376,7 @@ class ControllerWorkflow:
         *,
         start_to_close_timeout: timedelta = timedelta(seconds=30),
         heartbeat_timeout: timedelta | None = None,
+        summary: str | None = None,
     ) -> Any:
         """One of the pass's own activities; a failure is recorded and the pass goes on (the next
         pass sees the cluster again and plans what is still needed)."""
@@ -363,6 +388,7 @@ class ControllerWorkflow:
                 start_to_close_timeout=start_to_close_timeout,
                 heartbeat_timeout=heartbeat_timeout,
                 retry_policy=PASS_RETRY,
+                summary=summary,
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -403,7 +429,8 @@ class ControllerWorkflow:
 
     async def _start(self, request: ControllerInput, command: PlannedCommand) -> str | None:
         """Start the command's DisruptionWorkflow; its id makes a second start a no-op. Its nodes are
-        searchable from the start and held out of the next passes until visibility lists it."""
+        searchable from the start and held out of the next passes until visibility lists it; the Web
+        UI shows its summary, details and memo (what started it, why, the estimated savings)."""
         try:
             handle = await workflow.start_child_workflow(
                 "DisruptionWorkflow",
@@ -418,9 +445,15 @@ class ControllerWorkflow:
                         sa.NODEPOOL.value_set(",".join(command.nodepools)),
                     ]
                 ),
+                memo=command.memo or None,
+                static_summary=command.summary or None,
+                static_details=command.details or None,
             )
         except WorkflowAlreadyStartedError:
             return None
+        if not command.forceful:  # Karpenter counts voluntary decisions only
+            decision = command.decision or ("replace" if command.input.get("replacements") else "delete")
+            count_decision(decision, command.reason, command.consolidation_type)
         # The outcome is read from visibility by a later pass; reading it here too keeps a failed
         # child from being logged as an exception nobody retrieved, and says in one line why.
         handle.add_done_callback(_log_outcome)
@@ -490,7 +523,9 @@ class ControllerWorkflow:
                     reason=failure.reason,
                     failures=failures,
                     until=now + timedelta(seconds=delay),
-                    last_failure=failure.workflow_id,
+                    last_failure=f"{failure.workflow_id}: {failure.message}"
+                    if failure.message
+                    else failure.workflow_id,
                 )
 
     def _forget_expired(self, now: datetime) -> None:
@@ -501,14 +536,8 @@ class ControllerWorkflow:
         }
 
 
-def one_line(err: BaseException) -> str:
-    """The innermost cause of a failure (Temporal wraps it in ActivityError, ChildWorkflowError), as
-    one line: its type, when it has one, and its message."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause  # type: ignore[attr-defined]
-    kind = err.type if isinstance(err, ApplicationError) else type(err).__name__
-    text = err.message if isinstance(err, ApplicationError) else str(err)
-    return f"{kind}: {' '.join(text.split())}" if kind else " ".join(text.split())
+def _count(items: Any, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
 def _log_outcome(handle: Any) -> None:

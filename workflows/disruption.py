@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         NodeClaimDeletion,
         NodeClaimRequest,
         NodeClaimWait,
+        NodeRef,
         RegistrationRequest,
         ResolveRequest,
         TaintRequest,
@@ -89,9 +90,11 @@ with workflow.unsafe.imports_passed_through():
         UnavailableOffering,
         parse_input,
     )
-    from workflows.failures import activity_cause
+    from api.workflow_summaries import short_node
+    from workflows.failures import activity_cause, describe
     from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow
+    from workflows.workflow_metrics import count_rollback, record_phase
 
 
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
@@ -122,6 +125,11 @@ class ReplacementFailed(Exception):
     """One replacement could not be provided; the message says which and in what state."""
 
 
+def _nodes(names: list[str]) -> str:
+    """For an activity's one-line summary: `ip-10-0-1-2`, or `3 nodes`."""
+    return short_node(names[0]) if len(names) == 1 else f"{len(names)} nodes"
+
+
 @workflow.defn(name="DisruptionWorkflow")
 class DisruptionWorkflow:
     def __init__(self) -> None:
@@ -132,6 +140,7 @@ class DisruptionWorkflow:
         self._stopping = False
         # Forceful commands only: why their replacements could not be provided (the command goes on).
         self._replacement_problem = ""
+        self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -225,6 +234,7 @@ class DisruptionWorkflow:
             retry_policy=API_RETRY,
             # A cancellation must not let a taint land after the compensation removed it.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"taint {_nodes(command.nodes)}",
         )
         self._stop_if_cancelled()
         by_node = {result.node: result for result in results}
@@ -291,6 +301,7 @@ class DisruptionWorkflow:
                 start_to_close_timeout=API_CALL,
                 schedule_to_close_timeout=self._time_left(deadline),
                 retry_policy=API_RETRY,
+                summary=f"replacement {index}: read NodePool {spec.nodepool} and its EC2NodeClass",
             )
             if template.via_nodeclaim and workflow.patched(PATCH_NODECLAIM_REPLACEMENTS):
                 await self._provide_by_nodeclaim(replacement, spec, template, deadline, command)
@@ -302,19 +313,23 @@ class DisruptionWorkflow:
 
             registered = await workflow.execute_activity_method(
                 KubernetesActivities.await_node_registered,
-                RegistrationRequest(instance=instance, template=template),
+                RegistrationRequest(instance=instance, template=template, candidates=self._pinned()),
                 schedule_to_close_timeout=self._time_left(deadline),
                 heartbeat_timeout=command.timeouts.heartbeat,
                 retry_policy=WAIT_RETRY,
+                summary=f"wait for {instance.instance_id} ({instance.offering.instance_type}) to register",
             )
             replacement.state, replacement.node = "Registered", registered.node
 
             await workflow.execute_activity_method(
                 KubernetesActivities.await_node_initialized,
-                InitializationRequest(node=registered.node, startup_taints=template.startup_taints),
+                InitializationRequest(
+                    node=registered.node, startup_taints=template.startup_taints, candidates=self._pinned()
+                ),
                 schedule_to_close_timeout=self._time_left(deadline),
                 heartbeat_timeout=command.timeouts.heartbeat,
                 retry_policy=WAIT_RETRY,
+                summary=f"wait for {short_node(registered.node)} to initialize",
             )
             replacement.state = "Initialized"
         except BaseException as err:
@@ -390,13 +405,19 @@ class DisruptionWorkflow:
                 launched = await workflow.execute_activity_method(
                     EC2Activities.launch_instance,
                     LaunchRequest(
-                        command_id=self._status.command_id, index=index, offering=offering, template=template
+                        command_id=self._status.command_id,
+                        index=index,
+                        offering=offering,
+                        template=template,
+                        candidates=self._pinned(),
+                        reason=command.reason,
                     ),
                     start_to_close_timeout=API_CALL,
                     schedule_to_close_timeout=self._time_left(deadline),
                     retry_policy=API_RETRY,
                     # A launch in flight must finish before compensation looks for instances to terminate.
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"launch {offering.instance_type} {offering.capacity_type} in {offering.zone}",
                 )
                 # Written down before anything else: the rollback terminates what workflow state
                 # knows even where EC2's tag index has not caught up with the launch yet.
@@ -468,7 +489,7 @@ class DisruptionWorkflow:
             }.get(replacement.state, "it was not ready")
             reason = f"{what} within {timeout}" + (f" (still waiting for: {waiting})" if waiting else "")
         else:
-            reason = str(cause)
+            reason = describe(err)
         return (
             f"replacement {replacement.index} ({', '.join(where)}) failed while {replacement.state}: {reason}"
         )
@@ -480,8 +501,12 @@ class DisruptionWorkflow:
         cancelled = is_cancelled_exception(err)
         failure = "canceled" if cancelled else self._failure_text(err)
         self._set_phase("RollingBack")
+        if self._status.reason:
+            count_rollback(self._status.reason)
         problems: list[str] = []
-        untainted = await self._compensate(problems, "untainting candidates", self._untaint_candidates)
+        untainted = await self._compensate(
+            problems, "untainting candidates", lambda: self._untaint_candidates(failure)
+        )
         discarded = await self._discard_unready(problems)
         kept = [r for r in self._status.replacements if r.state == "Initialized"]
         discarded_what = (
@@ -511,21 +536,24 @@ class DisruptionWorkflow:
             done, _ = await through_cancellation(step)
             return done
         except Exception as err:
-            problems.append(f"{what}: {activity_cause(err)}")
+            problems.append(f"{what}: {describe(err)}")
             return None
 
-    async def _untaint_candidates(self) -> int:
+    async def _untaint_candidates(self, why: str) -> int:
         # Every candidate, not only those known tainted: a cancelled taint call may have tainted some
         # without telling. Untainting is a no-op on a node without the taint, and skips deleting nodes.
+        # Each node released gets a DisruptionRolledBack Event saying why (recorded by the activity).
         untainted = await workflow.execute_activity_method(
             KubernetesActivities.untaint_disrupted,
             UntaintRequest(
                 nodes=[c.node for c in self._status.candidates],
                 command_id=self._status.command_id,
                 uids={c.node: c.uid for c in self._status.candidates if c.uid},
+                rolled_back=why,
             ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary=f"roll back: untaint {_nodes([c.node for c in self._status.candidates])}",
         )
         for candidate in self._status.candidates:
             candidate.tainted = candidate.tainted and candidate.node not in untainted
@@ -544,6 +572,7 @@ class DisruptionWorkflow:
             self._status.command_id,
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary="roll back: find the instances this command launched",
         )
         listed = {instance.instance_id for instance in instances}
         instances += [
@@ -558,7 +587,7 @@ class DisruptionWorkflow:
             if isinstance(outcome, BaseException):
                 if is_cancelled_exception(outcome):
                     raise outcome  # _compensate runs the step again; discarding is idempotent
-                problems.append(f"instance {instance.instance_id}: {activity_cause(outcome)}")
+                problems.append(f"instance {instance.instance_id}: {describe(outcome)}")
         return sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))
 
     async def _delete_nodeclaims(self) -> int:
@@ -611,12 +640,14 @@ class DisruptionWorkflow:
             start_to_close_timeout=timedelta(minutes=10),
             heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
+            summary=f"roll back: terminate replacement {instance.instance_id}",
         )
         await workflow.execute_activity_method(
             KubernetesActivities.release_node,
             DiscardRequest(instance_id=instance.instance_id, node=node),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary=f"roll back: release the node of {instance.instance_id}",
         )
         if replacement is not None:
             replacement.state, replacement.instance_id = "Discarded", instance.instance_id
@@ -656,7 +687,7 @@ class DisruptionWorkflow:
                     if is_cancelled_exception(err):  # this workflow was cancelled; the child goes on
                         raise
                     candidate.termination = "Failed"
-                    candidate.message = str(err.cause or err)
+                    candidate.message = describe(err)
         except BaseException as err:
             if is_cancelled_exception(err):
                 self._status.message = HANDED_OVER
@@ -726,16 +757,25 @@ class DisruptionWorkflow:
         )
 
     def _set_phase(self, phase: DisruptionPhase) -> None:
+        # The phase that ends now, timed (metrics only: nothing in the history).
+        now = workflow.now()
+        if self._phase_started is not None and self._status.phase:
+            record_phase(self._status.phase, now - self._phase_started)
+        self._phase_started = now
         self._status.phase = phase
         workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+
+    def _pinned(self) -> list[NodeRef]:
+        """The candidates as the activities name them in Events: name, and UID once pinned."""
+        return [NodeRef(node=c.node, uid=c.uid) for c in self._status.candidates]
 
     def _failure_text(self, err: BaseException) -> str:
         if isinstance(err, ReplacementFailed):
             return str(err)
         cause = activity_cause(err)
-        if isinstance(cause, ApplicationError):
+        if isinstance(cause, ApplicationError) and cause.cause is None:
             return cause.message
-        return str(cause)
+        return describe(err)
 
     def _finish(self) -> DisruptionStatus:
         replaced = [r.node for r in self._status.replacements if r.node]

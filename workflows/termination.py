@@ -25,7 +25,7 @@ controller drains each node (activities/nodeclaims.py).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         NodeRef,
         VolumeRequest,
     )
+    from api.event_reasons import Reason
     from api.workflow_io import (
         InvalidInput,
         TerminationInput,
@@ -54,8 +55,14 @@ with workflow.unsafe.imports_passed_through():
         TerminationTimeouts,
         parse_input,
     )
-    from workflows.failures import activity_cause
+    from api.workflow_summaries import short_node
+    from workflows.events import record_event
+    from workflows.failures import describe
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
+    from workflows.workflow_metrics import record_phase
+
+# workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
+PATCH_FAILURE_EVENT = "termination-failure-event"
 
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
@@ -65,6 +72,7 @@ PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
 class TerminationWorkflow:
     def __init__(self) -> None:
         self._status = TerminationStatus()
+        self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
 
     @workflow.query
     def status(self) -> TerminationStatus:
@@ -81,6 +89,8 @@ class TerminationWorkflow:
         request = self._validate(raw)
         timeouts = request.timeouts
         self._status.node, self._status.reason = request.node, request.reason
+        self._phase_started = workflow.now()
+        short = short_node(request.node)
         workflow.upsert_search_attributes(
             [
                 sa.NODES.value_set([request.node]),
@@ -102,6 +112,7 @@ class TerminationWorkflow:
                 ),
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
+                summary=f"delete {short} ({request.reason}) and stamp its deadline",
             )
             self._record(node)
             # From here every step names the node with the UID it is pinned to.
@@ -121,6 +132,7 @@ class TerminationWorkflow:
                 target,
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
+                summary=f"taint {short}, exclude it from load balancers",
             )
 
             # 2. Drain: one long activity that heartbeats, so the history stays small however long it takes.
@@ -131,6 +143,7 @@ class TerminationWorkflow:
                 start_to_close_timeout=timeouts.drain_attempt,
                 heartbeat_timeout=timeouts.heartbeat,
                 retry_policy=DRAIN_RETRY,
+                summary=f"drain {short}" + (f": {_pods(node.pods)} left" if node.pods is not None else ""),
             )
             self._status.pods_evicted, self._status.pods_deleted = drained.evicted, drained.deleted
 
@@ -145,7 +158,19 @@ class TerminationWorkflow:
             # 5. Let the API server delete the node.
             await self._remove_finalizer(target)
         except BaseException as err:
-            self._fail(err)
+            failure = self._fail(err)
+            if failure is None:
+                raise  # cancelled
+            if workflow.patched(PATCH_FAILURE_EVENT):
+                await record_event(
+                    "Node",
+                    request.node,
+                    Reason.FAILED_TERMINATION,
+                    self._status.message,
+                    uid=self._status.uid or request.uid,
+                )
+                # The failure quotes its cause: "Activity task failed" alone says nothing.
+                raise failure from err
             raise
         summary = f"drained ({drained.evicted} evicted, {drained.deleted} deleted at the deadline)"
         return self._finish(f"{summary}; {drained.message}" if drained.message else summary)
@@ -187,6 +212,7 @@ class TerminationWorkflow:
             InstanceRequest(instance_id=node.instance_id, node=node.node),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary=f"is {node.instance_id} of NotReady {short_node(node.node)} still there?",
         )
         return not state.found or state.state in GONE_STATES
 
@@ -200,6 +226,7 @@ class TerminationWorkflow:
                 schedule_to_close_timeout=timeouts.volume_detach,
                 heartbeat_timeout=timeouts.heartbeat,
                 retry_policy=API_RETRY,
+                summary=f"wait for the volumes of {short_node(name)} to detach",
             )
         except ActivityError as err:
             # Volumes that never detach must not keep an instance (and its bill) forever.
@@ -217,6 +244,7 @@ class TerminationWorkflow:
             start_to_close_timeout=limit,
             heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
+            summary=f"terminate instance {node.instance_id} of {short_node(node.node)}",
         )
 
     async def _remove_finalizer(self, node: NodeRef) -> None:
@@ -226,6 +254,7 @@ class TerminationWorkflow:
             node,
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary=f"remove the finalizer of {short_node(node.node)}",
         )
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -244,6 +273,11 @@ class TerminationWorkflow:
             workflow.upsert_search_attributes([sa.NODEPOOL.value_set(node.nodepool)])
 
     def _set_phase(self, phase: TerminationPhase) -> None:
+        # The phase that ends now, timed (metrics only: nothing in the history).
+        now = workflow.now()
+        if self._phase_started is not None:
+            record_phase(self._status.phase, now - self._phase_started)
+        self._phase_started = now
         self._status.phase = phase
         workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
 
@@ -253,13 +287,18 @@ class TerminationWorkflow:
         workflow.logger.info("node %s terminated: %s", self._status.node, message)
         return self._status
 
-    def _fail(self, err: BaseException) -> None:
+    def _fail(self, err: BaseException) -> ApplicationError | None:
+        """Record the end in the status; the failure to raise (None for a cancellation)."""
         if is_cancelled_exception(err):
             self._status.message = (
                 f"canceled while {self._status.phase}; the node stays deleting with its finalizer"
             )
             self._set_phase("Canceled")
-            return
-        cause = activity_cause(err)
-        self._status.message = f"{self._status.phase}: {cause}"
+            return None
+        self._status.message = f"{self._status.phase}: {describe(err)}"
         self._set_phase("Failed")
+        return ApplicationError(self._status.message, type="TerminationFailed", non_retryable=True)
+
+
+def _pods(count: int) -> str:
+    return f"{count} pod{'' if count == 1 else 's'}"

@@ -8,7 +8,10 @@ directories; a developer's own stack is never touched):
   them against the new cluster (node names repeat across clusters);
 - an empty snapshot is an error;
 - `karpflow disrupt NODE` starts the plan's command for the node, with a summary and a memo, and
-  follows it to the end.
+  follows it to the end;
+- `karpflow controller start` without a worker says so, and a worker started with the controller
+  off still serves its passes; `karpflow status --node` says what holds a node back, as the node's
+  Event and the unremovable metric do; the command it starts is counted and its Events listed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -26,6 +30,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from cli import stack_environment
+from planner import why_not
 from sim.binaries import temporal_cli
 from sim.devstack import RETIRED_REASON, DevStack
 from sim.testing import SMALL
@@ -269,5 +274,92 @@ def test_disrupt_starts_the_plans_command_for_a_node_and_follows_it(tmp_path: Pa
             check=True,
         ).stdout
         assert EMPTY_NODE not in nodes
+    finally:
+        down(state)
+
+
+def test_a_controller_started_by_hand_is_served_by_a_worker_started_without_one(tmp_path: Path):
+    """The KARPFLOW_CONTROLLER=false trap: `karpflow controller start` with no worker says so; a worker
+    started with the controller off still runs its passes (every worker registers plan_pass), and
+    `karpflow status --node` then names what holds a node back, as its Event and metric do."""
+    state = tmp_path / "stack"
+    try:
+        up(state, "--no-worker")
+        started = karpflow("controller", "start", env=sourced(state))
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "no worker polls task queue karpflow" in " ".join(started.stderr.split()), started.stderr
+        again = karpflow("--state-dir", str(state), "dev", "up", env={"KARPFLOW_CONTROLLER": "false"})
+        assert again.returncode == 0, again.stdout + again.stderr
+        env = sourced(state)
+
+        status: dict = {}
+        for _ in range(90):
+            shown = karpflow("status", "-o", "json", env=env)
+            status = json.loads(shown.stdout) if shown.returncode == 0 else {}
+            if status.get("last_pass_at") and status.get("blocked"):
+                break
+            time.sleep(1)
+        assert status.get("blocked"), status
+
+        kinds = {node: why_not.kind_of(reason) for node, reason in status["blocked"].items()}
+        node, kind = next((n, k) for n, k in sorted(kinds.items()) if why_not.EVENTS[k] is not None)
+        shown = karpflow("status", "--node", node, "-o", "json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        answer = json.loads(shown.stdout)
+        assert answer["held_back"] and answer["kind"] == str(kind)
+        assert answer["reason"] == status["blocked"][node]
+        text = karpflow("status", "--node", node, env=env).stdout
+        assert f"held back: {kind}" in text and answer["event"] in text
+
+        recorded = ""
+        for _ in range(30):
+            recorded = subprocess.run(
+                ["kubectl", "get", "events", "-A", "--field-selector", f"involvedObject.name={node}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**clean_environment(), **env},
+                check=False,
+            ).stdout
+            if answer["event"] in recorded:
+                break
+            time.sleep(1)
+        assert answer["event"] in recorded, recorded
+        with urllib.request.urlopen(env["KARPFLOW_METRICS_URL"], timeout=10) as response:
+            exposed = response.read().decode()
+        assert f'karpflow_unremovable_nodes{{reason="{kind}"}}' in exposed
+        assert "karpflow_controller_pass_duration_seconds_count" in exposed
+
+        # The empty node's command, started by the controller: a decision counted, its Events listed.
+        decided = ""
+        for _ in range(60):
+            with urllib.request.urlopen(env["KARPFLOW_METRICS_URL"], timeout=10) as response:
+                decided = response.read().decode()
+            if "karpenter_voluntary_disruption_decisions_total{" in decided:
+                break
+            time.sleep(1)
+        counted = [
+            line
+            for line in decided.splitlines()
+            if line.startswith("karpenter_voluntary_disruption_decisions_total{")
+            and 'decision="delete"' in line
+            and 'reason="Empty"' in line
+            and 'consolidation_type="empty"' in line
+        ]
+        assert counted and float(counted[0].rsplit(" ", 1)[1]) >= 1, decided[-3000:]
+        terminating = ""
+        for _ in range(60):
+            terminating = subprocess.run(
+                ["kubectl", "get", "events", "-A", "--field-selector", f"involvedObject.name={EMPTY_NODE}"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**clean_environment(), **env},
+                check=False,
+            ).stdout
+            if "DisruptionTerminating" in terminating:
+                break
+            time.sleep(1)
+        assert "DisruptionTerminating" in terminating, terminating
     finally:
         down(state)

@@ -98,6 +98,13 @@ async def test_a_termination_moves_karpenters_series_and_the_dashboard_only_quer
     assert value(found, "karpenter_pods_drained_total", reason="Drifted") == 3
     assert value(found, "karpflow_drain_duration_seconds_count") == 1
     assert value(found, "karpflow_events_total", reason="Evicted", outcome="created") == 3
+    # the termination's own: the node deleted for a disruption, then gone, and each phase timed
+    assert value(found, "karpenter_nodeclaims_disrupted_total", reason="Drifted") == 1
+    assert value(found, "karpenter_nodes_terminated_total") == 1
+    assert value(found, "karpenter_nodes_termination_duration_seconds_count") == 1
+    phases = "karpflow_workflow_phase_duration_seconds_count"
+    for phase in ("Starting", "Draining", "RemovingFinalizer"):
+        assert value(found, phases, workflow_type="TerminationWorkflow", phase=phase) == 1, phase
     # the Temporal SDK's own, on the same endpoint
     assert value(found, "temporal_activity_execution_latency_seconds_count", activity_type="drain_node") >= 1
     assert value(found, "temporal_worker_task_slots_available", worker_type="ActivityWorker") > 0
@@ -105,6 +112,8 @@ async def test_a_termination_moves_karpenters_series_and_the_dashboard_only_quer
     listed = json.loads(kubectl(karpflow.stack, "get", "events", "-A", "-o", "json"))["items"]
     evicted = {e["involvedObject"]["name"] for e in listed if e["reason"] == "Evicted"}
     assert len(evicted) == 3 and all(name.startswith("web-") for name in evicted), evicted
+    on_node = {e["reason"] for e in listed if e["involvedObject"]["name"] == A.name}
+    assert "DisruptionTerminating" in on_node, on_node
 
     # The dashboard: every query names something this worker exports.
     dashboard = json.loads(await asyncio.to_thread(DASHBOARD.read_text))

@@ -156,5 +156,16 @@ async def test_the_web_ui_lists_filters_and_summarizes_a_disruption(make_sim_sta
         await asyncio.to_thread(render, f"{page}/user-metadata", ARTIFACTS / "workflow-summary.png")
         memo = await asyncio.to_thread(render, f"{page}/memo", ARTIFACTS / "workflow-memo.png")
         assert started_by in memo and "estimatedSavingsPerHour" in memo, memo[:3000]
+        # The summaries the workflows set on their own steps: the disruption's taint, and the
+        # steps of the termination it started.
+        assert "taint ip-172-31-2-30" in history, history[:3000]
+        handle = client.get_workflow_handle(termination)
+        steps = await asyncio.to_thread(
+            render,
+            f"{base}/{quote(termination, safe='')}/{(await handle.describe()).run_id}/history",
+            ARTIFACTS / "termination-history.png",
+        )
+        for step in ("delete ip-172-31-2-30 (Empty) and stamp its deadline", "drain ip-172-31-2-30"):
+            assert step in steps, (step, steps[:3000])
     finally:
         await env.shutdown()

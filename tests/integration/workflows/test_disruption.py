@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from temporalio.client import WorkflowFailureError
 
@@ -9,7 +11,7 @@ from api.constants import DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
 from api.workflow_io import DisruptionInput, DisruptionTimeouts, ReplacementSpec
 from planner.catalog import bundled_catalog
 from sim.binaries import temporal_cli
-from sim.testing import assert_no_violations
+from sim.testing import assert_no_violations, kubectl
 from tests.integration.workflows.conftest import Workload, assert_rbac_allows, node, scenario, worker_requests
 from workflows.disruption import DisruptionWorkflow
 
@@ -116,6 +118,13 @@ async def test_a_replacement_that_never_initializes_is_rolled_back(karpflow):
         t["key"] == DISRUPTED_TAINT_KEY for n in nodes.values() for t in n["spec"].get("taints") or ()
     )
     assert {i["InstanceId"] for i in karpflow.instances()} == before
+    # Each candidate's Events tell the story: launched for, waited for, rolled back (and why).
+    listed = json.loads(kubectl(karpflow.stack, "get", "events", "-A", "-o", "json"))["items"]
+    for candidate in (A.name, B.name):
+        on_node = {e["reason"]: e for e in listed if e["involvedObject"]["name"] == candidate}
+        assert {"DisruptionLaunching", "DisruptionWaitingReadiness", "DisruptionRolledBack"} <= set(on_node)
+        assert on_node["DisruptionRolledBack"]["involvedObject"]["uid"] == nodes[candidate]["metadata"]["uid"]
+        assert "did not initialize" in on_node["DisruptionRolledBack"]["message"]
     assert_no_violations(karpflow.stack)
 
 

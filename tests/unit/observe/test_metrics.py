@@ -21,7 +21,6 @@ from tests.unit.observe.test_events import Clock, FakeEventsApi
 from tests.unit.workflows.test_drain_rules import NOW, FakeApi, pod
 
 KARPENTER_SERIES = {
-    "karpenter_voluntary_disruption_decisions": {"decision", "reason", "consolidation_type"},
     "karpenter_voluntary_disruption_eligible_nodes": {"reason"},
     "karpenter_voluntary_disruption_decision_evaluation_duration_seconds": {"reason", "consolidation_type"},
     "karpenter_voluntary_disruption_failed_validations": {"consolidation_type"},
@@ -60,7 +59,6 @@ def test_karpflows_own_series_are_exported():
     for name in (
         "karpflow_unremovable_nodes",
         "karpflow_estimated_savings_dollars_per_hour",
-        "karpflow_disruption_rollbacks",
         "karpflow_controller_pass_duration_seconds",
         "karpflow_events",
     ):
@@ -120,8 +118,13 @@ def test_sdk_updates_become_counters_gauges_and_histograms():
     assert samples[(f"{name}_sum", (("task_queue", "karpflow"),))] == 4.2
     assert samples[(f"{name}_bucket", (("le", "0.25"), ("task_queue", "karpflow")))] == 1
     assert samples[(f"{name}_bucket", (("le", "5"), ("task_queue", "karpflow")))] == 2
-    # the phase histogram is listed before any workflow has recorded one
-    assert metrics.WORKFLOW_PHASE_DURATION in {f.name for f in TemporalMetrics(FakeBuffer()).collect()}
+    # what workflows record (phases, decisions, rollbacks) is listed before any workflow records one,
+    # and only there: prometheus-client must not define the same name
+    declared = {f.name: f.type for f in TemporalMetrics(FakeBuffer()).collect()}
+    assert declared[metrics.WORKFLOW_PHASE_DURATION] == "histogram"
+    assert declared["karpenter_voluntary_disruption_decisions"] == "counter"
+    assert declared["karpflow_disruption_rollbacks"] == "counter"
+    assert not set(metrics.SDK_DECLARED) & set(families())
 
 
 def value(collector: Any, **labels: str) -> float:

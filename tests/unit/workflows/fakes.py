@@ -44,6 +44,7 @@ from api.activity_io import (
     VolumeRequest,
 )
 from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
+from api.event_reasons import RecordEventRequest
 from api.workflow_io import Offering
 
 
@@ -74,6 +75,9 @@ class FakeCluster:
         self.planned: list[PlannedCommand] = []  # what the controller's next pass plans (once)
         self.pass_requests: list[PassRequest] = []
         self.visible: list[list[str]] = []  # what visibility lists as in flight, one entry per pass
+        self.events: list[RecordEventRequest] = []  # what workflows recorded through record_event
+        self.pods_on: dict[str, int] = {}  # node -> pods its drain waits for (begin_termination says)
+        self.requests: dict[str, list[Any]] = {}  # activity name -> the requests it got, in order
         # Beside Karpenter (--karpenter-coexistence): replacements are NodeClaims, terminations are
         # handed to Karpenter.
         self.karpenter_coexistence = False
@@ -111,7 +115,14 @@ class FakeCluster:
             self.validate_commands,
             self.untaint_orphans,
             self.apply_annotations,
+            self.record_event,
         ]
+
+    @activity.defn(name="record_event")
+    async def record_event(self, request: RecordEventRequest) -> str:
+        self.calls.append(("record_event", request))
+        self.events.append(request)
+        return "created"
 
     # -- the controller -------------------------------------------------------------------------------
 
@@ -171,6 +182,7 @@ class FakeCluster:
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
         self.calls.append(("untaint_disrupted", request.nodes))
+        self.requests.setdefault("untaint_disrupted", []).append(request)
         await asyncio.sleep(self.untaint_seconds)
         return [n for n in request.nodes if n in self.nodes]
 
@@ -191,6 +203,7 @@ class FakeCluster:
     @activity.defn(name="launch_instance")
     async def launch_instance(self, request: LaunchRequest) -> LaunchedInstance:
         self.calls.append(("launch_instance", request.offering.key))
+        self.requests.setdefault("launch_instance", []).append(request)
         await asyncio.sleep(self.launch_seconds.get(request.index, 0.0))
         if request.index in self.fail_launch_of:
             raise ApplicationError("launch refused", type=errors.INVALID, non_retryable=True)
@@ -220,6 +233,7 @@ class FakeCluster:
     @activity.defn(name="await_node_registered")
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
         self.calls.append(("await_node_registered", request.instance.instance_id))
+        self.requests.setdefault("await_node_registered", []).append(request)
         if self.never_registers:
             await self._wait_forever(
                 {"waiting_for": f"a Node with providerID {request.instance.provider_id}"}
@@ -229,6 +243,7 @@ class FakeCluster:
     @activity.defn(name="await_node_initialized")
     async def await_node_initialized(self, request: InitializationRequest) -> None:
         self.calls.append(("await_node_initialized", request.node))
+        self.requests.setdefault("await_node_initialized", []).append(request)
         if self.never_initializes:
             await self._wait_forever({"node": request.node, "waiting_for": ["not Ready"]})
 
@@ -250,6 +265,7 @@ class FakeCluster:
         now = datetime.now(UTC)
         grace = request.termination_grace_period if request.termination_grace_period is not None else self.tgp
         return NodeInfo(
+            pods=self.pods_on.get(request.node),
             node=request.node,
             found=True,
             uid=request.uid or self.uid(request.node),

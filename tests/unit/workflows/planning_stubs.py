@@ -27,6 +27,10 @@ class StaticCache:
         self.sync_seconds = sync_seconds
         self.stale_kinds: list[str] = []
         self.builder = SnapshotBuilder([r.kind for r in RESOURCES])
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
 
     async def wait_synced(self, within: float) -> bool:
         await asyncio.sleep(min(self.sync_seconds, within))

@@ -8,11 +8,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from temporalio.api.failure.v1 import Failure
 from temporalio.testing import ActivityEnvironment
 
 import activities.planning as planning_module
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
-from api.controller_io import Backoff, PassRequest, PassResult
+from api.controller_io import Backoff, PassRequest, PassResult, ValidateRequest
+from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
 from tests.unit.workflows.planning_stubs import planning, quiet_cluster
 
@@ -122,3 +124,35 @@ async def test_crash_cleanup_takes_only_the_taint_key_karpflow_writes_in_its_mod
         b.pod(f"{name}-web", name)
     result = await planning(b.objects, karpenter_coexistence=coexistence).plan_pass(PassRequest())
     assert result.orphan_taints == [orphan]
+
+
+async def test_a_planned_command_carries_its_summary_and_a_refused_one_is_counted():
+    b = ClusterBuilder(now=datetime.now(UTC))
+    b.nodeclass()
+    b.nodepool("default", budgets=[{"nodes": "100%"}])
+    b.node("ip-10-0-9-9.us-west-2.compute.internal")
+    activities = planning(b.objects)
+    (command,) = (await activities.plan_pass(PassRequest())).commands
+    assert (command.decision, command.consolidation_type) == ("delete", "empty")
+    assert command.summary.startswith("Empty: delete 1 node: ip-10-0-9-9")
+    assert command.memo["reason"] == "Empty" and command.details
+
+    b.pod("arrived", "ip-10-0-9-9.us-west-2.compute.internal")  # no longer empty: validation refuses
+    activities.cache.items = b.objects  # type: ignore[attr-defined]
+    refused = metrics.FAILED_VALIDATIONS.labels(consolidation_type="empty")._value.get()
+    (verdict,) = await activities.validate_commands(ValidateRequest(commands=[command]))
+    assert not verdict.valid
+    assert metrics.FAILED_VALIDATIONS.labels(consolidation_type="empty")._value.get() == refused + 1
+
+
+def test_a_failed_commands_record_quotes_its_innermost_cause():
+    """What the controller's backoff says of a failed disruption: the activity's error, not the wrappers."""
+    failure = Failure(message="Child Workflow execution failed")
+    failure.cause.message = "Activity task failed"
+    failure.cause.cause.message = "instance i-0abc is not tagged\n for cluster c"
+    failure.cause.cause.application_failure_info.type = "InstanceNotOwned"
+    assert (
+        planning_module.failure_text(failure)
+        == "InstanceNotOwned: instance i-0abc is not tagged for cluster c"
+    )
+    assert planning_module.failure_text(Failure(message="timed out")) == "timed out"

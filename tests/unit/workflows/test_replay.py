@@ -42,7 +42,7 @@ from tests.unit.workflows.controller_fakes import PassScript, controller_harness
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE
 from workflows.disruption import PATCH_NODECLAIM_REPLACEMENTS, PATCH_TERMINATION_PER_INCARNATION
-from workflows.termination import PATCH_KARPENTER_HANDOVER
+from workflows.termination import PATCH_FAILURE_EVENT, PATCH_KARPENTER_HANDOVER
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
@@ -61,6 +61,12 @@ EXPECTED = {
     "disruption-replace-pinned",
     "disruption-forceful-deadline",
     "termination-pinned",
+    # A termination that fails (an instance this cluster does not own): recorded before issue 20 (no
+    # FailedTermination Event; never re-record it) and after, behind its patch.
+    "termination-failed-before-issue-20",
+    "termination-failed",
+    # The controller starting a command with its summary, details and memo (issue 20).
+    "controller-summaries",
     # The controller as it ran before issue 17 (never re-recorded: it proves that runs started on that
     # code replay, taking the old side of every patch), and fresh runs of today's controller.
     "controller-before-issue-17",
@@ -196,6 +202,88 @@ async def test_record_pinned_histories(harness):
     )
     await _settle(handle)
     await _save("termination-pinned", handle)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_summaries(harness):
+    """The controller starting a command with its summary, details and memo (`-k controller_summaries`)."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.add("s1")
+    cluster.planned = [
+        PlannedCommand(
+            workflow_id="disruption/default/Empty/summaries",
+            method="emptiness",
+            reason="Empty",
+            nodes=["s1"],
+            nodepools=["default"],
+            forceful=False,
+            needs_validation=False,
+            input=DisruptionInput(reason="Empty", nodes=["s1"]).model_dump(mode="json"),
+            planned={},
+            decision="delete",
+            consolidation_type="empty",
+            summary="Empty: delete 1 node: s1",
+            details="**Empty** (emptiness, delete)",
+            memo={"command": "karpflow controller (karpflow-controller/replay)", "reason": "Empty"},
+        )
+    ]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster="replay", task_queue=queue, interval_seconds=1, passes_per_run=2),
+        id=harness.id("karpflow-controller"),
+        task_queue=queue,
+    )
+    first_run = client.get_workflow_handle(handle.id, run_id=handle.result_run_id)
+    for _ in range(600):
+        if (await first_run.describe()).status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    await _save("controller-summaries", first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+def test_the_controller_history_starts_its_command_with_summary_and_memo():
+    (started,) = [
+        e.start_child_workflow_execution_initiated_event_attributes
+        for e in _load(HISTORIES / "controller-summaries.json").events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    # (the static summary and details travel as the command's user metadata; the time-skipping server
+    # keeps them on the child, where test_workflow_observability reads them, not on this event)
+    assert "command" in started.memo.fields and "reason" in started.memo.fields
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_failed_termination(harness):
+    """A termination that fails (`-k failed_termination`); recorded on the code before issue 20 as
+    termination-failed-before-issue-20 (KARPFLOW_HISTORY_NAME), and never re-recorded under that name."""
+    harness.cluster.owned = False
+    harness.cluster.nodes.add("f1")
+    handle = await harness.client.start_workflow(
+        "TerminationWorkflow",
+        TerminationInput(node="f1", uid=harness.cluster.uid("f1")),
+        id=f"termination/replay/f1/{harness.id('replay')}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save(os.environ.get("KARPFLOW_HISTORY_NAME", "termination-failed"), handle)
+
+
+def test_a_failed_termination_replays_both_ways():
+    """Runs that failed before issue 20 recorded no patch and no record_event activity; runs after
+    take the patch: a FailedTermination Event through record_event, then the failure quoting its cause."""
+
+    def activities(name: str) -> list[str]:
+        return [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in _load(HISTORIES / f"{name}.json").events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+
+    old, new = "termination-failed-before-issue-20", "termination-failed"
+    assert _patches(_load(HISTORIES / f"{old}.json")) == set() and "record_event" not in activities(old)
+    assert _patches(_load(HISTORIES / f"{new}.json")) >= {PATCH_FAILURE_EVENT}
+    assert activities(new)[-1] == "record_event"
 
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")

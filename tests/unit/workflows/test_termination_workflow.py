@@ -75,10 +75,19 @@ async def test_an_instance_this_cluster_does_not_own_fails_without_retry(harness
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
 
-    assert "not owned" in str(failure.value.cause.cause)
+    # The failure quotes its cause, with where it came from: not just "Activity task failed".
+    cause = failure.value.cause
+    assert cause.type == "TerminationFailed"
+    assert cause.message.startswith("TerminatingInstance: activity terminate_instance: NotOwned: ")
+    assert "not owned" in cause.message
     assert harness.cluster.names().count("terminate_instance") == 1
     assert "remove_finalizer" not in harness.cluster.names()
-    assert (await handle.query(TerminationWorkflow.status)).phase == "Failed"
+    status = await handle.query(TerminationWorkflow.status)
+    assert status.phase == "Failed" and status.message == cause.message
+    # ... and the node has a FailedTermination Event saying so, on the node it is pinned to
+    (event,) = harness.cluster.events
+    assert (event.kind, event.name, event.reason) == ("Node", node, "FailedTermination")
+    assert event.uid == harness.cluster.uid(node) and event.message == cause.message
 
 
 async def test_a_node_already_gone_still_has_its_instance_terminated(harness):
