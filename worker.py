@@ -124,6 +124,7 @@ def activities_for(
         kubernetes.await_node_initialized,
         kubernetes.release_node,
         kubernetes.begin_termination,
+        kubernetes.termination_gate,
         kubernetes.taint_for_termination,
         kubernetes.drain_node,
         kubernetes.await_volumes_detached,

@@ -309,6 +309,7 @@ class DisruptionStatus(BaseModel):
 
 TerminationPhase = Literal[
     "Starting",
+    "Waiting",
     "Tainting",
     "Draining",
     "WaitingForVolumes",
@@ -329,6 +330,9 @@ class TerminationStatus(BaseModel):
     deadline: datetime | None = None
     pods_evicted: int = 0
     pods_deleted: int = 0
+    waiting_for: str = Field(
+        default="", description="while Waiting: the MaintenanceWindow or NodeDisruptionBudget it waits for"
+    )
     message: str = ""
 
 

@@ -35,6 +35,8 @@ from api.activity_io import (
     RegistrationRequest,
     ResolveRequest,
     TaintRequest,
+    TerminationGate,
+    TerminationGateRequest,
     UntaintRequest,
     VolumeRequest,
 )
@@ -68,6 +70,7 @@ class FakeCluster:
         self.planned: list[PlannedCommand] = []  # what the controller's next pass plans (once)
         self.pass_requests: list[PassRequest] = []
         self.visible: list[list[str]] = []  # what visibility lists as in flight, one entry per pass
+        self.gate_waits = 0  # termination_gate answers "wait" this many times before "go"
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -84,6 +87,7 @@ class FakeCluster:
             self.await_node_initialized,
             self.release_node,
             self.begin_termination,
+            self.termination_gate,
             self.taint_for_termination,
             self.drain_node,
             self.await_volumes_detached,
@@ -242,6 +246,18 @@ class FakeCluster:
             deletion_timestamp=now,
             deadline=now + grace if grace is not None else None,
         )
+
+    @activity.defn(name="termination_gate")
+    async def termination_gate(self, request: TerminationGateRequest) -> TerminationGate:
+        self.calls.append(("termination_gate", request.node))
+        if self.gate_waits > 0:
+            self.gate_waits -= 1
+            return TerminationGate(
+                go=False,
+                waiting_for="NodeDisruptionBudget ingress",
+                message="NodeDisruptionBudget ingress allows 1 unavailable",
+            )
+        return TerminationGate(go=True)
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:
