@@ -142,6 +142,7 @@ def activities_for(
             planning.validate_commands,
             planning.untaint_orphans,
             planning.sync_nodepool_finalizers,
+            planning.sync_operator_controls,
             planning.apply_annotations,
             planning.apply_taints,
         ]

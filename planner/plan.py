@@ -22,7 +22,7 @@ the guaranteed saving (replacements at their worst-case price, as the decision i
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -431,14 +431,18 @@ def validate_command(
     *,
     methods: Sequence[Method] | None = None,
     simulate: Simulate | None = None,
+    marked: Iterable[str] = (),
 ) -> ValidationOut:
-    """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer)."""
+    """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer).
+    `marked`: nodes of commands validated before this one in the same batch, which will start with
+    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own."""
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
         options=options or PlanOptions(),
         simulate=simulate if simulate is not None else default_simulate(),
     )
+    ctx.marked_for_deletion.update(n for n in marked if n not in command.nodes)
     rebuilt = command_from_out(ctx, command)
     if rebuilt is None:
         return ValidationOut(valid=False, reason="a node of the command or its nodepool is gone")

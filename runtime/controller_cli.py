@@ -197,6 +197,11 @@ def render(status: ControllerStatus, console: Console) -> None:
     )
     if status.stopping:
         console.print(f"[yellow]controller {status.stopping}[/] (`karpflow controller start` starts it)")
+    for pause in status.pauses:
+        console.print(
+            f"[yellow]paused[/] {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S} "
+            "(new commands it covers wait; `karpflow resume` lifts it)"
+        )
     if status.error:
         console.print(f"[red]last pass failed:[/] {status.error}")
     for title, rows in (
@@ -204,7 +209,7 @@ def render(status: ControllerStatus, console: Console) -> None:
         ("in flight", status.in_flight),
         ("validating", status.validating),
         ("taints cleaned up", status.cleaned_taints),
-        ("waiting (consolidateAfter)", status.waiting),
+        ("waiting (consolidateAfter, windows, pauses, rates)", status.waiting),
     ):
         if rows:
             console.print(f"{title}: {', '.join(rows)}")
