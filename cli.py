@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, str] = {
     "windows": "planner.windows_cli:windows",
     "controller": "runtime.controller_cli:controller",
     "status": "runtime.controller_cli:status",
+    "pause": "runtime.controller_cli:pause",
+    "resume": "runtime.controller_cli:resume",
     "disrupt": "runtime.disrupt_cli:disrupt",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",

@@ -1,11 +1,14 @@
-"""`karpflow controller start|stop|status` and `karpflow status`: the controller from a terminal.
+"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`: the controller
+from a terminal.
 
 Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
 stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
 ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
 off, and whether the cluster is quiet (converged under the current rules). `stop` asks the
 controller to finish and close as completed, which the workers' supervision then leaves alone;
-`start` starts it again (runtime/controller_start.py).
+`start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
+updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
+(`--action`); what the controller refuses is printed with its reason, exit 1.
 """
 
 from __future__ import annotations
@@ -25,10 +28,19 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from api.controller_io import ControllerStatus, ControllerStopped, StopRequest
+from api.controller_io import (
+    UPDATE_PAUSE,
+    UPDATE_RESUME,
+    ControllerStatus,
+    ControllerStopped,
+    PauseRequest,
+    Pauses,
+    StopRequest,
+)
+from api.maintenance_window import WINDOW_ACTIONS
 from api.workflow_ids import controller_workflow_id
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
@@ -239,3 +251,62 @@ def render(status: ControllerStatus, console: Console) -> None:
         console.print(
             f"history of this run: {status.history_events} events, {status.history_bytes / 1e6:.1f} MB"
         )
+
+
+# -- `karpflow pause` and `karpflow resume`: the controller's updates (docs/operator-controls.md) ------
+
+
+def _request(nodepool: str | None, action: str | None, reason: str = "") -> PauseRequest:
+    if nodepool and action:
+        raise click.UsageError("name a NodePool or an action, not both")
+    scope = "nodepool" if nodepool else "action" if action else "global"
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    return PauseRequest(scope=scope, nodepool=nodepool, action=action, reason=reason, by=by)  # type: ignore[arg-type]
+
+
+def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:
+    body = request.model_dump(mode="json", exclude_none=True)
+    if update == UPDATE_RESUME:
+        body = {k: v for k, v in body.items() if k in ("scope", "nodepool", "action")}
+
+    async def go() -> int:
+        handle = (await _client(settings)).get_workflow_handle(controller_workflow_id(settings.cluster_name))
+        try:
+            pauses = await handle.execute_update(update, body, result_type=Pauses)
+        except WorkflowUpdateFailedError as err:
+            click.echo(f"{update} refused: {err.cause}", err=True)
+            return 1
+        except RPCError as err:
+            click.echo(f"{update}: {handle.id}: {err}", err=True)
+            return 1
+        if not pauses.pauses:
+            click.echo("nothing paused")
+        for pause in pauses.pauses:
+            click.echo(f"paused: {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S}")
+        return 0
+
+    _leave(asyncio.run(go()))
+
+
+_NODEPOOL = click.option("--nodepool", help="only this NodePool's nodes")
+_ACTION = click.option("--action", type=click.Choice(WINDOW_ACTIONS), help="only this action")
+
+
+@click.command("pause")
+@_NODEPOOL
+@_ACTION
+@click.option("--reason", default="", help="why, shown by `karpflow status` and on the held-back nodes")
+@_connection_options
+def pause(settings: WorkerSettings, nodepool: str | None, action: str | None, reason: str) -> None:
+    """Start no new command (of a NodePool, or of an action) until `karpflow resume`; commands in
+    flight finish. Pausing the same target again replaces the reason."""
+    _send(settings, UPDATE_PAUSE, _request(nodepool, action, reason))
+
+
+@click.command("resume")
+@_NODEPOOL
+@_ACTION
+@_connection_options
+def resume(settings: WorkerSettings, nodepool: str | None, action: str | None) -> None:
+    """Lift the pause of that target (the same flags as the pause); the next pass starts at once."""
+    _send(settings, UPDATE_RESUME, _request(nodepool, action))
