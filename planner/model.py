@@ -494,6 +494,9 @@ class PlanContext:
     leaving: set[str] | None = None
     # method name -> what it wants `karpflow plan` to show beside its commands (e.g. the target fleet).
     outcomes: dict[str, Any] = field(default_factory=dict)
+    # Expired nodes a MaintenanceWindow held back in this pass (planner/expiration.py): they get
+    # karpflow.io/expiration-deferred, and are paced like a voluntary method once the window allows.
+    deferred_expirations: set[str] = field(default_factory=set)
 
     @property
     def now(self) -> datetime:

@@ -28,6 +28,7 @@ from types import ModuleType
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from api.constants import EXPIRATION_DEFERRED_ANNOTATION
 from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
@@ -138,6 +139,16 @@ class AnnotationChange(_Out):
     node: str
     key: str
     value: str | None = None
+
+
+def deferred_expiration_markers(ctx: PlanContext) -> list[AnnotationChange]:
+    """`karpflow.io/expiration-deferred` on the expired nodes a window held back, once (the time the
+    first pass deferred it): from then on their expiration is paced (planner/expiration.py)."""
+    return [
+        AnnotationChange(node=name, key=EXPIRATION_DEFERRED_ANNOTATION, value=rfc3339(ctx.now))
+        for name in sorted(ctx.deferred_expirations)
+        if not ctx.snapshot.nodes[name].annotations.get(EXPIRATION_DEFERRED_ANNOTATION)
+    ]
 
 
 class Plan(_Out):
@@ -281,7 +292,8 @@ def plan(
         annotations=[
             AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
             for node, value in voluntary_disruption_markers(ctx)
-        ],
+        ]
+        + deferred_expiration_markers(ctx),
         taints=leaving_taint_changes(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
         ),
