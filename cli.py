@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "runtime.controller_cli:status",
     "pause": "runtime.controller_cli:pause",
     "resume": "runtime.controller_cli:resume",
+    "approve": "runtime.controller_cli:approve",
+    "reject": "runtime.controller_cli:reject",
     "disrupt": "runtime.disrupt_cli:disrupt",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",

@@ -8,7 +8,8 @@ off, and whether the cluster is quiet (converged under the current rules). `stop
 controller to finish and close as completed, which the workers' supervision then leaves alone;
 `start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
 updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
-(`--action`); what the controller refuses is printed with its reason, exit 1.
+(`--action`); what the controller refuses is printed with its reason, exit 1. `approve` and `reject`
+send a DisruptionWorkflow waiting for approval the updates of those names.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from api.controller_io import (
 )
 from api.maintenance_window import WINDOW_ACTIONS
 from api.workflow_ids import controller_workflow_id
+from api.workflow_io import DisruptionStatus
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
 from runtime.settings import WorkerSettings, explain
@@ -310,3 +312,47 @@ def pause(settings: WorkerSettings, nodepool: str | None, action: str | None, re
 def resume(settings: WorkerSettings, nodepool: str | None, action: str | None) -> None:
     """Lift the pause of that target (the same flags as the pause); the next pass starts at once."""
     _send(settings, UPDATE_RESUME, _request(nodepool, action))
+
+
+# -- `karpflow approve` and `karpflow reject`: a command waiting for approval -----------------------
+
+
+def _decide(settings: WorkerSettings, update: str, workflow_id: str, reason: str) -> None:
+    body = {"by": f"{getpass.getuser()}@{socket.gethostname()}", "reason": reason}
+
+    async def go() -> int:
+        handle = (await _client(settings)).get_workflow_handle(workflow_id)
+        try:
+            status = await handle.execute_update(update, body, result_type=DisruptionStatus)
+        except WorkflowUpdateFailedError as err:
+            click.echo(f"{update} refused: {err.cause}", err=True)
+            return 1
+        except RPCError as err:
+            click.echo(f"{update}: {workflow_id}: {err}", err=True)
+            return 1
+        nodes = ", ".join(c.node for c in status.candidates)
+        click.echo(
+            f"{workflow_id}: {'approved' if update == 'approve' else 'rejected'} ({status.reason}: {nodes})"
+        )
+        return 0
+
+    _leave(asyncio.run(go()))
+
+
+@click.command("approve")
+@click.argument("workflow_id")
+@click.option("--reason", default="", help="why, kept in the command's status")
+@_connection_options
+def approve(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
+    """Let a command waiting for approval (phase AwaitingApproval) go on: it taints next, checking
+    windows and NodeDisruptionBudgets again."""
+    _decide(settings, "approve", workflow_id, reason)
+
+
+@click.command("reject")
+@click.argument("workflow_id")
+@click.option("--reason", default="", help="why, kept in the command's status")
+@_connection_options
+def reject(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
+    """End a command waiting for approval with nothing changed."""
+    _decide(settings, "reject", workflow_id, reason)

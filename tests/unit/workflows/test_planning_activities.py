@@ -265,3 +265,23 @@ def test_upkeep_writes_the_valid_condition_only_when_it_changes_and_finds_stale_
         ]
     ndb["status"]["claims"] = [old]
     assert planning_module.controls_upkeep(b.objects, ["disruption/x"], now) is None
+
+
+@pytest.mark.parametrize(("value", "gated"), [("true", True), ("Drifted", True), ("Empty", False)])
+async def test_a_pool_that_requires_approval_puts_it_in_its_commands(value: str, gated: bool):
+    """`karpflow.dev/require-approval`: "true", or the reasons that wait (issue 19 item 6)."""
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {})["karpflow.dev/require-approval"] = value
+    (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
+    assert drift.nodes == ["batch-old"]
+    assert (drift.input.get("approval") is not None) == gated, drift.input
+
+
+async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {})["karpflow.dev/require-approval"] = "yes"
+    result = await planning(b.objects).plan_pass(PassRequest())
+    assert [c.nodes for c in result.commands] == [["default-young"]]  # batch disrupts nothing
+    assert any("karpflow.dev/require-approval='yes'" in p for p in result.problems), result.problems

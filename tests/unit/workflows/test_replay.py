@@ -45,7 +45,7 @@ from api.controller_io import (
     FailedCommand,
     PlannedCommand,
 )
-from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from api.workflow_io import Approval, DisruptionInput, ReplacementSpec, TerminationInput
 from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixtures
     PassScript,
     controller_harness_fixture,
@@ -53,7 +53,7 @@ from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixtures
 )
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE, PATCH_OPERATOR_CONTROLS
-from workflows.disruption import PATCH_TERMINATION_PER_INCARNATION
+from workflows.disruption import PATCH_APPROVAL_GATE, PATCH_TERMINATION_PER_INCARNATION, UPDATE_APPROVE
 from workflows.termination import PATCH_CONTROLS_GATE
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -82,6 +82,8 @@ EXPECTED = {
     # were recorded before them and take the old side of those patches.
     "controller-operator-controls",
     "termination-controls-gate",
+    "disruption-approved",
+    "disruption-rejected-by-timeout",
 }
 
 
@@ -428,6 +430,25 @@ async def test_record_operator_controls_termination(harness):
     await _settle(handle)
     await _save("termination-controls-gate", handle)
 
+    harness.cluster.nodes.update({"a1", "a2"})
+    for node, name in (("a1", "disruption-approved"), ("a2", "disruption-rejected-by-timeout")):
+        gated = _disruption([node])
+        gated.approval = Approval(timeout=timedelta(hours=1), savings_per_hour=0.05)
+        handle = await harness.client.start_workflow(
+            "DisruptionWorkflow",
+            gated,
+            id=f"disruption/replay/{harness.id(name)}",
+            task_queue=harness.task_queue,
+        )
+        if name == "disruption-approved":
+            for _ in range(100):
+                if (await handle.query("phase")) == "AwaitingApproval":
+                    break
+                await asyncio.sleep(0.05)
+            await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+        await _settle(handle)
+        await _save(name, handle)
+
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
 async def test_record_operator_controls_controller(dev_controller_harness):
@@ -463,5 +484,8 @@ def test_the_operator_controls_histories_take_the_new_side_of_their_patches():
     ]
     assert len(accepted) == 2  # pause and resume
     assert _patches(_load(HISTORIES / "termination-controls-gate.json")) == {PATCH_CONTROLS_GATE}
+    for name in ("disruption-approved", "disruption-rejected-by-timeout"):
+        assert PATCH_APPROVAL_GATE in _patches(_load(HISTORIES / f"{name}.json")), name
+    assert PATCH_APPROVAL_GATE not in _patches(_load(HISTORIES / "disruption-replace.json"))
     for older in ("termination", "termination-pinned", "termination-drain-retries"):
         assert PATCH_CONTROLS_GATE not in _patches(_load(HISTORIES / f"{older}.json")), older
