@@ -62,8 +62,10 @@ async def test_reject_ends_it_with_nothing_changed(harness):
 
 
 async def test_no_decision_within_the_timeout_rejects(harness):
-    handle = await start(harness, gated(harness, timeout=timedelta(hours=2)))
-    status = await handle.result()  # the time-skipping server skips the two hours
+    # Seconds, not hours: the test server skips time only while nothing else runs, and a session's
+    # other tests leave workflows waiting (the run after test_disruption_workflow.py hung on 2 h).
+    handle = await start(harness, gated(harness, timeout=timedelta(seconds=2)))
+    status = await handle.result()
     assert status.phase == "Rejected" and status.message.startswith("rejected by timeout")
     assert harness.cluster.names() == []
 
