@@ -142,6 +142,7 @@ def activities_for(
         kubernetes.await_node_initialized,
         kubernetes.release_node,
         kubernetes.begin_termination,
+        kubernetes.termination_gate,
         kubernetes.taint_for_termination,
         kubernetes.drain_node,
         kubernetes.await_volumes_detached,
@@ -166,6 +167,7 @@ def activities_for(
             planning.validate_commands,
             planning.untaint_orphans,
             planning.sync_nodepool_finalizers,
+            planning.sync_operator_controls,
             planning.apply_annotations,
             planning.apply_taints,
         ]

@@ -36,7 +36,13 @@ from api.activity_io import InstanceState
 from api.constants import (
     DISRUPTED_TAINT_KEY,
     DISRUPTION_TAINT_KEYS,
+    DO_NOT_REPAIR_ANNOTATION,
+    EXPIRATION_DEFERRED_ANNOTATION,
+    HOLDER_ANNOTATION,
+    INITIALIZED_LABEL,
     KARPFLOW_DISRUPTED_TAINT_KEY,
+    KARPFLOW_GROUP,
+    KARPFLOW_VERSION,
     NODEPOOL_LABEL,
     TAG_NODEPOOL,
 )
@@ -45,10 +51,15 @@ from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
 from kube.pods import node_do_not_disrupt_reason
+from planner.maintenance_windows import ACTION_OF_REASON, Window, blocked, read_window
 
-OWNER_ANNOTATION = "karpflow.io/disruption-command"
+OWNER_ANNOTATION = HOLDER_ANNOTATION
 NODEPOOL_DELETED = "NodePoolDeleted"
 DRIFTED = "Drifted"
+UNHEALTHY = "Unhealthy"
+EXPIRED = "Expired"
+MANUAL = "Manual"
+WINDOWS_PLURAL = "maintenancewindows"
 
 # instance id -> its state and ownership tags: EC2Activities.ownership, bound by the worker.
 OwnershipCheck = Callable[[str], Awaitable[InstanceState]]
@@ -167,6 +178,75 @@ def check_voluntary(
     holder = other_holder(node, command_id, taint_key)
     if holder is not None:
         raise Refused(f"node {name} is already held by {holder}: one command at a time")
+
+
+# -- the operator's controls at the moment of acting (docs/operator-controls.md) --------------------
+
+
+def is_rebalance(command_id: str) -> bool:
+    """The interruption handler's proactive replacement (`interruption/<cluster>/<instance>/rebalance`):
+    a MaintenanceWindow's Rebalance action, not Drift, although it runs with reason Drifted."""
+    parts = command_id.partition("@")[0].split("/")
+    return len(parts) >= 3 and parts[0] == "interruption" and parts[-1] == "rebalance"
+
+
+def _initialized(node: Json) -> bool:
+    return (node["metadata"].get("labels") or {}).get(INITIALIZED_LABEL) == "true"
+
+
+def window_action(reason: str, command_id: str, node: Json) -> str | None:
+    """The MaintenanceWindow action a disruption of `node` for `reason` is (None: no window blocks it:
+    interruption, NodePool deletion, `kubectl delete node`, a node that never initialized)."""
+    if reason == DRIFTED and is_rebalance(command_id):
+        return "Rebalance"
+    if reason == UNHEALTHY:
+        return "Repair" if _initialized(node) else None
+    if reason == EXPIRED:
+        return "Expiration"
+    return ACTION_OF_REASON.get(reason)
+
+
+def expiration_deferred(node: Json) -> bool:
+    return bool((node["metadata"].get("annotations") or {}).get(EXPIRATION_DEFERRED_ANNOTATION))
+
+
+def claims_budgets(reason: str, node: Json) -> bool:
+    """Whether taking `node` down for `reason` must fit its NodeDisruptionBudgets (a claim, else wait
+    or refuse): voluntary reasons, repair (a voluntary method since Karpenter v1.15), an expiration
+    a window deferred, and `kubectl delete node`. The forceful rest (interruption, NodePool deletion,
+    expiration as Karpenter v1 does it) is never stopped by a budget; it counts once it taints."""
+    if reason in VOLUNTARY_REASONS or reason in (UNHEALTHY, MANUAL):
+        return True
+    return reason == EXPIRED and expiration_deferred(node)
+
+
+def check_repair(node: Json, reason: str) -> None:
+    """`karpenter.sh/do-not-repair` (v1.15) on an initialized node refuses its repair."""
+    annotations = node["metadata"].get("annotations") or {}
+    if reason == UNHEALTHY and _initialized(node) and annotations.get(DO_NOT_REPAIR_ANNOTATION) == "true":
+        raise Refused(f"node {node['metadata']['name']} is annotated {DO_NOT_REPAIR_ANNOTATION}: no repair")
+
+
+async def windows(kube: KubeApi) -> list[Window]:
+    """The MaintenanceWindows as the planner applies them (broken ones fail closed)."""
+    return [
+        read_window(raw)
+        for raw in await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, WINDOWS_PLURAL)
+    ]
+
+
+def window_refusal(
+    found: list[Window], nodes: list[Json], reason: str, command_id: str, now: datetime
+) -> str | None:
+    """Why a window forbids the action on one of `nodes` now (None: every matching window allows it)."""
+    for node in nodes:
+        action = window_action(reason, command_id, node)
+        if action is None:
+            continue
+        block = blocked(found, action, node["metadata"].get("labels") or {}, now)
+        if block is not None:
+            return f"node {node['metadata']['name']}: {block.message()}"
+    return None
 
 
 def no_longer_empty(node: Json, pods: list[Json]) -> str | None:

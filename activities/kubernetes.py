@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from temporalio import activity
 
-from activities import errors, guards
+from activities import budget_claims, errors, guards
 from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found, permanent
 from activities.nodeclaims import KarpenterHandover
@@ -36,6 +36,8 @@ from api.activity_io import (
     RegistrationRequest,
     ResolveRequest,
     TaintRequest,
+    TerminationGate,
+    TerminationGateRequest,
     UntaintRequest,
     VolumeRequest,
 )
@@ -47,6 +49,7 @@ from api.constants import (
     DO_NOT_SYNC_TAINTS_LABEL,
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
+    HOLDER_REASON_ANNOTATION,
     INITIALIZED_LABEL,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
@@ -70,6 +73,7 @@ from kube.client import NODES, Json, KubeApi, KubeError
 from kube.drain_rules import Pod, disruption_taint
 from kube.pods import node_do_not_disrupt_reason
 from kube.times import parse_time, rfc3339
+from planner.maintenance_windows import blocked
 from runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -281,35 +285,77 @@ class KubernetesActivities:
     async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
         """Taint each candidate `karpenter.sh/disrupted:NoSchedule` and record the command that holds it.
         First every candidate passes the guards (activities/guards.py: managed; for voluntary reasons
-        do-not-disrupt and no other holder); one refusal refuses the command, before any change. A
+        do-not-disrupt and no other holder; do-not-repair for repair), then the operator's controls:
+        no MaintenanceWindow may block the command's action on a candidate now, and the candidates'
+        NodeDisruptionBudgets must have room, which is claimed in their status for this command
+        (activities/budget_claims.py). One refusal refuses the command, before any change to a node. A
         candidate that is missing or already being deleted is reported (ok=False), not raised: the
         workflow decides whether that aborts. So is one that another command claimed between the
         guards and the taint: the claim is a read-modify-write with a resourceVersion precondition
         that re-checks the holder on the version it replaces (`_taint_candidate`)."""
         try:
-            skipped = await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
+            guarded = await asyncio.gather(*(self._guard_candidate(name, request) for name in request.nodes))
+            taking = [node for why, node in guarded if why is None and node is not None]
+            await self._check_controls(request, taking)
         except guards.Refused as err:
             raise guards.refusal(err) from None
-        return list(
+        results = list(
             await asyncio.gather(
                 *(
                     self._taint_candidate(n, request)
                     if why is None
                     else asyncio.sleep(0, CandidateNode(node=n, ok=False, message=why))
-                    for n, why in zip(request.nodes, skipped, strict=True)
+                    for n, (why, _) in zip(request.nodes, guarded, strict=True)
                 )
             )
         )
+        left_out = [r.node for r in results if not r.ok]
+        if left_out and request.command_id:
+            await self._release_claims(holder=request.command_id, nodes=left_out)
+        return results
 
-    async def _guard_candidate(self, name: str, request: TaintRequest) -> str | None:
+    async def _check_controls(self, request: TaintRequest, taking: list[Json]) -> None:
+        """MaintenanceWindows and NodeDisruptionBudgets at the moment of acting: the planner checked
+        them on its cache, but a command may be started by hand, or a window may have opened since."""
+        if not taking:
+            return
+        try:
+            found = await guards.windows(self.kube)
+        except Exception as err:
+            raise classify_kube(err, "reading MaintenanceWindows") from None
+        why = guards.window_refusal(found, taking, request.reason, request.command_id, datetime.now(UTC))
+        if why is not None:
+            raise guards.Refused(f"{why}: no {request.reason} disruption now")
+        claiming = [node for node in taking if guards.claims_budgets(request.reason, node)]
+        if not claiming:
+            return
+        try:
+            denied = await budget_claims.claim(self.kube, claiming, request.command_id, request.reason)
+        except Exception as err:
+            raise classify_kube(err, "claiming NodeDisruptionBudgets") from None
+        if denied is not None:
+            raise guards.Refused(f"{denied.message}: no {request.reason} disruption now")
+
+    async def _release_claims(self, **which: Any) -> None:
+        try:
+            await budget_claims.release(self.kube, **which)
+        except Exception as err:
+            raise classify_kube(err, "releasing NodeDisruptionBudget claims") from None
+
+    async def _guard_candidate(self, name: str, request: TaintRequest) -> tuple[str | None, Json | None]:
         """Raise Refused to refuse the command; return why this one candidate is left out (an
-        emptiness candidate that is not empty any more), or None to taint it."""
+        emptiness candidate that is not empty any more), or None to taint it, with the node when the
+        command will take it (not for one missing, deleting or another node of the name: the taint
+        reports those)."""
         try:
             node = await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
-                return None  # reported by the taint below
+                return None, None  # reported by the taint below
             if another_node(node, request.uids.get(name)) is not None:
-                return None  # not the node the command is for: reported by the taint below, never touched
+                return (
+                    None,
+                    None,
+                )  # not the node the command is for: reported by the taint below, never touched
             pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
@@ -320,10 +366,12 @@ class KubernetesActivities:
         guards.check_voluntary(
             node, pods, request.reason, request.command_id, datetime.now(UTC), grace, self.taint_key
         )
+        guards.check_repair(node, request.reason)
         # (A retry finds its own taint: nothing could land since.)
         if request.reason == REASON_EMPTY and not has_taint(node, self.taint_key):
-            return guards.no_longer_empty(node, pods)
-        return None
+            why = guards.no_longer_empty(node, pods)
+            return why, (node if why is None else None)
+        return None, node
 
     async def _taint_candidate(self, name: str, request: TaintRequest) -> CandidateNode:
         voluntary = request.reason in VOLUNTARY_REASONS
@@ -352,6 +400,9 @@ class KubernetesActivities:
             changed = add_taint(node, dict(self.disrupted_taint))
             if request.command_id and annotations.get(guards.OWNER_ANNOTATION) != request.command_id:
                 annotations[guards.OWNER_ANNOTATION] = request.command_id
+                changed = True
+            if request.reason and annotations.get(HOLDER_REASON_ANNOTATION) != request.reason:
+                annotations[HOLDER_REASON_ANNOTATION] = request.reason  # the invariant checker reads it
                 changed = True
             if not voluntary and request.deadline is not None:
                 changed |= bring_deadline_forward(node, request.deadline)
@@ -421,6 +472,7 @@ class KubernetesActivities:
                 released = True
                 annotations = node["metadata"].get("annotations") or {}
                 dropped = annotations.pop(guards.OWNER_ANNOTATION, None) is not None
+                dropped |= annotations.pop(HOLDER_REASON_ANNOTATION, None) is not None
                 return remove_taint(node, self.taint_key, "NoSchedule") or dropped
 
             try:
@@ -441,6 +493,9 @@ class KubernetesActivities:
                     if n in refs
                 ]
             )
+        if released and request.command_id:
+            # The command gives its NodeDisruptionBudget claims back with its taints.
+            await self._release_claims(holder=request.command_id, nodes=released)
         return released
 
     # -- replacements -----------------------------------------------------------------------------
@@ -848,15 +903,71 @@ class KubernetesActivities:
             return None
         return pool_termination_grace_period(pool)
 
+    @activity.defn(name="termination_gate")
+    async def termination_gate(self, request: TerminationGateRequest) -> TerminationGate:
+        """Whether a termination may take its node down now, before its taint and drain. A node its
+        command already holds (tainted under that command) was checked when the command tainted it;
+        interruption and NodePool deletion are never held back. Otherwise a MaintenanceWindow that
+        blocks the termination's action holds it, and a `kubectl delete node` (and any reason that
+        claims budgets: activities/guards.py `claims_budgets`) needs a NodeDisruptionBudget claim.
+        When it must wait, the node gets an Event saying for what; the workflow asks again later."""
+        name = request.node
+        try:
+            node = await self.kube.find_node(name)
+            if node is None or another_node(node, request.uid) is not None:
+                return TerminationGate(go=True, message="the node is gone")
+            holder = (node["metadata"].get("annotations") or {}).get(guards.OWNER_ANNOTATION)
+            if has_taint(node, self.taint_key) and holder:
+                # Held by a command (ours, or the one that started this termination): it passed the
+                # controls when it tainted; or by this termination itself before a continue-as-new.
+                return TerminationGate(go=True, message=f"held by {holder}")
+            found = await guards.windows(self.kube)
+            now = datetime.now(UTC)
+            action = guards.window_action(request.reason, request.holder, node)
+            block = blocked(found, action, node["metadata"].get("labels") or {}, now) if action else None
+            if block is not None:
+                await events.recorder_for(self.kube).record(
+                    events.disruption_waiting_window(
+                        node, ", ".join(block.windows), block.action, block.ends()
+                    )
+                )
+                return TerminationGate(
+                    go=False,
+                    waiting_for=f"MaintenanceWindow {', '.join(block.windows)}",
+                    message=block.message(),
+                )
+            if not guards.claims_budgets(request.reason, node):
+                return TerminationGate(go=True)
+            denied = await budget_claims.claim(self.kube, [node], request.holder, request.reason, now)
+        except Exception as err:
+            raise classify_kube(err, f"checking the controls for the termination of node {name}") from None
+        if denied is None:
+            return TerminationGate(go=True)
+        await events.recorder_for(self.kube).record(
+            events.disruption_waiting_ndb(node, denied.budget, denied.unavailable, denied.allowed)
+        )
+        return TerminationGate(
+            go=False, waiting_for=f"NodeDisruptionBudget {denied.budget}", message=denied.message
+        )
+
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:
         """The disrupted taint and the exclude-from-external-load-balancers label, so nothing new lands and
         load balancers deregister the node while it drains. Only on the pinned node (a plain name, as
-        workflows started before pinning send it, pins nothing)."""
+        workflows started before pinning send it, pins nothing). A node no command holds gets the
+        termination as its holder, with its reason, so everyone (the invariant checker too) can tell a
+        `kubectl delete node` from an interruption."""
         ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
 
         def mutate(n: Json) -> bool:
             changed = add_taint(n, dict(self.disrupted_taint))
+            annotations = n.setdefault("metadata", {}).setdefault("annotations", {}) or {}
+            n["metadata"]["annotations"] = annotations
+            if ref.holder and not annotations.get(guards.OWNER_ANNOTATION):
+                annotations[guards.OWNER_ANNOTATION] = ref.holder
+                if ref.reason:
+                    annotations[HOLDER_REASON_ANNOTATION] = ref.reason
+                changed = True
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
@@ -986,14 +1097,16 @@ class KubernetesActivities:
         try:
             await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
         except Exception as err:
-            if not_found(err):
-                return  # the node is gone: nothing left to do
-            raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None
-        if released:  # counted by the call that removed it: a retry finds it gone
-            meta = released[0]["metadata"]
-            pool = (meta.get("labels") or {}).get(NODEPOOL_LABEL, "")
-            metrics.NODES_TERMINATED.labels(nodepool=pool).inc()
-            deleted = parse_time(meta.get("deletionTimestamp"))
-            if deleted is not None:
-                seconds = (datetime.now(UTC) - deleted).total_seconds()
-                metrics.NODES_TERMINATION_DURATION.labels(nodepool=pool).observe(max(seconds, 0.0))
+            if not not_found(err):  # gone already: nothing left to do but the claims
+                raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None
+        else:
+            if released:  # counted by the call that removed it: a retry finds it gone
+                meta = released[0]["metadata"]
+                pool = (meta.get("labels") or {}).get(NODEPOOL_LABEL, "")
+                metrics.NODES_TERMINATED.labels(nodepool=pool).inc()
+                deleted = parse_time(meta.get("deletionTimestamp"))
+                if deleted is not None:
+                    seconds = (datetime.now(UTC) - deleted).total_seconds()
+                    metrics.NODES_TERMINATION_DURATION.labels(nodepool=pool).observe(max(seconds, 0.0))
+        # The node is going: its NodeDisruptionBudget claims make room for the next one.
+        await self._release_claims(nodes=[ref.node], uid=ref.uid)

@@ -38,25 +38,31 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import pass_report
+from activities import budget_claims, pass_report
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
+    DISRUPTION_TAINT_KEYS,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
+    KARPFLOW_GROUP,
+    KARPFLOW_VERSION,
     NODEPOOL_FINALIZER,
     NODEPOOL_LABEL,
     disrupted_taint_key,
 )
 from api.controller_io import (
     Backoff,
+    ControlCondition,
+    ControlsUpkeep,
     FailedCommand,
     OfferingUnavailable,
     PassRequest,
     PassResult,
+    Pause,
     PlannedCommand,
     ValidateRequest,
     Verdict,
@@ -64,10 +70,13 @@ from api.controller_io import (
 from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_workflow_id
 from api.workflow_summaries import disruption_details, disruption_memo, disruption_summary
 from cluster.informer import ClusterCache
-from kube.client import Json, KubeApi
-from kube.events import EventBatches, recorder_for
+from kube import events
+from kube.client import Json, KubeApi, KubeError
+from kube.events import EventBatches, ObjectRef, recorder_for
+from kube.times import parse_time, rfc3339
 from planner import why_not
 from planner.catalog import Catalog, bundled_catalog
+from planner.maintenance_windows import pause_window, read_window
 from planner.model import (
     CONSOLIDATION_TYPE_OF,
     EMPTINESS,
@@ -76,15 +85,21 @@ from planner.model import (
     SINGLE_NODE_CONSOLIDATION,
     PlanOptions,
 )
+from planner.node_disruption_budgets import read_ndb
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
-from planner.snapshot import Snapshot, instance_id_of
+from planner.rate_budgets import longest_period
+from planner.snapshot import RecentDisruption, Snapshot, instance_id_of
 from runtime import metrics
 
 log = logging.getLogger(__name__)
 
 WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
 SYNC_TIMEOUT = 60.0
+# A NodeDisruptionBudget claim is written a moment before its taint; one whose holder no longer runs
+# and whose node is still untouched after this long was left by a command that stopped in between.
+STALE_CLAIM_SECONDS = 120.0
+CONDITION_VALID = "Valid"
 # Karpenter validates consolidation commands (empty, multi, single) after a delay; drift and the
 # forceful methods start at once.
 VALIDATED_METHODS = frozenset(
@@ -277,6 +292,71 @@ def nodepool_finalizer_changes(snapshot: Snapshot) -> dict[str, bool]:
     return changes
 
 
+def _has_disrupted_taint(obj: Json) -> bool:
+    return any(t.get("key") in DISRUPTION_TAINT_KEYS for t in (obj.get("spec") or {}).get("taints") or ())
+
+
+def pause_windows(pauses: Iterable[Pause]) -> dict[str, Any]:
+    """The operator's pauses as windows of the pass (planner/maintenance_windows.py `pause_window`)."""
+    return {
+        f"pause/{p.key}": pause_window(f"pause/{p.key}", p.describe(), p.action, p.nodepool) for p in pauses
+    }
+
+
+def _condition(obj: Json, kind: str) -> ControlCondition | None:
+    """The Valid condition `obj` should carry, when it does not carry it already."""
+    if kind == "MaintenanceWindow":
+        problems = list(read_window(obj).problems)
+    else:
+        problems = list(read_ndb(obj).problems)
+    valid = not problems
+    message = "" if valid else "; ".join(problems)[:1000]
+    current = next(
+        (c for c in ((obj.get("status") or {}).get("conditions") or ()) if c.get("type") == CONDITION_VALID),
+        None,
+    )
+    same = current is not None and current.get("status") == ("True" if valid else "False")
+    if same and (valid or current.get("message") == message):
+        return None
+    return ControlCondition(
+        kind=kind, name=(obj.get("metadata") or {}).get("name") or "", valid=valid, message=message
+    )
+
+
+def _stale_claims(objects: list[Json], nodes: dict[str, Json], running: set[str], now: datetime) -> int:
+    """Claims the sweep would drop (activities/budget_claims.py `sweep` decides again when it acts)."""
+    stale = 0
+    for obj in objects:
+        for claim in (obj.get("status") or {}).get("claims") or ():
+            node = nodes.get(claim.get("node") or "")
+            uid = claim.get("uid")
+            if node is None or (uid and (node.get("metadata") or {}).get("uid") != uid):
+                stale += 1
+                continue
+            if str(claim.get("holder") or "").partition("@")[0] in running:
+                continue
+            if _has_disrupted_taint(node) or (node.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            since = parse_time(claim.get("since"))
+            if since is None or (now - since).total_seconds() > STALE_CLAIM_SECONDS:
+                stale += 1
+    return stale
+
+
+def controls_upkeep(objects: list[Json], running: list[str], now: datetime) -> ControlsUpkeep | None:
+    """Valid conditions to write on the operator's controls, and whether any claim is stale."""
+    windows = [o for o in objects if o.get("kind") == "MaintenanceWindow"]
+    budgets = [o for o in objects if o.get("kind") == "NodeDisruptionBudget"]
+    conditions = [c for o in windows if (c := _condition(o, "MaintenanceWindow")) is not None]
+    conditions += [c for o in budgets if (c := _condition(o, "NodeDisruptionBudget")) is not None]
+    nodes = {(o.get("metadata") or {}).get("name") or "": o for o in objects if o.get("kind") == "Node"}
+    stale = _stale_claims(budgets, nodes, set(running), now) if budgets else 0
+    upkeep = ControlsUpkeep(
+        conditions=conditions, stale_claims=stale, running=sorted(running) if stale else []
+    )
+    return None if upkeep.empty else upkeep
+
+
 class PlanningActivities:
     def __init__(
         self,
@@ -371,7 +451,11 @@ class PlanningActivities:
 
     # -- the view ------------------------------------------------------------------------------------
 
-    async def _snapshot(self, held: set[str], now: datetime) -> Snapshot:
+    async def _snapshot(
+        self, held: set[str], now: datetime, pauses: Iterable[Pause] = (), holding: Iterable[str] = ()
+    ) -> Snapshot:
+        """The cached view, in-flight nodes tainted, the operator's pauses as windows, and the starts
+        that rate budgets count (read from visibility only when a pool has a rate budget)."""
         self.cache.start()  # a worker without the controller starts its cache with its first pass
         if not await self.cache.wait_synced(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
@@ -382,7 +466,51 @@ class PlanningActivities:
         snapshot = await asyncio.to_thread(self.cache.snapshot, now, instances, held)
         if problem:
             snapshot.problems.append(problem)
+        snapshot.maintenance_windows.update(pause_windows(pauses))
+        period = longest_period(snapshot.nodepools.values())
+        if period is not None:
+            snapshot.recent_disruptions = await self._recent_disruptions(snapshot, now - period, holding)
         return snapshot
+
+    async def _recent_disruptions(
+        self, snapshot: Snapshot, since: datetime, holding: Iterable[str]
+    ) -> list[RecentDisruption]:
+        """Nodes whose disruption or termination started since `since` (Temporal visibility: this task
+        queue's DisruptionWorkflows and TerminationWorkflows by StartTime), and the nodes of commands
+        the controller started that visibility may not list yet. A rolled-back, rejected or cancelled
+        command took no node and is not counted. Each node once, at its earliest start."""
+        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
+        query = (
+            f"WorkflowType IN ({types}) AND TaskQueue = '{self.task_queue}' "
+            f"AND StartTime > '{since.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
+        )
+        undone = {
+            WorkflowExecutionStatus.FAILED,
+            WorkflowExecutionStatus.CANCELED,
+            WorkflowExecutionStatus.TERMINATED,
+        }
+        earliest: dict[tuple[str, str], RecentDisruption] = {}
+
+        def add(node: str, pools: list[str], reason: str, started: datetime) -> None:
+            known = snapshot.nodes.get(node)
+            for pool in [known.nodepool] if known is not None and known.nodepool else pools:
+                if not pool:
+                    continue
+                entry = earliest.get((node, pool))
+                if entry is None or started < entry.started_at:
+                    earliest[(node, pool)] = RecentDisruption(node, pool, reason, started)
+
+        async for execution in self.client.list_workflows(query):
+            if execution.workflow_type == "DisruptionWorkflow" and execution.status in undone:
+                continue
+            attributes = execution.typed_search_attributes
+            pools = [p for p in (attributes.get(sa.NODEPOOL) or "").split(",") if p]
+            reason = attributes.get(sa.REASON) or ""
+            for node in attributes.get(sa.NODES) or ():
+                add(node, pools, reason, execution.start_time)
+        for node in holding:
+            add(node, [], "", snapshot.now)
+        return sorted(earliest.values(), key=lambda d: (d.started_at, d.node))
 
     async def _instances(self, nodes: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
         """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""
@@ -422,7 +550,7 @@ class PlanningActivities:
         counted = set(request.counted_failures)
         failed = await self._failed_since(request.failures_since, counted)
         fresh = [f for f in failed if f.key not in counted]
-        snapshot = await self._snapshot(held, now)
+        snapshot = await self._snapshot(held, now, request.pauses, request.holding)
         catalog = self._catalog_for(snapshot, request.unavailable, now)
         options = self.options.model_copy(update={"backed_off": backed_off(request.backoffs, fresh, now)})
         result = await asyncio.to_thread(plan, snapshot, catalog, options)
@@ -451,10 +579,15 @@ class PlanningActivities:
             taints=[t.model_dump(mode="json") for t in result.taints],
             nodepool_finalizers=finalizers,
             failed=failed,
+            upkeep=controls_upkeep(self._controls_objects(), flying.ids, now),
             nodes=len(snapshot.nodes),
             pods=len(snapshot.pods),
             seconds=seconds,
         )
+
+    def _controls_objects(self) -> list[Json]:
+        kinds = ("MaintenanceWindow", "NodeDisruptionBudget", "Node")
+        return [obj for obj in self.cache.objects() if obj.get("kind") in kinds]
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
@@ -466,17 +599,21 @@ class PlanningActivities:
         now = datetime.now(UTC)
         own = {n for c in request.commands for n in c.nodes}
         held = (await self._in_flight()).nodes | set(request.holding)
-        snapshot = await self._snapshot(held - own, now)
+        snapshot = await self._snapshot(held - own, now, request.pauses, request.holding)
         catalog = self._catalog_for(snapshot, [], now)
         verdicts = []
+        starting: list[str] = []  # nodes of the commands of this batch found valid so far
         for command in request.commands:
             planned = CommandOut.model_validate(command.planned)
-            out = await asyncio.to_thread(validate_command, snapshot, catalog, planned, self.options)
+            out = await asyncio.to_thread(
+                validate_command, snapshot, catalog, planned, self.options, marked=list(starting)
+            )
             if not out.valid or out.command is None:
                 kind = command.consolidation_type or CONSOLIDATION_TYPE_OF.get(command.method, "")
                 metrics.FAILED_VALIDATIONS.labels(consolidation_type=kind).inc()
                 verdicts.append(Verdict(workflow_id=command.workflow_id, valid=False, reason=out.reason))
                 continue
+            starting.extend(out.command.nodes)
             still = command
             if out.command.nodes != planned.nodes:  # emptiness keeps the subset still valid
                 still = narrowed(command, out.command)
@@ -539,6 +676,78 @@ class PlanningActivities:
                 return False
             raise
         return described.status == WorkflowExecutionStatus.RUNNING
+
+    @activity.defn(name="sync_operator_controls")
+    async def sync_operator_controls(self, upkeep: ControlsUpkeep) -> int:
+        """The operator's controls as a pass found them: a Valid condition on each MaintenanceWindow
+        and NodeDisruptionBudget whose validity changed (with a Warning Event when it turns invalid:
+        it fails closed), and stale NodeDisruptionBudget claims dropped. Idempotent; returns how
+        many objects or claims changed."""
+        changed = 0
+        for condition in upkeep.conditions:
+            try:
+                changed += await self._write_condition(condition)
+            except Exception as err:
+                if getattr(err, "status", None) == 404:
+                    continue  # deleted since the pass
+                raise classify_kube(
+                    err, f"writing the Valid condition of {condition.kind} {condition.name}"
+                ) from None
+        if upkeep.stale_claims:
+            try:
+                changed += await budget_claims.sweep(self.kube, set(upkeep.running), STALE_CLAIM_SECONDS)
+            except Exception as err:
+                raise classify_kube(err, "sweeping NodeDisruptionBudget claims") from None
+        return changed
+
+    async def _write_condition(self, condition: ControlCondition) -> int:
+        plural = "maintenancewindows" if condition.kind == "MaintenanceWindow" else "nodedisruptionbudgets"
+        status = "True" if condition.valid else "False"
+        for attempt in range(8):
+            obj = await self.kube.get_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, plural, condition.name)
+            conditions = list((obj.get("status") or {}).get("conditions") or [])
+            current = next((c for c in conditions if c.get("type") == CONDITION_VALID), None)
+            if (
+                current is not None
+                and current.get("status") == status
+                and current.get("message", "") == condition.message
+            ):
+                return 0
+            stamp = rfc3339(datetime.now(UTC))
+            written = {
+                "type": CONDITION_VALID,
+                "status": status,
+                "reason": "Valid" if condition.valid else "Invalid",
+                "message": condition.message,
+                "lastTransitionTime": stamp
+                if current is None or current.get("status") != status
+                else current.get("lastTransitionTime", stamp),
+                "observedGeneration": (obj.get("metadata") or {}).get("generation") or 1,
+            }
+            body = {
+                **obj,
+                "status": {
+                    **(obj.get("status") or {}),
+                    "conditions": [*(c for c in conditions if c.get("type") != CONDITION_VALID), written],
+                },
+            }
+            try:
+                await self.kube.replace_cluster_custom_status(
+                    KARPFLOW_GROUP, KARPFLOW_VERSION, plural, condition.name, body
+                )
+            except KubeError as err:
+                if err.status != 409 or attempt == 7:
+                    raise
+                continue
+            if not condition.valid:
+                await events.recorder_for(self.kube).record(
+                    events.invalid_control(
+                        ObjectRef.of(obj, condition.kind, f"{KARPFLOW_GROUP}/{KARPFLOW_VERSION}"),
+                        condition.message,
+                    )
+                )
+            return 1
+        return 0
 
     @activity.defn(name="sync_nodepool_finalizers")
     async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:

@@ -22,6 +22,28 @@ class NodeRef(BaseModel):
 
     node: str
     uid: str | None = None
+    holder: str | None = Field(
+        default=None,
+        description="taint_for_termination: the termination's `<workflow id>@<run>`, recorded as the "
+        "taint's holder when no command holds the node (kubectl delete node, interruption)",
+    )
+    reason: str | None = Field(default=None, description="taint_for_termination: the termination's reason")
+
+
+class TerminationGateRequest(BaseModel):
+    """May this termination take its node down now? (MaintenanceWindows, NodeDisruptionBudgets)"""
+
+    node: str
+    uid: str | None = None
+    reason: str
+    holder: str = Field(description="the termination's `<workflow id>@<first run id>`: the claim's holder")
+    command_id: str | None = Field(default=None, description="the disruption that started it, if any")
+
+
+class TerminationGate(BaseModel):
+    go: bool
+    waiting_for: str = Field(default="", description="'MaintenanceWindow X' or 'NodeDisruptionBudget Y'")
+    message: str = ""
 
 
 class TaintRequest(BaseModel):

@@ -72,6 +72,16 @@ NODECLASS_HASH_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash"
 NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash-version"
 TERMINATION_TIMESTAMP_ANNOTATION = "karpenter.sh/nodeclaim-termination-timestamp"
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+# v1.15: a node's own opt-out of node repair (its unhealthy conditions are left to the operator).
+DO_NOT_REPAIR_ANNOTATION = "karpenter.sh/do-not-repair"
+# karpflow's markers on nodes (written by karpflow only): who holds the disrupted taint and why.
+HOLDER_ANNOTATION = "karpflow.io/disruption-command"
+HOLDER_REASON_ANNOTATION = "karpflow.io/disruption-reason"
+# The controller writes it when a MaintenanceWindow defers a node's expiration: once the window allows
+# it, that node's expiration is paced by budgets and NodeDisruptionBudgets like a voluntary method.
+EXPIRATION_DEFERRED_ANNOTATION = "karpflow.io/expiration-deferred"
+# A RolloutWorkflow marks the nodes it replaces (<rollout workflow id>): drift takes them.
+ROLLOUT_ANNOTATION = "karpflow.dev/rollout-requested"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 # Capacity types.

@@ -7,16 +7,20 @@ to it without importing it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.maintenance_window import WINDOW_ACTIONS, WindowAction
 from api.node_reasons import ReasonsUpdate
 
 # Signal names of the ControllerWorkflow (workflows/controller.py). A signal whose input does not
 # validate is dropped and listed in the status query's `bad_signals`; it never fails the workflow.
 SIGNAL_OFFERING_UNAVAILABLE = "offering_unavailable"
 SIGNAL_STOP = "stop"  # `karpflow controller stop`: finish, and close as completed (workers leave it so)
+# Updates (validated: a bad request is rejected to the caller and never reaches the history).
+UPDATE_PAUSE = "pause"
+UPDATE_RESUME = "resume"
 
 
 class OfferingUnavailable(BaseModel):
@@ -76,6 +80,60 @@ class HeldCommand(BaseModel):
     since: datetime
 
 
+PauseScope = Literal["global", "nodepool", "action"]
+
+
+class PauseRequest(BaseModel):
+    """The `pause` and `resume` updates' input: `{"scope": "global"}`, `{"scope": "nodepool",
+    "nodepool": "gpu"}` or `{"scope": "action", "action": "Drift"}`; `reason` and `by` are shown."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: PauseScope = "global"
+    nodepool: str | None = Field(default=None, min_length=1)
+    action: WindowAction | None = None
+    reason: str = Field(default="", max_length=500)
+    by: str = Field(default="", max_length=200)
+
+    @model_validator(mode="after")
+    def _target_matches_scope(self) -> PauseRequest:
+        if (self.scope == "nodepool") != (self.nodepool is not None):
+            raise ValueError('a "nodepool" pause names the NodePool in "nodepool", and only that scope does')
+        if (self.scope == "action") != (self.action is not None):
+            raise ValueError(
+                f'an "action" pause names one of {", ".join(WINDOW_ACTIONS)} in "action", '
+                "and only that scope does"
+            )
+        return self
+
+    @property
+    def key(self) -> str:
+        """One pause per target: pausing it again replaces the reason."""
+        if self.scope == "nodepool":
+            return f"nodepool/{self.nodepool}"
+        if self.scope == "action":
+            return f"action/{self.action}"
+        return "global"
+
+
+class Pause(PauseRequest):
+    """A pause in force: new commands it covers are not started; commands in flight finish."""
+
+    since: datetime
+
+    def describe(self) -> str:
+        what = {"global": "everything", "nodepool": f"NodePool {self.nodepool}", "action": f"{self.action}"}
+        who = f" by {self.by}" if self.by else ""
+        why = f": {self.reason}" if self.reason else ""
+        return f"{what[self.scope]}{who}{why}"
+
+
+class Pauses(BaseModel):
+    """What `pause` and `resume` return: the pauses in force afterwards."""
+
+    pauses: list[Pause] = Field(default_factory=list)
+
+
 class ControllerState(BaseModel):
     """What a ControllerWorkflow carries over continue-as-new."""
 
@@ -93,6 +151,7 @@ class ControllerState(BaseModel):
         description="failed commands already counted ('<workflow id>@<run id>' -> when they closed), "
         "for as long as a pass's look-back can still list them",
     )
+    pauses: dict[str, Pause] = Field(default_factory=dict, description="pause key -> the pause in force")
 
 
 class ControllerInput(BaseModel):
@@ -172,6 +231,33 @@ class PassRequest(BaseModel):
         description="fingerprint of the per-node reasons the controller holds: the result sends only "
         "changes to them ('' : send every reason)",
     )
+    pauses: list[Pause] = Field(
+        default_factory=list, description="operator pauses: windows of the pass that block what they cover"
+    )
+
+
+class ControlCondition(BaseModel):
+    """The Valid condition a MaintenanceWindow or NodeDisruptionBudget should have (written only when
+    it differs from what the object has)."""
+
+    kind: Literal["MaintenanceWindow", "NodeDisruptionBudget"]
+    name: str
+    valid: bool
+    message: str = ""
+
+
+class ControlsUpkeep(BaseModel):
+    """What a pass found to tidy on the operator's controls: conditions to write, stale claims."""
+
+    conditions: list[ControlCondition] = Field(default_factory=list)
+    stale_claims: int = Field(default=0, description="claims whose node is gone or whose holder stopped")
+    running: list[str] = Field(
+        default_factory=list, description="workflow ids in flight (claims they hold stay)"
+    )
+
+    @property
+    def empty(self) -> bool:
+        return not self.conditions and not self.stale_claims
 
 
 class PassResult(BaseModel):
@@ -201,6 +287,7 @@ class PassResult(BaseModel):
         description="NodePool -> add (true) or remove (false) karpflow's finalizer (NODEPOOL_FINALIZER)",
     )
     failed: list[FailedCommand] = Field(default_factory=list)
+    upkeep: ControlsUpkeep | None = Field(default=None, description="for sync_operator_controls")
     nodes: int = 0
     pods: int = 0
     seconds: float = 0.0
@@ -211,6 +298,7 @@ class ValidateRequest(BaseModel):
     holding: list[str] = Field(
         default_factory=list, description="nodes of commands started that visibility may not list yet"
     )
+    pauses: list[Pause] = Field(default_factory=list)
 
 
 class Verdict(BaseModel):
@@ -251,5 +339,6 @@ class ControllerStatus(BaseModel):
         default_factory=list, description="signals this run dropped because their input did not validate"
     )
     stopping: str = Field(default="", description="set when an operator asked the controller to stop")
+    pauses: list[Pause] = Field(default_factory=list, description="operator pauses in force")
     history_events: int = Field(default=0, description="events in this run's history so far")
     history_bytes: int = Field(default=0, description="size of this run's history so far")

@@ -41,6 +41,8 @@ class Reason(StrEnum):
     DISRUPTION_AWAITING_APPROVAL = "DisruptionAwaitingApproval"
     DISRUPTION_WAITING_WINDOW = "DisruptionWaitingWindow"
     DISRUPTION_WAITING_NODE_DISRUPTION_BUDGET = "DisruptionWaitingNodeDisruptionBudget"
+    INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
+    INVALID_NODE_DISRUPTION_BUDGET = "InvalidNodeDisruptionBudget"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,20 @@ CATALOG: dict[Reason, ReasonInfo] = {
     ),
     Reason.DISRUPTION_WAITING_NODE_DISRUPTION_BUDGET: ReasonInfo(
         "Normal", ("Node",), False, _DEFAULT_DEDUPE, "a NodeDisruptionBudget allows no more nodes now"
+    ),
+    Reason.INVALID_MAINTENANCE_WINDOW: ReasonInfo(
+        "Warning",
+        ("MaintenanceWindow",),
+        False,
+        _DEFAULT_DEDUPE,
+        "the window cannot be read as written: it fails closed (always active, blocking what it may)",
+    ),
+    Reason.INVALID_NODE_DISRUPTION_BUDGET: ReasonInfo(
+        "Warning",
+        ("NodeDisruptionBudget",),
+        False,
+        _DEFAULT_DEDUPE,
+        "the budget cannot be read as written: it fails closed (allows nothing for what it selects)",
     ),
 }
 

@@ -14,6 +14,7 @@ precedence for karpflow only:
     karpflow.dev/consolidation-strategy: Optimal                 # or Karpenter (the default)
     karpflow.dev/min-savings-per-hour: "0.05"                    # $/h a replace must save
     karpflow.dev/min-savings-fraction: "10%"                     # or 0.1: of what the nodes cost
+    karpflow.dev/require-approval: "true"                        # or "Drifted,Underutilized"
 
 The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
 karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
@@ -55,6 +56,10 @@ REBALANCE_REPLACE = PREFIX + "rebalance-replace"
 # for every reason; planner/rate_budgets.py).
 MAX_DISRUPTIONS_PER_HOUR = PREFIX + "max-disruptions-per-hour"
 CONSOLIDATION_STRATEGY = PREFIX + "consolidation-strategy"
+# "true" (every voluntary reason) or a comma list of reasons: the pool's voluntary commands wait for
+# an operator's `approve` before they take any node (workflows/disruption.py).
+REQUIRE_APPROVAL = PREFIX + "require-approval"
+APPROVAL_REASONS = ("Underutilized", "Empty", "Drifted")
 MIN_SAVINGS_PER_HOUR = PREFIX + "min-savings-per-hour"
 MIN_SAVINGS_FRACTION = PREFIX + "min-savings-fraction"
 # Read by read_savings_floor: a bad value stops only replace-consolidation, not the whole pool.
@@ -78,6 +83,7 @@ class NodePoolOverrides(BaseModel):
     rebalance_replace: bool | None = None
     max_disruptions_per_hour: int | None = None
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
+    require_approval: list[str] | None = None
 
     @property
     def disruption(self) -> dict[str, Any]:
@@ -96,11 +102,17 @@ def _duration(value: str, never_ok: bool) -> str:
 
 
 # What an invalid duration annotation reads as: the value that drives nothing.
-_FAIL_CLOSED = {"consolidate_after": NEVER, "expire_after": NEVER, "termination_grace_period": NEVER}
+_FAIL_CLOSED: dict[str, Any] = {
+    "consolidate_after": NEVER,
+    "expire_after": NEVER,
+    "termination_grace_period": NEVER,
+    "require_approval": list(APPROVAL_REASONS),
+}
 _READ_AS = {
     "consolidate_after": "read as Never: nothing is consolidated",
     "expire_after": "read as Never: nothing expires",
     "termination_grace_period": "read as no deadline: drains wait for PDBs and do-not-disrupt",
+    "require_approval": "read as true: every voluntary command waits for approval",
 }
 
 
@@ -146,6 +158,16 @@ def _true_or_false(value: str) -> bool:
     return value == "true"
 
 
+def _approval_reasons(value: str) -> list[str]:
+    if value in ("true", "false"):
+        return list(APPROVAL_REASONS) if value == "true" else []
+    reasons = [r.strip() for r in value.split(",") if r.strip()]
+    unknown = [r for r in reasons if r not in APPROVAL_REASONS]
+    if unknown or not reasons:
+        raise ValueError(f'expected "true", "false" or reasons among {", ".join(APPROVAL_REASONS)}')
+    return reasons
+
+
 _PARSERS = {
     CONSOLIDATION_POLICY: ("consolidation_policy", _policy),
     CONSOLIDATE_AFTER: ("consolidate_after", lambda v: _duration(v, never_ok=True)),
@@ -155,6 +177,7 @@ _PARSERS = {
     REBALANCE_REPLACE: ("rebalance_replace", _true_or_false),
     MAX_DISRUPTIONS_PER_HOUR: ("max_disruptions_per_hour", _count),
     CONSOLIDATION_STRATEGY: ("consolidation_strategy", _strategy),
+    REQUIRE_APPROVAL: ("require_approval", _approval_reasons),
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from api.conditions import ControlStatus
+from api.conditions import Condition, ControlStatus
 from api.nodepool import KubeModel, ObjectMeta
 
 _PERCENT = re.compile(r"^(\d+)%$")
@@ -85,12 +85,32 @@ class NodeDisruptionBudgetSpec(KubeModel):
         return self
 
 
+class BudgetClaim(KubeModel):
+    """A node a termination is about to take down under this budget, written before its first change
+    (activities/budget_claims.py): it counts as unavailable from then on, so two workers can never
+    both take the last slot. Released when the node's termination ends; the controller sweeps
+    claims whose node is gone or whose holder stopped before tainting it."""
+
+    node: str
+    uid: str = ""
+    holder: str = Field(description="the workflow that claimed it: `<workflow id>@<first run id>`")
+    reason: str = ""
+    since: str = Field(description="RFC 3339: when it was claimed")
+
+
+class NodeDisruptionBudgetStatus(ControlStatus):
+    """Conditions (Valid) and the claims of nodes being taken down."""
+
+    claims: list[BudgetClaim] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
 class NodeDisruptionBudget(KubeModel):
     api_version: Literal["karpflow.dev/v1alpha1"] = "karpflow.dev/v1alpha1"
     kind: Literal["NodeDisruptionBudget"] = "NodeDisruptionBudget"
     metadata: ObjectMeta
     spec: NodeDisruptionBudgetSpec
-    status: ControlStatus = Field(default_factory=ControlStatus)
+    status: NodeDisruptionBudgetStatus = Field(default_factory=NodeDisruptionBudgetStatus)
 
     @property
     def name(self) -> str:

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-# A reason that only says "later": the node is not stuck, the cluster has not converged yet.
-WAITING_MARKERS = ("not consolidatable until",)
+# A reason that only says "later": the node is not stuck, the cluster has not converged yet. A window
+# or a pause that holds a node back, and a rate budget used up, say "later" too: the controller is
+# not quiet while they hold anything back.
+WAITING_MARKERS = ("not consolidatable until", "MaintenanceWindow", "paused (", "rate budget for")
 
 
 class ReasonsUpdate(BaseModel):

@@ -32,6 +32,7 @@ from pydantic import (
 
 from api import workflow_ids
 from api.duration import format_duration, parse_duration
+from api.karpflow_overrides import read_overrides
 
 Reason = Literal[
     "Underutilized", "Empty", "Drifted", "Expired", "Interrupted", "Unhealthy", "NodePoolDeleted", "Manual"
@@ -201,6 +202,22 @@ class TerminationInput(Strict):
     timeouts: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
 
 
+class Approval(Strict):
+    """The NodePool asks an operator to approve the command before it takes any node (annotation
+    `karpflow.dev/require-approval`): the workflow waits in phase AwaitingApproval for the `approve`
+    or `reject` update; no decision within `timeout` rejects it. Rejected: nothing changed."""
+
+    timeout: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
+    savings_per_hour: float = Field(default=0.0, description="the planner's estimate, shown while waiting")
+
+
+class ApprovalDecision(Strict):
+    """The `approve` and `reject` updates' input (optional): who decided, and why."""
+
+    by: str = Field(default="", max_length=200)
+    reason: str = Field(default="", max_length=500)
+
+
 class DisruptionInput(Strict):
     """A command. Voluntary reasons (Underutilized, Empty, Drifted) roll back when a replacement fails;
     forceful ones (Expired, Interrupted, Unhealthy, NodePoolDeleted, Manual) wait for their replacements
@@ -222,6 +239,7 @@ class DisruptionInput(Strict):
     )
     timeouts: DisruptionTimeouts = Field(default_factory=DisruptionTimeouts)
     termination: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
+    approval: Approval | None = Field(default=None, description="voluntary only: wait for an operator first")
 
     @field_validator("nodes")
     @classmethod
@@ -241,6 +259,10 @@ class DisruptionInput(Strict):
 
     @model_validator(mode="after")
     def _deadline_is_forceful(self) -> DisruptionInput:
+        if self.approval is not None and not self.voluntary:
+            raise ValueError(
+                "approval: only a voluntary command waits for an operator (forceful work never waits)"
+            )
         if self.termination_deadline is not None and self.voluntary:
             raise ValueError(f"termination_deadline is for forceful reasons, not {self.reason}")
         return self
@@ -254,6 +276,8 @@ class DisruptionInput(Strict):
 
 DisruptionPhase = Literal[
     "Validating",
+    "AwaitingApproval",
+    "Rejected",
     "Tainting",
     "Launching",
     "WaitingForReplacements",
@@ -312,6 +336,7 @@ class DisruptionStatus(BaseModel):
 
 TerminationPhase = Literal[
     "Starting",
+    "Waiting",
     "Tainting",
     "Draining",
     "WaitingForKarpenter",
@@ -333,6 +358,9 @@ class TerminationStatus(BaseModel):
     deadline: datetime | None = None
     pods_evicted: int = 0
     pods_deleted: int = 0
+    waiting_for: str = Field(
+        default="", description="while Waiting: the MaintenanceWindow or NodeDisruptionBudget it waits for"
+    )
     message: str = ""
 
 
@@ -375,6 +403,8 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
     module stays free of the planner): its reason, candidates (names, pinned to the UIDs the planner
     saw) and replacements, instance types cheapest first."""
     uids = {c.name: c.node.uid for c in getattr(command, "candidates", ()) if getattr(c.node, "uid", "")}
+    if "approval" not in overrides and (approval := approval_for(command)) is not None:
+        overrides["approval"] = approval
     return DisruptionInput(
         reason=command.reason,
         nodes=list(command.nodes),
@@ -391,6 +421,20 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
         ],
         **overrides,
     )
+
+
+def approval_for(command: Any) -> Approval | None:
+    """An Approval when a NodePool of the command's candidates requires one for its reason
+    (`karpflow.dev/require-approval`); forceful commands never wait."""
+    if command.reason not in VOLUNTARY_REASONS:
+        return None
+    for candidate in getattr(command, "candidates", ()):
+        pool = getattr(candidate, "nodepool", None)
+        annotations = getattr(getattr(pool, "metadata", None), "annotations", None) or {}
+        required = read_overrides(annotations)[0].require_approval or []
+        if command.reason in required:
+            return Approval(savings_per_hour=round(getattr(command, "savings_per_hour", 0.0) or 0.0, 4))
+    return None
 
 
 def disruption_workflow_id(command: Any, cluster: str) -> str:

@@ -278,3 +278,20 @@ class KubeApi:
 
     async def get_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Json:
         return await self.request("GET", f"/apis/{group}/{version}/{plural}/{_q(name)}")
+
+    async def list_cluster_custom(self, group: str, version: str, plural: str) -> list[Json]:
+        """Every object of a cluster-scoped custom kind; none when the kind is not served (its CRD is
+        not installed: e.g. karpflow's operator controls on a cluster that never applied deploy/crds)."""
+        try:
+            result = await self.request("GET", f"/apis/{group}/{version}/{plural}")
+        except KubeError as err:
+            if err.status == 404:
+                return []
+            raise
+        return list(result.get("items") or [])
+
+    async def replace_cluster_custom_status(
+        self, group: str, version: str, plural: str, name: str, body: Json
+    ) -> Json:
+        """PUT the status subresource; `body` carries the resourceVersion it replaces (409 if stale)."""
+        return await self.request("PUT", f"/apis/{group}/{version}/{plural}/{_q(name)}/status", body=body)

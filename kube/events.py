@@ -241,6 +241,18 @@ def disruption_waiting_ndb(node: Json | ObjectRef, budget: str, unavailable: int
     )
 
 
+def invalid_control(obj: Json | ObjectRef, problems: str) -> Event:
+    """A MaintenanceWindow or NodeDisruptionBudget that does not read as written (it fails closed)."""
+    ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj, api_version="karpflow.dev/v1alpha1")
+    reason = (
+        Reason.INVALID_MAINTENANCE_WINDOW
+        if ref.kind == "MaintenanceWindow"
+        else Reason.INVALID_NODE_DISRUPTION_BUDGET
+    )
+    closed = "always active" if ref.kind == "MaintenanceWindow" else "allows nothing"
+    return Event(ref, reason, f"Invalid {ref.kind}, it fails closed ({closed}): {problems}"[:1000])
+
+
 # -- the recorder --------------------------------------------------------------------------------------
 
 

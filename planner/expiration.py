@@ -9,20 +9,26 @@ honours PDBs and do-not-disrupt until the terminationGracePeriod. expireAfter de
 to 720h; `Never` disables it. One command per node (method `expiration`, reason `Expired`).
 Expiration runs before the other methods of a pass; its nodes then count as disrupting in budgets.
 A MaintenanceWindow that blocks Expiration on an expired node holds it back (karpflow's soft
-expiration, docs/operator-controls.md): it stays a candidate for the other methods and is expired
-in the first pass the window allows.
+expiration, docs/operator-controls.md): it stays a candidate for the other methods, and the pass
+marks it `karpflow.io/expiration-deferred`. Once the window allows, the nodes so marked do not all go
+at once: they are paced by the NodePool's budgets that name no reason (reason Expired) and by the
+NodeDisruptionBudgets selecting them, like a voluntary method (the lead's decision for issue 19). An
+expired node no window ever deferred stays forceful, as in Karpenter v1.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from api.constants import REASON_EXPIRED
+from api.constants import EXPIRATION_DEFERRED_ANNOTATION, REASON_EXPIRED
 from api.duration import format_duration
+from api.nodepool import NodePool
 from kube.times import rfc3339
+from planner.budgets import BudgetError, allowed_disruptions, pool_counts
 from planner.candidates import make_candidate, node_created, node_expire_after
 from planner.model import EXPIRATION, Command, DisruptionClass, PlanContext
-from planner.operator_controls import window_block
+from planner.operator_controls import ndb_ledger, window_block
+from planner.snapshot import Node
 
 
 def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
@@ -49,6 +55,10 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
         if (block := window_block(ctx, node, "Expiration")) is not None:
             # Soft expiration: the node stays a candidate and goes in the first pass the window allows.
             ctx.explain(node.name, EXPIRATION, f"expired at {rfc3339(when)}, but {block.message()}")
+            ctx.deferred_expirations.add(node.name)
+            continue
+        if node.annotations.get(EXPIRATION_DEFERRED_ANNOTATION) and (why := _paced(ctx, node, pool)):
+            ctx.explain(node.name, EXPIRATION, f"expired at {rfc3339(when)}, deferred by a window: {why}")
             continue
         expire_after = node_expire_after(node, pool)
         candidate = make_candidate(ctx, node, pool)
@@ -71,3 +81,26 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
             )
         )
     return commands
+
+
+def _paced(ctx: PlanContext, node: Node, pool: NodePool) -> str | None:
+    """Why an expiration a window deferred must wait now: its NodePool's budgets for Expired (those
+    naming no reason) or a NodeDisruptionBudget selecting it has no room. None: it may go."""
+    name = node.nodepool or ""
+    total, in_flight, planned = pool_counts(ctx)
+    errors = ctx.snapshot.budget_errors.get(name)
+    try:
+        allowed = (
+            0 if errors else min(allowed_disruptions(pool, total[name], ctx.now, REASON_EXPIRED), total[name])
+        )
+    except BudgetError as err:
+        errors, allowed = [str(err)], 0
+    disrupting = in_flight[name] + planned[name]
+    if errors or disrupting >= allowed:
+        because = f"its budgets fail closed ({'; '.join(errors)})" if errors else f"{disrupting} disrupting"
+        return f"nodepool {name} budget for {REASON_EXPIRED} allows {allowed} ({because})"
+    if ctx.snapshot.node_disruption_budgets:
+        status = ndb_ledger(ctx).blocking([node.name])
+        if status is not None:
+            return status.message()
+    return None

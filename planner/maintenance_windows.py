@@ -30,6 +30,7 @@ from typing import Any
 from croniter import croniter
 from pydantic import ValidationError
 
+from api.constants import NODEPOOL_LABEL
 from api.cron import cron_expression
 from api.duration import parse_duration
 from api.maintenance_window import WINDOW_ACTIONS, MaintenanceWindow
@@ -54,6 +55,9 @@ class Window:
     # (five-field cron, duration); empty: always active.
     schedules: tuple[tuple[str, timedelta], ...]
     problems: tuple[str, ...] = ()
+    # Not an object but an operator's pause of the controller (what it covers, by whom, why):
+    # always active until resumed (`pause_window`).
+    pause: str = ""
 
     @property
     def broken(self) -> bool:
@@ -92,9 +96,12 @@ class WindowBlock:
     until: datetime | None
     broken: tuple[str, ...] = ()
     unscheduled: tuple[str, ...] = ()
+    paused: tuple[str, ...] = ()  # the pauses among them, described
 
     def ends(self) -> str:
         """When the block ends, for people: a time, or what has to happen first."""
+        if self.paused:
+            return "when resumed (karpflow resume)"
         if self.broken:
             return f"when {', '.join(self.broken)} {'is' if len(self.broken) == 1 else 'are'} fixed (invalid)"
         if self.unscheduled:
@@ -105,6 +112,8 @@ class WindowBlock:
         return rfc3339(self.until)
 
     def message(self) -> str:
+        if self.paused:
+            return f"paused ({'; '.join(self.paused)}): {self.action} waits until resumed"
         noun = "MaintenanceWindow" if len(self.windows) == 1 else "MaintenanceWindows"
         ends = self.ends()
         until = f"until {ends}" if self.until is not None else ends.replace("when ", "until ", 1)
@@ -168,7 +177,8 @@ def blocked(
         tuple(sorted(w.name for w in active)),
         _block_end(relevant, _utc(when)),
         tuple(sorted(w.name for w in active if w.broken)),
-        tuple(sorted(w.name for w in active if not w.broken and not w.schedules)),
+        tuple(sorted(w.name for w in active if not w.broken and not w.schedules and not w.pause)),
+        tuple(sorted(w.pause for w in active if w.pause)),
     )
 
 
@@ -187,6 +197,16 @@ def _block_end(relevant: tuple[Window, ...], when: datetime) -> datetime | None:
             return end
         end = max(ends)
     return None
+
+
+def pause_window(
+    name: str, description: str, action: str | None = None, nodepool: str | None = None
+) -> Window:
+    """An operator's pause of the controller as a window of the pass: every action (or one), on every
+    node (or a NodePool's), until resumed. Blocked reasons and soft expiration come with it."""
+    selector = (Requirement(NODEPOOL_LABEL, "In", frozenset({nodepool})),) if nodepool else None
+    actions = frozenset({action}) if action else ALL_ACTIONS
+    return Window(name=name, actions=actions, selector=selector, schedules=(), pause=description)
 
 
 # --- Reading the object (fail closed) -------------------------------------------------------------

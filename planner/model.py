@@ -523,6 +523,9 @@ class PlanContext:
     optimal_churn: float | None = None
     # Values derived once per pass and read for every node (e.g. each NodePool's template hash).
     memo: dict[Any, Any] = field(default_factory=dict)
+    # Expired nodes a MaintenanceWindow held back in this pass (planner/expiration.py): they get
+    # karpflow.io/expiration-deferred, and are paced like a voluntary method once the window allows.
+    deferred_expirations: set[str] = field(default_factory=set)
 
     @property
     def now(self) -> datetime:

@@ -6,7 +6,8 @@ Rules (Karpenter's graceful termination design, with PodDisruptionBudget arithme
   selects NO node (unlike a PodDisruptionBudget's, whose empty selector selects everything).
 - A selected node is unavailable when it is NotReady, being deleted, tainted `karpenter.sh/disrupted`
   (its drain started, or a command holds it: the controller shows the nodes of workflows in flight to
-  the planner with that taint), or disrupted by an earlier command of the same pass.
+  the planner with that taint), claimed in the budget's status (a termination is about to take it:
+  activities/budget_claims.py), or disrupted by an earlier command of the same pass.
 - Allowed unavailable: `maxUnavailable`, or the selected count minus `minAvailable`. Percentages are of
   the selected nodes, rounded up (as a PodDisruptionBudget's). Remaining = allowed - unavailable,
   never below 0.
@@ -38,6 +39,7 @@ class NodeState(Protocol):
     """What a budget needs to know of a node (planner.snapshot.Node has it)."""
 
     name: str
+    uid: str
     labels: dict[str, str]
     ready: bool
 
@@ -60,6 +62,8 @@ class Ndb:
     # A selector that cannot be read: the budget fails closed for every node.
     selects_every_node: bool = False
     problems: tuple[str, ...] = ()
+    # (node, uid) of the claims in its status: nodes a termination is taking down under it.
+    claims: tuple[tuple[str, str], ...] = ()
 
     @property
     def broken(self) -> bool:
@@ -69,6 +73,11 @@ class Ndb:
         if self.selects_every_node:
             return True
         return self.selector is not None and self.selector.matches(labels)
+
+    def claimed(self, node: NodeState) -> bool:
+        """Whether a claim in the status holds this node (a claim of an earlier node of the name
+        does not: a node name is not an identity)."""
+        return any(name == node.name and (not uid or uid == node.uid) for name, uid in self.claims)
 
     def allowed_unavailable(self, selected: int) -> int:
         if self.broken:
@@ -130,7 +139,7 @@ def statuses(
     out = []
     for ndb in sorted(budgets, key=lambda b: b.name):
         selected = [n for n in nodes if ndb.selects(n.labels)]
-        down = [n.name for n in selected if n.name in down_now]
+        down = [n.name for n in selected if n.name in down_now or ndb.claimed(n)]
         allowed = ndb.allowed_unavailable(len(selected))
         out.append(NdbStatus(ndb, sorted(n.name for n in selected), sorted(down), allowed))
     return out
@@ -173,6 +182,7 @@ def read_ndb(raw: Mapping[str, Any]) -> Ndb:
     """The budget an object describes; one that does not fit the schema allows nothing (never raises)."""
     meta = raw.get("metadata")
     name = str(meta.get("name") or "<no name>") if isinstance(meta, Mapping) else "<no name>"
+    claims = read_claims(raw)
     try:
         model = NodeDisruptionBudget.model_validate(raw)
     except ValidationError as err:
@@ -181,13 +191,27 @@ def read_ndb(raw: Mapping[str, Any]) -> Ndb:
         try:
             selector = _selector(spec.get("selector"))
         except (ValueError, AttributeError, TypeError):
-            return Ndb(name, None, selects_every_node=True, problems=problems)
-        return Ndb(name, selector, problems=problems)
+            return Ndb(name, None, selects_every_node=True, problems=problems, claims=claims)
+        return Ndb(name, selector, problems=problems, claims=claims)
     spec = model.spec
     selector = None
     if spec.selector is not None and not spec.selector.is_empty:
         selector = LabelSelector.from_dict(spec.selector.to_wire())
-    return Ndb(name, selector, spec.min_available, spec.max_unavailable)
+    return Ndb(name, selector, spec.min_available, spec.max_unavailable, claims=claims)
+
+
+def read_claims(raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(node, uid) of every readable claim in the object's status (the status of a budget whose spec
+    is broken still counts: its claims are nodes going down)."""
+    status = raw.get("status")
+    items = status.get("claims") if isinstance(status, Mapping) else None
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        (str(item["node"]), str(item.get("uid") or ""))
+        for item in items
+        if isinstance(item, Mapping) and isinstance(item.get("node"), str)
+    )
 
 
 def _selector(raw: Any) -> LabelSelector | None:

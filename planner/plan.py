@@ -22,13 +22,14 @@ the guaranteed saving (replacements at their worst-case price, as the decision i
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from api.constants import EXPIRATION_DEFERRED_ANNOTATION
 from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
@@ -164,6 +165,16 @@ class MethodEvaluation:
     consolidation_type: str
     seconds: float
     eligible: int
+
+
+def deferred_expiration_markers(ctx: PlanContext) -> list[AnnotationChange]:
+    """`karpflow.io/expiration-deferred` on the expired nodes a window held back, once (the time the
+    first pass deferred it): from then on their expiration is paced (planner/expiration.py)."""
+    return [
+        AnnotationChange(node=name, key=EXPIRATION_DEFERRED_ANNOTATION, value=rfc3339(ctx.now))
+        for name in sorted(ctx.deferred_expirations)
+        if not ctx.snapshot.nodes[name].annotations.get(EXPIRATION_DEFERRED_ANNOTATION)
+    ]
 
 
 class Plan(_Out):
@@ -335,7 +346,8 @@ def plan(
                 if ctx.plan_markers is not None
                 else marker_changes(snapshot, {}, stale_markers)
             )
-        ],
+        ]
+        + deferred_expiration_markers(ctx),
         taints=leaving_taint_changes(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
         ),
@@ -540,14 +552,18 @@ def validate_command(
     *,
     methods: Sequence[Method] | None = None,
     simulate: Simulate | None = None,
+    marked: Iterable[str] = (),
 ) -> ValidationOut:
-    """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer)."""
+    """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer).
+    `marked`: nodes of commands validated before this one in the same batch, which will start with
+    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own."""
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
         options=options or PlanOptions(),
         simulate=simulate if simulate is not None else default_simulate(),
     )
+    ctx.marked_for_deletion.update(n for n in marked if n not in command.nodes)
     rebuilt = command_from_out(ctx, command)
     if rebuilt is None:
         return ValidationOut(valid=False, reason="a node of the command or its nodepool is gone")

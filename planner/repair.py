@@ -19,7 +19,8 @@ also shows on the nodes of running workflows): it is on its way out, and plannin
 start a second command the moment the first closed and count its pods' capacity twice.
 
 A MaintenanceWindow that blocks Repair holds an unhealthy node back until it allows
-(docs/operator-controls.md).
+(docs/operator-controls.md). An initialized node annotated `karpenter.sh/do-not-repair: "true"`
+(Karpenter v1.15) is never repaired: the plan says so, and the taint refuses it too (activities/guards.py).
 
 Repair launches what the node's pods need first, with the same scheduling simulation as
 expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new
@@ -31,7 +32,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from api.constants import REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
+from api.constants import DO_NOT_REPAIR_ANNOTATION, REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
 from api.duration import format_duration
 from planner.candidates import make_candidate
 from planner.model import Command, DisruptionClass, PlanContext
@@ -101,6 +102,9 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
         for node, key, since in unhealthy:
             toleration = tolerations[key]
             if held(ctx, node) or (since is not None and ctx.now - since < toleration):
+                continue
+            if node.initialized and node.annotations.get(DO_NOT_REPAIR_ANNOTATION) == "true":
+                ctx.explain(node.name, REPAIR, f"{key}, but annotated {DO_NOT_REPAIR_ANNOTATION}: no repair")
                 continue
             if (block := window_block(ctx, node, "Repair")) is not None:
                 ctx.explain(node.name, REPAIR, f"{key}, but {block.message()}")

@@ -1,11 +1,15 @@
-"""`karpflow controller start|stop|status` and `karpflow status`: the controller from a terminal.
+"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`: the controller
+from a terminal.
 
 Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
 stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
 ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
 off, and whether the cluster is quiet (converged under the current rules). `stop` asks the
 controller to finish and close as completed, which the workers' supervision then leaves alone;
-`start` starts it again (runtime/controller_start.py).
+`start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
+updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
+(`--action`); what the controller refuses is printed with its reason, exit 1. `approve` and `reject`
+send a DisruptionWorkflow waiting for approval the updates of those names.
 """
 
 from __future__ import annotations
@@ -29,11 +33,21 @@ from rich.table import Table
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from api.controller_io import ControllerStatus, ControllerStopped, StopRequest
+from api.controller_io import (
+    UPDATE_PAUSE,
+    UPDATE_RESUME,
+    ControllerStatus,
+    ControllerStopped,
+    PauseRequest,
+    Pauses,
+    StopRequest,
+)
+from api.maintenance_window import WINDOW_ACTIONS
 from api.workflow_ids import controller_workflow_id
+from api.workflow_io import DisruptionStatus
 from planner import why_not
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
@@ -277,6 +291,11 @@ def render(status: ControllerStatus, console: Console) -> None:
     )
     if status.stopping:
         console.print(f"[yellow]controller {status.stopping}[/] (`karpflow controller start` starts it)")
+    for pause in status.pauses:
+        console.print(
+            f"[yellow]paused[/] {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S} "
+            "(new commands it covers wait; `karpflow resume` lifts it)"
+        )
     if status.error:
         console.print(f"[red]last pass failed:[/] {status.error}")
     for title, rows in (
@@ -284,7 +303,7 @@ def render(status: ControllerStatus, console: Console) -> None:
         ("in flight", status.in_flight),
         ("validating", status.validating),
         ("taints cleaned up", status.cleaned_taints),
-        ("waiting (consolidateAfter)", status.waiting),
+        ("waiting (consolidateAfter, windows, pauses, rates)", status.waiting),
     ):
         if rows:
             console.print(f"{title}: {', '.join(rows)}")
@@ -314,3 +333,106 @@ def render(status: ControllerStatus, console: Console) -> None:
         console.print(
             f"history of this run: {status.history_events} events, {status.history_bytes / 1e6:.1f} MB"
         )
+
+
+# -- `karpflow pause` and `karpflow resume`: the controller's updates (docs/operator-controls.md) ------
+
+
+def _request(nodepool: str | None, action: str | None, reason: str = "") -> PauseRequest:
+    if nodepool and action:
+        raise click.UsageError("name a NodePool or an action, not both")
+    scope = "nodepool" if nodepool else "action" if action else "global"
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    return PauseRequest(scope=scope, nodepool=nodepool, action=action, reason=reason, by=by)  # type: ignore[arg-type]
+
+
+def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:
+    body = request.model_dump(mode="json", exclude_none=True)
+    if update == UPDATE_RESUME:
+        body = {k: v for k, v in body.items() if k in ("scope", "nodepool", "action")}
+
+    async def go() -> int:
+        handle = (await _client(settings)).get_workflow_handle(controller_workflow_id(settings.cluster_name))
+        try:
+            pauses = await handle.execute_update(update, body, result_type=Pauses)
+        except WorkflowUpdateFailedError as err:
+            click.echo(f"{update} refused: {err.cause}", err=True)
+            return 1
+        except RPCError as err:
+            click.echo(f"{update}: {handle.id}: {err}", err=True)
+            return 1
+        if not pauses.pauses:
+            click.echo("nothing paused")
+        for pause in pauses.pauses:
+            click.echo(f"paused: {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S}")
+        return 0
+
+    _leave(asyncio.run(go()))
+
+
+_NODEPOOL = click.option("--nodepool", help="only this NodePool's nodes")
+_ACTION = click.option("--action", type=click.Choice(WINDOW_ACTIONS), help="only this action")
+
+
+@click.command("pause")
+@_NODEPOOL
+@_ACTION
+@click.option("--reason", default="", help="why, shown by `karpflow status` and on the held-back nodes")
+@_connection_options
+def pause(settings: WorkerSettings, nodepool: str | None, action: str | None, reason: str) -> None:
+    """Start no new command (of a NodePool, or of an action) until `karpflow resume`; commands in
+    flight finish. Pausing the same target again replaces the reason."""
+    _send(settings, UPDATE_PAUSE, _request(nodepool, action, reason))
+
+
+@click.command("resume")
+@_NODEPOOL
+@_ACTION
+@_connection_options
+def resume(settings: WorkerSettings, nodepool: str | None, action: str | None) -> None:
+    """Lift the pause of that target (the same flags as the pause); the next pass starts at once."""
+    _send(settings, UPDATE_RESUME, _request(nodepool, action))
+
+
+# -- `karpflow approve` and `karpflow reject`: a command waiting for approval -----------------------
+
+
+def _decide(settings: WorkerSettings, update: str, workflow_id: str, reason: str) -> None:
+    body = {"by": f"{getpass.getuser()}@{socket.gethostname()}", "reason": reason}
+
+    async def go() -> int:
+        handle = (await _client(settings)).get_workflow_handle(workflow_id)
+        try:
+            status = await handle.execute_update(update, body, result_type=DisruptionStatus)
+        except WorkflowUpdateFailedError as err:
+            click.echo(f"{update} refused: {err.cause}", err=True)
+            return 1
+        except RPCError as err:
+            click.echo(f"{update}: {workflow_id}: {err}", err=True)
+            return 1
+        nodes = ", ".join(c.node for c in status.candidates)
+        click.echo(
+            f"{workflow_id}: {'approved' if update == 'approve' else 'rejected'} ({status.reason}: {nodes})"
+        )
+        return 0
+
+    _leave(asyncio.run(go()))
+
+
+@click.command("approve")
+@click.argument("workflow_id")
+@click.option("--reason", default="", help="why, kept in the command's status")
+@_connection_options
+def approve(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
+    """Let a command waiting for approval (phase AwaitingApproval) go on: it taints next, checking
+    windows and NodeDisruptionBudgets again."""
+    _decide(settings, "approve", workflow_id, reason)
+
+
+@click.command("reject")
+@click.argument("workflow_id")
+@click.option("--reason", default="", help="why, kept in the command's status")
+@_connection_options
+def reject(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
+    """End a command waiting for approval with nothing changed."""
+    _decide(settings, "reject", workflow_id, reason)

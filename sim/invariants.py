@@ -74,25 +74,31 @@ stale-disrupted-taint
 maintenance-window
     A disruption starts on a node while a MaintenanceWindow that matches the node blocks the
     disruption's action, and has blocked it for at least `bounds.window_grace` (a decision taken just
-    before a window opened is not a violation). A disruption starts when a disruption taint appears
-    on the node; its reason is read from the command that holds it
+    before a window opened is not a violation). A disruption starts when a disruption taint
+    (`karpenter.sh/disrupted`, or `karpflow.dev/disrupted` beside Karpenter) appears on the node; its
+    reason is the holder's `karpflow.io/disruption-reason` annotation, else read from the command that
+    holds it
     (`karpflow.io/disruption-command: disruption/<cluster>/<pools>/<reason>/<id>@<run>`, or
-    `interruption/...`):
+    `interruption/...`; `interruption/<cluster>/<instance>/rebalance` is the Rebalance action):
     Empty → Emptiness, Underutilized → Consolidation, Drifted → Drift, Expired → Expiration, Unhealthy
-    on an initialized node → Repair. Interruption is never blocked. A window is active while a cron
+    on an initialized node → Repair. Interruption and `kubectl delete node` (Manual) are never blocked.
+    A window is active while a cron
     hit of one of its schedules (UTC) lies within its duration, always without schedules, and always
     (for every action when it names an unknown one, every node when its selector cannot be read)
     when it cannot be read: windows fail closed.
 
 node-disruption-budget
-    A *voluntary* disruption (the holder names Empty, Underutilized or Drifted) starts on a node a
-    NodeDisruptionBudget selects while, counting that node, more of its selected nodes are unavailable
-    than it allows. Unavailable: Ready not True, the disrupted taint, or an instance that is not
-    pending or running. Allowed: maxUnavailable, or the selected count minus minAvailable
-    (percentages of the selected nodes, rounded up); a budget with both, neither, or a percent over
-    100 allows nothing. A null or empty selector selects no node. Forceful disruptions (expiration,
-    interruption, repair) count but are never violations. A taint no command holds on a node being
-    deleted (a termination: `kubectl delete node`, or interruption's) counts, and when it exceeds a
+    A disruption a budget governs starts on a node a NodeDisruptionBudget selects, the node was
+    available just before, and, counting it, more of the budget's selected nodes are unavailable than
+    it allows. Governed: the voluntary reasons (Empty, Underutilized, Drifted, the rebalance
+    replacement), repair (Unhealthy: a voluntary method since Karpenter v1.15), `kubectl delete node`
+    (Manual: the termination's holder annotation says so), and an expiration a window deferred (the
+    node carries `karpflow.io/expiration-deferred`). Unavailable: Ready not True, the disrupted taint,
+    or an instance that is not pending or running. Allowed: maxUnavailable, or the selected count
+    minus minAvailable (percentages of the selected nodes, rounded up); a budget with both, neither,
+    or a percent over 100 allows nothing. A null or empty selector selects no node. Forceful
+    disruptions (expiration as Karpenter v1 does it, interruption, NodePool deletion) count but are
+    never violations. A taint no holder names on a node being deleted counts, and when it exceeds a
     budget the report lists it under `unjudged`: its reason cannot be read from the cluster.
 
 garbage-collected
@@ -307,27 +313,47 @@ def desired_healthy(pdb: Obj, expected: int) -> int:
 
 
 HOLDER_ANNOTATION = "karpflow.io/disruption-command"
+HOLDER_REASON_ANNOTATION = "karpflow.io/disruption-reason"
+EXPIRATION_DEFERRED_ANNOTATION = "karpflow.io/expiration-deferred"
 WINDOW_ACTIONS = ("Expiration", "Drift", "Emptiness", "Consolidation", "Rebalance", "Repair")
 VOLUNTARY = ("Empty", "Underutilized", "Drifted")
+# Reasons a NodeDisruptionBudget governs (besides a deferred expiration): judged when they exceed it.
+GOVERNED = (*VOLUNTARY, "Rebalance", "Unhealthy", "Manual")
 _ACTION_OF = {
     "Empty": "Emptiness",
     "Underutilized": "Consolidation",
     "Drifted": "Drift",
     "Expired": "Expiration",
+    "Rebalance": "Rebalance",
 }
 
 
 def disruption_reason(node: Obj) -> str | None:
-    """The reason of the command that holds the node, from its holder annotation (None: no holder,
-    or one that names no reason)."""
-    holder = (_meta(node).get("annotations") or {}).get(HOLDER_ANNOTATION) or ""
+    """The reason of what holds the node: the holder's reason annotation, else read from the holder's
+    workflow id (None: no holder, or one that names no reason). The interruption handler's rebalance
+    replacement runs with reason Drifted but is its own action: "Rebalance"."""
+    annotations = _meta(node).get("annotations") or {}
+    holder = annotations.get(HOLDER_ANNOTATION) or ""
     workflow_id = holder.split("@", 1)[0]
+    parts = workflow_id.split("/")
+    if parts[0] == "interruption" and parts[-1] == "rebalance":
+        return "Rebalance"
+    if annotations.get(HOLDER_REASON_ANNOTATION) and holder:
+        return str(annotations[HOLDER_REASON_ANNOTATION])
     if workflow_id.startswith("interruption/"):
         return "Interrupted"
-    parts = workflow_id.split("/")  # disruption/<cluster>/<pools>/<reason>/<id> (or without the cluster)
+    # disruption/<cluster>/<pools>/<reason>/<id> (or without the cluster)
     if len(parts) >= 4 and parts[0] == "disruption":
         return parts[-2]
     return None
+
+
+def governed(reason: str | None, node: Obj) -> bool:
+    """Whether a NodeDisruptionBudget must hold this disruption back (not only count it)."""
+    if reason in GOVERNED:
+        return True
+    deferred = (_meta(node).get("annotations") or {}).get(EXPIRATION_DEFERRED_ANNOTATION)
+    return reason == "Expired" and bool(deferred)
 
 
 def window_action(reason: str, node: Obj) -> str | None:
@@ -496,7 +522,7 @@ class InvariantChecker:
                     self.nodes[name] = obj
                     self.gone_nodes.pop(name, None)
                     if before is not None and has_disrupted_taint(obj) and not has_disrupted_taint(before):
-                        self._judge_start(obj)
+                        self._judge_start(obj, before)
             elif kind == "PodDisruptionBudget":
                 key = f"{_meta(obj).get('namespace', 'default')}/{_meta(obj).get('name', '')}"
                 if event_type == "DELETED":
@@ -690,7 +716,7 @@ class InvariantChecker:
                     {"cause": cause, "pdb": pdb_key, "healthy": healthy, "desiredHealthy": desired},
                 )
 
-    def _judge_start(self, node: Obj) -> None:
+    def _judge_start(self, node: Obj, before: Obj) -> None:
         """A disruption starts on `node` (its disrupted taint just appeared): windows and budgets."""
         reason = disruption_reason(node)
         name = _meta(node).get("name", "")
@@ -727,13 +753,14 @@ class InvariantChecker:
                 f"started while NodeDisruptionBudget {ndb_name} allowed {allowed} unavailable of "
                 f"{len(selected)} and {len(down)} are ({', '.join(down)})"
             )
-            if reason in VOLUNTARY:
-                self._record(
-                    "node-disruption-budget",
-                    f"node {name}",
-                    f"{reason} disruption ({holder}) {message}",
-                    {"ndb": ndb_name, "allowed": allowed, "unavailable": down},
-                )
+            if governed(reason, node):
+                if not self._unavailable(before):  # a node already down took nothing more away
+                    self._record(
+                        "node-disruption-budget",
+                        f"node {name}",
+                        f"{reason} disruption ({holder}) {message}",
+                        {"ndb": ndb_name, "allowed": allowed, "unavailable": down},
+                    )
             elif reason is None and is_terminating(node):
                 self._unattributed.append(f"node {name}: a termination without a holder {message}")
 

@@ -31,6 +31,7 @@ signalled `wake`). The run continues as new with its backoffs and unavailable of
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_OFFERING_UNAVAILABLE,
         SIGNAL_STOP,
         SIGNAL_WAKE,
+        UPDATE_PAUSE,
+        UPDATE_RESUME,
         Backoff,
         ControllerInput,
         ControllerState,
@@ -62,6 +65,9 @@ with workflow.unsafe.imports_passed_through():
         OfferingUnavailable,
         PassRequest,
         PassResult,
+        Pause,
+        PauseRequest,
+        Pauses,
         PlannedCommand,
         StopRequest,
         ValidateRequest,
@@ -92,13 +98,19 @@ BAD_SIGNALS_KEPT = 20
 # at the start of a run: a run that began on older code keeps the older behaviour to its end.
 PATCH_COUNT_FAILURES_ONCE = "controller-count-failures-once"
 PATCH_BOUNDED_HISTORY = "controller-bounded-history"
+PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
 
 
 @workflow.defn(name="ControllerWorkflow")
 class ControllerWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, *args: Any) -> None:
         self._status = ControllerStatus()
+        # The carried state is in place before any handler runs: a pause that arrives with the first
+        # workflow task is kept, not overwritten when `run` starts. (A bad input: `run` fails it.)
         self._state = ControllerState()
+        with contextlib.suppress(ApplicationError):
+            self._state = self._input(args).state.model_copy(deep=True)
         self._woken = False
         self._stop: StopRequest | None = None
         self._bad_signals: list[str] = []
@@ -107,6 +119,7 @@ class ControllerWorkflow:
         self._reasons_fingerprint = ""
         self._count_failures_once = False
         self._bounded_history = False
+        self._upkeep_controls = False
 
     @workflow.query
     def status(self) -> ControllerStatus:
@@ -114,8 +127,54 @@ class ControllerWorkflow:
             update={
                 "bad_signals": list(self._bad_signals),
                 "stopping": self._stopping_text(),
+                "pauses": self._pauses().pauses,
             }
         )
+
+    # -- updates: pause and resume (a bad request is rejected by the validator, before the history) --
+
+    @workflow.update(name=UPDATE_PAUSE)
+    def pause(self, *args: Any) -> Pauses:
+        """Start no new command that the pause covers (globally, a NodePool, or an action); commands in
+        flight finish. The pause becomes a window of every pass until `resume`: the nodes it holds
+        back say so, and an expiration it holds back is soft, as under a MaintenanceWindow."""
+        request = self._pause_request(UPDATE_PAUSE, args)
+        self._state.pauses[request.key] = Pause(**request.model_dump(), since=workflow.now())
+        workflow.logger.info("controller paused: %s", self._state.pauses[request.key].describe())
+        return self._pauses()
+
+    @pause.validator
+    def _validate_pause(self, *args: Any) -> None:
+        self._pause_request(UPDATE_PAUSE, args)
+
+    @workflow.update(name=UPDATE_RESUME)
+    def resume(self, *args: Any) -> Pauses:
+        """Lift the pause of that scope; the next pass starts at once."""
+        request = self._pause_request(UPDATE_RESUME, args)
+        resumed = self._state.pauses.pop(request.key)
+        workflow.logger.info("controller resumed: %s", resumed.describe())
+        self._woken = True
+        return self._pauses()
+
+    @resume.validator
+    def _validate_resume(self, *args: Any) -> None:
+        request = self._pause_request(UPDATE_RESUME, args)
+        if request.key not in self._state.pauses:
+            held = ", ".join(sorted(self._state.pauses)) or "none"
+            raise ApplicationError(f"resume: {request.key} is not paused (pauses in force: {held})")
+
+    def _pause_request(self, name: str, args: tuple[Any, ...]) -> PauseRequest:
+        if not args or args == (None,):
+            return PauseRequest()
+        if len(args) != 1:
+            raise ApplicationError(f"{name}: takes one JSON object, got {len(args)} argument(s)")
+        try:
+            return parse_input(PauseRequest, args[0])
+        except InvalidInput as err:
+            raise ApplicationError(f"{name}: {err}") from None
+
+    def _pauses(self) -> Pauses:
+        return Pauses(pauses=sorted(self._state.pauses.values(), key=lambda p: p.key))
 
     # -- signals: every one takes any input, and a bad one is dropped, never raised -----------------
     # (A handler with fixed parameters fails the workflow task, forever, on a signal with one
@@ -175,10 +234,10 @@ class ControllerWorkflow:
     @workflow.run
     async def run(self, *args: Any) -> ControllerStopped | None:
         request = self._input(args)
-        self._state = request.state.model_copy(deep=True)
         self._status.cluster = request.cluster
         self._count_failures_once = workflow.patched(PATCH_COUNT_FAILURES_ONCE)
         self._bounded_history = workflow.patched(PATCH_BOUNDED_HISTORY)
+        self._upkeep_controls = workflow.patched(PATCH_OPERATOR_CONTROLS)
         for _ in range(request.passes_per_run):
             if self._stop is not None:
                 break
@@ -286,6 +345,16 @@ class ControllerWorkflow:
                 int,
                 summary=f"apply {_count(result.annotations, 'node annotation')}",
             )
+        if result.upkeep is not None and self._upkeep_controls:
+            # Valid conditions on MaintenanceWindows and NodeDisruptionBudgets, stale budget claims.
+            await self._act(
+                "operator controls",
+                errors,
+                "sync_operator_controls",
+                result.upkeep,
+                int,
+                summary="operator controls: conditions and stale budget claims",
+            )
 
         if result.taints and workflow.patched("leaving-taints"):
             # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure is only logged.
@@ -326,7 +395,11 @@ class ControllerWorkflow:
                         "validation",
                         errors,
                         "validate_commands",
-                        ValidateRequest(commands=to_validate, holding=self._held_nodes()),
+                        ValidateRequest(
+                            commands=to_validate,
+                            holding=self._held_nodes(),
+                            pauses=list(self._state.pauses.values()),
+                        ),
                         list[Verdict],
                         start_to_close_timeout=PASS_TIMEOUT,
                         heartbeat_timeout=PASS_HEARTBEAT,
@@ -411,6 +484,7 @@ class ControllerWorkflow:
                 key=lambda b: (b.nodepool, b.reason),
             ),
             reasons_base=self._reasons_fingerprint,
+            pauses=list(self._state.pauses.values()),
         )
 
     def _take_reasons(self, result: PassResult) -> list[str]:

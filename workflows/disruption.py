@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
     from api.constants import aws_provider_id
     from api.workflow_ids import legacy_termination_workflow_id, replacement_nodeclaim_name
     from api.workflow_io import (
+        ApprovalDecision,
         CandidateStatus,
         DisruptionInput,
         DisruptionPhase,
@@ -101,6 +102,10 @@ HANDED_OVER = "canceled after the candidates were handed to their terminations, 
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_TERMINATION_PER_INCARNATION = "termination-id-per-node-incarnation"
 PATCH_NODECLAIM_REPLACEMENTS = "karpenter-coexistence-nodeclaims"
+PATCH_APPROVAL_GATE = "disruption-approval-gate"
+# Updates of a command that waits for approval (DisruptionInput.approval).
+UPDATE_APPROVE = "approve"
+UPDATE_REJECT = "reject"
 # How often a step that must finish is run again after a cancellation interrupted it.
 CANCELLATION_ATTEMPTS = 3
 T = TypeVar("T")
@@ -141,6 +146,9 @@ class DisruptionWorkflow:
         # Forceful commands only: why their replacements could not be provided (the command goes on).
         self._replacement_problem = ""
         self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
+        # A command that waits for approval: the decision (approved?, who and why) once made.
+        self._awaiting_approval = False
+        self._decision: tuple[bool, ApprovalDecision] | None = None
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -149,6 +157,77 @@ class DisruptionWorkflow:
     @workflow.query
     def phase(self) -> str:
         return self._status.phase
+
+    # -- approval (a NodePool's karpflow.dev/require-approval): validated updates --------------------
+
+    @workflow.update(name=UPDATE_APPROVE)
+    def approve(self, *args: Any) -> DisruptionStatus:
+        """Go on: the taint (which checks windows and NodeDisruptionBudgets again) comes next."""
+        self._decision = (True, self._decision_input(UPDATE_APPROVE, args))
+        return self._status
+
+    @approve.validator
+    def _validate_approve(self, *args: Any) -> None:
+        self._decision_input(UPDATE_APPROVE, args)
+
+    @workflow.update(name=UPDATE_REJECT)
+    def reject(self, *args: Any) -> DisruptionStatus:
+        """End the command with nothing changed."""
+        self._decision = (False, self._decision_input(UPDATE_REJECT, args))
+        return self._status
+
+    @reject.validator
+    def _validate_reject(self, *args: Any) -> None:
+        self._decision_input(UPDATE_REJECT, args)
+
+    def _decision_input(self, name: str, args: tuple[Any, ...]) -> ApprovalDecision:
+        if not self._awaiting_approval or self._decision is not None:
+            raise ApplicationError(
+                f"{name}: this command is not awaiting approval (phase {self._status.phase})"
+            )
+        if not args or args == (None,):
+            return ApprovalDecision()
+        if len(args) != 1:
+            raise ApplicationError(f"{name}: takes one JSON object, got {len(args)} argument(s)")
+        try:
+            return parse_input(ApprovalDecision, args[0])
+        except InvalidInput as err:
+            raise ApplicationError(f"{name}: {err}") from None
+
+    async def _approved(self, command: DisruptionInput) -> bool:
+        """Wait for `approve` or `reject` (no decision within the timeout rejects). Nothing is changed
+        before: the plan is readable in the status query, the memo and the phase search attribute."""
+        assert command.approval is not None
+        self._awaiting_approval = True
+        self._set_phase("AwaitingApproval")
+        workflow.upsert_memo(
+            {
+                "approval": {
+                    "nodes": list(command.nodes),
+                    "replacements": [r.model_dump(mode="json") for r in command.replacements],
+                    "savings_per_hour": command.approval.savings_per_hour,
+                    "timeout": str(command.approval.timeout),
+                }
+            }
+        )
+        try:
+            await workflow.wait_condition(
+                lambda: self._decision is not None, timeout=command.approval.timeout
+            )
+        except TimeoutError:
+            self._decision = (
+                False,
+                ApprovalDecision(by="timeout", reason=f"no decision within {command.approval.timeout}"),
+            )
+        self._awaiting_approval = False
+        approved, decision = self._decision
+        who = f" by {decision.by}" if decision.by else ""
+        why = f": {decision.reason}" if decision.reason else ""
+        self._status.message = f"{'approved' if approved else 'rejected'}{who}{why}"
+        if not approved:
+            self._status.message += "; nothing changed"
+            self._set_phase("Rejected")
+        return approved
 
     @workflow.run
     async def run(self, raw: Any = None) -> DisruptionStatus:
@@ -159,6 +238,9 @@ class DisruptionWorkflow:
         if not command.voluntary:
             await self._run_forceful(command)
             return self._finish()
+        gated = command.approval is not None and workflow.patched(PATCH_APPROVAL_GATE)
+        if gated and not await self._approved(command):
+            return self._status  # rejected, or no decision in time: nothing changed
         try:
             await self._taint_candidates(command)  # 1
             await self._provide_replacements(command)  # 2, 3
@@ -368,6 +450,7 @@ class DisruptionWorkflow:
             retry_policy=API_RETRY,
             # A create in flight must finish before the compensation deletes what it created.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"replacement {replacement.index}: ask Karpenter for NodeClaim {name}",
         )
         self._stop_if_cancelled()
         for condition in ("Launched", "Registered", "Initialized"):
@@ -377,6 +460,7 @@ class DisruptionWorkflow:
                 schedule_to_close_timeout=self._time_left(deadline),
                 heartbeat_timeout=command.timeouts.heartbeat,
                 retry_policy=WAIT_RETRY,
+                summary=f"wait for NodeClaim {name} to be {condition}",
             )
             replacement.offering = claim.offering or replacement.offering
             replacement.instance_id = claim.instance_id or replacement.instance_id
@@ -605,6 +689,7 @@ class DisruptionWorkflow:
             NodeClaimDeletion(names=[r.nodeclaim or "" for r in doomed], command_id=self._status.command_id),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,
+            summary=f"roll back: delete {len(doomed)} NodeClaim(s)",
         )
         for replacement in doomed:
             if replacement.nodeclaim in deleted:

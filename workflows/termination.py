@@ -9,7 +9,14 @@ their private IP) is never drained, tainted or released by it. The runbook (karp
 0. Begin: make sure the node is deleting, with the `karpenter.sh/termination` finalizer on it, and
    stamp the deadline (deletion time + terminationGracePeriod). If the node is NotReady and its
    instance is already gone, just release the finalizer.
-1. Taint `karpenter.sh/disrupted:NoSchedule`, label exclude-from-external-load-balancers.
+0b. Wait for the operator's controls (behind the `termination-waits-for-controls` patch): a node
+   its command does not already hold (`kubectl delete node`, a termination started by hand) waits
+   while a MaintenanceWindow blocks its action, and until its NodeDisruptionBudgets have room, which
+   it claims (activity `termination_gate`; the node gets an Event saying why it waits). A durable
+   timer loop, 5 s doubling to 1 min; after `GATE_WAITS_PER_RUN` waits the run continues as new,
+   so a wait of days keeps its history small. Interruption and NodePool deletion never wait.
+1. Taint `karpenter.sh/disrupted:NoSchedule`, label exclude-from-external-load-balancers; a node no
+   command holds records this termination as its holder, with its reason.
 2. Drain in four tiers through the Eviction API (one heartbeating activity; PDBs respected until
    the deadline, then pods are deleted so their own grace ends by it).
 3. Wait for the volumes of drained pods to detach (skipped once the deadline has passed).
@@ -44,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         InstanceRequest,
         NodeInfo,
         NodeRef,
+        TerminationGateRequest,
         VolumeRequest,
     )
     from api.event_reasons import Reason
@@ -63,9 +71,12 @@ with workflow.unsafe.imports_passed_through():
 
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_FAILURE_EVENT = "termination-failure-event"
-
-# workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
+PATCH_CONTROLS_GATE = "termination-waits-for-controls"
+GATE_FIRST_WAIT = timedelta(seconds=5)
+GATE_LONGEST_WAIT = timedelta(minutes=1)
+# About 8 history events a wait: a run continues as new after this many (some 16 h at a minute each).
+GATE_WAITS_PER_RUN = 1000
 
 
 @workflow.defn(name="TerminationWorkflow")
@@ -125,11 +136,15 @@ class TerminationWorkflow:
                 await self._remove_finalizer(target)
                 return self._finish("instance already gone; finalizer released without draining")
 
+            # 0b. MaintenanceWindows and NodeDisruptionBudgets, for what no command checked already.
+            if workflow.patched(PATCH_CONTROLS_GATE):
+                await self._wait_for_controls(request, target)
+
             # 1. Nothing new lands here; load balancers let go.
             self._set_phase("Tainting")
             await workflow.execute_activity_method(
                 KubernetesActivities.taint_for_termination,
-                target,
+                target.model_copy(update={"holder": self._holder(), "reason": request.reason}),
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
                 summary=f"taint {short}, exclude it from load balancers",
@@ -158,6 +173,8 @@ class TerminationWorkflow:
             # 5. Let the API server delete the node.
             await self._remove_finalizer(target)
         except BaseException as err:
+            if isinstance(err, workflow.ContinueAsNewError):
+                raise  # a long wait for the operator controls goes on in a new run
             failure = self._fail(err)
             if failure is None:
                 raise  # cancelled
@@ -176,6 +193,41 @@ class TerminationWorkflow:
         return self._finish(f"{summary}; {drained.message}" if drained.message else summary)
 
     # -- steps ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _holder() -> str:
+        info = workflow.info()
+        return f"{info.workflow_id}@{info.first_execution_run_id}"
+
+    async def _wait_for_controls(self, request: TerminationInput, target: NodeRef) -> None:
+        gate_request = TerminationGateRequest(
+            node=target.node,
+            uid=target.uid,
+            reason=request.reason,
+            holder=self._holder(),
+            command_id=request.command_id,
+        )
+        delay = GATE_FIRST_WAIT
+        for _ in range(GATE_WAITS_PER_RUN):
+            gate = await workflow.execute_activity_method(
+                KubernetesActivities.termination_gate,
+                gate_request,
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary=f"may {short_node(target.node)} go? (maintenance windows, disruption budgets)",
+            )
+            if gate.go:
+                self._status.waiting_for = ""
+                return
+            if self._status.phase != "Waiting" or self._status.waiting_for != gate.waiting_for:
+                workflow.logger.info("node %s waits: %s", target.node, gate.message)
+            self._status.waiting_for, self._status.message = gate.waiting_for, gate.message
+            if self._status.phase != "Waiting":
+                self._set_phase("Waiting")
+            await workflow.sleep(delay)
+            delay = min(delay * 2, GATE_LONGEST_WAIT)
+        # Still waiting: the same termination, pinned to the same node, in a fresh history.
+        workflow.continue_as_new(request.model_copy(update={"uid": target.uid}))
 
     async def _node_already_gone(self, node: NodeInfo, limit: timedelta) -> TerminationStatus:
         gone = f"node already gone ({node.message})" if node.message else "node already gone"

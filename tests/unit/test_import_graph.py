@@ -81,6 +81,12 @@ def test_the_graph_sees_sub_packages():
     assert "planner.scheduling.packing" in edges["planner.scheduling.new_nodes"]
 
 
+# The operator's controls are read by one definition: the guards at the moment of acting read
+# MaintenanceWindows and NodeDisruptionBudgets exactly as the planner does (two leaf modules that
+# import only api/ and kube/).
+SHARED_RULES = ("planner.maintenance_windows", "planner.node_disruption_budgets")
+
+
 def test_activities_and_workflows_do_not_depend_on_the_planner():
     """The planner decides; only the controller's planning activities run it (with pass_report, which
     turns the pass's Plan into Events and gauges), the interruption
@@ -94,6 +100,12 @@ def test_activities_and_workflows_do_not_depend_on_the_planner():
         and name
         not in ("activities.planning", "activities.pass_report", "cluster.interruption", "cluster.informer")
         for target in targets
-        if target.startswith("planner")
+        if target.startswith("planner") and target not in SHARED_RULES
     )
     assert leaks == []
+
+
+def test_the_shared_control_rules_stay_leaves():
+    edges = graph()
+    for name in SHARED_RULES:
+        assert not [t for t in edges[name] if t.startswith(("planner", "activities", "workflows"))], name

@@ -284,6 +284,9 @@ def probe(group: str, resource: str, verb: str) -> tuple[str, str, dict[str, Any
         query = "?watch=true&timeoutSeconds=1" if verb == "watch" else ""
         return "GET", f"{prefix}/{plural}{query}", None
     path = f"{scope}/{plural}/absent"
+    if sub == "status":
+        body = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {"name": "absent"}, "status": {}}
+        return {"update": "PUT", "patch": "PATCH"}[verb], f"{path}/status", body
     if sub:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "absent"}}
         return "POST", f"{path}/{sub}", body

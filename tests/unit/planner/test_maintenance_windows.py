@@ -271,3 +271,53 @@ def test_any_object_reads_as_a_window_that_fails_closed(raw):
     w = read_window(raw)
     assert w.broken and w.active_at(MONDAY_10) and w.actions
     assert blocked([w], next(iter(w.actions)), {}, MONDAY_10) is not None
+
+
+def test_expired_nodes_a_window_deferred_are_paced_by_budgets_and_ndbs_when_it_closes():
+    """Issue 19 (the lead's decision): nodes whose expiration a window deferred are not all released
+    when it closes, but paced by the pool's budgets naming no reason and by NodeDisruptionBudgets;
+    an expired node no window deferred stays forceful (Karpenter v1)."""
+
+    def cluster(now: datetime, deferred: bool, ndb: bool = False) -> ClusterBuilder:
+        b = ClusterBuilder(now=now)
+        # One at a time for Expired (a budget naming no reason); one naming a reason does not count.
+        budgets = [{"nodes": "100%" if ndb else "1"}, {"nodes": "0", "reasons": ["Drifted"]}]
+        b.nodepool("blue", expire_after="24h", consolidate_after="Never", budgets=budgets)
+        marker = {"karpflow.io/expiration-deferred": "2026-11-23T10:00:00Z"} if deferred else {}
+        for i in range(3):
+            b.node(f"old-{i}", pool="blue", age=timedelta(hours=30 + i), annotations=dict(marker))
+            b.pod(f"web-{i}", f"old-{i}")
+        if ndb:
+            every = {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "Exists"}]}
+            b.node_disruption_budget("one", selector=every, max_unavailable=1)
+        b.maintenance_window("blue-hours", actions=["Expiration"], schedules=OFFICE_HOURS, selector=BLUE)
+        return b
+
+    inside = cluster(MONDAY_10, deferred=False)
+    held = plan(inside.snapshot(), inside.catalog)
+    assert held.commands == []
+    assert sorted((a.node, a.key, a.value) for a in held.annotations) == [
+        (f"old-{i}", "karpflow.io/expiration-deferred", "2026-11-23T10:00:00Z") for i in range(3)
+    ]
+
+    closed = datetime(2026, 11, 23, 17, 0, tzinfo=UTC)
+    paced = cluster(closed, deferred=True)
+    result = plan(paced.snapshot(), paced.catalog)
+    assert [(c.method, c.nodes) for c in result.commands] == [("expiration", ["old-0"])]
+    reasons = {x.node: x.reason for x in result.blocked}
+    assert reasons["old-1"].endswith(
+        "deferred by a window: nodepool blue budget for Expired allows 1 (1 disrupting)"
+    ), reasons
+    assert result.annotations == []  # marked once
+
+    by_ndb = cluster(closed, deferred=True, ndb=True)
+    result = plan(by_ndb.snapshot(), by_ndb.catalog)
+    assert [c.nodes for c in result.commands] == [["old-0"]]
+    assert "NodeDisruptionBudget one allows 0" in {x.node: x.reason for x in result.blocked}["old-1"]
+
+    never = cluster(closed, deferred=False)  # never deferred: forceful, all at once, whatever the budget
+    assert sorted(n for c in plan(never.snapshot(), never.catalog).commands for n in c.nodes) == [
+        "old-0",
+        "old-1",
+        "old-2",
+    ]

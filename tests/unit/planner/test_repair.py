@@ -114,3 +114,17 @@ def test_nodes_already_in_flight_get_no_second_forceful_command():
     old["metadata"]["deletionTimestamp"] = "2026-11-22T09:00:00Z"
     b.node("leaving", pool="old", taints=held)
     assert run(b).commands == []
+
+
+def test_an_initialized_node_annotated_do_not_repair_is_left_alone_and_says_why():
+    """Karpenter v1.15's karpenter.sh/do-not-repair: the taint refused the repair, but the planner
+    planned it again every pass."""
+    b = ClusterBuilder()
+    pool_of(b, 9)
+    sick = b.node("sick", ready=False, ready_for=timedelta(minutes=31))
+    sick["metadata"].setdefault("annotations", {})["karpenter.sh/do-not-repair"] = "true"
+    result = run(b)
+    assert result.commands == []
+    (blocked,) = [b for b in result.blocked if b.node == "sick"]
+    said = [blocked.reason, *(str(d) for d in blocked.details)]
+    assert any("annotated karpenter.sh/do-not-repair: no repair" in s for s in said), said

@@ -225,3 +225,55 @@ def test_the_reason_is_read_from_a_cluster_scoped_command_id_too():
     assert disruption_reason(held_by("disruption/prod/blue+green/Underutilized/abc@r1")) == "Underutilized"
     assert disruption_reason(held_by("disruption/blue/Drifted/abc@r1")) == "Drifted"
     assert disruption_reason(held_by("interruption/prod/i-1/spot@r1")) == "Interrupted"
+
+
+def manual(obj: dict, holder: str = "termination/c1/in-1/uid-1") -> dict:
+    out = tainted(obj, holder, deleting=True)
+    out["metadata"]["annotations"]["karpflow.io/disruption-reason"] = "Manual"
+    return out
+
+
+def test_a_kubectl_delete_past_the_budget_is_judged_from_its_holder(checker):
+    """Phase 2: the termination of `kubectl delete node` names itself holder with reason Manual, so
+    the checker judges it like a voluntary disruption instead of listing it as unjudged."""
+    nodes = ingress(checker)
+    start(checker, nodes[0], "disruption/blue/Drifted/a")
+    checker.observe("MODIFIED", manual(nodes[1]))
+    report = checker.check()
+    assert [v.subject for v in report.violations if v.invariant == "node-disruption-budget"] == ["node in-1"]
+    assert "Manual disruption (termination/c1/in-1/uid-1@run-1)" in report.violations[0].message
+    assert "node-disruption-budget" not in report.unjudged
+
+
+def test_repair_of_a_node_already_down_takes_nothing_away(checker):
+    nodes = ingress(checker)
+    start(checker, nodes[0], "disruption/blue/Drifted/a")
+    sick = node("in-1", role="ingress", ready=False)
+    checker.observe("MODIFIED", sick)
+    start(checker, sick, "disruption/blue/Unhealthy/r")  # NotReady before: nothing more is down
+    assert found(checker, "node-disruption-budget") == []
+    start(checker, nodes[2], "disruption/blue/Unhealthy/s")  # a Ready node repaired past the budget
+    assert found(checker, "node-disruption-budget") == ["node in-2"]
+
+
+def test_an_expiration_a_window_deferred_is_governed_by_budgets(checker):
+    nodes = ingress(checker)
+    start(checker, nodes[0], "disruption/blue/Drifted/a")
+    deferred = copy.deepcopy(nodes[1])
+    deferred["metadata"]["annotations"]["karpflow.io/expiration-deferred"] = "2026-01-01T08:00:00Z"
+    checker.observe("MODIFIED", deferred)
+    start(checker, deferred, "disruption/blue/Expired/e")
+    assert found(checker, "node-disruption-budget") == ["node in-1"]
+
+
+def test_the_rebalance_replacement_is_the_rebalance_action(checker, wall):
+    from sim.invariants import disruption_reason
+
+    checker.observe("ADDED", window("no-rebalance", ["Rebalance"]))
+    wall.now += timedelta(minutes=5)
+    checker.observe("ADDED", node("a"))
+    held = tainted(node("a"), "interruption/c1/i-a/rebalance")
+    held["metadata"]["annotations"]["karpflow.io/disruption-reason"] = "Drifted"
+    assert disruption_reason(held) == "Rebalance"
+    checker.observe("MODIFIED", held)
+    assert found(checker, "maintenance-window") == ["node a"]

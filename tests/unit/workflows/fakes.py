@@ -40,6 +40,8 @@ from api.activity_io import (
     RegistrationRequest,
     ResolveRequest,
     TaintRequest,
+    TerminationGate,
+    TerminationGateRequest,
     UntaintRequest,
     VolumeRequest,
 )
@@ -85,6 +87,7 @@ class FakeCluster:
         self.deleted_nodeclaims: list[str] = []
         self.karpenter_gives_up = False  # Karpenter deletes the NodeClaim (no capacity)
         self.karpenter_never_initializes = False
+        self.gate_waits = 0  # termination_gate answers "wait" this many times before "go"
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -101,6 +104,7 @@ class FakeCluster:
             self.await_node_initialized,
             self.release_node,
             self.begin_termination,
+            self.termination_gate,
             self.taint_for_termination,
             self.drain_node,
             self.await_volumes_detached,
@@ -278,6 +282,18 @@ class FakeCluster:
             handed_over=self.karpenter_coexistence,
             nodeclaim=f"claim-{request.node}" if self.karpenter_coexistence else None,
         )
+
+    @activity.defn(name="termination_gate")
+    async def termination_gate(self, request: TerminationGateRequest) -> TerminationGate:
+        self.calls.append(("termination_gate", request.node))
+        if self.gate_waits > 0:
+            self.gate_waits -= 1
+            return TerminationGate(
+                go=False,
+                waiting_for="NodeDisruptionBudget ingress",
+                message="NodeDisruptionBudget ingress allows 1 unavailable",
+            )
+        return TerminationGate(go=True)
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:

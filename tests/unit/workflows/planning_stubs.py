@@ -70,13 +70,35 @@ class NoVisibility:
         return nothing()
 
 
+class StartedVisibility(NoVisibility):
+    """Lists `started` (closed executions, as `client.list_workflows` yields them) to the queries by
+    StartTime (what rate budgets count), nothing to the others."""
+
+    def __init__(self, started: list[Any]) -> None:
+        super().__init__()
+        self.started = started
+
+    def list_workflows(self, query: str) -> AsyncIterator[Any]:
+        self.queries.append(query)
+        listed = self.started if "StartTime >" in query else []
+
+        async def executions() -> AsyncIterator[Any]:
+            for execution in listed:
+                yield execution
+
+        return executions()
+
+
 def planning(
-    objects: list[dict[str, Any]], sync_seconds: float = 0.0, karpenter_coexistence: bool = False
+    objects: list[dict[str, Any]],
+    sync_seconds: float = 0.0,
+    visibility: NoVisibility | None = None,
+    karpenter_coexistence: bool = False,
 ) -> PlanningActivities:
     return PlanningActivities(
         StaticCache(objects, sync_seconds),  # type: ignore[arg-type]
         kube=None,  # type: ignore[arg-type]
-        client=NoVisibility(),  # type: ignore[arg-type]
+        client=visibility or NoVisibility(),  # type: ignore[arg-type]
         region="us-west-2",
         karpenter_coexistence=karpenter_coexistence,
     )

@@ -17,12 +17,15 @@ import pytest
 from temporalio import activity
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistory,
     WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
 )
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -31,11 +34,15 @@ from api import search_attributes as sa
 from api.controller_io import (
     SIGNAL_OFFERING_UNAVAILABLE,
     SIGNAL_WAKE,
+    UPDATE_PAUSE,
+    UPDATE_RESUME,
     ControllerInput,
     ControllerStatus,
+    ControlsUpkeep,
     FailedCommand,
     PassRequest,
     PassResult,
+    Pauses,
     PlannedCommand,
 )
 from api.workflow_io import DisruptionInput
@@ -46,6 +53,7 @@ from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixture
     PassScript,
     activity_name,
     controller_harness_fixture,
+    dev_controller_harness_fixture,
 )
 from tests.unit.workflows.planning_stubs import planning, quiet_cluster
 from worker import WORKFLOWS
@@ -147,7 +155,14 @@ async def test_the_controller_survives_a_failure_of_every_activity_it_calls(
             finalizers={"default": True},
             annotations=[{"node": "n1", "key": "k", "value": "v"}],
             commands=[empty_command],
-            fail={"untaint_orphans", "sync_nodepool_finalizers", "apply_annotations", "validate_commands"},
+            upkeep=ControlsUpkeep(stale_claims=1),
+            fail={
+                "untaint_orphans",
+                "sync_nodepool_finalizers",
+                "apply_annotations",
+                "sync_operator_controls",
+                "validate_commands",
+            },
         ),
     ]
     third = fake.hold(3)
@@ -159,6 +174,7 @@ async def test_the_controller_survives_a_failure_of_every_activity_it_calls(
         assert "crash cleanup failed" in after_failures.error
         assert "NodePool finalizers failed" in after_failures.error
         assert "node annotations failed" in after_failures.error
+        assert "operator controls failed" in after_failures.error
         assert "validation failed" in after_failures.error
         later = await until_passes(handle, 4)
         assert later.error == "" and later.passes >= 4
@@ -166,12 +182,13 @@ async def test_the_controller_survives_a_failure_of_every_activity_it_calls(
     finally:
         await handle.terminate("test over")
     # The failing pass (planning) was retried by the next one; the command was never started.
-    assert fake.calls[:6] == [
+    assert fake.calls[:7] == [
         "plan_pass",
         "plan_pass",
         "untaint_orphans",
         "sync_nodepool_finalizers",
         "apply_annotations",
+        "sync_operator_controls",
         "validate_commands",
     ]
     assert ("taint_disrupted", ["n1"]) not in controller_harness.cluster.calls
@@ -413,3 +430,76 @@ async def test_a_failed_command_is_one_log_line_with_its_cause(
     assert not [m for m in messages if "never retrieved" in m], messages
     (line,) = [m for m in messages if m.startswith(f"command {failing.workflow_id} failed")]
     assert "no candidate could be tainted: gone" in line, line
+
+
+async def test_pause_and_resume_are_validated_updates_that_reach_every_pass_and_survive_continue_as_new(
+    dev_controller_harness: ControllerHarness,
+):
+    harness = dev_controller_harness
+    handle = await start_controller(harness, passes_per_run=4)
+    try:
+        await until_passes(handle, 1)
+        for bad in (
+            {"scope": "nodepool"},
+            {"scope": "action", "action": "Reboot"},
+            {"scope": "everything"},
+            "x",
+        ):
+            with pytest.raises(WorkflowUpdateFailedError) as rejected:
+                await handle.execute_update(UPDATE_PAUSE, bad)
+            assert "pause:" in str(rejected.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as rejected:
+            await handle.execute_update(UPDATE_RESUME, {"scope": "global"})
+        assert "global is not paused" in str(rejected.value.cause)
+
+        paused = await handle.execute_update(
+            UPDATE_PAUSE,
+            {"scope": "nodepool", "nodepool": "gpu", "reason": "upgrade", "by": "ops"},
+            result_type=Pauses,
+        )
+        assert [p.key for p in paused.pauses] == ["nodepool/gpu"]
+        await handle.execute_update(UPDATE_PAUSE, {"scope": "action", "action": "Drift"})
+        requests = harness.controller.requests
+        first_run = (await handle.describe()).run_id
+        status = await until_passes(handle, len(requests) + 6)  # past a continue-as-new (4 passes a run)
+        assert (await handle.describe()).run_id != first_run
+        assert {p.key for p in status.pauses} == {"nodepool/gpu", "action/Drift"}
+        assert {p.key for p in requests[-1].pauses} == {"nodepool/gpu", "action/Drift"}
+        (gpu,) = [p for p in status.pauses if p.key == "nodepool/gpu"]
+        assert (gpu.reason, gpu.by) == ("upgrade", "ops")
+
+        resumed = await handle.execute_update(
+            UPDATE_RESUME, {"scope": "action", "action": "Drift"}, result_type=Pauses
+        )
+        assert [p.key for p in resumed.pauses] == ["nodepool/gpu"]
+        count = len(requests)
+        await until_passes(handle, count + 2)
+        assert [p.key for p in requests[-1].pauses] == ["nodepool/gpu"]
+    finally:
+        await handle.terminate("test over")
+
+
+async def test_a_pause_that_comes_with_the_start_is_kept(dev_controller_harness: ControllerHarness):
+    """Update-with-start delivers the pause in the first workflow task, before `run`: `run` used to
+    replace the state the handler had written, and the pause was lost (resume then said "not
+    paused")."""
+    harness = dev_controller_harness
+    values = {"cluster": "unit", "task_queue": harness.task_queue, "interval_seconds": 0.01}
+    start = WithStartWorkflowOperation(
+        "ControllerWorkflow",
+        ControllerInput(**values),
+        id=harness.id("karpflow-controller"),
+        task_queue=harness.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    paused = await harness.client.execute_update_with_start_workflow(
+        UPDATE_PAUSE, {"scope": "global", "by": "ops"}, start_workflow_operation=start, result_type=Pauses
+    )
+    handle = await start.workflow_handle()
+    try:
+        assert [p.key for p in paused.pauses] == ["global"]
+        status = await until_passes(handle, 2)
+        assert [p.key for p in status.pauses] == ["global"]
+        assert all(r.pauses and r.pauses[0].key == "global" for r in harness.controller.requests)
+    finally:
+        await handle.terminate("test over")

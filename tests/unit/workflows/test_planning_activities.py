@@ -5,18 +5,23 @@ per-node reasons as changes."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.api.failure.v1 import Failure
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import ActivityEnvironment
 
 import activities.planning as planning_module
+from api import node_reasons
+from api import search_attributes as sa
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
-from api.controller_io import Backoff, PassRequest, PassResult, ValidateRequest
+from api.controller_io import Backoff, PassRequest, PassResult, Pause, ValidateRequest
 from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
-from tests.unit.workflows.planning_stubs import planning, quiet_cluster
+from tests.unit.workflows.planning_stubs import StartedVisibility, planning, quiet_cluster
 
 
 async def test_a_pass_heartbeats_while_it_waits_for_the_cache(monkeypatch: pytest.MonkeyPatch):
@@ -156,3 +161,179 @@ def test_a_failed_commands_record_quotes_its_innermost_cause():
         == "InstanceNotOwned: instance i-0abc is not tagged for cluster c"
     )
     assert planning_module.failure_text(Failure(message="timed out")) == "timed out"
+
+
+# -- operator controls (issue 19): pauses, rate budgets, batches, upkeep --------------------------------
+
+
+def pause(**fields: str) -> Pause:
+    return Pause(**fields, since=datetime.now(UTC))  # type: ignore[arg-type]
+
+
+async def test_a_pause_is_a_window_of_the_pass_that_holds_back_what_it_covers():
+    activities = planning(two_pools_with_drift().objects)
+    result = await activities.plan_pass(
+        PassRequest(pauses=[pause(scope="nodepool", nodepool="batch", reason="upgrade", by="ops")])
+    )
+    assert [(c.reason, c.nodes) for c in result.commands] == [("Drifted", ["default-young"])]
+    held = reasons_of(result)["batch-old"]
+    assert "paused (NodePool batch by ops: upgrade)" in held and "until resumed" in held, held
+
+    everything = await activities.plan_pass(PassRequest(pauses=[pause(scope="global")]))
+    assert everything.commands == []
+    drift_only = await activities.plan_pass(PassRequest(pauses=[pause(scope="action", action="Drift")]))
+    assert drift_only.commands == []
+    # The drifted nodes count as waiting, so the controller is not quiet while a pause holds them.
+    assert "default-young" in node_reasons.waiting(reasons_of(drift_only))
+
+
+@dataclass
+class Listed:
+    """What `client.list_workflows` yields of a closed workflow (the fields a pass reads)."""
+
+    workflow_type: str
+    status: WorkflowExecutionStatus
+    start_time: datetime
+    typed_search_attributes: TypedSearchAttributes
+
+
+def started(node: str, pool: str, minutes_ago: int, status=WorkflowExecutionStatus.COMPLETED) -> Listed:
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.NODES, [node]),
+            SearchAttributePair(sa.NODEPOOL, pool),
+            SearchAttributePair(sa.REASON, "Empty"),
+        ]
+    )
+    return Listed(
+        "DisruptionWorkflow", status, datetime.now(UTC) - timedelta(minutes=minutes_ago), attributes
+    )
+
+
+def empty_nodes(
+    pools: tuple[str, ...] = ("default",), per_pool: int = 3, rate: str | None = None
+) -> ClusterBuilder:
+    """`per_pool` empty nodes and a busy one in each pool; budgets: all at once, and `rate` per hour."""
+    b = ClusterBuilder(now=datetime.now(UTC))
+    b.nodeclass()
+    for pool in pools:
+        budgets = [{"nodes": "100%"}] + ([{"nodes": rate, "per": "1h"}] if rate else [])
+        b.nodepool(pool, policy="WhenEmpty", consolidate_after="0s", budgets=budgets)
+        for index in range(per_pool):
+            b.node(f"{pool}-{index}", pool=pool, age=timedelta(days=1))
+        b.node(f"{pool}-busy", pool=pool, age=timedelta(days=1))
+        b.pod(f"{pool}-web", f"{pool}-busy")
+    return b
+
+
+async def test_a_rate_budget_counts_the_starts_temporal_visibility_lists():
+    """Issue 19 item 4: rate budgets saw no recent start outside `karpflow plan --snapshot` tests: the
+    pass never read them, so a rate of 2 per hour allowed 2 every pass."""
+    objects = empty_nodes(rate="2").objects
+    alone = await planning(objects).plan_pass(PassRequest())
+    assert sorted(n for c in alone.commands for n in c.nodes) == ["default-0", "default-1"]
+
+    visibility = StartedVisibility(
+        [
+            started("gone-1", "default", 20),  # this hour: counts, though its node is gone
+            started("gone-2", "default", 90),  # before the hour
+            started("gone-3", "default", 5, WorkflowExecutionStatus.FAILED),  # rolled back: took nothing
+            started("other", "batch", 5),  # another pool's
+        ]
+    )
+    result = await planning(objects, visibility=visibility).plan_pass(PassRequest())
+    assert sorted(n for c in result.commands for n in c.nodes) == ["default-0"]
+    assert any("StartTime >" in q and "TaskQueue" in q for q in visibility.queries), visibility.queries
+    held = reasons_of(result)["default-1"]
+    assert "rate budget for" in held and "2 started in the last 1h" in held  # gone-1's and default-0's, held
+
+    # Commands the controller started that visibility may not list yet count too.
+    holding = await planning(objects, visibility=visibility).plan_pass(PassRequest(holding=["default-2"]))
+    assert [n for c in holding.commands for n in c.nodes] == []
+
+
+async def test_without_a_rate_budget_a_pass_does_not_read_the_starts():
+    visibility = StartedVisibility([started("gone-1", "default", 20)])
+    await planning(empty_nodes().objects, visibility=visibility).plan_pass(PassRequest())
+    assert not [q for q in visibility.queries if "StartTime >" in q]
+
+
+async def test_a_batch_counts_its_earlier_commands_against_node_disruption_budgets():
+    """Issue 19 item 10: two commands validated together were each checked alone, so a budget of one
+    unavailable node let both start."""
+
+    def cluster(empty: tuple[str, ...], budget: bool) -> list[dict]:
+        b = ClusterBuilder(now=datetime.now(UTC))
+        b.nodeclass()
+        for pool in ("a", "b"):
+            b.nodepool(pool, policy="WhenEmpty", consolidate_after="0s", budgets=[{"nodes": "100%"}])
+            b.node(f"{pool}-1", pool=pool, age=timedelta(days=1))
+            b.node(f"{pool}-busy", pool=pool, age=timedelta(days=1))
+            b.pod(f"{pool}-web", f"{pool}-busy")
+            if pool not in empty:
+                b.pod(f"{pool}-late", f"{pool}-1")
+        if budget:
+            every = {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "Exists"}]}
+            b.node_disruption_budget("one-at-a-time", selector=every, max_unavailable=1)
+        return b.objects
+
+    (first,) = (await planning(cluster(("a",), False)).plan_pass(PassRequest())).commands
+    (second,) = (await planning(cluster(("b",), False)).plan_pass(PassRequest())).commands
+    assert (first.nodes, second.nodes) == (["a-1"], ["b-1"])
+
+    verdicts = await planning(cluster(("a", "b"), True)).validate_commands(
+        ValidateRequest(commands=[first, second])
+    )
+    assert [v.valid for v in verdicts] == [True, False]
+    assert "NodeDisruptionBudget one-at-a-time allows 0" in verdicts[1].reason, verdicts[1].reason
+
+
+def test_upkeep_writes_the_valid_condition_only_when_it_changes_and_finds_stale_claims():
+    now = datetime.now(UTC)
+    b = ClusterBuilder(now=now)
+    b.node("n1", pool=None)
+    good = b.maintenance_window("quiet", actions=["Drift"])
+    bad = b.maintenance_window("broken", actions=["Reboot"])
+    good["status"] = {"conditions": [{"type": "Valid", "status": "True"}]}
+    ndb = b.node_disruption_budget("both", selector=None, max_unavailable=1, min_available=1)
+    uid = next(o for o in b.objects if o["kind"] == "Node")["metadata"]["uid"]
+    claim = {"node": "n1", "uid": uid, "holder": "disruption/x@run", "since": planning_module.rfc3339(now)}
+    old = {**claim, "since": planning_module.rfc3339(now - timedelta(minutes=10))}
+    ndb["status"] = {"claims": [claim, {**claim, "node": "gone"}, old]}
+
+    upkeep = planning_module.controls_upkeep(b.objects, [], now)
+    assert upkeep is not None
+    assert sorted((c.kind, c.name, c.valid) for c in upkeep.conditions) == [
+        ("MaintenanceWindow", "broken", False),
+        ("NodeDisruptionBudget", "both", False),
+    ]
+    assert "spec.actions" in next(c.message for c in upkeep.conditions if c.name == "broken")
+    assert upkeep.stale_claims == 2  # the gone node's, and the old one whose holder no longer runs
+
+    # Once written, the same conditions are not written again; a running holder keeps its claim.
+    for obj, message in ((bad, upkeep.conditions[0].message), (ndb, upkeep.conditions[1].message)):
+        obj.setdefault("status", {})["conditions"] = [
+            {"type": "Valid", "status": "False", "message": message}
+        ]
+    ndb["status"]["claims"] = [old]
+    assert planning_module.controls_upkeep(b.objects, ["disruption/x"], now) is None
+
+
+@pytest.mark.parametrize(("value", "gated"), [("true", True), ("Drifted", True), ("Empty", False)])
+async def test_a_pool_that_requires_approval_puts_it_in_its_commands(value: str, gated: bool):
+    """`karpflow.dev/require-approval`: "true", or the reasons that wait (issue 19 item 6)."""
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {})["karpflow.dev/require-approval"] = value
+    (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
+    assert drift.nodes == ["batch-old"]
+    assert (drift.input.get("approval") is not None) == gated, drift.input
+
+
+async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {})["karpflow.dev/require-approval"] = "yes"
+    result = await planning(b.objects).plan_pass(PassRequest())
+    assert [c.nodes for c in result.commands] == [["default-young"]]  # batch disrupts nothing
+    assert any("karpflow.dev/require-approval='yes'" in p for p in result.problems), result.problems

@@ -36,13 +36,30 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from api.controller_io import ControllerInput, FailedCommand, PlannedCommand
-from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
-from tests.unit.workflows.controller_fakes import PassScript, controller_harness_fixture  # noqa: F401
+from api.controller_io import (
+    UPDATE_PAUSE,
+    UPDATE_RESUME,
+    ControlCondition,
+    ControllerInput,
+    ControlsUpkeep,
+    FailedCommand,
+    PlannedCommand,
+)
+from api.workflow_io import Approval, DisruptionInput, ReplacementSpec, TerminationInput
+from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixtures
+    PassScript,
+    controller_harness_fixture,
+    dev_controller_harness_fixture,
+)
 from worker import WORKFLOWS
-from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE
-from workflows.disruption import PATCH_NODECLAIM_REPLACEMENTS, PATCH_TERMINATION_PER_INCARNATION
-from workflows.termination import PATCH_FAILURE_EVENT, PATCH_KARPENTER_HANDOVER
+from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE, PATCH_OPERATOR_CONTROLS
+from workflows.disruption import (
+    PATCH_APPROVAL_GATE,
+    PATCH_NODECLAIM_REPLACEMENTS,
+    PATCH_TERMINATION_PER_INCARNATION,
+    UPDATE_APPROVE,
+)
+from workflows.termination import PATCH_CONTROLS_GATE, PATCH_FAILURE_EVENT, PATCH_KARPENTER_HANDOVER
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
@@ -75,6 +92,13 @@ EXPECTED = {
     # Beside Karpenter (issue 18): replacements as NodeClaims, a rollback deleting them, a termination
     # handed to Karpenter, each behind its patch marker.
     *COEXISTENCE_HISTORIES,
+    # Recorded after the operator controls (issue 19): a controller paused and resumed by updates,
+    # tidying the controls, and a termination waiting for a NodeDisruptionBudget. The histories above
+    # were recorded before them and take the old side of those patches.
+    "controller-operator-controls",
+    "termination-controls-gate",
+    "disruption-approved",
+    "disruption-rejected-by-timeout",
 }
 
 
@@ -545,3 +569,81 @@ async def test_without_its_patch_a_run_of_the_older_code_would_not_replay(monkey
     monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: True)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
+
+
+# -- operator controls (issue 19) ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_operator_controls_termination(harness):
+    """Record only these two: `KARPFLOW_RECORD_HISTORIES=1 pytest ... -k operator_controls`."""
+    harness.cluster.nodes.add("g1")
+    harness.cluster.gate_waits = 1  # a NodeDisruptionBudget without room, once
+    handle = await harness.client.start_workflow(
+        "TerminationWorkflow",
+        TerminationInput(node="g1", uid=harness.cluster.uid("g1"), reason="Manual"),
+        id=f"termination/replay/g1/{harness.id('gate')}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save("termination-controls-gate", handle)
+
+    harness.cluster.nodes.update({"a1", "a2"})
+    for node, name in (("a1", "disruption-approved"), ("a2", "disruption-rejected-by-timeout")):
+        gated = _disruption([node])
+        gated.approval = Approval(timeout=timedelta(hours=1), savings_per_hour=0.05)
+        handle = await harness.client.start_workflow(
+            "DisruptionWorkflow",
+            gated,
+            id=f"disruption/replay/{harness.id(name)}",
+            task_queue=harness.task_queue,
+        )
+        if name == "disruption-approved":
+            for _ in range(100):
+                if (await handle.query("phase")) == "AwaitingApproval":
+                    break
+                await asyncio.sleep(0.05)
+            await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+        await _settle(handle)
+        await _save(name, handle)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_operator_controls_controller(dev_controller_harness):
+    """A run that tidies the controls, is paused by NodePool and resumed, then continues as new (on
+    the dev server: updates are its to test)."""
+    client, queue, fake = (
+        dev_controller_harness.client,
+        dev_controller_harness.task_queue,
+        dev_controller_harness.controller,
+    )
+    fake.reasons = {"n1": "quiet"}
+    bad = ControlCondition(kind="MaintenanceWindow", name="broken", valid=False, message="spec.actions")
+    fake.script = [PassScript(upkeep=ControlsUpkeep(conditions=[bad], stale_claims=1, running=["x"]))]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster="replay", task_queue=queue, interval_seconds=1, passes_per_run=4),
+        id=f"karpflow-controller/controls/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    await handle.execute_update(UPDATE_PAUSE, {"scope": "nodepool", "nodepool": "default", "by": "replay"})
+    await asyncio.sleep(1.5)
+    await handle.execute_update(UPDATE_RESUME, {"scope": "nodepool", "nodepool": "default"})
+    first_run = await _first_run_closed(handle, client)
+    await _save("controller-operator-controls", first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+def test_the_operator_controls_histories_take_the_new_side_of_their_patches():
+    controller = _load(HISTORIES / "controller-operator-controls.json")
+    assert _patches(controller) == {PATCH_COUNT_FAILURES_ONCE, PATCH_BOUNDED_HISTORY, PATCH_OPERATOR_CONTROLS}
+    accepted = [
+        e for e in controller.events if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert len(accepted) == 2  # pause and resume
+    assert _patches(_load(HISTORIES / "termination-controls-gate.json")) == {PATCH_CONTROLS_GATE}
+    for name in ("disruption-approved", "disruption-rejected-by-timeout"):
+        assert PATCH_APPROVAL_GATE in _patches(_load(HISTORIES / f"{name}.json")), name
+    assert PATCH_APPROVAL_GATE not in _patches(_load(HISTORIES / "disruption-replace.json"))
+    for older in ("termination", "termination-pinned", "termination-drain-retries"):
+        assert PATCH_CONTROLS_GATE not in _patches(_load(HISTORIES / f"{older}.json")), older

@@ -32,6 +32,7 @@ async def test_the_steps_run_in_karpenter_order(harness):
     assert status.phase == "Succeeded" and status.pods_evicted == 3
     assert harness.cluster.names() == [
         "begin_termination",
+        "termination_gate",
         "taint_for_termination",
         "drain_node",
         "await_volumes_detached",
@@ -39,6 +40,56 @@ async def test_the_steps_run_in_karpenter_order(harness):
         "remove_finalizer",
     ]
     assert harness.cluster.terminated == [f"i-{node}"]
+
+
+async def test_a_termination_waits_for_the_controls_before_it_taints(harness):
+    """The gate says "wait" twice (a NodeDisruptionBudget without room): the workflow sleeps on a
+    durable timer, shows what it waits for, asks again, and only then taints and drains."""
+    harness.cluster.gate_waits = 2
+    node = a_node(harness)
+    handle = await terminate(harness, TerminationInput(node=node, reason="Manual"))
+    status = await handle.result()
+
+    names = harness.cluster.names()
+    assert names[:4] == ["begin_termination", "termination_gate", "termination_gate", "termination_gate"]
+    assert names[4:] == [
+        "taint_for_termination",
+        "drain_node",
+        "await_volumes_detached",
+        "terminate_instance",
+        "remove_finalizer",
+    ]
+    assert status.phase == "Succeeded" and status.waiting_for == ""
+    history = await handle.fetch_history()
+    timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert [t.timer_started_event_attributes.start_to_fire_timeout.seconds for t in timers] == [5, 10]
+    phases = [
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+            "KarpflowPhase"
+        ].data
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        and "KarpflowPhase"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    assert b'"Waiting"' in phases
+
+
+async def test_the_taint_names_the_termination_as_holder_with_its_reason(harness):
+    node = a_node(harness)
+    handle = await terminate(harness, TerminationInput(node=node, reason="Manual"))
+    await handle.result()
+    history = await handle.fetch_history()
+    (taint,) = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "taint_for_termination"
+    ]
+    sent = taint.input.payloads[0].data.decode()
+    assert f'"holder":"termination/{node}@' in sent.replace(" ", "") and '"reason":"Manual"' in sent.replace(
+        " ", ""
+    )
 
 
 async def test_a_notready_node_whose_instance_is_gone_only_loses_its_finalizer(harness):

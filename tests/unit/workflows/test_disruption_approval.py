@@ -1,0 +1,126 @@
+"""A command whose NodePool requires approval (issue 19 item 6): nothing is tainted before `approve`;
+`reject` and the timeout end it with nothing changed; the updates are validated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from api.workflow_io import Approval, DisruptionInput, DisruptionStatus
+from runtime.connections import ensure_search_attributes, with_karpflow_converter
+from tests.unit.workflows.conftest import Harness
+from tests.unit.workflows.fakes import FakeCluster
+from tests.unit.workflows.test_disruption_workflow import command, nodes, start, wait_for_phase
+from worker import WORKFLOWS
+from workflows.disruption import UPDATE_APPROVE, UPDATE_REJECT
+
+
+def gated(harness, timeout: timedelta = timedelta(hours=24)) -> DisruptionInput:
+    cmd = command(nodes(harness, 1))
+    cmd.approval = Approval(timeout=timeout, savings_per_hour=0.05)
+    return cmd
+
+
+async def test_nothing_is_tainted_before_approve(harness):
+    handle = await start(harness, gated(harness))
+    waiting = await wait_for_phase(handle, "AwaitingApproval")
+    assert waiting.candidates and harness.cluster.names() == []
+    memo = await (await handle.describe()).memo_value("approval")
+    assert memo["savings_per_hour"] == 0.05 and memo["nodes"] == [c.node for c in waiting.candidates]
+    with pytest.raises(WorkflowUpdateFailedError) as bad:
+        await handle.execute_update(UPDATE_APPROVE, {"by": "ops", "extra": 1})
+    assert "approve:" in str(bad.value.cause)
+
+    await handle.execute_update(UPDATE_APPROVE, {"by": "ops", "reason": "looks right"})
+    status = await handle.result()
+    assert status.phase == "Succeeded"
+    assert harness.cluster.names()[0] == "taint_disrupted"
+    with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # decided already, and closed
+        await handle.execute_update(UPDATE_REJECT, {})
+
+
+async def test_reject_ends_it_with_nothing_changed(harness):
+    handle = await start(harness, gated(harness))
+    await wait_for_phase(handle, "AwaitingApproval")
+    await handle.execute_update(UPDATE_REJECT, {"by": "ops", "reason": "not during the sale"})
+    status: DisruptionStatus = await handle.result()
+    assert status.phase == "Rejected"
+    assert status.message == "rejected by ops: not during the sale; nothing changed"
+    assert harness.cluster.names() == []
+
+
+async def test_no_decision_within_the_timeout_rejects(harness):
+    # Seconds, not hours: the test server skips time only while nothing else runs, and a session's
+    # other tests leave workflows waiting (the run after test_disruption_workflow.py hung on 2 h).
+    handle = await start(harness, gated(harness, timeout=timedelta(seconds=2)))
+    status = await handle.result()
+    assert status.phase == "Rejected" and status.message.startswith("rejected by timeout")
+    assert harness.cluster.names() == []
+
+
+async def test_a_command_without_approval_refuses_the_updates(harness):
+    handle = await start(harness, command(nodes(harness, 1)))
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(UPDATE_APPROVE, {})
+    assert "not awaiting approval" in str(refused.value.cause)
+    assert (await handle.result()).phase == "Succeeded"
+
+
+def test_forceful_work_never_waits_for_approval():
+    with pytest.raises(ValueError, match="only a voluntary command"):
+        DisruptionInput(reason="Expired", nodes=["n1"], approval=Approval())
+
+
+# -- `karpflow approve` and `karpflow reject`, the real commands against the dev server ------------------
+
+KARPFLOW = os.path.join(os.path.dirname(sys.executable), "karpflow")
+
+
+@pytest_asyncio.fixture
+async def dev_harness(dev_server_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    client = with_karpflow_converter(dev_server_env.client)
+    assert await ensure_search_attributes(client)
+    cluster = FakeCluster()
+    task_queue = f"unit-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=cluster.activities()
+    ):
+        yield Harness(client, cluster, task_queue)
+
+
+async def karpflow(harness: Harness, *argv: str) -> subprocess.CompletedProcess[str]:
+    address = harness.client.service_client.config.target_host
+    env = {**os.environ, "KARPFLOW_TEMPORAL_ADDRESS": address, "KARPFLOW_CLUSTER_NAME": "unit"}
+    return await asyncio.to_thread(
+        subprocess.run, [KARPFLOW, *argv], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+
+
+async def test_karpflow_approve_and_reject(dev_harness: Harness):
+    first, second = await start(dev_harness, gated(dev_harness)), await start(dev_harness, gated(dev_harness))
+    for handle in (first, second):
+        await wait_for_phase(handle, "AwaitingApproval")
+
+    refused = await karpflow(dev_harness, "approve", "disruption/none/such")
+    assert refused.returncode == 1 and "approve" in refused.stderr
+    rejected = await karpflow(dev_harness, "reject", second.id, "--reason", "not now")
+    assert rejected.returncode == 0 and "rejected" in rejected.stdout, rejected.stderr
+    assert (await second.result()).phase == "Rejected"
+    again = await karpflow(dev_harness, "approve", second.id)
+    assert again.returncode == 1, again.stdout
+
+    approved = await karpflow(dev_harness, "approve", first.id, "--reason", "looks right")
+    assert approved.returncode == 0 and "approved" in approved.stdout, approved.stderr
+    assert (await first.result()).phase == "Succeeded"
