@@ -36,6 +36,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -64,6 +65,7 @@ from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from kube.events import recorder_for
 from runtime.connections import (
+    TemporalUnreachable,
     aws_client,
     connect_kubernetes,
     connect_temporal_patiently,
@@ -75,7 +77,7 @@ from runtime.controller_start import ensure_controller, supervise_controller
 from runtime.failure_log import ExpectedFailureLog
 from runtime.health import HealthServer
 from runtime.permission_log import PermissionDeniedLog
-from runtime.settings import WorkerSettings, explain, settings_options
+from runtime.settings import WorkerSettings, explain, settings_options, unknown_variables
 from runtime.telemetry import configure_logging, tracing_interceptors
 from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
@@ -393,8 +395,14 @@ def cli(**flags: Any) -> None:
         click.echo(explain(err), err=True)
         sys.exit(2)
     configure_logging(settings)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(settings))
+    for line in unknown_variables(os.environ):
+        log.warning("%s; it is ignored", line)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(settings))
+    except TemporalUnreachable as err:
+        click.echo(f"karpflow worker: {err}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

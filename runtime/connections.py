@@ -58,6 +58,10 @@ def data_converter(settings: WorkerSettings) -> DataConverter:
     )
 
 
+class TemporalUnreachable(RuntimeError):
+    """Temporal did not answer within the worker's connect timeout."""
+
+
 async def connect_temporal_patiently(
     settings: WorkerSettings, interceptors: Sequence[Interceptor] = ()
 ) -> Client:
@@ -73,7 +77,11 @@ async def connect_temporal_patiently(
             return await connect_temporal(settings, interceptors)
         except RuntimeError as err:  # the SDK's "Failed client connect: ..."
             if loop.time() + delay > deadline:
-                raise
+                raise TemporalUnreachable(
+                    f"cannot reach Temporal at {settings.temporal_address} within "
+                    f"{settings.temporal_connect_timeout:g}s (--temporal-connect-timeout): "
+                    + " ".join(str(err).split())[:300]
+                ) from err
             log.warning(
                 "Temporal at %s does not answer (%s); trying again in %.1fs",
                 settings.temporal_address,

@@ -4,7 +4,8 @@ bad value stops the worker with a message naming the flag and the variable befor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -216,6 +217,36 @@ class WorkerSettings(BaseSettings):
         if self.temporal_api_key_file is not None:
             return self.temporal_api_key_file.read_text().strip() or None
         return self.temporal_api_key.get_secret_value() if self.temporal_api_key else None
+
+
+# KARPFLOW_* variables that other parts of karpflow read (the dev stack, the CLI, tests), not the worker.
+OTHER_VARIABLES = frozenset(
+    {
+        "KARPFLOW_STATE_DIR",
+        "KARPFLOW_SIM_URL",
+        "KARPFLOW_METRICS_URL",
+        "KARPFLOW_UI",
+        "KARPFLOW_UI_PORT",
+        "KARPFLOW_TEMPORAL_PORT",
+        "KARPFLOW_MOTO_PORT",
+        "KARPFLOW_KUBE_PORT",
+        "KARPFLOW_TIME_SCALE",
+        "KARPFLOW_RECORD_HISTORIES",
+        "KARPFLOW_HISTORY_NAME",
+        "KARPFLOW_INTERRUPTION_WAIT",
+    }
+)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """`KARPFLOW_*` variables no setting reads, each with the setting it was probably meant to be: a
+    typo (KARPFLOW_CONTROLER=false) would otherwise be ignored without a word."""
+    known = {f"KARPFLOW_{name.upper()}" for name in WorkerSettings.model_fields} | OTHER_VARIABLES
+    lines = []
+    for name in sorted(n for n in environ if n.startswith("KARPFLOW_") and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        lines.append(f"{name} is not a karpflow setting" + (f" (did you mean {close[0]}?)" if close else ""))
+    return lines
 
 
 def explain(err: ValidationError) -> str:
