@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.guards import OWNER_ANNOTATION
 from activities.kubernetes import KubernetesActivities
-from activities.planning import PlanningActivities
+from activities.planning import InFlight, PlanningActivities
 from api.activity_io import TaintRequest, UntaintRequest
 from api.constants import DISRUPTED_TAINT_KEY
 from cluster.informer import ClusterCache
@@ -114,8 +114,8 @@ class VisibilityLags(PlanningActivities):
     """Temporal visibility has not listed a just-started workflow yet (Elasticsearch refreshes every
     second; a burst of starts can take longer)."""
 
-    async def _in_flight(self):  # type: ignore[no-untyped-def]
-        return [], set()
+    async def _in_flight(self) -> InFlight:
+        return InFlight()
 
 
 async def test_crash_cleanup_inside_the_visibility_lag_keeps_a_taint_whose_holder_runs(world, dev_client):  # noqa: F811

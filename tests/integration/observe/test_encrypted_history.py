@@ -58,19 +58,22 @@ def http_json(url: str, body: Any = None, headers: dict[str, str] | None = None)
         return dict(response.headers), json.load(response)
 
 
-def payloads_in(value: Any) -> list[dict]:
+def payloads_in(
+    value: Any, skip: tuple[str, ...] = ("searchAttributes", "markerRecordedEventAttributes")
+) -> list[dict]:
     """Every Payload (a dict with base64 `data` and `metadata`) anywhere in a history's JSON, but
-    search attributes: visibility indexes them, so they are never encrypted (SECURITY.md)."""
+    under `skip`: search attributes (visibility indexes them) and markers (the SDK's core writes a
+    `workflow.patched` marker with the patch id itself, outside the codec), never encrypted (SECURITY.md)."""
     found: list[dict] = []
     if isinstance(value, dict):
         if "metadata" in value and "data" in value and isinstance(value["metadata"], dict):
             found.append(value)
         for key, child in value.items():
-            if key != "searchAttributes":
-                found += payloads_in(child)
+            if key not in skip:
+                found += payloads_in(child, skip)
     elif isinstance(value, list):
         for child in value:
-            found += payloads_in(child)
+            found += payloads_in(child, skip)
     return found
 
 
@@ -155,6 +158,15 @@ async def test_history_is_ciphertext_at_rest_and_the_ui_path_decodes_it(karpflow
             clear = base64.b64decode(payload["data"])
             assert A.name.encode() not in clear and b"drain_attempt" not in clear
         assert "drain_attempt" not in raw.stdout
+        # What stays plain in a marker is a patch id and nothing of the cluster.
+        markers = [
+            e["markerRecordedEventAttributes"]
+            for e in history["events"]
+            if "markerRecordedEventAttributes" in e
+        ]
+        for marker in markers:
+            for payload in payloads_in(marker, skip=()):
+                assert set(json.loads(base64.b64decode(payload["data"]))) <= {"id", "deprecated"}, payload
 
         # 2. The CLI through the codec server reads it in plain text.
         decoded = await karpflow.run(

@@ -115,7 +115,9 @@ async def test_a_worker_started_while_temporal_is_down_waits_for_it(karpflow, tm
         assert process.poll() is None, karpflow.worker_logs()
         # Alive for the liveness probe (no restart by the kubelet), not ready for traffic.
         assert await asyncio.to_thread(probe, health, "/healthz") == (200, {"status": "ok"})
-        assert await asyncio.to_thread(probe, health, "/readyz") == (503, {"ready": False})
+        status, body = await asyncio.to_thread(probe, health, "/readyz")
+        assert (status, body.get("ready")) == (503, False), body
+        assert "the Temporal worker is not running" in body.get("reasons", []), body
         await asyncio.to_thread(server.start)
         await karpflow.eventually(
             lambda: _async("worker running: task queue" in karpflow.worker_logs()),
