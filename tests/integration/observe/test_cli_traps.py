@@ -189,11 +189,18 @@ def test_down_and_up_never_resume_the_previous_clusters_workflows(tmp_path: Path
         assert started.returncode == 0, started.stderr
         down(state)
         assert (state / "temporal.db").is_file()  # the history is kept
+        # The same ports again (free ones: the defaults may be taken by another stack on this machine).
+        ports = {
+            "--temporal-port": env["TEMPORAL_ADDRESS"].rpartition(":")[2],
+            "--kube-port": env["KARPFLOW_SIM_URL"].rpartition(":")[2],
+            "--moto-port": env["AWS_ENDPOINT_URL"].rpartition(":")[2],
+        }
         again = karpflow(
             "--state-dir",
             str(state),
             "dev",
             "up",
+            *(item for pair in ports.items() for item in pair),
             "--time-scale",
             "0.1",
             env={"KARPFLOW_CONTROLLER": "false"},
