@@ -15,10 +15,12 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import ActivityEnvironment
 
 import activities.planning as planning_module
+from activities.planning import narrowed
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
 from api.controller_io import Backoff, PassRequest, PassResult, Pause, ValidateRequest
+from planner.plan import CommandOut
 from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
 from tests.unit.workflows.planning_stubs import StartedVisibility, planning, quiet_cluster
@@ -328,6 +330,14 @@ async def test_a_pool_that_requires_approval_puts_it_in_its_commands(value: str,
     (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
     assert drift.nodes == ["batch-old"]
     assert (drift.input.get("approval") is not None) == gated, drift.input
+    # What the Web UI shows before anyone opens it says the command will wait (issue 19 leftovers),
+    # also once validation narrowed it.
+    assert drift.summary.startswith("Drifted (awaits approval, 24h): " if gated else "Drifted: "), (
+        drift.summary
+    )
+    assert ("**Awaits approval**" in drift.details) == gated, drift.details
+    kept = narrowed(drift, CommandOut.model_validate(drift.planned))
+    assert (kept.summary, kept.details) == (drift.summary, drift.details)
 
 
 async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():
