@@ -174,7 +174,12 @@ def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: 
             "ip-172-31-20-80.us-west-2.compute.internal",
         )
         assert {expired, drifted} <= disrupted
-        assert len(disrupted) >= len(scenario.nodes) // 2, disrupted
+        # Consolidation removed nodes too: in us-west-2b while the window holds us-west-2a, and in
+        # us-west-2a after it, where nodes that just received pods wait for consolidateAfter (1m)
+        # beyond the demo's end: 6 to 8 of the 13 nodes go.
+        reasons = [search_attribute(e, "KarpflowReason") for e in taken.values()]
+        assert reasons.count("Underutilized") >= 2, reasons
+        assert len(disrupted) >= 5, disrupted
         assert "The controller settled" in out
 
         # The operator's controls (issue 19): the demo applied a MaintenanceWindow and a
