@@ -67,7 +67,7 @@ from api.controller_io import (
     ValidateRequest,
     Verdict,
 )
-from api.workflow_io import VOLUNTARY_REASONS, disruption_input, disruption_workflow_id
+from api.workflow_io import VOLUNTARY_REASONS, Approval, disruption_input, disruption_workflow_id
 from api.workflow_summaries import disruption_details, disruption_memo, disruption_summary
 from cluster.informer import ClusterCache
 from kube import events
@@ -210,8 +210,8 @@ def planned_command(command: Any, cluster: str = "", started_by: str = "") -> Pl
         planned=command_out(command).model_dump(mode="json", by_alias=True),
         decision=command.decision,
         consolidation_type=CONSOLIDATION_TYPE_OF.get(command.method, ""),
-        summary=disruption_summary(command),
-        details=disruption_details(command),
+        summary=disruption_summary(command, workflow_input.approval),
+        details=disruption_details(command, workflow_input.approval),
         memo=disruption_memo(command, started_by),
     )
 
@@ -220,14 +220,16 @@ def narrowed(command: PlannedCommand, out: CommandOut) -> PlannedCommand:
     """The command with the nodes validation kept (emptiness keeps the subset still valid), its input,
     planned form and what the Web UI shows following."""
     nodes = list(out.nodes)
+    gate = command.input.get("approval")
+    approval = Approval.model_validate(gate) if gate is not None else None
     return command.model_copy(
         update={
             "nodes": nodes,
             "input": {**command.input, "nodes": nodes},
             "planned": out.model_dump(mode="json", by_alias=True),
             "savings_per_hour": out.savings_per_hour,
-            "summary": disruption_summary(out),
-            "details": disruption_details(out),
+            "summary": disruption_summary(out, approval),
+            "details": disruption_details(out, approval),
             "memo": {
                 **command.memo,
                 "nodes": nodes,

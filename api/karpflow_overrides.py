@@ -15,6 +15,7 @@ precedence for karpflow only:
     karpflow.dev/min-savings-per-hour: "0.05"                    # $/h a replace must save
     karpflow.dev/min-savings-fraction: "10%"                     # or 0.1: of what the nodes cost
     karpflow.dev/require-approval: "true"                        # or "Drifted,Underutilized"
+    karpflow.dev/approval-timeout: 4h                            # no decision within it rejects (24h)
 
 The values have the shape of the spec fields they replace (budgets as JSON, where a budget may carry
 karpflow's `per`: a field Karpenter's NodePool CRD would prune from the spec). The template is not
@@ -23,6 +24,9 @@ negative duration) is reported and makes the pool fail closed, like an invalid b
 not disrupt it voluntarily until it is fixed, and the setting itself reads as the value that drives
 nothing: an invalid consolidate-after or expire-after as Never, an invalid termination-grace-period
 as no deadline (never Karpenter's value instead, which beside Karpenter is not karpflow's intent).
+
+`approval-timeout` must be a duration longer than 0s ("Never" is refused: a waiting command must
+end); one that does not parse fails the pool closed like the others (and reads as the default, 24h).
 
 The savings floor (`min-savings-*`, planner/savings_threshold.py) fails closed more narrowly: a bad
 value is reported and stops replace-consolidation of the pool (deletes, drift and expiration go on).
@@ -35,6 +39,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -59,6 +64,8 @@ CONSOLIDATION_STRATEGY = PREFIX + "consolidation-strategy"
 # "true" (every voluntary reason) or a comma list of reasons: the pool's voluntary commands wait for
 # an operator's `approve` before they take any node (workflows/disruption.py).
 REQUIRE_APPROVAL = PREFIX + "require-approval"
+# How long such a command waits for a decision before it is rejected (default 24h).
+APPROVAL_TIMEOUT = PREFIX + "approval-timeout"
 APPROVAL_REASONS = ("Underutilized", "Empty", "Drifted")
 MIN_SAVINGS_PER_HOUR = PREFIX + "min-savings-per-hour"
 MIN_SAVINGS_FRACTION = PREFIX + "min-savings-fraction"
@@ -84,6 +91,7 @@ class NodePoolOverrides(BaseModel):
     max_disruptions_per_hour: int | None = None
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None
     require_approval: list[str] | None = None
+    approval_timeout: timedelta | None = None
 
     @property
     def disruption(self) -> dict[str, Any]:
@@ -113,6 +121,7 @@ _READ_AS = {
     "expire_after": "read as Never: nothing expires",
     "termination_grace_period": "read as no deadline: drains wait for PDBs and do-not-disrupt",
     "require_approval": "read as true: every voluntary command waits for approval",
+    "approval_timeout": "read as the default, 24h",
 }
 
 
@@ -168,6 +177,13 @@ def _approval_reasons(value: str) -> list[str]:
     return reasons
 
 
+def _approval_timeout(value: str) -> timedelta:
+    timeout = karpenter_duration(value, never_ok=False)  # raises DurationError naming what is wrong
+    if timeout is None or timeout <= timedelta(0):
+        raise ValueError("must be longer than 0s: a command waits at most this long for a decision")
+    return timeout
+
+
 _PARSERS = {
     CONSOLIDATION_POLICY: ("consolidation_policy", _policy),
     CONSOLIDATE_AFTER: ("consolidate_after", lambda v: _duration(v, never_ok=True)),
@@ -178,6 +194,7 @@ _PARSERS = {
     MAX_DISRUPTIONS_PER_HOUR: ("max_disruptions_per_hour", _count),
     CONSOLIDATION_STRATEGY: ("consolidation_strategy", _strategy),
     REQUIRE_APPROVAL: ("require_approval", _approval_reasons),
+    APPROVAL_TIMEOUT: ("approval_timeout", _approval_timeout),
 }
 
 

@@ -425,16 +425,24 @@ def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
 
 def approval_for(command: Any) -> Approval | None:
     """An Approval when a NodePool of the command's candidates requires one for its reason
-    (`karpflow.dev/require-approval`); forceful commands never wait."""
+    (`karpflow.dev/require-approval`), with the shortest `karpflow.dev/approval-timeout` of those
+    pools (24h where none sets one); forceful commands never wait."""
     if command.reason not in VOLUNTARY_REASONS:
         return None
+    timeouts: list[timedelta] = []
+    required_somewhere = False
     for candidate in getattr(command, "candidates", ()):
         pool = getattr(candidate, "nodepool", None)
         annotations = getattr(getattr(pool, "metadata", None), "annotations", None) or {}
-        required = read_overrides(annotations)[0].require_approval or []
-        if command.reason in required:
-            return Approval(savings_per_hour=round(getattr(command, "savings_per_hour", 0.0) or 0.0, 4))
-    return None
+        overrides = read_overrides(annotations)[0]
+        if command.reason in (overrides.require_approval or []):
+            required_somewhere = True
+            if overrides.approval_timeout is not None:
+                timeouts.append(overrides.approval_timeout)
+    if not required_somewhere:
+        return None
+    savings = round(getattr(command, "savings_per_hour", 0.0) or 0.0, 4)
+    return Approval(savings_per_hour=savings, **({"timeout": min(timeouts)} if timeouts else {}))
 
 
 def disruption_workflow_id(command: Any, cluster: str) -> str:

@@ -6,11 +6,18 @@ it, its reason and the estimated savings. Whoever starts a DisruptionWorkflow pa
 Duck-typed on the planner's `Command` (planner/model.py) and its serialized `CommandOut` (what
 validation keeps), like `api.workflow_io.disruption_input`, so this module stays free of the planner.
 The controller's commands carry them from the planning activity (`PlannedCommand.summary`, ...).
+
+A command that waits for an operator (`DisruptionInput.approval`, a NodePool's
+`karpflow.dev/require-approval`) says so in both, with the pending plan and the timeout; while it
+waits, the workflow's current details (`awaiting_approval_details`) say until when.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from api.duration import format_duration
 
 SUMMARY_LIMIT = 200  # the UI shows one line; Temporal caps the field at 400 bytes
 
@@ -40,22 +47,50 @@ def _replacement(replacement: Any) -> str:
     return f"{types[0] if types else 'a node'} {replacement.capacity_type}{where}{alternatives}"
 
 
-def disruption_summary(command: Any) -> str:
-    """One line: reason, what goes, what comes, what it saves."""
+def _plan(command: Any) -> str:
+    """What goes, what comes, what it saves: `replace ip-a with m5.large spot in us-west-2a, saves $…/h`."""
     nodes = list(command.nodes)
     if command.replacements:
         launched = "; ".join(_replacement(r) for r in command.replacements)
-        text = f"{command.reason}: replace {_nodes(nodes)} with {launched}"
+        text = f"replace {_nodes(nodes)} with {launched}"
     else:
-        text = f"{command.reason}: delete {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {_nodes(nodes)}"
+        text = f"delete {len(nodes)} node{'s' if len(nodes) != 1 else ''}: {_nodes(nodes)}"
     savings = float(getattr(command, "savings_per_hour", 0.0) or 0.0)
     if savings > 0:
         text += f", saves ${savings:.4f}/h"
-    return text[:SUMMARY_LIMIT]
+    return text
 
 
-def disruption_details(command: Any) -> str:
-    """The summary's longer form (the UI's details field; Markdown): every node and option."""
+def disruption_summary(command: Any, approval: Any = None) -> str:
+    """One line: reason, what goes, what comes, what it saves; first, whether it awaits approval
+    (`approval`: the command's `DisruptionInput.approval`, or None)."""
+    gate = f" (awaits approval, {format_duration(approval.timeout)})" if approval is not None else ""
+    return f"{command.reason}{gate}: {_plan(command)}"[:SUMMARY_LIMIT]
+
+
+def awaiting_approval_details(command: Any, approval: Any, rejected_at: datetime) -> str:
+    """The workflow's current details while it waits at the approval gate (Markdown): the pending plan,
+    the estimated savings, and when no decision rejects it."""
+    lines = [
+        f"**Awaiting approval**: {command.reason}: {_plan(command)}",
+        "",
+        f"Estimated savings: ${float(approval.savings_per_hour):.4f}/h. Nothing changes before a decision; "
+        f"without one it is rejected at {rejected_at.strftime('%Y-%m-%dT%H:%M:%SZ')} "
+        f"(timeout {format_duration(approval.timeout)}).",
+        "",
+        "Nodes:",
+        "",
+        *(f"- {name}" for name in command.nodes),
+    ]
+    for index, replacement in enumerate(command.replacements):
+        lines.append(f"- replacement {index + 1}: {_replacement(replacement)}")
+    lines += ["", "Decide with the `approve` or `reject` update (`karpflow approve` / `karpflow reject`)."]
+    return "\n".join(lines)
+
+
+def disruption_details(command: Any, approval: Any = None) -> str:
+    """The summary's longer form (the UI's details field; Markdown): every node and option, and the
+    approval gate when the command waits for one."""
     lines = [f"**{command.reason}** ({command.method}, {command.decision})", "", "Nodes:", ""]
     lines += [f"- {name}" for name in command.nodes]
     for index, replacement in enumerate(command.replacements):
@@ -67,6 +102,13 @@ def disruption_details(command: Any) -> str:
         ]
     if getattr(command, "message", ""):
         lines += ["", str(command.message)]
+    if approval is not None:
+        lines += [
+            "",
+            f"**Awaits approval** before it takes any node: `approve` or `reject` (`karpflow approve` / "
+            f"`karpflow reject`); no decision within {format_duration(approval.timeout)} rejects it. "
+            f"Estimated savings ${float(approval.savings_per_hour):.4f}/h.",
+        ]
     return "\n".join(lines)
 
 

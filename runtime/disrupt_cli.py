@@ -96,16 +96,17 @@ def choose(result: Any, nodes: tuple[str, ...], every: bool) -> tuple[list[Any],
 
 async def start(client: Client, settings: WorkerSettings, command: Any, started_by: str) -> Followed:
     workflow_id = disruption_workflow_id(command, settings.cluster_name)
-    summary = disruption_summary(command)
+    workflow_input = disruption_input(command)
+    summary = disruption_summary(command, workflow_input.approval)
     handle = await client.start_workflow(
         "DisruptionWorkflow",
-        disruption_input(command),
+        workflow_input,
         id=workflow_id,
         task_queue=settings.task_queue,
         # The controller may have started the same command: follow that one.
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=summary,
-        static_details=disruption_details(command),
+        static_details=disruption_details(command, workflow_input.approval),
         memo=disruption_memo(command, started_by),
     )
     return Followed(workflow_id, summary, handle)

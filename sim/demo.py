@@ -3,12 +3,21 @@
 The story (`story()`, a list of `Step`s, each a title and a small function of a `Demo`):
 
 1. the cluster through the real kubectl, and its EC2 instances in moto;
-2. what the controller's first pass will decide (`karpflow plan` on the live cluster), then the
-   controller at work: the worker's ControllerWorkflow plans, validates and starts
+2. the operator's controls (docs/operator-controls.md), applied with kubectl before the worker
+   starts: a MaintenanceWindow that holds back Expiration and Consolidation of NodePool default's
+   nodes in us-west-2a for the first ~25 s of the controller's work (soft expiration: the expired
+   node waits, and goes once the window closes) and a
+   NodeDisruptionBudget that lets at most one node of us-west-2a be unavailable at a time; then
+   `karpflow windows` says what they hold back;
+3. what the controller's first pass will decide (`karpflow plan` on the live cluster), then the
+   worker starts and its controller is at work: the ControllerWorkflow plans, validates and starts
    DisruptionWorkflows on its own; the demo only watches (visibility and the `status` query) until
-   the controller has nothing left to start and nothing is in flight;
-3. the cluster afterwards (nodes gone, replacements added, instances terminated), and the invariant
-   checker's report with the open workflows as the disruptions "in flight": it must be clean.
+   the controller has nothing left to start and nothing is in flight, and says when a control holds
+   a node back and when it lets go;
+4. the cluster afterwards (nodes gone, replacements added, instances terminated), the Events the
+   controls left on the nodes, and the invariant checker's report (which judges every disruption
+   against the window and the budget) with the open workflows as the disruptions "in flight": it
+   must be clean.
 
 A step that fails raises `DemoFailure`: the steps after it are skipped except those that show the
 end state (`after_failure`), and the demo exits 1.
@@ -24,7 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,14 +43,16 @@ import time
 import urllib.parse
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import yaml
 from rich.console import Console
 from rich.rule import Rule
 
+from api.constants import ZONE_LABEL as ZONE
 from sim.cli import SimClient, dump_as_list, instances_table, print_report
 from sim.devstack import DEFAULT_SCENARIO, DevSettings, DevStack, DevStackError
 from sim.devstack_cli import bring_up, endpoints_table, settings_from_flags, stack_options
@@ -68,6 +81,11 @@ class Demo:
     started: list[Any] = field(default_factory=list)  # every DisruptionWorkflow id the controller started
     outcomes: list[Any] = field(default_factory=list)  # every final DisruptionProgress
     keep: bool = False  # the stack stays up after the demo
+    window_closes: datetime | None = None  # when the demo's MaintenanceWindow lets go
+    held: dict[str, str] = field(default_factory=dict)  # node -> why a control held it (until taken)
+    holding: dict[str, str] = field(default_factory=dict)  # what the last pass held back by a control
+    last_blocked: dict[str, str] = field(default_factory=dict)  # the last pass's reasons, every node
+    let_go: dict[str, str] = field(default_factory=dict)  # node -> the control that held it, then let go
     _client: Any = None
 
     @property
@@ -95,15 +113,18 @@ class Demo:
     def close(self) -> None:
         self.loop.close()
 
-    def kubectl(self, *args: str) -> None:
-        """Run the real kubectl against the emulator and show exactly what it prints."""
+    def kubectl(self, *args: str, show: bool = True) -> str:
+        """Run the real kubectl against the emulator and show exactly what it prints (or, with
+        `show=False`, only the command: the caller shows what matters of the output)."""
         command = ["kubectl", "--kubeconfig", str(self.settings.kubeconfig_path), *args]
         console.print(f"[bold cyan]$ kubectl {' '.join(args)}[/bold cyan]", highlight=False)
         result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-        sys.stdout.write(result.stdout)
+        if show:
+            sys.stdout.write(result.stdout)
         if result.returncode != 0:
             console.print(f"[red]{result.stderr.strip()}[/red]", highlight=False)
         sys.stdout.flush()
+        return result.stdout
 
     def karpflow(self, *args: str) -> str:
         console.print(f"[bold cyan]$ karpflow {' '.join(args)}[/bold cyan]", highlight=False)
@@ -152,13 +173,140 @@ def show_instances(demo: Demo) -> None:
         console.print("Every Node's spec.providerID names one of these instances; karpflow terminates them.")
 
 
+# -- the operator's controls ---------------------------------------------------------------------
+
+WINDOW = "demo-expire-later"
+NDB = "demo-one-of-us-west-2a"
+WINDOW_HOLD = 35.0  # seconds after it is applied; the worker starts ~10 s later
+CONTROL_KINDS = ("MaintenanceWindow", "NodeDisruptionBudget")
+
+
+def demo_controls(now: datetime, hold: float = WINDOW_HOLD) -> tuple[list[dict[str, Any]], datetime]:
+    """The demo's MaintenanceWindow and NodeDisruptionBudget, as a user writes them, and when the
+    window closes. The window is a real schedule (a daily cron at this minute, UTC) whose duration
+    ends `hold` seconds from `now`, so it opens before the controller's first pass and closes on its
+    own while the demo watches."""
+    opened = now.replace(second=0, microsecond=0)
+    seconds = math.ceil((now - opened).total_seconds() + hold)
+    window = {
+        "apiVersion": "karpflow.dev/v1alpha1",
+        "kind": "MaintenanceWindow",
+        "metadata": {"name": WINDOW},
+        "spec": {
+            "schedules": [{"cron": f"{opened.minute} {opened.hour} * * *", "duration": f"{seconds}s"}],
+            "actions": ["Expiration", "Consolidation"],
+            "selector": [
+                {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]},
+                {"key": ZONE, "operator": "In", "values": ["us-west-2a"]},
+            ],
+        },
+    }
+    budget = {
+        "apiVersion": "karpflow.dev/v1alpha1",
+        "kind": "NodeDisruptionBudget",
+        "metadata": {"name": NDB},
+        "spec": {"selector": {"matchLabels": {ZONE: "us-west-2a"}}, "maxUnavailable": 1},
+    }
+    return [window, budget], opened + timedelta(seconds=seconds)
+
+
+def apply_controls(demo: Demo) -> None:
+    """kubectl apply the window and the budget before the worker (and its controller) starts."""
+    objects, demo.window_closes = demo_controls(datetime.now(UTC))
+    path = demo.settings.state_dir / "demo-controls.yaml"
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    console.print(
+        f"MaintenanceWindow {WINDOW}: no expiration or consolidation of NodePool default's nodes in "
+        f"us-west-2a until {demo.window_closes:%H:%M:%S}Z (soft expiration: the expired node waits, then "
+        f"goes). NodeDisruptionBudget {NDB}: at most one node of us-west-2a unavailable at a time, "
+        "whatever disrupts it.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    sys.stdout.write(path.read_text())
+    demo.kubectl("apply", "-f", str(path))
+    demo.kubectl("get", "maintenancewindows,nodedisruptionbudgets")
+    demo.karpflow("windows", "--kubeconfig", str(demo.settings.kubeconfig_path))
+
+
+def start_worker(demo: Demo) -> None:
+    """`karpflow dev up` again, with the worker: its ControllerWorkflow starts planning at once."""
+    demo.stack.settings.worker = True
+    try:
+        bring_up(demo.stack)
+    except DevStackError as err:
+        raise DemoFailure(f"the worker did not start: {err}") from None
+
+
+def held_by_controls(blocked: dict[str, str]) -> dict[str, str]:
+    """The nodes the controller's last pass held back because of a window or a budget, and why."""
+    return {node: why for node, why in blocked.items() if any(kind in why for kind in CONTROL_KINDS)}
+
+
+def control_of(why: str) -> str:
+    """`MaintenanceWindow demo-expire-later` out of a reason that names one."""
+    found = re.search(rf"({'|'.join(CONTROL_KINDS)}) (\S+)", why)
+    return f"{found[1]} {found[2]}" if found else why
+
+
+def note_held(demo: Demo, blocked: dict[str, str], elapsed: float) -> None:
+    """Say when a control first holds a node back (from the status query). A node stays "held" until
+    a disruption takes it (`note_let_go`): one pass may give another reason for a while."""
+    from sim.disruption_rows import short_node
+
+    demo.last_blocked = blocked
+    demo.holding = held_by_controls(blocked)
+    for node, why in sorted(demo.holding.items()):
+        if node not in demo.held and node not in demo.let_go:
+            demo.held[node] = why
+            line = f"{elapsed:5.1f}s  held back {short_node(node)}: {why}"
+            console.print(line, highlight=False, soft_wrap=True)
+
+
+def note_let_go(demo: Demo, nodes: list[str], reason: str, elapsed: float) -> None:
+    """A disruption took nodes a control had held back: say which control let them go."""
+    from sim.disruption_rows import short_node
+
+    for node in nodes:
+        if node in demo.held:
+            why = demo.held.pop(node)
+            demo.let_go[node] = f"held back by {control_of(why)}, then taken ({reason})"
+            console.print(
+                f"{elapsed:5.1f}s  let go {short_node(node)}: {control_of(why)} no longer holds it; "
+                f"{reason} takes it",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+def window_open(demo: Demo) -> bool:
+    return demo.window_closes is not None and datetime.now(UTC) < demo.window_closes
+
+
+def show_controls_afterwards(demo: Demo) -> None:
+    """What the window and the budget held back, as the controller said and as Events on the nodes."""
+    from sim.disruption_rows import short_node
+
+    for node, why in sorted(demo.let_go.items()):
+        console.print(f"{short_node(node)}: {why}", highlight=False, soft_wrap=True)
+    for node, why in sorted(demo.held.items()):
+        now = demo.last_blocked.get(node, "no longer a candidate")
+        line = f"{short_node(node)}: held back by {control_of(why)}; now: {now}"
+        console.print(line, highlight=False, soft_wrap=True)
+    if not demo.let_go and not demo.held:
+        console.print("The controls held nothing back this time.")
+    for reason in ("DisruptionWaitingWindow", "DisruptionWaitingNodeDisruptionBudget"):
+        demo.kubectl("get", "events", "-A", "--field-selector", f"reason={reason}")
+    demo.karpflow("windows", "--kubeconfig", str(demo.settings.kubeconfig_path))
+
+
 # -- what the controller will decide -------------------------------------------------------------
 
 
 def plan_pass(demo: Demo) -> None:
     """`karpflow plan` (what a user would run) on a dump of the live cluster: what a pass decides, and
-    why every other node stays. The controller, already running in the worker, plans on the same
-    objects; its first commands may be under way while this prints."""
+    why every other node stays (the window and the budget included). The controller, which starts
+    with the worker next, plans on the same objects."""
     at = datetime.now(UTC).replace(microsecond=0)
     with tempfile.TemporaryDirectory(prefix="karpflow-demo-") as tmp:
         snapshot_file = Path(tmp) / "cluster.json"
@@ -191,6 +339,9 @@ async def _outcome(client: Any, execution: Any) -> Any:
         status = await handle.result()
         row.phase = status.phase
         row.replaced_by = [r.node for r in status.replacements if r.state == "Initialized" and r.node]
+        # A delete goes on with the candidates it could take (an "empty" node a pod just moved to is
+        # not empty any more): the others stay, and say why.
+        row.kept = {c.node: c.message for c in status.candidates if not c.tainted}
     except Exception as err:
         row.failure = str(getattr(err, "cause", None) or err)
     return row
@@ -218,6 +369,7 @@ def watch_controller(demo: Demo) -> None:
         url = ui_workflows_url(s.ui_url, s.temporal_namespace, query)
         console.print(f"In the Temporal Web UI: [link={url}]{url}[/link]", soft_wrap=True)
     began, seen, closed, calm = time.monotonic(), {}, {}, 0
+    window_said = False
     status = ControllerStatus()
     while True:
         elapsed = time.monotonic() - began
@@ -235,6 +387,12 @@ def watch_controller(demo: Demo) -> None:
                 console.print(
                     f"{elapsed:5.1f}s  started {workflow_id}  ({nodes})", highlight=False, soft_wrap=True
                 )
+                note_let_go(
+                    demo,
+                    list(execution.typed_search_attributes.get(_nodes_key()) or ()),
+                    execution.typed_search_attributes.get(_reason_key()) or "a disruption",
+                    elapsed,
+                )
             if (
                 execution.status is not None
                 and execution.status.name != "RUNNING"
@@ -245,6 +403,7 @@ def watch_controller(demo: Demo) -> None:
                 console.print(
                     f"{elapsed:5.1f}s  {workflow_id}: {row.execution.lower()}"
                     + (f", replaced by {', '.join(row.replaced_by)}" if row.replaced_by else "")
+                    + "".join(f"; kept {short_node(n)}: {why}" for n, why in sorted(row.kept.items()))
                     + (f": {row.failure}" if row.failure else ""),
                     highlight=False,
                     soft_wrap=True,
@@ -253,12 +412,20 @@ def watch_controller(demo: Demo) -> None:
             status = demo.run(handle.query("status", result_type=ControllerStatus))
         except Exception:
             status = ControllerStatus()
+        if status.passes > 0:
+            note_held(demo, status.blocked, elapsed)
+        if demo.window_closes is not None and not window_open(demo) and not window_said:
+            window_said = True
+            console.print(f"{elapsed:5.1f}s  MaintenanceWindow {WINDOW} closed", highlight=False)
         settled = (
             status.passes > 0
             and not status.started
             and not status.in_flight
             and not status.validating
             and len(closed) == len(seen)
+            # The demo shows the controls letting go: a window still open holds the expired node.
+            and not window_open(demo)
+            and not demo.holding
         )
         calm = calm + 1 if settled else 0
         if calm >= 3:
@@ -284,6 +451,12 @@ def _nodes_key() -> Any:
     return sa.NODES
 
 
+def _reason_key() -> Any:
+    from api import search_attributes as sa
+
+    return sa.REASON
+
+
 # -- afterwards ----------------------------------------------------------------------------------
 
 
@@ -298,7 +471,7 @@ def show_changes(demo: Demo) -> None:
     console.print(f"New ({len(added)}):{'' if added else ' -'}", highlight=False)
     for name in added:
         console.print(f"  {new_node_line(nodes[name], demo.outcomes)}", highlight=False, soft_wrap=True)
-    left = sorted({n for row in demo.outcomes if row.succeeded for n in row.nodes} & now)
+    left = sorted({n for row in demo.outcomes if row.succeeded for n in row.taken} & now)
     if left:
         raise DemoFailure(f"node(s) of completed disruptions still in the cluster: {', '.join(left)}")
 
@@ -371,14 +544,22 @@ def story() -> list[Step]:
     return [
         Step("The simulated cluster, through the real kubectl", show_cluster),
         Step("Its EC2 instances, in moto", show_instances),
+        Step("The operator's controls: a MaintenanceWindow and a NodeDisruptionBudget", apply_controls),
         Step(
             "What the controller's first pass will decide: karpflow's planner on the live cluster", plan_pass
         ),
+        Step("The worker starts, and its controller with it", start_worker),
         Step(
             "The controller at work: it plans, validates and starts disruptions on its own", watch_controller
         ),
         Step("The nodes afterwards", show_changes, after_failure=True),
         Step("The EC2 instances afterwards", show_instances, after_failure=True),
+        Step(
+            "What the window and the budget held back",
+            show_controls_afterwards,
+            after_failure=True,
+            only_if=lambda demo: demo.window_closes is not None,
+        ),
         Step("The invariant checker's report", check_invariants, after_failure=True),
         Step("Temporal", show_temporal, after_failure=True),
     ]
@@ -527,6 +708,9 @@ def demo(keep: bool, timeout: float, **flags: Any) -> None:
         console.print(f"[red]The demo cannot start:[/red] {err}", highlight=False)
         sys.exit(1)
     fast_worker_polling(settings.time_scale)
+    # The worker (and its controller) starts after the demo applied the operator's controls: its
+    # first pass must see them (`start_worker`).
+    settings.worker = False
     stack = DevStack(settings)
     console.print(Rule("Starting the local stack"))
     try:

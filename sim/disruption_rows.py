@@ -26,6 +26,12 @@ class DisruptionProgress(BaseModel):
     terminations: dict[str, str] = Field(default_factory=dict)  # candidate -> termination state/phase
     replaced_by: list[str] = Field(default_factory=list)  # nodes of the initialized replacements
     failure: str = ""  # why the workflow failed, from its failure (empty unless it did)
+    kept: dict[str, str] = Field(default_factory=dict)  # candidate it did not take -> why (from its result)
+
+    @property
+    def taken(self) -> list[str]:
+        """The candidates the command took (a delete goes on without those it could not)."""
+        return [n for n in self.nodes if n not in self.kept]
 
     @property
     def done(self) -> bool:

@@ -91,7 +91,8 @@ with workflow.unsafe.imports_passed_through():
         UnavailableOffering,
         parse_input,
     )
-    from api.workflow_summaries import short_node
+    from api.workflow_summaries import awaiting_approval_details, short_node
+    from workflows.events import awaiting_approval
     from workflows.failures import activity_cause, describe
     from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow
@@ -210,6 +211,15 @@ class DisruptionWorkflow:
                 }
             }
         )
+        rejected_at = workflow.now() + command.approval.timeout
+        # The UI's "current details" (a query, not a command): the pending plan while it waits.
+        workflow.set_current_details(awaiting_approval_details(command, command.approval, rejected_at))
+        # Operators who live in kubectl see the wait on each node (`kubectl describe node`). Inside
+        # the patched branch: only runs that reach the gate, all started after it existed, call it.
+        await awaiting_approval(
+            [NodeRef(node=n, uid=command.node_uids.get(n)) for n in command.nodes],
+            workflow.info().workflow_id,
+        )
         try:
             await workflow.wait_condition(
                 lambda: self._decision is not None, timeout=command.approval.timeout
@@ -227,6 +237,7 @@ class DisruptionWorkflow:
         if not approved:
             self._status.message += "; nothing changed"
             self._set_phase("Rejected")
+        workflow.set_current_details(self._status.message)
         return approved
 
     @workflow.run

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
-from api.workflow_summaries import disruption_details, disruption_memo, disruption_summary
+from api.workflow_io import Approval
+from api.workflow_summaries import (
+    awaiting_approval_details,
+    disruption_details,
+    disruption_memo,
+    disruption_summary,
+)
 
 
 @dataclass
@@ -67,3 +74,27 @@ def test_many_nodes_are_counted_and_the_summary_fits_one_line():
     summary = disruption_summary(command)
     assert summary.startswith("Drifted: delete 40 nodes: ip-10-0-0-0, ip-10-0-0-1, ip-10-0-0-2 and 37 more")
     assert len(summary) <= 200
+
+
+def test_a_command_that_awaits_approval_says_so_with_its_timeout_and_savings():
+    command = Command(
+        "Drifted",
+        "drift",
+        [A],
+        [Replacement("default", ["m5.large"], "on-demand", ["us-west-2a"])],
+        savings_per_hour=0.0125,
+    )
+    approval = Approval(timeout=timedelta(hours=2), savings_per_hour=0.0125)
+    assert disruption_summary(command, approval) == (
+        "Drifted (awaits approval, 2h): replace ip-10-0-1-2 with m5.large on-demand in us-west-2a, "
+        "saves $0.0125/h"
+    )
+    details = disruption_details(command, approval)
+    assert "**Awaits approval**" in details and "no decision within 2h rejects it" in details
+    assert "$0.0125/h" in details
+    assert "approval" not in disruption_summary(command) + disruption_details(command)
+
+    current = awaiting_approval_details(command, approval, datetime(2026, 11, 26, 19, 0, tzinfo=UTC))
+    assert current.startswith("**Awaiting approval**: Drifted: replace ip-10-0-1-2 with m5.large")
+    assert "rejected at 2026-11-26T19:00:00Z (timeout 2h)" in current
+    assert f"- {A}" in current and "- replacement 1: m5.large on-demand in us-west-2a" in current

@@ -107,3 +107,24 @@ def test_other_annotations_are_ignored():
         {"karpenter.sh/nodepool-hash": "123", "karpflow.dev/expire-after": "Never"}
     )
     assert problems == [] and overrides.expire_after == "Never"
+
+
+@pytest.mark.parametrize(("value", "timeout"), [("4h", timedelta(hours=4)), ("1h30m", timedelta(minutes=90))])
+def test_the_approval_timeout_is_a_duration(value: str, timeout: timedelta):
+    overrides, problems = read_overrides({"karpflow.dev/approval-timeout": value})
+    assert problems == [] and overrides.approval_timeout == timeout
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0s", "must be longer than 0s"),
+        ("Never", "is not allowed here"),
+        ("-1h", "must not be negative"),
+        ("a day", "karpflow.dev/approval-timeout='a day'"),
+    ],
+)
+def test_a_bad_approval_timeout_is_named_and_reads_as_the_default(value: str, problem: str):
+    overrides, problems = read_overrides({"karpflow.dev/approval-timeout": value})
+    assert overrides.approval_timeout is None  # the default (24h) where a command still waits
+    assert len(problems) == 1 and problem in problems[0] and "read as the default, 24h" in problems[0]

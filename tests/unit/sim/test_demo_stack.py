@@ -114,3 +114,28 @@ def test_after_a_failure_only_the_steps_that_show_the_end_state_run(tmp_path):
         demo.close()
     assert failures == ["follow failed"]
     assert ran == ["plan", "follow", "nodes afterwards"]
+
+
+@pytest.mark.parametrize("second", [0, 31, 59])
+def test_the_demos_window_is_active_when_applied_and_closes_on_its_own(second: int):
+    """The objects the demo applies are valid as karpflow reads them (the CRD schemas refuse what
+    these readers refuse: tests/unit/test_control_crds.py), and the window is a real daily schedule
+    that blocks Expiration and Consolidation now and closes `hold` seconds later, whatever the second."""
+    from datetime import UTC, datetime, timedelta
+
+    from planner.maintenance_windows import read_window
+    from planner.node_disruption_budgets import read_ndb
+    from sim.demo import demo_controls
+
+    now = datetime(2026, 11, 26, 23, 59, second, 400_000, tzinfo=UTC)
+    (window_object, budget_object), closes = demo_controls(now, hold=35)
+    window, budget = read_window(window_object), read_ndb(budget_object)
+    assert not window.problems and not budget.problems
+    assert closes - now >= timedelta(seconds=35) and closes - now < timedelta(seconds=36)
+    assert window.active_at(now) and window.active_at(closes - timedelta(seconds=1))
+    assert not window.active_at(closes) and window.active_end(now) == closes
+    assert window.actions == {"Expiration", "Consolidation"}
+    zone_a = {"karpenter.sh/nodepool": "default", "topology.kubernetes.io/zone": "us-west-2a"}
+    assert window.matches(zone_a) and not window.matches({**zone_a, "karpenter.sh/nodepool": "batch"})
+    assert budget.selects(zone_a) and not budget.selects({"topology.kubernetes.io/zone": "us-west-2b"})
+    assert budget.allowed_unavailable(7) == 1

@@ -13,11 +13,13 @@ from datetime import timedelta
 
 import pytest
 import pytest_asyncio
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from api.event_reasons import RecordEventRequest
 from api.workflow_io import Approval, DisruptionInput, DisruptionStatus
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from tests.unit.workflows.conftest import Harness
@@ -33,12 +35,42 @@ def gated(harness, timeout: timedelta = timedelta(hours=24)) -> DisruptionInput:
     return cmd
 
 
+def changes(harness) -> list[str]:
+    """The activities a command called, but the Events it recorded (they change no node)."""
+    return [name for name in harness.cluster.names() if name != "record_event"]
+
+
+async def recorded_events(harness, count: int) -> list[RecordEventRequest]:
+    for _ in range(200):
+        if len(harness.cluster.events) >= count:
+            break
+        await asyncio.sleep(0.02)
+    return harness.cluster.events
+
+
+async def current_details(handle) -> str:
+    """What the Web UI shows as the workflow's current details (the SDK's built-in metadata query)."""
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return metadata.current_details
+
+
 async def test_nothing_is_tainted_before_approve(harness):
-    handle = await start(harness, gated(harness))
+    cmd = gated(harness)
+    cmd.node_uids = {cmd.nodes[0]: harness.cluster.uid(cmd.nodes[0])}
+    handle = await start(harness, cmd)
     waiting = await wait_for_phase(handle, "AwaitingApproval")
-    assert waiting.candidates and harness.cluster.names() == []
+    assert waiting.candidates and changes(harness) == []
     memo = await (await handle.describe()).memo_value("approval")
     assert memo["savings_per_hour"] == 0.05 and memo["nodes"] == [c.node for c in waiting.candidates]
+    # kubectl describe node: the wait is an Event on each candidate, pinned to the planner's UID.
+    (event,) = await recorded_events(harness, 1)
+    assert (event.kind, event.name, event.uid) == ("Node", cmd.nodes[0], cmd.node_uids[cmd.nodes[0]])
+    assert event.reason == "DisruptionAwaitingApproval"
+    assert event.message == f"Disruption {handle.id} waits for approval"
+    # The Web UI: the pending plan, its savings and when the timeout rejects it.
+    details = await current_details(handle)
+    assert details.startswith("**Awaiting approval**: Underutilized: replace ")
+    assert "$0.0500/h" in details and "(timeout 24h)" in details and f"- {cmd.nodes[0]}" in details
     with pytest.raises(WorkflowUpdateFailedError) as bad:
         await handle.execute_update(UPDATE_APPROVE, {"by": "ops", "extra": 1})
     assert "approve:" in str(bad.value.cause)
@@ -46,7 +78,8 @@ async def test_nothing_is_tainted_before_approve(harness):
     await handle.execute_update(UPDATE_APPROVE, {"by": "ops", "reason": "looks right"})
     status = await handle.result()
     assert status.phase == "Succeeded"
-    assert harness.cluster.names()[0] == "taint_disrupted"
+    assert changes(harness)[0] == "taint_disrupted"
+    assert (await current_details(handle)) == "approved by ops: looks right"
     with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # decided already, and closed
         await handle.execute_update(UPDATE_REJECT, {})
 
@@ -58,7 +91,7 @@ async def test_reject_ends_it_with_nothing_changed(harness):
     status: DisruptionStatus = await handle.result()
     assert status.phase == "Rejected"
     assert status.message == "rejected by ops: not during the sale; nothing changed"
-    assert harness.cluster.names() == []
+    assert changes(harness) == []
 
 
 async def test_no_decision_within_the_timeout_rejects(harness):
@@ -67,7 +100,9 @@ async def test_no_decision_within_the_timeout_rejects(harness):
     handle = await start(harness, gated(harness, timeout=timedelta(seconds=2)))
     status = await handle.result()
     assert status.phase == "Rejected" and status.message.startswith("rejected by timeout")
-    assert harness.cluster.names() == []
+    assert changes(harness) == [] and [e.reason for e in harness.cluster.events] == [
+        "DisruptionAwaitingApproval"
+    ]
 
 
 async def test_a_command_without_approval_refuses_the_updates(harness):
@@ -76,6 +111,7 @@ async def test_a_command_without_approval_refuses_the_updates(harness):
         await handle.execute_update(UPDATE_APPROVE, {})
     assert "not awaiting approval" in str(refused.value.cause)
     assert (await handle.result()).phase == "Succeeded"
+    assert harness.cluster.events == []  # no approval Event for a command that never waited
 
 
 def test_forceful_work_never_waits_for_approval():

@@ -15,10 +15,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import ActivityEnvironment
 
 import activities.planning as planning_module
+from activities.planning import narrowed
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
 from api.controller_io import Backoff, PassRequest, PassResult, Pause, ValidateRequest
+from api.workflow_io import Approval
+from planner.plan import CommandOut
 from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
 from tests.unit.workflows.planning_stubs import StartedVisibility, planning, quiet_cluster
@@ -328,6 +331,38 @@ async def test_a_pool_that_requires_approval_puts_it_in_its_commands(value: str,
     (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
     assert drift.nodes == ["batch-old"]
     assert (drift.input.get("approval") is not None) == gated, drift.input
+    # What the Web UI shows before anyone opens it says the command will wait (issue 19 leftovers),
+    # also once validation narrowed it.
+    assert drift.summary.startswith("Drifted (awaits approval, 24h): " if gated else "Drifted: "), (
+        drift.summary
+    )
+    assert ("**Awaits approval**" in drift.details) == gated, drift.details
+    kept = narrowed(drift, CommandOut.model_validate(drift.planned))
+    assert (kept.summary, kept.details) == (drift.summary, drift.details)
+
+
+async def test_the_pools_approval_timeout_reaches_the_command_and_its_summary():
+    """`karpflow.dev/approval-timeout`: how long the command waits before the timeout rejects it."""
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {}).update(
+        {"karpflow.dev/require-approval": "true", "karpflow.dev/approval-timeout": "4h"}
+    )
+    (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
+    assert Approval.model_validate(drift.input["approval"]).timeout == timedelta(hours=4)
+    assert drift.summary.startswith("Drifted (awaits approval, 4h): "), drift.summary
+
+
+@pytest.mark.parametrize("value", ["0s", "Never", "tomorrow"])
+async def test_an_approval_timeout_that_does_not_parse_fails_the_pool_closed(value: str):
+    b = two_pools_with_drift()
+    batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
+    batch["metadata"].setdefault("annotations", {}).update(
+        {"karpflow.dev/require-approval": "true", "karpflow.dev/approval-timeout": value}
+    )
+    result = await planning(b.objects).plan_pass(PassRequest())
+    assert [c.nodes for c in result.commands] == [["default-young"]]  # batch disrupts nothing
+    assert any(f"karpflow.dev/approval-timeout={value!r}" in p for p in result.problems), result.problems
 
 
 async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():

@@ -644,6 +644,14 @@ def test_the_operator_controls_histories_take_the_new_side_of_their_patches():
     assert _patches(_load(HISTORIES / "termination-controls-gate.json")) == {PATCH_CONTROLS_GATE}
     for name in ("disruption-approved", "disruption-rejected-by-timeout"):
         assert PATCH_APPROVAL_GATE in _patches(_load(HISTORIES / f"{name}.json")), name
+        # The gate records DisruptionAwaitingApproval before it waits: the first activity of the run.
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in _load(HISTORIES / f"{name}.json").events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert scheduled[0] == "record_event", (name, scheduled)
+        assert ("taint_disrupted" in scheduled) == (name == "disruption-approved"), (name, scheduled)
     assert PATCH_APPROVAL_GATE not in _patches(_load(HISTORIES / "disruption-replace.json"))
     for older in ("termination", "termination-pinned", "termination-drain-retries"):
         assert PATCH_CONTROLS_GATE not in _patches(_load(HISTORIES / f"{older}.json")), older
