@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -112,6 +113,8 @@ class RolloutWorkflow:
                     start_to_close_timeout=API_CALL,
                     heartbeat_timeout=API_CALL,
                     retry_policy=API_RETRY,
+                    # A cancel waits for the marking to end, so the unmarking after it sees every mark.
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"mark the nodes of {request.nodepool} created before the request",
                 )
             except ActivityError as err:

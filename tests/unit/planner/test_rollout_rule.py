@@ -59,3 +59,13 @@ def test_a_window_that_blocks_drift_holds_a_marked_node_back():
 
 def test_a_marked_node_gets_the_seed_era_drifted_marker_too():
     assert ("old", "drifted") in voluntary_disruption_markers(marked_cluster().context(PlanOptions()))
+
+
+def test_a_held_back_marked_node_says_what_holds_drift_back_not_another_methods_reason():
+    b = cluster(
+        budgets=[{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "100%"}], consolidate_after="Never"
+    )
+    b.node("old", ami="ami-new", security_groups="sg-1,sg-2", annotations=MARK)
+    result = plan(b.snapshot(), b.catalog, PlanOptions(), simulate=FakeSimulation())
+    (held,) = result.blocked
+    assert "budget allows no Drifted disruptions now" in held.reason, held
