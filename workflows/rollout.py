@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import REFUSED
