@@ -130,6 +130,8 @@ async def test_a_rate_of_two_per_hour_starts_exactly_two_of_a_rollout_of_five(ka
         )
         assert progress.total == 5 and len(progress.remaining) == 3
         assert set((await marks(karpflow)).values()) == {rollout_id}
+        listed = await karpflow.run("karpflow", "status", **{**env, "COLUMNS": "200"})
+        assert f"rollout {rollout_id}: Rolling, 2/5 replaced, 3 remaining" in listed.stdout, listed.stdout
 
         await karpflow.run("bash", "-euo", "pipefail", "-c", by_hand, **env)
         manual = karpflow.client.get_workflow_handle(f"rollout/{karpflow.stack.cluster_name}/default/by-hand")
