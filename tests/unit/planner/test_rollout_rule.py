@@ -9,6 +9,7 @@ from api.constants import ROLLOUT_ANNOTATION
 from planner.drift import ROLLOUT_REQUESTED, Drift, voluntary_disruption_markers
 from planner.model import PlanOptions
 from planner.plan import plan
+from planner.snapshot import RecentDisruption
 from tests.unit.planner.test_drift import FakeSimulation, cluster, status_of
 
 MARK = {ROLLOUT_ANNOTATION: "rollout/c/default/0123456789"}
@@ -69,3 +70,27 @@ def test_a_held_back_marked_node_says_what_holds_drift_back_not_another_methods_
     result = plan(b.snapshot(), b.catalog, PlanOptions(), simulate=FakeSimulation())
     (held,) = result.blocked
     assert "budget allows no Drifted disruptions now" in held.reason, held
+
+
+def test_a_rate_of_two_per_hour_lets_a_rollout_of_five_take_two_an_hour():
+    """Passes through a simulated morning: one drift command per pass, two starts an hour."""
+    b = cluster(consolidate_after="Never")
+    b.objects[1]["metadata"]["annotations"] = {"karpflow.dev/max-disruptions-per-hour": "2"}
+    for i in range(5):
+        b.node(
+            f"n{i}", ami="ami-new", security_groups="sg-1,sg-2", annotations=MARK, age=timedelta(days=9 - i)
+        )
+    started: list[RecentDisruption] = []
+    by_hour: dict[int, list[str]] = {}
+    for minute in range(0, 180, 5):  # a pass every 5 simulated minutes for 3 hours
+        snapshot = b.snapshot()
+        snapshot.now = b.now + timedelta(minutes=minute)
+        snapshot.recent_disruptions = list(started)
+        snapshot.nodes = {k: v for k, v in snapshot.nodes.items() if k not in {r.node for r in started}}
+        result = plan(snapshot, b.catalog, PlanOptions(), simulate=FakeSimulation())
+        for node in (n for c in result.commands for n in c.nodes):
+            started.append(
+                RecentDisruption(node=node, nodepool="default", reason="Drifted", started_at=snapshot.now)
+            )
+            by_hour.setdefault(minute // 60, []).append(node)
+    assert by_hour == {0: ["n0", "n1"], 1: ["n2", "n3"], 2: ["n4"]}
