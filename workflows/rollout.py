@@ -20,6 +20,7 @@ only a refused start (no such NodePool, bad input) fails it, before anything is 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import workflow
@@ -107,7 +108,7 @@ class RolloutWorkflow:
         )
         while True:
             try:
-                return await workflow.execute_activity_method(
+                marked = await workflow.execute_activity_method(
                     RolloutActivities.mark_rollout_nodes,
                     mark,
                     start_to_close_timeout=API_CALL,
@@ -117,6 +118,11 @@ class RolloutWorkflow:
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"mark the nodes of {request.nodepool} created before the request",
                 )
+                # A marking that finished despite a cancel returns its result and swallows the
+                # cancellation: look for it, so the marks it made come off.
+                if workflow.cancellation_reason() is not None:
+                    raise asyncio.CancelledError("workflow cancellation requested")
+                return marked
             except ActivityError as err:
                 cause = err.cause
                 if isinstance(cause, ApplicationError) and cause.type == REFUSED:

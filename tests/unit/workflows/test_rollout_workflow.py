@@ -36,6 +36,7 @@ class FakeNodes:
         self.pool_exists = True
         self.failing_polls = 0
         self.polls = 0
+        self.slow_marking = 0.0  # seconds the marking takes, without a heartbeat
 
     def gone(self, *indexes: int) -> None:
         for i in indexes:
@@ -53,6 +54,7 @@ class FakeNodes:
                 )
             for entry in self.nodes.values():
                 entry[1] = entry[1] or request.rollout_id
+            await asyncio.sleep(self.slow_marking)
             return [RolloutNode(name=n, uid=u) for u, (n, _) in sorted(self.nodes.items())]
 
         @activity.defn(name="rollout_remaining")
@@ -195,3 +197,14 @@ async def test_an_input_that_does_not_validate_fails_it_with_the_reason(rollouts
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
     assert "is not a label key" in str(failed.value.cause)
+
+
+async def test_a_cancel_during_the_marking_is_not_swallowed_and_the_marks_come_off(rollouts):
+    rollouts.nodes.slow_marking = 1.0  # finishes despite the cancel: it never heartbeats
+    handle = await rollouts.start()
+    await status_when(handle, lambda s: s.phase == "Marking")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=20)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert set(rollouts.nodes.marks().values()) == {None}
