@@ -124,6 +124,8 @@ class RolloutWorkflow:
                     raise asyncio.CancelledError("workflow cancellation requested")
                 return marked
             except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise  # the workflow's cancel, through the activity: never a failure to retry
                 cause = err.cause
                 if isinstance(cause, ApplicationError) and cause.type == REFUSED:
                     raise ApplicationError(cause.message, type=REFUSED, non_retryable=True) from None
@@ -145,6 +147,8 @@ class RolloutWorkflow:
                 summary=f"which of {len(nodes)} node(s) remain",
             )
         except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise  # the workflow's cancel, through the activity: never a failure to retry
             # Keep the last answer; the next poll asks again (a long-lived workflow survives it).
             self._status.message = f"could not read the remaining nodes: {describe(err)}"
             return nodes

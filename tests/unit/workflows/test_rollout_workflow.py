@@ -37,6 +37,7 @@ class FakeNodes:
         self.failing_polls = 0
         self.polls = 0
         self.slow_marking = 0.0  # seconds the marking takes, without a heartbeat
+        self.slow_poll = 0.0
 
     def gone(self, *indexes: int) -> None:
         for i in indexes:
@@ -60,6 +61,7 @@ class FakeNodes:
         @activity.defn(name="rollout_remaining")
         async def remaining(request: RemainingRequest) -> list[RolloutNode]:
             self.polls += 1
+            await asyncio.sleep(self.slow_poll)
             if self.failing_polls:
                 self.failing_polls -= 1
                 raise ApplicationError("apiserver down", type="Unavailable", non_retryable=True)
@@ -203,6 +205,22 @@ async def test_a_cancel_during_the_marking_is_not_swallowed_and_the_marks_come_o
     rollouts.nodes.slow_marking = 1.0  # finishes despite the cancel: it never heartbeats
     handle = await rollouts.start()
     await status_when(handle, lambda s: s.phase == "Marking")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), timeout=20)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert set(rollouts.nodes.marks().values()) == {None}
+
+
+async def test_a_cancel_while_a_poll_runs_ends_it_canceled_with_the_marks_off(rollouts):
+    handle = await rollouts.start()
+    await status_when(handle, lambda s: s.phase == "Rolling")
+    rollouts.nodes.slow_poll = 30.0
+    polls = rollouts.nodes.polls
+    deadline = asyncio.get_running_loop().time() + 20
+    while rollouts.nodes.polls == polls:  # the next poll is running now
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.05)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), timeout=20)
