@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "resume": "runtime.controller_cli:resume",
     "approve": "runtime.controller_cli:approve",
     "reject": "runtime.controller_cli:reject",
+    "rollout": "runtime.rollout_cli:rollout",
     "disrupt": "runtime.disrupt_cli:disrupt",
     "codec-server": "runtime.codec_server:codec_server",
     "dev": "sim.devstack_cli:dev",

@@ -57,6 +57,7 @@ from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
 from activities.planning import PlanningActivities
+from activities.rollout import RolloutActivities
 from api.workflow_ids import controller_workflow_id
 from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
@@ -81,11 +82,12 @@ from runtime.settings import WorkerSettings, explain, settings_options, unknown_
 from runtime.telemetry import configure_logging, tracing_interceptors
 from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
+from workflows.rollout import RolloutWorkflow
 from workflows.termination import TerminationWorkflow
 
 log = logging.getLogger("karpflow.worker")
 
-WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow)
+WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow, RolloutWorkflow)
 
 
 def worker_interceptors() -> list[Interceptor]:
@@ -135,6 +137,7 @@ def activities_for(
         karpenter_coexistence=settings.karpenter_coexistence,
     )
     nodeclaims = NodeClaimActivities(kube, poll_interval=settings.poll_interval)
+    rollout = RolloutActivities(kube)
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
@@ -161,6 +164,10 @@ def activities_for(
         aws.terminate_instance,
         # Events only a workflow knows to record (workflows/events.py).
         EventActivities(kube).record_event,
+        # `karpflow rollout`: the marks the planner replaces as drift, and the progress.
+        rollout.mark_rollout_nodes,
+        rollout.rollout_remaining,
+        rollout.unmark_rollout_nodes,
     ]
     if planning is not None:
         activities += [

@@ -63,3 +63,11 @@ def replacement_nodeclaim_name(nodepool: str, command_id: str, index: int) -> st
     retried create finds the one created before and a rollback knows what to delete."""
     digest = hashlib.sha256(f"{command_id}\x00{index}".encode()).hexdigest()[:10]
     return f"{nodepool[:200]}-{digest}"
+
+
+def rollout_workflow_id(cluster: str, nodepool: str, selector: dict[str, str], requested_at: str) -> str:
+    """`rollout/<cluster>/<pool>/<short-hash>`: one rollout per pool, selector and request time, so a
+    repeated start of the same request (a retried CLI call) starts nothing twice."""
+    terms = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    digest = hashlib.sha256(f"{nodepool}|{terms}|{requested_at}".encode()).hexdigest()[:10]
+    return f"rollout/{cluster}/{nodepool}/{digest}"

@@ -20,6 +20,10 @@ Detection, first hit wins:
    the node, else EC2's, and subnet and groups are EC2's (`Node.instance`, which the planning
    activity reads from DescribeInstances). Missing information on either side never causes drift.
 
+Besides, a node karpflow marked `karpflow.dev/rollout-requested: <rollout id>` (`karpflow rollout`,
+workflows/rollout.py) is drifted with reason RolloutRequested, checked right after the NodeClaim's
+condition: a rollout is drift the operator asked for, with every control drift has.
+
 Acting (`Drift` method): eventual class, budget reason Drifted, no validation delay. Empty drifted
 nodes first, then oldest drifted first; for the first candidate within budget whose pods can all be
 placed, one command with the new nodes the simulation needs (none: a plain delete). One per pass.
@@ -41,6 +45,7 @@ from api.constants import (
     OS_LABEL,
     REASON_DRIFTED,
     REGION_LABEL,
+    ROLLOUT_ANNOTATION,
     ZONE_LABEL,
 )
 from api.hashes import (
@@ -84,6 +89,9 @@ WELL_KNOWN_LABELS = frozenset(
     }
 )
 INSTANCE_TYPE_DRIFT_MIN_AGE = timedelta(hours=1)
+# The drift reason of a node a RolloutWorkflow marked (`karpflow rollout`): replaced as drift is, under
+# the Drifted budget reason and the Drift window action; only the detail says why.
+ROLLOUT_REQUESTED = "RolloutRequested"
 
 
 # --- Hashes (api/hashes.py computes them: the launch activity stamps the same) ---------------
@@ -208,6 +216,9 @@ def drift_status(ctx: PlanContext, node: Node, pool: NodePool) -> DriftStatus | 
         condition = claim.conditions["Drifted"]
         return DriftStatus(condition.reason or "Drifted", condition.message or "", condition.last_transition)
     since = _drift_since(node)
+    rollout = node.annotation(ROLLOUT_ANNOTATION)
+    if rollout:
+        return DriftStatus(ROLLOUT_REQUESTED, f"rollout {rollout} asks for its replacement", since)
     if node.annotation(NODEPOOL_HASH_VERSION_ANNOTATION) == NODEPOOL_HASH_VERSION:
         recorded = node.annotation(NODEPOOL_HASH_ANNOTATION)
         if recorded is not None and recorded != _pool_hash(ctx, pool):

@@ -461,7 +461,10 @@ def _blocked_out(
         if candidate.pod_block is not None:
             reason = candidate.pod_block
         elif details:
-            reason = details[0].reason
+            # A drifted node (a rollout's too) is waiting for drift: what holds drift back (a budget,
+            # a rate, a window) says more than another method's "not empty" or "consolidation off".
+            drifted = [d for d in details if d.method == DRIFT] if candidate.drift is not None else []
+            reason = (drifted or details)[0].reason
         elif ended_by is not None:
             reason = f"not chosen this pass: {ended_by} produced commands, which ends the pass"
         elif names <= {EMPTINESS, DRIFT}:

@@ -9,7 +9,8 @@ controller to finish and close as completed, which the workers' supervision then
 `start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
 updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
 (`--action`); what the controller refuses is printed with its reason, exit 1. `approve` and `reject`
-send a DisruptionWorkflow waiting for approval the updates of those names.
+send a DisruptionWorkflow waiting for approval the updates of those names. `status` also lists the
+running rollouts with their progress (runtime/rollout_progress.py).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from api.workflow_io import DisruptionStatus
 from planner import why_not
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
+from runtime.rollout_progress import running_rollouts
 from runtime.settings import WorkerSettings, explain
 
 EXIT_UNREACHABLE = 3
@@ -224,11 +226,14 @@ def render_node(answer: dict[str, Any], console: Console) -> None:
 
 def _status_command(settings: WorkerSettings, output: str, node: str | None = None) -> None:
     running: list[str] = []
+    rollouts: list[str] = []
 
     async def go() -> ControllerStatus:
         client = await _client(settings)
         if node is not None:
             running.extend(await running_for(client, node))
+        elif output == "text":
+            rollouts.extend(await running_rollouts(client, settings.cluster_name))
         try:
             stopped = await _stopped(client, settings.cluster_name)
             status = await read_status(client, settings.cluster_name)
@@ -259,7 +264,10 @@ def _status_command(settings: WorkerSettings, output: str, node: str | None = No
     if output == "json":
         click.echo(status.model_dump_json(indent=2))
     else:
-        render(status, Console())
+        console = Console()
+        render(status, console)
+        for line in rollouts:
+            console.print(f"rollout {line}")
     _leave(0)
 
 

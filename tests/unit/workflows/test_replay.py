@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from temporalio.client import (
     WorkflowHistory,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, Worker
 from temporalio.workflow import NondeterminismError
 
 from api.controller_io import (
@@ -99,6 +100,9 @@ EXPECTED = {
     "termination-controls-gate",
     "disruption-approved",
     "disruption-rejected-by-timeout",
+    # The RolloutWorkflow (issue 19): a rollout that completes, and one cancelled (its marks off).
+    "rollout",
+    "rollout-cancel",
 }
 
 
@@ -392,6 +396,31 @@ def test_the_termination_id_change_replays_both_ways():
     assert _child_ids(old) == ["termination/n1"] and _patches(_load(old)) == set()
     assert _child_ids(new) == ["termination/fake/p1/uid-p1"]
     assert _patches(_load(new)) == {PATCH_TERMINATION_PER_INCARNATION}
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_rollout_histories(ts_client):
+    from tests.unit.workflows.test_rollout_workflow import FakeNodes, Rollouts, status_when
+
+    nodes = FakeNodes(3)
+    task_queue = f"record-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        ts_client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=nodes.activities()
+    ):
+        rollouts = Rollouts(ts_client, nodes, task_queue)
+        done = await rollouts.start()
+        await status_when(done, lambda s: s.phase == "Rolling")
+        nodes.gone(0)
+        await status_when(done, lambda s: s.replaced == 1)
+        nodes.gone(1, 2)
+        await done.result()
+        await _save("rollout", done)
+        nodes.nodes = {"uid-9": ["node-9", None]}
+        cancelled = await rollouts.start()
+        await status_when(cancelled, lambda s: s.phase == "Rolling")
+        await cancelled.cancel()
+        await _settle(cancelled)
+        await _save("rollout-cancel", cancelled)
 
 
 def test_every_workflow_has_recorded_histories():

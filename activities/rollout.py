@@ -1,0 +1,142 @@
+"""The RolloutWorkflow's activities: mark the nodes a rollout replaces, read which are still there,
+take the marks off when it is cancelled.
+
+The mark (`karpflow.dev/rollout-requested: <rollout id>`) is karpflow's own annotation; the planner
+treats a marked node as drifted (planner/drift.py), so the controller replaces it within budgets,
+windows, NodeDisruptionBudgets, pauses and approval, as it does drift. Every step names nodes by UID:
+a node that reuses a name is another node and is never marked, counted or unmarked for this rollout.
+All three are idempotent: a retry finds the marks it made and changes nothing more.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.errors import REFUSED, classify_kube, not_found, permanent
+from api.constants import KARPENTER_GROUP, KARPENTER_VERSION, NODEPOOL_LABEL, ROLLOUT_ANNOTATION
+from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
+from kube.client import Json, KubeApi
+from kube.times import parse_time
+
+
+def _selector(nodepool: str, selector: dict[str, str]) -> str:
+    return ",".join([f"{NODEPOOL_LABEL}={nodepool}", *(f"{k}={v}" for k, v in sorted(selector.items()))])
+
+
+def _uid(node: Json) -> str:
+    return str(node["metadata"].get("uid") or "")
+
+
+def _annotations(node: Json) -> dict[str, str]:
+    metadata = node.setdefault("metadata", {})
+    metadata["annotations"] = metadata.get("annotations") or {}
+    return metadata["annotations"]
+
+
+class RolloutActivities:
+    def __init__(self, kube: KubeApi) -> None:
+        self.kube = kube
+
+    async def _pool_nodes(self, nodepool: str, selector: dict[str, str] | None = None) -> list[Json]:
+        try:
+            listed = await self.kube.list_nodes(_selector(nodepool, selector or {}))
+        except Exception as err:
+            raise classify_kube(err, f"nodes of NodePool {nodepool}") from None
+        return list(listed.get("items") or [])
+
+    async def _set_mark(self, node: RolloutNode, rollout_id: str, present: bool) -> bool:
+        """Write (or, `present=False`, remove) this rollout's mark on that node incarnation only;
+        whether it changed the node."""
+        changed: list[bool] = []
+
+        def mutate(found: Json) -> bool:
+            changed[:] = [_change(found)]
+            return changed[0]
+
+        def _change(found: Json) -> bool:
+            if _uid(found) != node.uid:
+                return False  # the name is another node's now
+            annotations = _annotations(found)
+            current = annotations.get(ROLLOUT_ANNOTATION)
+            if present:
+                # Another rollout's mark already asks for the replacement: leave it to that one.
+                if current:
+                    return False
+                annotations[ROLLOUT_ANNOTATION] = rollout_id
+                return True
+            if current != rollout_id:
+                return False
+            del annotations[ROLLOUT_ANNOTATION]
+            return True
+
+        try:
+            await self.kube.update_node(node.name, mutate)
+            return bool(changed and changed[0])
+        except Exception as err:
+            if not_found(err):
+                return False  # gone already: replaced, or deleted by hand
+            raise classify_kube(err, f"node {node.name}") from None
+
+    @activity.defn(name="mark_rollout_nodes")
+    async def mark_rollout_nodes(self, request: MarkRequest) -> list[RolloutNode]:
+        """The NodePool's nodes (matching the selector) created before the request, each marked for
+        replacement. Refuses, before marking anything, a NodePool that does not exist."""
+        try:
+            await self.kube.get_cluster_custom(
+                KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", request.nodepool
+            )
+        except Exception as err:
+            if not_found(err):
+                raise permanent(
+                    f"rollout of NodePool {request.nodepool}: no such NodePool; nothing marked", REFUSED
+                ) from None
+            raise classify_kube(err, f"NodePool {request.nodepool}") from None
+        chosen: list[RolloutNode] = []
+        for node in await self._pool_nodes(request.nodepool, request.selector):
+            metadata = node["metadata"]
+            created = parse_time(metadata.get("creationTimestamp"))
+            # Nodes already being deleted are leaving anyway; nodes created since the request are
+            # what the rollout launches (or someone else did): neither is the rollout's to replace.
+            if metadata.get("deletionTimestamp") or created is None or created >= request.requested_at:
+                continue
+            chosen.append(RolloutNode(name=metadata["name"], uid=_uid(node)))
+        chosen.sort(key=lambda n: n.name)
+        for node in chosen:
+            await self._set_mark(node, request.rollout_id, present=True)
+            activity.heartbeat(node.name)
+        return chosen
+
+    @activity.defn(name="rollout_remaining")
+    async def rollout_remaining(self, request: RemainingRequest) -> list[RolloutNode]:
+        """Which of the rollout's nodes still exist (by UID). A remaining node whose mark was taken
+        off by hand is marked again: the rollout ends only when its nodes are replaced (cancel it to
+        stop)."""
+        wanted = {n.uid: n for n in request.nodes}
+        remaining: list[RolloutNode] = []
+        for node in await self._pool_nodes(request.nodepool):
+            uid = _uid(node)
+            if uid not in wanted:
+                continue
+            remaining.append(wanted[uid])
+            if not node["metadata"].get("deletionTimestamp") and not _annotations(node).get(
+                ROLLOUT_ANNOTATION
+            ):
+                await self._set_mark(wanted[uid], request.rollout_id, present=True)
+        return sorted(remaining, key=lambda n: n.name)
+
+    @activity.defn(name="unmark_rollout_nodes")
+    async def unmark_rollout_nodes(self, request: UnmarkRequest) -> int:
+        """Take this rollout's mark off the given nodes (a mark another rollout wrote stays).
+        Returns how many nodes changed."""
+        changed = 0
+        nodes = request.nodes
+        if nodes is None:
+            nodes = [
+                RolloutNode(name=n["metadata"]["name"], uid=_uid(n))
+                for n in await self._pool_nodes(request.nodepool)
+                if _annotations(n).get(ROLLOUT_ANNOTATION) == request.rollout_id
+            ]
+        for node in nodes:
+            changed += await self._set_mark(node, request.rollout_id, present=False)
+            activity.heartbeat(node.name)
+        return changed

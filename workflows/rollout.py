@@ -1,0 +1,197 @@
+"""RolloutWorkflow: replace every node of a NodePool created before the request (`karpflow rollout`).
+
+`rollout/<cluster>/<pool>/<hash>`. It decides nothing about disruption itself: it marks the nodes
+(`karpflow.dev/rollout-requested`), and the controller's planner treats a marked node as drifted,
+so each replacement is a DisruptionWorkflow the controller starts within budgets, rate budgets,
+MaintenanceWindows (Drift), NodeDisruptionBudgets, pauses and approval. The rollout only watches:
+
+1. `mark_rollout_nodes`: the pool's nodes (matching the selector) created before `requested_at`,
+   marked and pinned by UID;
+2. every `poll_interval` (a durable timer) `rollout_remaining` reads which UIDs still exist; the
+   status query and the memo show total, replaced and remaining; it completes when none remains;
+3. after `polls_per_run` polls (or when Temporal suggests it) it continues as new with the remaining
+   nodes, so its history stays bounded however long the rollout takes;
+4. cancelled, it takes its marks off (`unmark_rollout_nodes`) and ends Canceled: commands already
+   started finish, nothing new is planned for its nodes.
+
+A failed activity never ends it: the failure is shown in the status and the next poll tries again;
+only a refused start (no such NodePool, bad input) fails it, before anything is marked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.errors import REFUSED
+    from activities.rollout import RolloutActivities
+    from api import search_attributes as sa
+    from api.rollout_io import (
+        MarkRequest,
+        RemainingRequest,
+        RolloutInput,
+        RolloutNode,
+        RolloutPhase,
+        RolloutStatus,
+        UnmarkRequest,
+    )
+    from api.workflow_io import InvalidInput, parse_input
+    from workflows.failures import describe
+    from workflows.options import API_CALL, API_RETRY
+
+
+@workflow.defn(name="RolloutWorkflow")
+class RolloutWorkflow:
+    def __init__(self) -> None:
+        self._status = RolloutStatus()
+
+    @workflow.query(name="status")
+    def status(self) -> RolloutStatus:
+        return self._status
+
+    @workflow.run
+    async def run(self, raw: Any = None) -> RolloutStatus:
+        request = self._validate(raw)
+        rollout_id = workflow.info().workflow_id
+        self._status = RolloutStatus(
+            rollout_id=rollout_id,
+            nodepool=request.nodepool,
+            selector=request.selector,
+            requested_at=request.requested_at,
+            total=request.total,
+        )
+        workflow.upsert_search_attributes(
+            [sa.NODEPOOL.value_set(request.nodepool), sa.REASON.value_set("Rollout")]
+        )
+        try:
+            nodes = request.nodes
+            if nodes is None:
+                self._set_phase("Marking")
+                nodes = await self._mark(request, rollout_id)
+                request = request.model_copy(update={"nodes": nodes, "total": len(nodes)})
+                self._status.total = len(nodes)
+            self._set_phase("Rolling")
+            for _ in range(request.polls_per_run):
+                nodes = await self._remaining(request, rollout_id, nodes)
+                self._show(nodes)
+                if not nodes:
+                    self._set_phase("Succeeded")
+                    self._status.message = f"all {self._status.total} node(s) replaced"
+                    return self._status
+                if workflow.info().is_continue_as_new_suggested():
+                    break
+                await workflow.sleep(request.poll_interval)
+            workflow.continue_as_new(request.model_copy(update={"nodes": nodes}))
+        except BaseException as err:
+            if not is_cancelled_exception(err):
+                raise
+            await self._unmark(request, rollout_id)
+            raise
+
+    def _validate(self, raw: Any) -> RolloutInput:
+        try:
+            return parse_input(RolloutInput, raw)
+        except InvalidInput as err:
+            raise ApplicationError(str(err), type="InvalidInput", non_retryable=True) from None
+
+    async def _mark(self, request: RolloutInput, rollout_id: str) -> list[RolloutNode]:
+        mark = MarkRequest(
+            rollout_id=rollout_id,
+            nodepool=request.nodepool,
+            selector=request.selector,
+            requested_at=request.requested_at,
+        )
+        while True:
+            try:
+                marked = await workflow.execute_activity_method(
+                    RolloutActivities.mark_rollout_nodes,
+                    mark,
+                    start_to_close_timeout=API_CALL,
+                    heartbeat_timeout=API_CALL,
+                    retry_policy=API_RETRY,
+                    # A cancel waits for the marking to end, so the unmarking after it sees every mark.
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"mark the nodes of {request.nodepool} created before the request",
+                )
+                # A marking that finished despite a cancel returns its result and swallows the
+                # cancellation: look for it, so the marks it made come off.
+                if workflow.cancellation_reason() is not None:
+                    raise asyncio.CancelledError("workflow cancellation requested")
+                return marked
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise  # the workflow's cancel, through the activity: never a failure to retry
+                cause = err.cause
+                if isinstance(cause, ApplicationError) and cause.type == REFUSED:
+                    raise ApplicationError(cause.message, type=REFUSED, non_retryable=True) from None
+                # Marking is idempotent: after a pause, the same nodes are found and marked again.
+                self._status.message = (
+                    f"marking failed, tried again in {request.poll_interval}: {describe(err)}"
+                )
+                await workflow.sleep(request.poll_interval)
+
+    async def _remaining(
+        self, request: RolloutInput, rollout_id: str, nodes: list[RolloutNode]
+    ) -> list[RolloutNode]:
+        try:
+            remaining = await workflow.execute_activity_method(
+                RolloutActivities.rollout_remaining,
+                RemainingRequest(rollout_id=rollout_id, nodepool=request.nodepool, nodes=nodes),
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary=f"which of {len(nodes)} node(s) remain",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise  # the workflow's cancel, through the activity: never a failure to retry
+            # Keep the last answer; the next poll asks again (a long-lived workflow survives it).
+            self._status.message = f"could not read the remaining nodes: {describe(err)}"
+            return nodes
+        self._status.message = ""
+        return remaining
+
+    async def _unmark(self, request: RolloutInput, rollout_id: str) -> None:
+        self._set_phase("Canceling")
+        try:
+            changed = await workflow.execute_activity_method(
+                RolloutActivities.unmark_rollout_nodes,
+                UnmarkRequest(rollout_id=rollout_id, nodepool=request.nodepool, nodes=request.nodes),
+                start_to_close_timeout=API_CALL,
+                heartbeat_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary="take the rollout's marks off",
+            )
+            self._status.message = f"cancelled: the marks of {changed} node(s) taken off"
+        except ActivityError as err:
+            self._status.message = f"cancelled; taking the marks off failed: {describe(err)}"
+        self._set_phase("Canceled")
+
+    def _show(self, nodes: list[RolloutNode]) -> None:
+        names = [n.name for n in nodes]
+        if names == self._status.remaining and self._status.replaced == self._status.total - len(names):
+            return  # nothing changed: no memo upsert, no history event
+        self._status.remaining = names
+        self._status.replaced = self._status.total - len(names)
+        self._memo()
+
+    def _set_phase(self, phase: RolloutPhase) -> None:
+        self._status.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+        self._memo()
+
+    def _memo(self) -> None:
+        workflow.upsert_memo(
+            {
+                "rollout": {
+                    "phase": self._status.phase,
+                    "total": self._status.total,
+                    "replaced": self._status.replaced,
+                    "remaining": len(self._status.remaining),
+                }
+            }
+        )
