@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio import activity
+from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -198,6 +199,8 @@ class Run:
     ended: str
     failed_tasks: int
     replay_error: str = ""
+    # Why each workflow task failed (the server's cause and the failure's message), for the report.
+    task_failures: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -232,7 +235,13 @@ async def chain(client: Client, workflow_id: str, first_run: str) -> list[Run]:
         following = ""
         if last.HasField("workflow_execution_continued_as_new_event_attributes"):
             following = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-        failed = sum(1 for e in history.events if e.HasField("workflow_task_failed_event_attributes"))
+        causes = [
+            f"{WorkflowTaskFailedCause.Name(a.cause)}: {a.failure.message}"
+            for e in history.events
+            if e.HasField("workflow_task_failed_event_attributes")
+            for a in [e.workflow_task_failed_event_attributes]
+        ]
+        failed = len(causes)
         passes = sum(
             1
             for e in history.events
@@ -244,7 +253,7 @@ async def chain(client: Client, workflow_id: str, first_run: str) -> list[Run]:
             workflows=list(WORKFLOWS), data_converter=pydantic_data_converter
         ).replay_workflow(history, raise_on_replay_failure=False)
         error = repr(replayed.replay_failure) if replayed.replay_failure else ""
-        runs.append(Run(run_id, len(history.events), history_bytes(history), ended, failed, error))
+        runs.append(Run(run_id, len(history.events), history_bytes(history), ended, failed, error, causes))
         run_id = following
     return runs
 
@@ -335,6 +344,8 @@ def report(figures: Figures) -> None:
         f"failed workflow tasks: {sum(r.failed_tasks for r in figures.runs)}; "
         f"runs that do not replay: {sum(1 for r in figures.runs if r.replay_error)}"
     )
+    for cause in sorted({c for r in figures.runs for c in r.task_failures}):
+        print(f"   a workflow task failed: {cause}")
     s = figures.status
     print(
         f"   at the end: {'RUNNING' if figures.still_running else 'NOT RUNNING'}, pass {s.passes}, "
