@@ -89,7 +89,10 @@ async def test_a_pause_holds_new_commands_back_until_resume_with_the_readme_comm
     }
     await karpflow.run("karpflow", "controller", "start", **env)
     pausing = asyncio.create_task(karpflow.run("bash", "-euo", "pipefail", "-c", pause, **env))
-    await asyncio.sleep(1)
+    # Time for `karpflow pause` to start and send its update (it waits for a worker to answer it):
+    # a worker started before the update is sent may plan a first pass without the pause. A loaded
+    # machine (the full suite on 2 cores) needs seconds to start a Python CLI.
+    await asyncio.sleep(6)
     async with karpflow.worker(**FAST):
         shown = await pausing
         assert "paused NodePool default by " in shown.stdout and "driver upgrade" in shown.stdout
