@@ -112,11 +112,13 @@ async def test_the_same_message_three_times_starts_one_workflow_and_one_replacem
     async with karpflow.worker(interruption_queue=queue.url, interruption_wait=1) as w:
         await karpflow.eventually(lambda: replaced(karpflow, A.name), within=60, what="replacement")
         await karpflow.eventually(lambda: _async(queue.depth() == 0), within=10, what="queue empty")
-        assert w.interruptions.counters["deleted"] == 3
-        assert w.interruptions.counters["kind:SpotInterruption"] == 3
+        # SQS delivers at least once: on a loaded machine a message whose handling outlasts its
+        # visibility timeout comes back, and is one more repeat.
+        received = w.interruptions.counters["deleted"]
+        assert received >= 3 and w.interruptions.counters["kind:SpotInterruption"] == received
         # The repeats are dropped by the poller's memo, before any Temporal call.
         assert w.interruptions.counters["start_calls"] == 1
-        assert w.interruptions.counters["duplicate"] == 2
+        assert w.interruptions.counters["duplicate"] == received - 1
     assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
     launched = {
         i["InstanceId"] for i in karpflow.instances(("pending", "running", "shutting-down", "terminated"))

@@ -449,4 +449,8 @@ async def test_a_termination_never_drains_a_new_node_that_reused_its_nodes_name(
         for i in r["Instances"]
     }
     assert states[old_instance] in ("shutting-down", "terminated") and states[new_instance] == "running"
-    assert status.phase == "Succeeded" and "another node now" in status.message, status.message
+    # The pinned termination notices the other node when it acts after the new node registered; on a
+    # loaded machine its drain may end (A's pods went with A) in the gap before the new node appears,
+    # and it finishes on A's own terms. Either way it never touched the new node (asserted above).
+    assert status.phase == "Succeeded", status.message
+    assert "another node now" in status.message or status.message.startswith("drained"), status.message
