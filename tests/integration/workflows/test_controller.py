@@ -77,6 +77,9 @@ def disrupting(nodes: dict[str, dict[str, Any]]) -> list[str]:
     )
 
 
+# Once again when it fails: at time scale 1/100 its 240 s bound has run out on a loaded 2-core
+# machine (README, "Tests"); a second failure is a real one.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.slow
 @pytest.mark.sim_stack(scenario=fragmented_scenario(), time_scale=0.01)
 async def test_a_fragmented_cluster_consolidates_on_its_own_within_its_budget(karpflow):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 from temporalio.client import Client
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "bench_controller_history.py"
@@ -23,6 +24,9 @@ def bench() -> ModuleType:
     return module
 
 
+# Once again when it fails: a failed workflow task was seen twice in full-suite runs under heavy
+# load and never alone; the assertion names its cause (README, "Tests"). A second failure is real.
+@pytest.mark.flaky(reruns=1)
 async def test_a_long_busy_controller_keeps_every_run_under_its_history_limit(ts_client: Client):
     b = bench()
     cluster = b.PlannedCluster.generate(1000)

@@ -198,6 +198,9 @@ NAIVE = {"instance_type": "m5.large", "zone": "us-west-2a", "until": "2099-01-01
 GOOD = {"instance_type": "m5.large", "zone": "us-west-2b", "until": "2099-01-01T00:00:00Z"}
 
 
+# Once again when it fails: on a machine running the whole suite on 2 cores its 30 s waits have
+# run out (README, "Tests"); a second failure is a real one.
+@pytest.mark.flaky(reruns=1)
 async def test_bad_signals_are_dropped_and_listed_and_the_controller_goes_on(
     controller_harness: ControllerHarness,
 ):
