@@ -25,6 +25,7 @@ from typing import Any
 
 from api import constants as k
 from planner.catalog import Catalog, InstanceType
+from sim.controllers.predicates import _int, expression_matches
 
 ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
 TENANCY_LABEL = "karpenter.k8s.aws/instance-tenancy"
@@ -44,31 +45,17 @@ class Choice:
         return f"{self.itype.name}/{self.zone}/{self.capacity_type}"
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def requirement_holds(requirement: Mapping[str, Any], value: str | None) -> bool:
-    """One NodeSelectorRequirement (Karpenter's operators, Gte/Lte included) against a label value."""
-    operator = requirement.get("operator")
+    """One NodeSelectorRequirement against a label value: the Kubernetes operators as the simulated
+    kube-scheduler reads them (sim/controllers/predicates.py), plus Karpenter's own Gte and Lte."""
     values = [str(v) for v in requirement.get("values") or ()]
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    have, bound = _int(value), _int(values[0] if values else None)
-    if have is None or bound is None:
-        return False
-    return {"Gt": have > bound, "Lt": have < bound, "Gte": have >= bound, "Lte": have <= bound}.get(
-        str(operator), False
-    )
+    operator = requirement.get("operator")
+    if operator in ("Gte", "Lte"):
+        have, bound = _int(value), _int(values[0] if values else None)
+        if have is None or bound is None:
+            return False
+        return have >= bound if operator == "Gte" else have <= bound
+    return expression_matches({**requirement, "values": values}, value)
 
 
 def instance_labels(choice: Choice, region: str) -> dict[str, str]:
