@@ -309,6 +309,7 @@ class SnapshotSimulation:
         # its prepared background placements by list identity too (Simulator._background_info).
         self._backgrounds: dict[frozenset[str], list[Pod]] = {}
         self._sim_lists: dict[int, tuple[Sequence[Pod], list[SimPod]]] = {}
+        self._sim_parts: dict[int, tuple[list[Pod], list[SimPod]]] = {}
         self._interned: dict[PodConstraints, PodConstraints] = {}
 
     @staticmethod
@@ -360,6 +361,13 @@ class SnapshotSimulation:
             cached = SimPod(pod.name, pod.namespace, constraints, pod.node_name)
             self._sim_pods[id(pod)] = cached
         return cached
+
+    def _sim_part(self, pods: list[Pod]) -> list[SimPod]:
+        """`pods` (a list this simulation keeps) as SimPods, the same list object each time."""
+        known = self._sim_parts.get(id(pods))
+        if known is None or known[0] is not pods:
+            known = self._sim_parts[id(pods)] = (pods, [self.sim_pod(p) for p in pods])
+        return known[1]
 
     def _sim_list(self, pods: Sequence[Pod]) -> list[SimPod]:
         """`pods` as SimPods; the same list object again gives the same SimPod list (shared: callers
@@ -414,6 +422,13 @@ class SnapshotSimulation:
         pods = self._backgrounds.get(leaving)
         if pods is None:
             pods = self._backgrounds[leaving] = [*self.pending_pods(), *self.leaving_pods(leaving)]
+            # Its SimPods, built from parts the simulator has seen before (the pending pods, each
+            # leaving node's pods), so a pass that marks one more node pays for that node alone.
+            parts = [
+                self._sim_part(self.pending_pods()),
+                *(self._sim_part(self._leaving[n]) for n in sorted(leaving)),
+            ]
+            self._sim_lists[id(pods)] = (pods, self.simulator.background_of(parts))
         return pods  # shared: callers must not change it
 
     def default_pods(self, node_names: Sequence[str], gone: Iterable[str] = ()) -> list[Pod]:

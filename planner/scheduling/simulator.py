@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 
 from kube.selectors import first_untolerated
 from planner.scheduling.existing_nodes import ExistingNodes
@@ -80,6 +81,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._compat_cache: dict[tuple[str, Reqs], bool] = {}
         self._bases: dict[tuple, ProbeBase] = {}
         self._backgrounds: dict[int, _Background] = {}
+        self._parts: dict[int, _Background] = {}
         self._fair_cache: dict[Vec, float] = {}
         pods_by_node: dict[str, list[BoundPod]] = {}
         for pod in bound:
@@ -283,7 +285,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         # Topology groups must exist before anything is placed, or pods placed earlier would not be
         # counted in them (Karpenter builds every group up front too). A new group makes the cached
         # background placements stale.
-        if self.register({p.constraints for p in pods} | known.signatures):
+        if self.register({p.constraints for p in pods}) | self._register_background(known):
             self._bases.clear()
         base = self._base(frozenset(gone), known, deleting_keys)
         probe, displaced = self._fork(base, frozenset(remove))
@@ -333,23 +335,59 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 self._eff(sig, level)
         return len(self._groups) != before
 
+    def background_of(self, parts: Sequence[Sequence[SimPod]]) -> list[SimPod]:
+        """The background pods made of `parts`, lists the caller keeps and hands again (a pass's
+        pending pods, each leaving node's pods). What simulations derive from the result is combined
+        from what each part gave once (C-level joins), instead of walking every pod again each time
+        a pass marks one more node gone."""
+        infos = [self._part_info(part) for part in parts]
+        pods = list(chain.from_iterable(parts))
+        known = _Background(
+            pods=pods,
+            keys=tuple(chain.from_iterable(i.keys for i in infos)),
+            key_set=frozenset().union(*(i.key_set for i in infos)),
+            pending=frozenset().union(*(i.pending for i in infos)),
+            deleting=frozenset().union(*(i.deleting for i in infos)),
+            signatures=frozenset().union(*(i.signatures for i in infos)),
+        )
+        self._remember_background(known)
+        return pods
+
+    def _part_info(self, part: Sequence[SimPod]) -> _Background:
+        known = self._parts.get(id(part))
+        if known is None or known.pods is not part:
+            known = self._parts[id(part)] = self._describe(part)  # holds the part: its id is not reused
+        return known
+
+    def _describe(self, background: Sequence[SimPod]) -> _Background:
+        keys = tuple(p.key for p in background)
+        return _Background(
+            pods=background,
+            keys=keys,
+            key_set=frozenset(keys),
+            pending=frozenset(p.key for p in background if p.pending),
+            deleting=frozenset(p.key for p in background if p.node_name in self.deleting_nodes),
+            signatures=frozenset(p.constraints for p in background),
+        )
+
+    def _register_background(self, known: _Background) -> bool:
+        """`register` for a background's signatures, skipped (in C) when all were seen before."""
+        if self._levels_cache.keys() >= known.signatures:
+            return False
+        return self.register(known.signatures)
+
+    def _remember_background(self, known: _Background) -> None:
+        if len(self._backgrounds) >= 64:
+            self._backgrounds.pop(next(iter(self._backgrounds)))
+        self._backgrounds[id(known.pods)] = known  # holds the list, so its id is not reused
+
     def _background_info(self, background: Sequence[SimPod]) -> _Background:
         """What every simulation derives from its background pods, once per background list (the
         adapter hands the same list object to every probe of a pass that shares it)."""
         known = self._backgrounds.get(id(background))
         if known is None or known.pods is not background:
-            keys = tuple(p.key for p in background)
-            known = _Background(
-                pods=background,
-                keys=keys,
-                key_set=frozenset(keys),
-                pending=frozenset(p.key for p in background if p.pending),
-                deleting=frozenset(p.key for p in background if p.node_name in self.deleting_nodes),
-                signatures=frozenset(p.constraints for p in background),
-            )
-            if len(self._backgrounds) >= 64:
-                self._backgrounds.pop(next(iter(self._backgrounds)))
-            self._backgrounds[id(background)] = known  # holds the list, so its id is not reused
+            known = self._describe(background)
+            self._remember_background(known)
         return known
 
     def _base(self, gone: frozenset[str], known: _Background, deleting_keys: set[str]) -> ProbeBase:
