@@ -186,7 +186,8 @@ class SentReasons:
     def update(self, controller: str, base: str, reasons: dict[str, str]) -> node_reasons.ReasonsUpdate:
         """Changes only when the controller holds (by fingerprint `base`) what was sent last; else all."""
         sent, sent_fingerprint = self._sent.pop(controller, (None, ""))
-        update = node_reasons.update_from(sent if base and base == sent_fingerprint else None, reasons)
+        known = base and base == sent_fingerprint
+        update = node_reasons.update_from(sent if known else None, reasons, sent_fingerprint if known else "")
         self._sent[controller] = (dict(reasons), update.fingerprint)
         while len(self._sent) > self._remembered:
             self._sent.popitem(last=False)
