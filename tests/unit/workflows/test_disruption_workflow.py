@@ -6,7 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from api.workflow_io import DisruptionInput, DisruptionStatus, ReplacementSpec
@@ -369,7 +369,8 @@ def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
         )
 
 
-async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(harness, time_skipping_env):
+@pytest.mark.slow(seconds=65)
+async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(harness):
     """A bug in an activity is retried a bounded number of times, then the command rolls back and
     fails with the activity's own message, its candidates untainted."""
     from workflows.options import API_ATTEMPTS
@@ -377,10 +378,6 @@ async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(har
     harness.cluster.resolve_bug = True
     candidates = nodes(harness, 1)
     handle = await start(harness, command(candidates))
-    # The test server does not skip an activity's retry backoff on its own (about 65 s of real time
-    # for API_RETRY's ten attempts): move its clock on until the workflow is done.
-    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-        await time_skipping_env.sleep(timedelta(seconds=10))
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     status = await handle.query(DisruptionWorkflow.status)
