@@ -9,6 +9,10 @@ TOOLS_STAMP = $(TOOLS)/.installed
 PYTEST_ARGS ?=
 # Parallel test processes for `make test` (pytest-xdist); most tests wait on servers, not the CPU.
 TEST_WORKERS ?= 3
+# A CI image may set PYTHONDONTWRITEBYTECODE: then every Python process a test starts (the CLI, the
+# worker, the simulator) compiles the checkout's modules again, and every xdist worker rewrites the
+# test modules' asserts again. Let the first process cache them.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install chromium test unit integration lint format demo up down status bench clean
 
@@ -16,7 +20,6 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@# The wheel ships the product only; the development install also puts the checkout on the path,
 	@# so sim/ (the local stack behind `karpflow dev|demo|sim`) and bench/ import from here.
@@ -25,7 +28,6 @@ $(STAMP): pyproject.toml
 
 $(TOOLS_STAMP):
 	$(PYTHON) -m venv $(TOOLS)
-	$(TOOLS)/bin/pip install --quiet --upgrade pip
 	$(TOOLS)/bin/pip install --quiet 'checkov>=3.2,<4'
 	touch $@
 

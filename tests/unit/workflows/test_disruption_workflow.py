@@ -376,7 +376,7 @@ def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
         )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(harness):
     """A bug in an activity is retried a bounded number of times, then the command rolls back and
     fails with the activity's own message, its candidates untainted."""
