@@ -236,7 +236,8 @@ HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is do
 
 
 def _heartbeat(details: Any) -> None:
-    if activity.in_activity():
+    # A local activity has no heartbeat: it is short, and its workflow task is its liveness.
+    if activity.in_activity() and not activity.info().is_local:
         activity.heartbeat(details)
 
 
@@ -1033,7 +1034,8 @@ class KubernetesActivities:
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
         """Wait until no VolumeAttachment of a drained pod remains on the node; False if the deadline
         passed first (the instance is terminated anyway then). Attachments of pods that are not drained
-        (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for."""
+        (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for.
+        With `wait` False: one look, True when nothing is attached (the termination's local activity)."""
         interval = self._interval(request.poll_interval_seconds)
 
         async def detached() -> bool:
@@ -1044,6 +1046,8 @@ class KubernetesActivities:
             return not remaining
 
         try:
+            if not request.wait:
+                return await detached()
             return await wait_until(detached, interval, request.deadline)
         except errors.ApplicationError:
             raise
