@@ -128,6 +128,9 @@ class TerminationWorkflow:
             workflow.upsert_search_attributes([*started_with, sa.PHASE.value_set("Starting")])
         try:
             # 0. The node is deleting, holds the finalizer, and its deadline is written down.
+            # Unpinned (a start by hand with a name), it stays a regular activity: it tells a wrong
+            # name from a node its own earlier attempt deleted by its attempt number, and a local
+            # activity run again after a workflow task timeout starts again from attempt 1.
             node = await self._short_step(
                 KubernetesActivities.begin_termination,
                 BeginTerminationRequest(
@@ -139,6 +142,7 @@ class TerminationWorkflow:
                     deadline=request.deadline,
                 ),
                 summary=f"delete {short} ({request.reason}) and stamp its deadline",
+                local=bool(request.uid),
             )
             self._record(node)
             # From here every step names the node with the UID it is pinned to.
@@ -326,11 +330,11 @@ class TerminationWorkflow:
         )
 
     async def _short_step(
-        self, step: Callable[[Any, Any], Awaitable[Result]], arg: Any, summary: str
+        self, step: Callable[[Any, Any], Awaitable[Result]], arg: Any, summary: str, local: bool = True
     ) -> Result:
         """A short Kubernetes or EC2 call (seconds): on the lean path a local activity, which costs one
         marker and no workflow task of its own; before it, a regular activity (the older histories)."""
-        if self._lean:
+        if self._lean and local:
             return await workflow.execute_local_activity_method(
                 step, arg, start_to_close_timeout=API_CALL, retry_policy=API_RETRY, summary=summary
             )

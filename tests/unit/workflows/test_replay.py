@@ -76,6 +76,7 @@ LEAN_TERMINATION_HISTORIES = (
     "termination-lean-failed",
     "termination-lean-controls-gate",
     "termination-lean-handover",
+    "termination-lean-unpinned",
 )
 COEXISTENCE_HISTORIES = ("disruption-nodeclaim", "disruption-nodeclaim-rollback", "termination-handover")
 # Every workflow type, and the paths of each that a change is most likely to break.
@@ -441,14 +442,15 @@ async def test_record_rollout_histories(ts_client):
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
 async def test_record_lean_termination_histories(harness):
     """The terminations of issue 21 (`-k record_lean_termination`): a plain one, drain retries, a
-    failure, a wait for a NodeDisruptionBudget, a node handed to Karpenter."""
+    failure, a wait for a NodeDisruptionBudget, one started by hand without a UID, a node handed to
+    Karpenter."""
     client, queue, cluster = harness.client, harness.task_queue, harness.cluster
-    cluster.nodes.update({"l1", "l2", "l3", "l4", "l5"})
+    cluster.nodes.update({"l1", "l2", "l3", "l4", "l5", "l6"})
 
-    async def record(node: str, name: str, reason: str = "Expired") -> None:
+    async def record(node: str, name: str, reason: str = "Expired", pinned: bool = True) -> None:
         handle = await client.start_workflow(
             "TerminationWorkflow",
-            TerminationInput(node=node, uid=cluster.uid(node), reason=reason),
+            TerminationInput(node=node, uid=cluster.uid(node) if pinned else None, reason=reason),
             id=f"termination/replay/{node}/{harness.id('lean')}",
             task_queue=queue,
         )
@@ -463,6 +465,7 @@ async def test_record_lean_termination_histories(harness):
     cluster.owned = True
     cluster.gate_waits = 1
     await record("l4", "termination-lean-controls-gate", reason="Manual")
+    await record("l6", "termination-lean-unpinned", pinned=False)
     cluster.karpenter_coexistence = True
     await record("l5", "termination-lean-handover")
 
@@ -486,10 +489,16 @@ def test_the_lean_terminations_take_the_new_path_behind_one_patch():
     for name in LEAN_TERMINATION_HISTORIES:
         path = HISTORIES / f"{name}.json"
         assert _patches(_load(path)) == {PATCH_LEAN_HISTORY}, name
+        if name == "termination-lean-unpinned":
+            continue
         regular = set(_activities(path))
         assert not regular & short, (name, regular)
         local = _local_activities(path)
         assert local[0] == "begin_termination", (name, local)
+    # Unpinned, begin_termination tells a retry by its attempt: a regular activity, the rest local.
+    unpinned = HISTORIES / "termination-lean-unpinned.json"
+    assert _activities(unpinned) == ["begin_termination", "drain_node", "terminate_instance"]
+    assert "begin_termination" not in _local_activities(unpinned)
     plain = HISTORIES / "termination-lean.json"
     assert len(_events(plain)) <= 30
     assert _activities(plain) == ["drain_node", "terminate_instance"]
