@@ -27,7 +27,8 @@ History (issue 21, behind `termination-lean-history`): the short steps (0, 0b's 
 first look at the volumes, 5, and the NotReady instance check) are local activities, a marker each
 in the workflow task that runs them; the drain, a volume wait, the instance and Karpenter's drain
 are regular activities (long, heartbeating). Phase goes to visibility only when the workflow is about
-to wait in it, or ends; the status query shows every phase. A plain termination is 27 events.
+to wait in it, or ends; the status query shows every phase. A plain termination is 27 events
+(32 when started by hand without a UID: its begin_termination stays regular, see run()).
 
 Beside Karpenter (--karpenter-coexistence), a node that Karpenter's own termination controller acts
 on (it carries Karpenter's NodeClass label) is handed to Karpenter in step 0 instead: its NodeClaim is
