@@ -145,6 +145,7 @@ def activities_for(
         kubernetes.resolve_replacement,
         kubernetes.await_node_registered,
         kubernetes.await_node_initialized,
+        kubernetes.await_node_ready,
         kubernetes.release_node,
         kubernetes.begin_termination,
         kubernetes.termination_gate,

@@ -716,6 +716,31 @@ class KubernetesActivities:
                 )
             await asyncio.sleep(interval)
 
+    @activity.defn(name="await_node_ready")
+    async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
+        """`await_node_registered`, then `await_node_initialized`: the two always follow each other,
+        and as one wait they cost a disruption's history one activity, not two. Once registered, the
+        heartbeat names the node, and so does a failure (`details[0]["node"]`): the workflow knows
+        how far the replacement got. A retry registers again (idempotent) and goes on waiting."""
+        registered = await self.await_node_registered(request)
+        initialization = InitializationRequest(
+            node=registered.node,
+            startup_taints=request.template.startup_taints,
+            poll_interval_seconds=request.poll_interval_seconds,
+            candidates=request.candidates,
+        )
+        try:
+            await self.await_node_initialized(initialization)
+        except errors.ApplicationError as err:
+            raise errors.ApplicationError(
+                err.message,
+                {"node": registered.node},
+                type=err.type,
+                non_retryable=err.non_retryable,
+                next_retry_delay=err.next_retry_delay,
+            ) from None
+        return registered
+
     @activity.defn(name="release_node")
     async def release_node(self, request: DiscardRequest) -> None:
         """Compensation for a replacement that never initialized, once its instance is terminated: drop

@@ -186,7 +186,8 @@ class SentReasons:
     def update(self, controller: str, base: str, reasons: dict[str, str]) -> node_reasons.ReasonsUpdate:
         """Changes only when the controller holds (by fingerprint `base`) what was sent last; else all."""
         sent, sent_fingerprint = self._sent.pop(controller, (None, ""))
-        update = node_reasons.update_from(sent if base and base == sent_fingerprint else None, reasons)
+        known = base and base == sent_fingerprint
+        update = node_reasons.update_from(sent if known else None, reasons, sent_fingerprint if known else "")
         self._sent[controller] = (dict(reasons), update.fingerprint)
         while len(self._sent) > self._remembered:
             self._sent.popitem(last=False)
@@ -588,8 +589,12 @@ class PlanningActivities:
         )
 
     def _controls_objects(self) -> list[Json]:
-        kinds = ("MaintenanceWindow", "NodeDisruptionBudget", "Node")
-        return [obj for obj in self.cache.objects() if obj.get("kind") in kinds]
+        # By kind: walking every cached object (pods too) cost a quarter second a pass at 5,000 nodes.
+        return [
+            obj
+            for kind in ("MaintenanceWindow", "NodeDisruptionBudget", "Node")
+            for obj in self.cache.objects_of(kind)
+        ]
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:

@@ -39,21 +39,21 @@ class ReasonsUpdate(BaseModel):
 
 def fingerprint(reasons: Mapping[str, str]) -> str:
     """A short digest of the whole map; equal maps have equal fingerprints on every worker."""
-    digest = hashlib.blake2b(digest_size=16)
-    for node in sorted(reasons):
-        digest.update(node.encode())
-        digest.update(b"\0")
-        digest.update(reasons[node].encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    # One update of node\0reason\0 for every node in order (the same bytes as feeding them one by
+    # one, at a fraction of the calls: a pass fingerprints every managed node's reason).
+    text = "".join(f"{node}\0{reasons[node]}\0" for node in sorted(reasons))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def update_from(previous: Mapping[str, str] | None, current: Mapping[str, str]) -> ReasonsUpdate:
-    """The update that turns `previous` into `current` (everything when there is no previous)."""
+def update_from(
+    previous: Mapping[str, str] | None, current: Mapping[str, str], previous_fingerprint: str = ""
+) -> ReasonsUpdate:
+    """The update that turns `previous` into `current` (everything when there is no previous).
+    `previous_fingerprint`: `previous`'s, when the caller has it already."""
     if previous is None:
         return ReasonsUpdate(changed=dict(current), fingerprint=fingerprint(current))
     return ReasonsUpdate(
-        base=fingerprint(previous),
+        base=previous_fingerprint or fingerprint(previous),
         changed={node: why for node, why in current.items() if previous.get(node) != why},
         removed=sorted(node for node in previous if node not in current),
         fingerprint=fingerprint(current),

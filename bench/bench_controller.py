@@ -164,11 +164,15 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
         gc_before, full_before = clock.seconds, clock.full
         wall, cpu = time.perf_counter(), time.process_time()
         profiler = ThreadProfile() if profile and index == passes - 1 else None
+        if profiler is not None:
+            profiler.loop.enable()
         result = await env.run(planning.plan_pass, PassRequest(reasons_base=base))
         await client.data_converter.encode([result])  # what the worker sends back to Temporal
         if profiler is not None:
+            profiler.loop.disable()
             asyncio.to_thread = profiler.real  # type: ignore[assignment]
             profiler.profile.dump_stats(profile)
+            profiler.loop.dump_stats(f"{profile}.loop")
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         requests = [
             r
@@ -202,13 +206,15 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
 
 
 class ThreadProfile:
-    """cProfile of what the pass runs in threads (`asyncio.to_thread`: the snapshot and the planner);
-    the event loop's share is the rest of the wall time."""
+    """cProfile of what the pass runs in threads (`asyncio.to_thread`: the snapshot and the planner),
+    and apart (`loop`, dumped to FILE.loop) of what it runs on the event loop: the rest of the activity
+    and the encoding of its result."""
 
     def __init__(self) -> None:
         import cProfile
 
         self.profile = cProfile.Profile()
+        self.loop = cProfile.Profile()
         self.real = asyncio.to_thread
 
         async def to_thread(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -416,7 +422,11 @@ def print_size(figures: dict[str, Any]) -> list[Goal]:
 @click.option("--passes", default=4, show_default=True, help="passes per size (the first is cold)")
 @click.option("--pause", default=2.0, show_default=True, help="seconds between passes")
 @click.option("--churn", default=20.0, show_default=True, help="pod changes a second during the passes")
-@click.option("--profile", type=click.Path(dir_okay=False), help="cProfile the last pass into FILE")
+@click.option(
+    "--profile",
+    type=click.Path(dir_okay=False),
+    help="cProfile the last pass: its threads (snapshot, planner) into FILE, its event loop into FILE.loop",
+)
 @click.option("--json-out", type=click.Path(dir_okay=False), help="write the figures as JSON")
 @click.pass_context
 def main(

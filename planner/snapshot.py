@@ -141,6 +141,7 @@ class Pod:
 
     __slots__ = (
         "_eviction_cost",
+        "_key",
         "_last_event_time",
         "_reschedulable",
         "affinity_preferred_nodes",
@@ -214,7 +215,13 @@ class Pod:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        # Set once at parsing (a pass reads it for every pod of every simulation); name and namespace
+        # never change after (a changed pod is a new Pod). Pods built another way compute it here.
+        try:
+            return self._key
+        except AttributeError:
+            self._key = key = f"{self.namespace}/{self.name}"
+            return key
 
     def __repr__(self) -> str:
         return f"Pod({self.key} on {self.node_name})"
@@ -430,6 +437,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
     pod = Pod()
     pod.namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
     pod.name = string_field(meta.get("name"), "metadata.name")
+    pod._key = f"{pod.namespace}/{pod.name}"
     pod.uid = string_field(meta.get("uid"), "metadata.uid")
     pod.node_name = string_field(spec.get("nodeName"), "spec.nodeName") or None
     pod.phase = status.get("phase") or "Pending"

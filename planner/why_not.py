@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from api.event_reasons import Reason, awaiting_approval_message
 
@@ -71,8 +72,11 @@ _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
 )
 
 
+@lru_cache(maxsize=16384)
 def kind_of(reason: str) -> Kind:
-    """The kind of one reason text (`Plan.blocked[].reason`, or the status query's `blocked`)."""
+    """The kind of one reason text (`Plan.blocked[].reason`, or the status query's `blocked`).
+    Memoised: a pass classifies thousands of reasons, mostly the same texts as the pass before,
+    each twice (its Events and its metrics), and a dozen regular expressions per text add up."""
     for kind, pattern in _RULES:
         if pattern.search(reason):
             return kind

@@ -32,6 +32,13 @@ Beside Karpenter (--karpenter-coexistence; the resolved template says so), a rep
 karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
 compensation deletes the NodeClaims of replacements that did not initialize, and Karpenter terminates
 their instances. karpflow launches and terminates no instance of its own then (activities/nodeclaims.py).
+
+History (behind PATCH_LEAN_HISTORY, issue 21): the short Kubernetes and EC2 calls (taint, resolve,
+launch, create a NodeClaim, untaint, find and release, delete NodeClaims) are local activities, a
+marker each inside the current workflow task; the waits (registration, initialization, NodeClaim
+conditions, an instance's termination) stay regular activities, which heartbeat. The search
+attributes are upserted in one call when the workflow is about to wait (a regular activity, the
+approval, its children) or closes: the status query shows every phase as it happens.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -104,6 +112,11 @@ HANDED_OVER = "canceled after the candidates were handed to their terminations, 
 PATCH_TERMINATION_PER_INCARNATION = "termination-id-per-node-incarnation"
 PATCH_NODECLAIM_REPLACEMENTS = "karpenter-coexistence-nodeclaims"
 PATCH_APPROVAL_GATE = "disruption-approval-gate"
+# Short calls as local activities, one upsert per wait, children started at once; implies the three
+# patches above, which a run on this path never asks (each would cost a marker and an upsert).
+PATCH_LEAN_HISTORY = "disruption-lean-history"
+# The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
+CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected"})
 # Updates of a command that waits for approval (DisruptionInput.approval).
 UPDATE_APPROVE = "approve"
 UPDATE_REJECT = "reject"
@@ -150,6 +163,11 @@ class DisruptionWorkflow:
         # A command that waits for approval: the decision (approved?, who and why) once made.
         self._awaiting_approval = False
         self._decision: tuple[bool, ApprovalDecision] | None = None
+        # PATCH_LEAN_HISTORY taken (decided once, first thing in the run), and the search attribute
+        # updates it holds back until the workflow waits: by attribute name, the latest value wins.
+        self._lean = False
+        self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
+        self._handed_over = False  # the candidates' terminations have been started
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -214,6 +232,7 @@ class DisruptionWorkflow:
         rejected_at = workflow.now() + command.approval.timeout
         # The UI's "current details" (a query, not a command): the pending plan while it waits.
         workflow.set_current_details(awaiting_approval_details(command, command.approval, rejected_at))
+        self._publish()  # the wait may be long: AwaitingApproval must be listable
         # Operators who live in kubectl see the wait on each node (`kubectl describe node`). Inside
         # the patched branch: only runs that reach the gate, all started after it existed, call it.
         await awaiting_approval(
@@ -245,11 +264,13 @@ class DisruptionWorkflow:
         # `raw` defaults to None so that `temporal workflow start` without --input fails the workflow
         # with a message instead of failing its workflow task forever on a missing argument.
         command = self._validate(raw)
+        # Before any command: a run that began on the older code finds no marker and keeps its path.
+        self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         self._begin(command)
         if not command.voluntary:
             await self._run_forceful(command)
             return self._finish()
-        gated = command.approval is not None and workflow.patched(PATCH_APPROVAL_GATE)
+        gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
         if gated and not await self._approved(command):
             return self._status  # rejected, or no decision in time: nothing changed
         try:
@@ -289,6 +310,10 @@ class DisruptionWorkflow:
     async def _replacements_best_effort(self, command: DisruptionInput) -> None:
         """Provide the replacements of a forceful command; a failure discards the ones that did not
         initialize and is reported, but does not stop the command."""
+        if self._lean and command.termination_deadline is not None:
+            # The drains must start at once: the children's start commands go out with the workflow
+            # task, which the replacements' local activities would hold open until the launch is done.
+            await workflow.wait_condition(lambda: self._handed_over)
         try:
             await self._provide_replacements(command)
         except BaseException as err:
@@ -314,7 +339,9 @@ class DisruptionWorkflow:
 
     async def _taint_candidates(self, command: DisruptionInput) -> None:
         self._set_phase("Tainting")
-        results = await workflow.execute_activity_method(
+        # Regular even on the lean path: its completion is a workflow task, where a cancellation that
+        # came during the taint is seen before anything is launched (a local activity's is not).
+        results = await self._regular(
             KubernetesActivities.taint_disrupted,
             TaintRequest(
                 nodes=command.nodes,
@@ -345,7 +372,7 @@ class DisruptionWorkflow:
             {r.nodepool for r in results if r.nodepool} | {s.nodepool for s in command.replacements}
         )
         if pools:
-            workflow.upsert_search_attributes([sa.NODEPOOL.value_set(",".join(pools))])
+            self._upsert(sa.NODEPOOL.value_set(",".join(pools)))
         refused = [f"{r.node} ({r.message})" for r in results if not r.ok]
         if refused and command.replacements and command.voluntary:
             raise ApplicationError(
@@ -388,7 +415,7 @@ class DisruptionWorkflow:
         try:
             # Every step, resolve and launch included, is bounded by the replacement's deadline: a
             # fault that keeps being retried must end in a rollback, not hold the candidates tainted.
-            template = await workflow.execute_activity_method(
+            template = await self._call(
                 KubernetesActivities.resolve_replacement,
                 ResolveRequest(index=index, spec=spec),
                 start_to_close_timeout=API_CALL,
@@ -396,15 +423,18 @@ class DisruptionWorkflow:
                 retry_policy=API_RETRY,
                 summary=f"replacement {index}: read NodePool {spec.nodepool} and its EC2NodeClass",
             )
-            if template.via_nodeclaim and workflow.patched(PATCH_NODECLAIM_REPLACEMENTS):
+            if template.via_nodeclaim and (self._lean or workflow.patched(PATCH_NODECLAIM_REPLACEMENTS)):
                 await self._provide_by_nodeclaim(replacement, spec, template, deadline, command)
                 return
             instance = await self._launch(command, index, spec, template, deadline)
             replacement.state = "Launched"
             if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
                 self._set_phase("WaitingForReplacements")
+            if self._lean:
+                await self._await_ready(replacement, instance, template, deadline, command)
+                return
 
-            registered = await workflow.execute_activity_method(
+            registered = await self._regular(
                 KubernetesActivities.await_node_registered,
                 RegistrationRequest(instance=instance, template=template, candidates=self._pinned()),
                 schedule_to_close_timeout=self._time_left(deadline),
@@ -414,7 +444,7 @@ class DisruptionWorkflow:
             )
             replacement.state, replacement.node = "Registered", registered.node
 
-            await workflow.execute_activity_method(
+            await self._regular(
                 KubernetesActivities.await_node_initialized,
                 InitializationRequest(
                     node=registered.node, startup_taints=template.startup_taints, candidates=self._pinned()
@@ -428,11 +458,51 @@ class DisruptionWorkflow:
         except BaseException as err:
             if is_cancelled_exception(err):
                 raise
+            self._note_registration(replacement, err)
             replacement.message = self._replacement_failure(
                 replacement, err, command.timeouts.replacement_ready
             )
             replacement.state = "Failed"
             raise ReplacementFailed(replacement.message) from err
+
+    async def _await_ready(
+        self,
+        replacement: ReplacementStatus,
+        instance: LaunchedInstance,
+        template: LaunchTemplate,
+        deadline: datetime,
+        command: DisruptionInput,
+    ) -> None:
+        """Registration and initialization as one wait (the lean path): `_note_registration` reads
+        how far it got when it fails."""
+        registered = await self._regular(
+            KubernetesActivities.await_node_ready,
+            RegistrationRequest(instance=instance, template=template, candidates=self._pinned()),
+            schedule_to_close_timeout=self._time_left(deadline),
+            heartbeat_timeout=command.timeouts.heartbeat,
+            retry_policy=WAIT_RETRY,
+            summary=f"wait for {instance.instance_id} ({instance.offering.instance_type}) to register "
+            "and initialize",
+        )
+        replacement.state, replacement.node = "Initialized", registered.node
+
+    @staticmethod
+    def _note_registration(replacement: ReplacementStatus, err: BaseException) -> None:
+        """A failed `await_node_ready` names the node it registered (last heartbeat, or the error's
+        details): the replacement was Registered, and its node is the one to release."""
+        if replacement.state != "Launched":
+            return
+        cause = activity_cause(err)
+        if isinstance(cause, TemporalTimeoutError):
+            details = cause.last_heartbeat_details
+        elif isinstance(cause, ApplicationError):
+            details = cause.details
+        else:
+            return
+        first = details[0] if details else None
+        node = first.get("node") if isinstance(first, dict) else None
+        if isinstance(node, str) and node:
+            replacement.state, replacement.node = "Registered", node
 
     async def _provide_by_nodeclaim(
         self,
@@ -447,7 +517,7 @@ class DisruptionWorkflow:
         Karpenter deletes (no capacity, a registration timeout) fails the replacement at once."""
         name = replacement_nodeclaim_name(spec.nodepool, self._status.command_id, replacement.index)
         replacement.nodeclaim = name  # before it exists: the rollback deletes it by name
-        created = await workflow.execute_activity_method(
+        created = await self._call(
             NodeClaimActivities.create_nodeclaim,
             NodeClaimRequest(
                 name=name,
@@ -465,7 +535,7 @@ class DisruptionWorkflow:
         )
         self._stop_if_cancelled()
         for condition in ("Launched", "Registered", "Initialized"):
-            claim = await workflow.execute_activity_method(
+            claim = await self._regular(
                 NodeClaimActivities.await_nodeclaim,
                 NodeClaimWait(name=name, uid=created.uid, until=condition),
                 schedule_to_close_timeout=self._time_left(deadline),
@@ -497,7 +567,7 @@ class DisruptionWorkflow:
                 tried.append(f"{offering.key}: skipped, {self._unavailable[offering.key].error}")
                 continue
             try:
-                launched = await workflow.execute_activity_method(
+                launched = await self._call(
                     EC2Activities.launch_instance,
                     LaunchRequest(
                         command_id=self._status.command_id,
@@ -638,7 +708,7 @@ class DisruptionWorkflow:
         # Every candidate, not only those known tainted: a cancelled taint call may have tainted some
         # without telling. Untainting is a no-op on a node without the taint, and skips deleting nodes.
         # Each node released gets a DisruptionRolledBack Event saying why (recorded by the activity).
-        untainted = await workflow.execute_activity_method(
+        untainted = await self._call(
             KubernetesActivities.untaint_disrupted,
             UntaintRequest(
                 nodes=[c.node for c in self._status.candidates],
@@ -662,7 +732,7 @@ class DisruptionWorkflow:
             return await self._delete_nodeclaims()
         # Ask EC2 as well as workflow state: a launch may have completed after the workflow stopped
         # waiting for it, and EC2's tag filter may not list an instance launched a moment ago.
-        instances = await workflow.execute_activity_method(
+        instances = await self._call(
             EC2Activities.find_command_instances,
             self._status.command_id,
             start_to_close_timeout=API_CALL,
@@ -695,7 +765,7 @@ class DisruptionWorkflow:
         ]
         if not doomed:
             return 0
-        deleted = await workflow.execute_activity_method(
+        deleted = await self._call(
             NodeClaimActivities.delete_nodeclaims,
             NodeClaimDeletion(names=[r.nodeclaim or "" for r in doomed], command_id=self._status.command_id),
             start_to_close_timeout=API_CALL,
@@ -730,7 +800,7 @@ class DisruptionWorkflow:
             replacement = self._status.replacements[instance.index]
         node = (replacement.node if replacement else None) or instance.private_dns_name or None
         # The instance first: a kubelet still running would register its Node again after a delete.
-        await workflow.execute_activity_method(
+        await self._regular(
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=instance.instance_id, node=node),
             start_to_close_timeout=timedelta(minutes=10),
@@ -738,7 +808,7 @@ class DisruptionWorkflow:
             retry_policy=API_RETRY,
             summary=f"roll back: terminate replacement {instance.instance_id}",
         )
-        await workflow.execute_activity_method(
+        await self._call(
             KubernetesActivities.release_node,
             DiscardRequest(instance_id=instance.instance_id, node=node),
             start_to_close_timeout=API_CALL,
@@ -752,24 +822,12 @@ class DisruptionWorkflow:
 
     async def _terminate_candidates(self, command: DisruptionInput) -> None:
         self._set_phase("Terminating")
-        handles = []
-        # Past the point of no return: a cancellation that lands while the children start must not
-        # leave the rest of the candidates tainted with no termination, so every child is started.
-        cancelled = False
-        for candidate in self._status.candidates:
-            if not candidate.tainted:
-                continue
-            try:
-                handle, interrupted = await through_cancellation(
-                    lambda c=candidate: self._start_termination(c, command)
-                )
-            except WorkflowAlreadyStartedError:
-                candidate.termination = "AlreadyRunning"
-                candidate.message = "a termination of this node was already running"
-                continue
-            cancelled |= interrupted
-            candidate.termination = "Running"
-            handles.append((candidate, handle))
+        if self._lean:
+            self._publish()
+            handles, cancelled = await self._start_terminations_at_once(command)
+        else:
+            handles, cancelled = await self._start_terminations_in_turn(command)
+        self._handed_over = True
         if cancelled:
             self._status.message = HANDED_OVER
             self._set_phase("Canceled")
@@ -797,13 +855,72 @@ class DisruptionWorkflow:
             self._set_phase("Failed")
             raise ApplicationError(self._status.message, type="TerminationFailed", non_retryable=True)
 
+    async def _start_terminations_in_turn(
+        self, command: DisruptionInput
+    ) -> tuple[list[tuple[CandidateStatus, workflow.ChildWorkflowHandle[Any, Any]]], bool]:
+        """Start the candidates' terminations one after the other (a workflow task each: the runs
+        before PATCH_LEAN_HISTORY); say whether a cancellation interrupted them."""
+        handles = []
+        # Past the point of no return: a cancellation that lands while the children start must not
+        # leave the rest of the candidates tainted with no termination, so every child is started.
+        cancelled = False
+        for candidate in self._status.candidates:
+            if not candidate.tainted:
+                continue
+            handle, interrupted = await self._hand_over(candidate, command)
+            cancelled |= interrupted
+            if handle is not None:
+                handles.append((candidate, handle))
+        return handles, cancelled
+
+    async def _start_terminations_at_once(
+        self, command: DisruptionInput
+    ) -> tuple[list[tuple[CandidateStatus, workflow.ChildWorkflowHandle[Any, Any]]], bool]:
+        """Start every candidate's termination in the same workflow task. A cancellation of this
+        workflow reaches only the task that waits here (workflow.wait leaves the starts running), so
+        every start completes; waiting again after it collects them all."""
+        tainted = [c for c in self._status.candidates if c.tainted]
+        starts = [asyncio.create_task(self._hand_over(c, command)) for c in tainted]
+        cancelled = False
+        while starts:
+            try:
+                await workflow.wait(starts)
+                break
+            except asyncio.CancelledError:
+                cancelled = True
+        handles = []
+        for candidate, start in zip(tainted, starts, strict=True):
+            handle, interrupted = start.result()
+            cancelled |= interrupted
+            if handle is not None:
+                handles.append((candidate, handle))
+        return handles, cancelled
+
+    async def _hand_over(
+        self, candidate: CandidateStatus, command: DisruptionInput
+    ) -> tuple[workflow.ChildWorkflowHandle[Any, Any] | None, bool]:
+        """Start one candidate's termination, through a cancellation; no handle when one was
+        already running for the node."""
+        try:
+            handle, interrupted = await through_cancellation(
+                lambda: self._start_termination(candidate, command)
+            )
+        except WorkflowAlreadyStartedError:
+            candidate.termination = "AlreadyRunning"
+            candidate.message = "a termination of this node was already running"
+            return None, False
+        candidate.termination = "Running"
+        return handle, interrupted
+
     async def _start_termination(
         self, candidate: CandidateStatus, command: DisruptionInput
     ) -> workflow.ChildWorkflowHandle[Any, Any]:
         # The id of the node's incarnation, as the deletion watcher and interruption derive it, so the
         # node gets one termination whoever starts it. A command that tainted before this change (its
         # history has no termination id) keeps the id it would have used then.
-        pinned = workflow.patched(PATCH_TERMINATION_PER_INCARNATION) and candidate.termination_id
+        pinned = (
+            self._lean or workflow.patched(PATCH_TERMINATION_PER_INCARNATION)
+        ) and candidate.termination_id
         return await workflow.start_child_workflow(
             TerminationWorkflow.run,
             TerminationInput(
@@ -845,8 +962,8 @@ class DisruptionWorkflow:
             ReplacementStatus(index=index, nodepool=spec.nodepool)
             for index, spec in enumerate(command.replacements)
         ]
-        workflow.upsert_search_attributes(
-            [sa.NODES.value_set(sa.nodes_value(list(command.nodes))), sa.REASON.value_set(command.reason)]
+        self._upsert(
+            sa.NODES.value_set(sa.nodes_value(list(command.nodes))), sa.REASON.value_set(command.reason)
         )
         workflow.logger.info(
             "%s: %s -> %d replacement(s)", command.reason, ", ".join(command.nodes), len(command.replacements)
@@ -859,7 +976,69 @@ class DisruptionWorkflow:
             record_phase(self._status.phase, now - self._phase_started)
         self._phase_started = now
         self._status.phase = phase
-        workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+        self._upsert(sa.PHASE.value_set(phase))
+        if phase in CLOSING_PHASES:
+            self._publish()
+
+    def _upsert(self, *updates: SearchAttributeUpdate[Any]) -> None:
+        """Upsert search attributes: at once before PATCH_LEAN_HISTORY, else when the workflow next
+        waits (`_publish`), folded into one upsert (one history event)."""
+        if not self._lean:
+            workflow.upsert_search_attributes(list(updates))
+            return
+        for update in updates:
+            self._unpublished[update.key.name] = update
+
+    def _publish(self) -> None:
+        if self._unpublished:
+            workflow.upsert_search_attributes(list(self._unpublished.values()))
+            self._unpublished.clear()
+
+    async def _call(self, activity: Callable[..., Awaitable[T]], arg: Any, **options: Any) -> T:
+        """A short Kubernetes or EC2 call (seconds, no heartbeat). On the lean path a local activity:
+        a marker inside the current workflow task instead of three events and a workflow task."""
+        if not self._lean:
+            return await workflow.execute_activity_method(activity, arg, **options)
+        if (
+            options.pop("cancellation_type", None)
+            == workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        ):
+            # A local activity's cancellation interrupts the call itself (a regular one that does
+            # not heartbeat never hears of it): a launch or create in flight would go on in EC2 or the
+            # API unrecorded. Shielded, it completes; the caller's `_stop_if_cancelled` then stops.
+            call = asyncio.create_task(self._local(activity, arg, options))
+            while True:
+                try:
+                    return await asyncio.shield(call)
+                except asyncio.CancelledError:
+                    if call.cancelled():
+                        raise
+        return await self._local(activity, arg, options)
+
+    @staticmethod
+    async def _local(activity: Callable[..., Awaitable[T]], arg: Any, options: dict[str, Any]) -> T:
+        try:
+            return await workflow.execute_local_activity_method(activity, arg, **options)
+        except ApplicationError as err:
+            # What a local activity raised comes back bare (temporalio 1.35), a regular activity's in
+            # an ActivityError: wrap it alike, so that the callers and failures.py read one shape.
+            # (The activities' method names are their activity names.)
+            wrapper = ActivityError(
+                "Activity task failed",
+                scheduled_event_id=0,
+                started_event_id=0,
+                identity="",
+                activity_type=getattr(activity, "__name__", ""),
+                activity_id="",
+                retry_state=None,
+            )
+            raise wrapper from err
+
+    async def _regular(self, activity: Callable[..., Awaitable[T]], arg: Any, **options: Any) -> T:
+        """A regular activity (the waits, which heartbeat; the taint): the search attributes held
+        back are upserted first, so that the phase is listable while it runs."""
+        self._publish()
+        return await workflow.execute_activity_method(activity, arg, **options)
 
     def _pinned(self) -> list[NodeRef]:
         """The candidates as the activities name them in Events: name, and UID once pinned."""

@@ -129,9 +129,9 @@ def read_plans(snapshot: Snapshot, optimal_pools: Collection[str]) -> tuple[Held
     that no longer use the strategy."""
     plans: dict[str, HeldPlan] = {}
     stale: list[str] = []
-    for name, node in sorted(snapshot.nodes.items()):
-        if PLAN_ANNOTATION not in node.annotations:
-            continue
+    # Few nodes hold a marker: filter before sorting (a pass reads this at 5,000 nodes).
+    for name in sorted(n for n, node in snapshot.nodes.items() if PLAN_ANNOTATION in node.annotations):
+        node = snapshot.nodes[name]
         marker = read_marker(node)
         if marker is None or node.nodepool not in optimal_pools:
             stale.append(name)

@@ -304,6 +304,12 @@ class SnapshotSimulation:
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
         self._leaving: dict[str, list[Pod]] = {}
+        # Background sets by the nodes leaving, and SimPod lists by the identity of the Pod list they
+        # convert: a pass simulates the same background for many candidates, and the simulator keys
+        # its prepared background placements by list identity too (Simulator._background_info).
+        self._backgrounds: dict[frozenset[str], list[Pod]] = {}
+        self._sim_lists: dict[int, tuple[Sequence[Pod], list[SimPod]]] = {}
+        self._sim_parts: dict[int, tuple[list[Pod], list[SimPod]]] = {}
         self._interned: dict[PodConstraints, PodConstraints] = {}
 
     @staticmethod
@@ -356,6 +362,23 @@ class SnapshotSimulation:
             self._sim_pods[id(pod)] = cached
         return cached
 
+    def _sim_part(self, pods: list[Pod]) -> list[SimPod]:
+        """`pods` (a list this simulation keeps) as SimPods, the same list object each time."""
+        known = self._sim_parts.get(id(pods))
+        if known is None or known[0] is not pods:
+            known = self._sim_parts[id(pods)] = (pods, [self.sim_pod(p) for p in pods])
+        return known[1]
+
+    def _sim_list(self, pods: Sequence[Pod]) -> list[SimPod]:
+        """`pods` as SimPods; the same list object again gives the same SimPod list (shared: callers
+        must not change it)."""
+        known = self._sim_lists.get(id(pods))
+        if known is not None and known[0] is pods:
+            return known[1]
+        converted = [self.sim_pod(p) for p in pods]
+        self._sim_lists[id(pods)] = (pods, converted)  # holds `pods`, so its id is not reused
+        return converted
+
     def moving_pods(self, nodes: Iterable[Node]) -> list[Pod]:
         """§2.6: reschedulable pods that will actually be evicted (not do-not-disrupt, not under a
         fully blocking PDB: no capacity is bought for pods that will never move)."""
@@ -396,7 +419,17 @@ class SnapshotSimulation:
         """Pods that need a place whatever the decision (§2.6): the pending ones, and those of nodes
         already being deleted or in `gone` (removed by an earlier decision of this pass)."""
         leaving = (self.deleting | frozenset(gone)) - frozenset(node_names)
-        return [*self.pending_pods(), *self.leaving_pods(leaving)]
+        pods = self._backgrounds.get(leaving)
+        if pods is None:
+            pods = self._backgrounds[leaving] = [*self.pending_pods(), *self.leaving_pods(leaving)]
+            # Its SimPods, built from parts the simulator has seen before (the pending pods, each
+            # leaving node's pods), so a pass that marks one more node pays for that node alone.
+            parts = [
+                self._sim_part(self.pending_pods()),
+                *(self._sim_part(self._leaving[n]) for n in sorted(leaving)),
+            ]
+            self._sim_lists[id(pods)] = (pods, self.simulator.background_of(parts))
+        return pods  # shared: callers must not change it
 
     def default_pods(self, node_names: Sequence[str], gone: Iterable[str] = ()) -> list[Pod]:
         return [*self.pods_of(node_names), *self.background_pods(node_names, gone)]
@@ -423,7 +456,7 @@ class SnapshotSimulation:
         return self.simulator.simulate(
             node_names,
             [self.sim_pod(p) for p in moving],
-            background=[self.sim_pod(p) for p in extra],
+            background=self._sim_list(extra),
             gone=gone,
             from_deleting=[p.key for p in self.leaving_pods(gone)],
             max_new_claims=max_new_claims,

@@ -150,10 +150,11 @@ class SimPod:
     namespace: str
     constraints: PodConstraints
     node_name: str | None = None  # where it runs now; None for a pending pod
+    # ns/name, computed once: every simulation of a pass reads it for each pod it places.
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
     @property
     def pending(self) -> bool:

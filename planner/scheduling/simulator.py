@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from itertools import chain
 
 from kube.selectors import first_untolerated
 from planner.scheduling.existing_nodes import ExistingNodes
@@ -79,6 +80,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._domains_cache: dict[tuple, frozenset[str]] = {}
         self._compat_cache: dict[tuple[str, Reqs], bool] = {}
         self._bases: dict[tuple, ProbeBase] = {}
+        self._backgrounds: dict[int, _Background] = {}
+        self._parts: dict[int, _Background] = {}
         self._fair_cache: dict[Vec, float] = {}
         pods_by_node: dict[str, list[BoundPod]] = {}
         for pod in bound:
@@ -273,17 +276,18 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         optimal/ packs a whole fleet at once): such a pod lands on that node when every rule allows it
         there, and is placed the usual way when not. The rules are never bent for a plan.
         """
-        deleting_keys = set(from_deleting) | {
-            p.key
-            for p in (*pods, *background)
-            if p.node_name is not None and p.node_name in self.deleting_nodes
-        }
+        known = self._background_info(background)
+        deleting_keys = (
+            set(from_deleting)
+            | known.deleting
+            | {p.key for p in pods if p.node_name is not None and p.node_name in self.deleting_nodes}
+        )
         # Topology groups must exist before anything is placed, or pods placed earlier would not be
         # counted in them (Karpenter builds every group up front too). A new group makes the cached
         # background placements stale.
-        if self.register({p.constraints for p in (*pods, *background)}):
+        if self.register({p.constraints for p in pods}) | self._register_background(known):
             self._bases.clear()
-        base = self._base(frozenset(gone), background, deleting_keys)
+        base = self._base(frozenset(gone), known, deleting_keys)
         probe, displaced = self._fork(base, frozenset(remove))
         result = SimulationResult(
             placements={k: v for k, v in base.placements.items() if k not in displaced},
@@ -331,16 +335,74 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 self._eff(sig, level)
         return len(self._groups) != before
 
-    def _base(self, gone: frozenset[str], background: Sequence[SimPod], deleting_keys: set[str]) -> ProbeBase:
+    def background_of(self, parts: Sequence[Sequence[SimPod]]) -> list[SimPod]:
+        """The background pods made of `parts`, lists the caller keeps and hands again (a pass's
+        pending pods, each leaving node's pods). What simulations derive from the result is combined
+        from what each part gave once (C-level joins), instead of walking every pod again each time
+        a pass marks one more node gone."""
+        infos = [self._part_info(part) for part in parts]
+        pods = list(chain.from_iterable(parts))
+        known = _Background(
+            pods=pods,
+            keys=tuple(chain.from_iterable(i.keys for i in infos)),
+            key_set=frozenset().union(*(i.key_set for i in infos)),
+            pending=frozenset().union(*(i.pending for i in infos)),
+            deleting=frozenset().union(*(i.deleting for i in infos)),
+            signatures=frozenset().union(*(i.signatures for i in infos)),
+        )
+        self._remember_background(known)
+        return pods
+
+    def _part_info(self, part: Sequence[SimPod]) -> _Background:
+        known = self._parts.get(id(part))
+        if known is None or known.pods is not part:
+            known = self._parts[id(part)] = self._describe(part)  # holds the part: its id is not reused
+        return known
+
+    def _describe(self, background: Sequence[SimPod]) -> _Background:
         keys = tuple(p.key for p in background)
+        return _Background(
+            pods=background,
+            keys=keys,
+            key_set=frozenset(keys),
+            pending=frozenset(p.key for p in background if p.pending),
+            deleting=frozenset(p.key for p in background if p.node_name in self.deleting_nodes),
+            signatures=frozenset(p.constraints for p in background),
+        )
+
+    def _register_background(self, known: _Background) -> bool:
+        """`register` for a background's signatures, skipped (in C) when all were seen before."""
+        if self._levels_cache.keys() >= known.signatures:
+            return False
+        return self.register(known.signatures)
+
+    def _remember_background(self, known: _Background) -> None:
+        if len(self._backgrounds) >= 64:
+            self._backgrounds.pop(next(iter(self._backgrounds)))
+        self._backgrounds[id(known.pods)] = known  # holds the list, so its id is not reused
+
+    def _background_info(self, background: Sequence[SimPod]) -> _Background:
+        """What every simulation derives from its background pods, once per background list (the
+        adapter hands the same list object to every probe of a pass that shares it)."""
+        known = self._backgrounds.get(id(background))
+        if known is None or known.pods is not background:
+            known = self._describe(background)
+            self._remember_background(known)
+        return known
+
+    def _base(self, gone: frozenset[str], known: _Background, deleting_keys: set[str]) -> ProbeBase:
+        background, keys, key_set = known.pods, known.keys, known.key_set
         cached = self._bases.get((gone, keys))
         if cached is not None:
             return cached
         # Within a pass the gone nodes and the background only grow (each method marks more nodes):
         # start from the largest base this one contains and place only what is new.
-        key_set = frozenset(keys)
         parent = max(
-            (b for (g, k), b in self._bases.items() if g <= gone and b.keys <= key_set),
+            (
+                b
+                for (g, k), b in self._bases.items()
+                if g <= gone and (b.keys is key_set or (len(b.keys) <= len(key_set) and b.keys <= key_set))
+            ),
             key=lambda b: (len(b.probe.removed_names), len(b.keys)),
             default=None,
         )
@@ -355,13 +417,13 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 placements={k: v for k, v in parent.placements.items() if k not in displaced},
                 unschedulable=dict(parent.unschedulable),
             )
-            todo = [*displaced.values(), *(p for p in background if p.key not in parent.keys)]
+            added = () if parent.keys is key_set else (p for p in background if p.key not in parent.keys)
+            todo = [*displaced.values(), *added]
         probe.background = True
         for pod in sorted(todo, key=self._pod_order):
             self._place(probe, pod, result, deleting_keys, None, False)
         probe.background = False
-        pending = frozenset(p.key for p in background if p.pending)
-        base = ProbeBase(probe, result.placements, result.unschedulable, pending, key_set)
+        base = ProbeBase(probe, result.placements, result.unschedulable, known.pending, key_set)
         if len(self._bases) >= 8:
             self._bases.pop(next(iter(self._bases)))
         self._bases[(gone, keys)] = base
@@ -530,3 +592,15 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
     def types_under(self, pool: PreparedPool, reqs: Reqs) -> list[TypeEntry]:
         """Instance types `pool` may launch under `reqs` (limits ignored), cheapest first."""
         return self._typeset(pool, reqs, frozenset()).entries
+
+
+@dataclass(frozen=True, slots=True)
+class _Background:
+    """A background pod list and what simulations read of it (Simulator._background_info)."""
+
+    pods: Sequence[SimPod]
+    keys: tuple[str, ...]
+    key_set: frozenset[str]
+    pending: frozenset[str]
+    deleting: frozenset[str]  # pods whose node is being deleted (they may land on uninitialized nodes)
+    signatures: frozenset[PodConstraints]

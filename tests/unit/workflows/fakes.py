@@ -65,6 +65,7 @@ class FakeCluster:
         self.fail_launch_of: set[int] = set()  # replacement indexes whose launch fails for good
         self.launch_seconds: dict[int, float] = {}  # a slow launch, per replacement index
         self.untaint_seconds = 0.0  # a slow untaint call, to cancel during the rollback
+        self.terminate_seconds = 0.0  # a slow terminate_instance call, to cancel during the rollback
         self.terminated: list[str] = []
         self.termination_deadlines: dict[str, datetime | None] = {}  # node -> the deadline it was given
         self.node_ready = True
@@ -103,6 +104,7 @@ class FakeCluster:
             self.find_command_instances,
             self.await_node_registered,
             self.await_node_initialized,
+            self.await_node_ready,
             self.release_node,
             self.begin_termination,
             self.termination_gate,
@@ -252,6 +254,19 @@ class FakeCluster:
         if self.never_initializes:
             await self._wait_forever({"node": request.node, "waiting_for": ["not Ready"]})
 
+    @activity.defn(name="await_node_ready")
+    async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
+        # The two steps it joins, recorded under their own names as the real activity runs them.
+        registered = await self.await_node_registered(request)
+        await self.await_node_initialized(
+            InitializationRequest(
+                node=registered.node,
+                startup_taints=request.template.startup_taints,
+                candidates=request.candidates,
+            )
+        )
+        return registered
+
     @activity.defn(name="release_node")
     async def release_node(self, request: DiscardRequest) -> None:
         self.calls.append(("release_node", request.instance_id))
@@ -329,6 +344,7 @@ class FakeCluster:
     @activity.defn(name="terminate_instance")
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
         self.calls.append(("terminate_instance", request.instance_id))
+        await asyncio.sleep(self.terminate_seconds)
         if not self.owned:
             raise ApplicationError(
                 f"refusing to terminate instance {request.instance_id}: not owned",

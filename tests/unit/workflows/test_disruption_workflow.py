@@ -288,8 +288,11 @@ async def test_when_one_replacement_fails_the_other_stops_before_registering(har
 
 
 async def test_a_cancel_during_the_rollback_does_not_cut_it_short(harness):
+    # The cancel lands while the rollback terminates the replacement (a regular activity: the untaint
+    # before it is a local activity, run to the end inside one workflow task, which a cancel does not
+    # interrupt; disruption-lean-history).
     harness.cluster.never_initializes = True
-    harness.cluster.untaint_seconds = 0.5
+    harness.cluster.terminate_seconds = 0.5
     candidates = nodes(harness, 2)
     cmd = command(candidates)
     cmd.timeouts.replacement_ready = timedelta(seconds=1)
@@ -299,10 +302,14 @@ async def test_a_cancel_during_the_rollback_does_not_cut_it_short(harness):
     with pytest.raises(WorkflowFailureError):
         await handle.result()
 
-    untaints = [args for name, args in harness.cluster.calls if name == "untaint_disrupted"]
-    assert untaints == [candidates, candidates]  # interrupted once, then run to the end
     status = await handle.query(DisruptionWorkflow.status)
-    assert len(harness.cluster.terminated) == 1 and status.replacements[0].state == "Discarded"
+    instance = status.replacements[0].instance_id
+    terminates = [args for name, args in harness.cluster.calls if name == "terminate_instance"]
+    assert terminates == [instance, instance]  # interrupted once, then run to the end
+    untaints = [args for name, args in harness.cluster.calls if name == "untaint_disrupted"]
+    assert untaints == [candidates]
+    assert set(harness.cluster.terminated) == {instance} and status.replacements[0].state == "Discarded"
+    assert ("release_node", instance) in harness.cluster.calls
     assert "compensation problems" not in status.message
 
 

@@ -17,6 +17,7 @@ controller's or the others':
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -56,6 +57,7 @@ from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE, PATCH_OPERATOR_CONTROLS
 from workflows.disruption import (
     PATCH_APPROVAL_GATE,
+    PATCH_LEAN_HISTORY,
     PATCH_NODECLAIM_REPLACEMENTS,
     PATCH_TERMINATION_PER_INCARNATION,
     UPDATE_APPROVE,
@@ -64,8 +66,8 @@ from workflows.termination import (
     PATCH_CONTROLS_GATE,
     PATCH_FAILURE_EVENT,
     PATCH_KARPENTER_HANDOVER,
-    PATCH_LEAN_HISTORY,
 )
+from workflows.termination import PATCH_LEAN_HISTORY as PATCH_TERMINATION_LEAN
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
@@ -440,8 +442,8 @@ async def test_record_rollout_histories(ts_client):
 
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
-async def test_record_lean_termination_histories(harness):
-    """The terminations of issue 21 (`-k record_lean_termination`): a plain one, drain retries, a
+async def test_record_termination_lean_histories(harness):
+    """The terminations of issue 21 (`-k record_termination_lean`): a plain one, drain retries, a
     failure, a wait for a NodeDisruptionBudget, one started by hand without a UID, a node handed to
     Karpenter."""
     client, queue, cluster = harness.client, harness.task_queue, harness.cluster
@@ -470,25 +472,15 @@ async def test_record_lean_termination_histories(harness):
     await record("l5", "termination-lean-handover")
 
 
-def _local_activities(path: Path) -> list[str]:
-    """The local activities a history recorded (one `core_local_activity` marker each)."""
-    return [
-        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)["activity_type"]
-        for e in _load(path).events
-        if e.HasField("marker_recorded_event_attributes")
-        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
-    ]
-
-
 def test_the_lean_terminations_take_the_new_path_behind_one_patch():
-    """The lean histories carry PATCH_LEAN_HISTORY and no marker of the older termination patches (their
+    """The lean histories carry PATCH_TERMINATION_LEAN and no marker of the older termination patches (their
     steps are on the lean path without them); the short steps are local activities, the drain, volume
     wait, instance and Karpenter waits regular ones; a plain termination stays within issue 21's 30
     events. The older termination histories have no lean marker (they replay on the old side)."""
     short = {"begin_termination", "termination_gate", "taint_for_termination", "remove_finalizer"}
     for name in LEAN_TERMINATION_HISTORIES:
         path = HISTORIES / f"{name}.json"
-        assert _patches(_load(path)) == {PATCH_LEAN_HISTORY}, name
+        assert _patches(_load(path)) == {PATCH_TERMINATION_LEAN}, name
         if name == "termination-lean-unpinned":
             continue
         regular = set(_activities(path))
@@ -524,7 +516,7 @@ def test_the_lean_terminations_take_the_new_path_behind_one_patch():
         "termination-controls-gate",
         "termination-handover",
     ):
-        assert PATCH_LEAN_HISTORY not in _patches(_load(HISTORIES / f"{older}.json")), older
+        assert PATCH_TERMINATION_LEAN not in _patches(_load(HISTORIES / f"{older}.json")), older
 
 
 def test_every_workflow_has_recorded_histories():
@@ -788,3 +780,143 @@ def test_the_operator_controls_histories_take_the_new_side_of_their_patches():
     assert PATCH_APPROVAL_GATE not in _patches(_load(HISTORIES / "disruption-replace.json"))
     for older in ("termination", "termination-pinned", "termination-drain-retries"):
         assert PATCH_CONTROLS_GATE not in _patches(_load(HISTORIES / f"{older}.json")), older
+
+
+# -- issue 21: the lean disruption history ----------------------------------------------------------
+
+LEAN_HISTORIES = (
+    "disruption-lean-replace",
+    "disruption-lean-rollback",
+    "disruption-lean-cancel",
+    "disruption-lean-forceful-deadline",
+    "disruption-lean-approved",
+    "disruption-lean-nodeclaim",
+    "disruption-lean-nodeclaim-rollback",
+)
+EXPECTED.update(LEAN_HISTORIES)
+# The steps that stay regular activities on the lean path: the taint (its completion is where a
+# cancellation is seen before a launch), the waits, which heartbeat, the approval gate's Event.
+LEAN_REGULAR = {
+    "taint_disrupted",
+    "await_node_ready",
+    "await_nodeclaim",
+    "terminate_instance",
+    "record_event",
+}
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_lean_disruption_histories(harness):
+    """The disruption's paths behind disruption-lean-history (record only these:
+    `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k record_lean`)."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.update({"l1", "l2", "l3", "l4", "l5", "l6", "l7"})
+
+    async def run(name: str, command: DisruptionInput, cancel_after: float | None = None) -> WorkflowHandle:
+        command.node_uids = {n: cluster.uid(n) for n in command.nodes}
+        handle = await client.start_workflow(
+            "DisruptionWorkflow", command, id=f"disruption/replay/{harness.id(name)}", task_queue=queue
+        )
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            await handle.cancel()
+        await _settle(handle)
+        await _save(name, handle)
+        return handle
+
+    await run("disruption-lean-replace", _disruption(["l1"]))
+    cluster.never_initializes = True
+    await run("disruption-lean-rollback", _disruption(["l2"]))
+    cluster.never_initializes, cluster.never_registers = False, True
+    await run("disruption-lean-cancel", _disruption(["l3"]), cancel_after=0.5)
+    cluster.never_registers = False
+
+    spot = DisruptionInput(
+        reason="Interrupted",
+        nodes=["l4"],
+        replacements=[ReplacementSpec(nodepool="default", instance_types=["m5.large"], zones=["zone-a"])],
+        termination_deadline=datetime.now(UTC) + timedelta(minutes=2),
+    )
+    spot.timeouts.replacement_ready = timedelta(seconds=1)
+    await run("disruption-lean-forceful-deadline", spot)
+
+    gated = _disruption(["l5"])
+    gated.approval = Approval(timeout=timedelta(hours=1), savings_per_hour=0.05)
+    gated.node_uids = {"l5": cluster.uid("l5")}
+    handle = await client.start_workflow(
+        "DisruptionWorkflow", gated, id=f"disruption/replay/{harness.id('approved')}", task_queue=queue
+    )
+    for _ in range(100):
+        if (await handle.query("phase")) == "AwaitingApproval":
+            break
+        await asyncio.sleep(0.05)
+    await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+    await _settle(handle)
+    await _save("disruption-lean-approved", handle)
+
+    cluster.karpenter_coexistence = True
+    await run("disruption-lean-nodeclaim", _disruption(["l6"]))
+    cluster.karpenter_gives_up = True
+    await run("disruption-lean-nodeclaim-rollback", _disruption(["l7"]))
+
+
+def _local_activities(path: Path) -> list[str]:
+    """The local activities a history recorded (`core_local_activity` markers), in order."""
+    found = []
+    for event in _events(path):
+        marker = event.get("markerRecordedEventAttributes")
+        if marker and marker["markerName"] == "core_local_activity":
+            data = marker["details"]["data"]["payloads"][0]["data"]
+            found.append(json.loads(base64.b64decode(data))["activity_type"])
+    return found
+
+
+def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
+    """Runs on the lean path record its marker and none of the older disruption patches (which it
+    implies); the short calls are local activities (markers), the waits and the taint regular; every
+    older disruption history records no lean marker and replays on its old side."""
+    for name in LEAN_HISTORIES:
+        path = HISTORIES / f"{name}.json"
+        assert _patches(_load(path)) == {PATCH_LEAN_HISTORY}, name
+        assert set(_activities(path)) <= LEAN_REGULAR, (name, _activities(path))
+        assert "taint_disrupted" in _activities(path), name
+    # Issue 21's goal for a disruption's history (the approval's update and timer, and the three
+    # NodeClaim conditions beside Karpenter, cost more: 52 and 47 events, from 73 and 61).
+    for name in ("replace", "rollback", "cancel", "forceful-deadline"):
+        events = _events(HISTORIES / f"disruption-lean-{name}.json")
+        assert len(events) <= 40, (name, len(events))
+    replace = HISTORIES / "disruption-lean-replace.json"
+    assert _local_activities(replace) == ["resolve_replacement", "launch_instance"]
+    assert _activities(replace) == ["taint_disrupted", "await_node_ready"]
+    assert _child_ids(replace) == ["termination/fake/l1/uid-l1"]
+    rollback = HISTORIES / "disruption-lean-rollback.json"
+    assert _local_activities(rollback) == [
+        "resolve_replacement",
+        "launch_instance",
+        "untaint_disrupted",
+        "find_command_instances",
+        "release_node",
+    ]
+    assert _activities(rollback) == ["taint_disrupted", "await_node_ready", "terminate_instance"]
+    claims = HISTORIES / "disruption-lean-nodeclaim-rollback.json"
+    assert "create_nodeclaim" in _local_activities(claims) and "delete_nodeclaims" in _local_activities(
+        claims
+    )
+    assert _activities(HISTORIES / "disruption-lean-approved.json")[0] == "record_event"
+    for older in HISTORIES.glob("disruption-*.json"):
+        if older.stem not in LEAN_HISTORIES:
+            assert PATCH_LEAN_HISTORY not in _patches(_load(older)), older.stem
+
+
+async def test_a_run_of_the_older_disruption_code_would_not_replay_on_the_lean_path(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """disruption-replace-pinned was recorded before disruption-lean-history: it replays on the old
+    side; forcing the lean side on it (local activities, one wait, fewer upserts) breaks its replay,
+    which is what a running disruption would have met on upgrade without the patch."""
+    history = _load(HISTORIES / "disruption-replace-pinned.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: patch_id == PATCH_LEAN_HISTORY)
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)

@@ -90,10 +90,14 @@ def replace(nodes: list[str]) -> DisruptionInput:
 
 
 async def summaries(handle: WorkflowHandle) -> list[str]:
-    """The one-line summary of each activity the workflow scheduled, in order."""
+    """The one-line summary of each activity the workflow ran, in order: a regular activity's on its
+    ActivityTaskScheduled event, a local activity's on its marker (what the Web UI shows for each)."""
     out = []
     async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if event.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_MARKER_RECORDED,
+        ) and event.user_metadata.HasField("summary"):
             out.append(json.loads(event.user_metadata.summary.data))
     return out
 
@@ -114,8 +118,8 @@ async def test_a_replace_summarizes_every_step_names_its_candidates_and_times_it
     assert steps[:2] == ["taint 2 nodes", "replacement 0: read NodePool default and its EC2NodeClass"]
     assert steps[2] == "launch m5.large on-demand in zone-a"
     instance = status.replacements[0].instance_id
-    assert steps[3] == f"wait for {instance} (m5.large) to register"
-    assert steps[4] == f"wait for node-{instance} to initialize"
+    # Registration and initialization are one wait (await_node_ready, disruption-lean-history).
+    assert steps[3] == f"wait for {instance} (m5.large) to register and initialize"
     # The activities that act get the candidates, pinned to their UIDs, for their Events.
     pinned = [NodeRef(node=first, uid=f"uid-{first}"), NodeRef(node=second, uid=f"uid-{second}")]
     (launch,) = metered.cluster.requests["launch_instance"]
