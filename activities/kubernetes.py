@@ -236,7 +236,8 @@ HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is do
 
 
 def _heartbeat(details: Any) -> None:
-    if activity.in_activity():
+    # A local activity has no heartbeat: it is short, and its workflow task is its liveness.
+    if activity.in_activity() and not activity.info().is_local:
         activity.heartbeat(details)
 
 
@@ -512,6 +513,10 @@ class KubernetesActivities:
         """The NodePool as the planner reads it: an invalid duration reads as the value that disrupts
         nothing (logged), so a forceful command's replacements still launch in such a pool."""
         raw = await self._custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name, "NodePool")
+        return self._read_nodepool(name, raw)
+
+    @staticmethod
+    def _read_nodepool(name: str, raw: Json) -> NodePool:
         try:
             pool, problems = read_nodepool(raw)
         except ValueError as err:
@@ -790,9 +795,10 @@ class KubernetesActivities:
                 raise guards.Refused(f"node {name} does not exist")
             if node is None:
                 return self._gone(request)
-            await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            # The NodePool the guard read (None: deleted) gives the grace period too: read once.
+            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
             uid = uid_of(node)
-            nodeclaim = await self._hand_over(node, request) if self._karpenter_drains(node) else None
+            nodeclaim = await self._hand_over(node, request, pool) if self._karpenter_drains(node) else None
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
                 await self.kube.update_node(name, pinned(uid, ensure_finalizer))
                 await self._delete_node(name, uid)
@@ -800,7 +806,7 @@ class KubernetesActivities:
                 node = await self.kube.find_node(name)
                 if node is None or another_node(node, uid) is not None:
                     return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
-            deadline = await self._deadline(node, request)
+            deadline = await self._deadline(node, request, pool)
             pods = await self.kube.pods_on_node(name)
         except guards.Refused as err:
             raise guards.refusal(err) from None
@@ -844,7 +850,7 @@ class KubernetesActivities:
         label): then Karpenter drains it, and karpflow must not drain it too."""
         return self.handover is not None and EC2NODECLASS_LABEL in (node["metadata"].get("labels") or {})
 
-    async def _hand_over(self, node: Json, request: BeginTerminationRequest) -> str | None:
+    async def _hand_over(self, node: Json, request: BeginTerminationRequest, pool: Json | None) -> str | None:
         """Hand the node to Karpenter through its NodeClaim: karpflow's deadline stamped on it (the
         node's too), then the NodeClaim deleted; Karpenter deletes the node, drains it and terminates
         its instance. Returns the NodeClaim's name; None when the node has none (the caller deletes
@@ -853,7 +859,7 @@ class KubernetesActivities:
         claim = await self.handover.nodeclaim_for(node)
         if claim is None:
             return None
-        deadline = await self._deadline(node, request)
+        deadline = await self._deadline(node, request, pool)
         await self.handover.hand_over(claim, deadline)
         log.info(
             "node %s: NodeClaim %s deleted; Karpenter drains the node and terminates its instance",
@@ -882,11 +888,13 @@ class KubernetesActivities:
             body["preconditions"] = {"uid": uid}
         await self.kube.request("DELETE", f"{NODES}/{quote(name, safe='')}", body=body)
 
-    async def _deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
+    async def _deadline(
+        self, node: Json, request: BeginTerminationRequest, pool: Json | None
+    ) -> datetime | None:
         """The drain deadline: the node's annotation if it has one, else deletion time + grace period;
         the request's deadline when earlier (never later: nobody's deadline is postponed)."""
         existing = annotated_deadline(node)
-        deadline = existing if existing is not None else await self._grace_deadline(node, request)
+        deadline = existing if existing is not None else self._grace_deadline(node, request, pool)
         if request.deadline is not None:
             deadline = request.deadline if deadline is None else min(deadline, request.deadline)
         if deadline is None:
@@ -901,29 +909,34 @@ class KubernetesActivities:
         await self._record([events.termination_grace_period_expiring(written or node, stamped)])
         return stamped
 
-    async def _grace_deadline(self, node: Json, request: BeginTerminationRequest) -> datetime | None:
+    def _grace_deadline(
+        self, node: Json, request: BeginTerminationRequest, pool: Json | None
+    ) -> datetime | None:
         """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the planner and
         the guards read it: api.nodepool_reader); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
-            grace = await self._pool_grace(node["metadata"]["name"], pool_name)
+            grace = self._pool_grace(node["metadata"]["name"], pool_name, pool)
         if grace is None:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
         return deleted + grace
 
-    async def _pool_grace(self, node: str, pool_name: str) -> timedelta | None:
+    def _pool_grace(self, node: str, pool_name: str, raw: Json | None) -> timedelta | None:
         """The NodePool's terminationGracePeriod for karpflow (karpflow.dev/termination-grace-period,
         else the template's), read as the planner reads it (api.nodepool_reader). An invalid
         value reads as none, never as a deadline in the past: the drain keeps waiting for PDBs and
-        do-not-disrupt, and the reason is logged. A deleted NodePool must not block the termination
-        of its nodes either: no deadline then. A transient API error is retried, not read as none."""
+        do-not-disrupt, and the reason is logged. A deleted NodePool (`raw` None) must not block the
+        termination of its nodes either: no deadline then."""
+        if raw is None:
+            log.warning(
+                "node %s: NodePool %s not found; draining without a terminationGracePeriod", node, pool_name
+            )
+            return None
         try:
-            pool = await self._nodepool(pool_name)  # logs the pool's invalid settings
+            pool = self._read_nodepool(pool_name, raw)  # logs the pool's invalid settings
         except errors.ApplicationError as err:
-            if not err.non_retryable:
-                raise
             log.warning("node %s: %s; draining without a terminationGracePeriod", node, err)
             return None
         return pool_termination_grace_period(pool)
@@ -1058,7 +1071,8 @@ class KubernetesActivities:
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
         """Wait until no VolumeAttachment of a drained pod remains on the node; False if the deadline
         passed first (the instance is terminated anyway then). Attachments of pods that are not drained
-        (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for."""
+        (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for.
+        With `wait` False: one look, True when nothing is attached (the termination's local activity)."""
         interval = self._interval(request.poll_interval_seconds)
 
         async def detached() -> bool:
@@ -1069,6 +1083,8 @@ class KubernetesActivities:
             return not remaining
 
         try:
+            if not request.wait:
+                return await detached()
             return await wait_until(detached, interval, request.deadline)
         except errors.ApplicationError:
             raise

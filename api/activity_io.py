@@ -293,6 +293,9 @@ class VolumeRequest(BaseModel):
     uid: str | None = None
     deadline: datetime | None = None
     poll_interval_seconds: float | None = None
+    # False: look once and say whether they are detached (a local activity: the termination waits,
+    # in a regular heartbeating one, only when something is still attached).
+    wait: bool = True
 
 
 class InstanceRequest(BaseModel):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import contextlib
 import copy
 import json
@@ -27,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -37,10 +39,14 @@ from typing import Any
 
 import psutil
 import yaml
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import WorkflowEnvironment
 
+from api import search_attributes as sa
 from api.constants import DO_NOT_DISRUPT_ANNOTATION
+from api.workflow_ids import termination_workflow_id
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
 from bench.goals import Goal, print_goals
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
@@ -70,6 +76,27 @@ def build(nodes: list[Any], workloads: list[Any], tgp: str | None = None) -> str
 
 async def events(handle: WorkflowHandle) -> int:
     return len((await handle.fetch_history()).events)
+
+
+async def event_types(handle: WorkflowHandle) -> str:
+    """One history's events by type, in order of first appearance ("ActivityTaskScheduled x2, ...")."""
+    counted: dict[str, int] = {}
+    for event in (await handle.fetch_history()).events:
+        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").title().replace("_", "")
+        counted[name] = counted.get(name, 0) + 1
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counted.items())
+
+
+def byte_compile_workflows() -> str:
+    """The worker's image byte-compiles the package (`pip install`, deploy/Dockerfile); a checkout run
+    with PYTHONDONTWRITEBYTECODE has no .pyc, and the workflow sandbox, which imports a workflow's
+    module afresh for every workflow it runs, would then compile workflows/*.py from source each
+    time: CPU production does not spend. Compiled here into a temporary prefix, as pip would."""
+    if not sys.flags.dont_write_bytecode:
+        return "as found"
+    sys.pycache_prefix = tempfile.mkdtemp(prefix="bench-pyc-")
+    compileall.compile_dir(ROOT / "workflows", quiet=1)
+    return f"byte-compiled into {sys.pycache_prefix} (PYTHONDONTWRITEBYTECODE is set here)"
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -141,6 +168,10 @@ class Simulator:
         with urllib.request.urlopen(request, timeout=120) as response:
             response.read()
 
+    def node_uids(self) -> dict[str, str]:
+        with urllib.request.urlopen(f"{self.kube_url}/api/v1/nodes", timeout=60) as response:
+            return {n["metadata"]["name"]: n["metadata"]["uid"] for n in json.load(response)["items"]}
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
@@ -155,9 +186,25 @@ class Bench:
         self.sim = sim
         self.verbose = False
         self.goals: list[Goal] = []  # issue 21's, printed at the end
+        self.uids: dict[str, str] = {}  # the loaded scenario's nodes
+
+    async def start_termination(self, queue: str, node: str, reason: str) -> WorkflowHandle:
+        """Started as the node-deletion watcher, interruption and a disruption start one: pinned to the
+        node's UID, under its per-incarnation id, searchable from the start. (Under another id, the
+        watcher would start a second termination of the same node when this one deletes it.)"""
+        uid = self.uids[node]
+        return await self.client.start_workflow(
+            TerminationWorkflow.run,
+            TerminationInput(node=node, uid=uid, reason=reason),
+            id=termination_workflow_id(self.sim.cluster_name, node, uid),
+            task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=sa.at_start([node], reason, "default"),
+        )
 
     async def run(self, scenario: str, body: Any) -> Any:
         await asyncio.to_thread(self.sim.load, scenario)
+        self.uids = await asyncio.to_thread(self.sim.node_uids)
         settings = WorkerSettings(
             cluster_name=self.sim.cluster_name,
             task_queue=f"bench-{uuid.uuid4().hex[:6]}",
@@ -224,15 +271,7 @@ class Bench:
             cpu_before = cpu_seconds()
             started = time.perf_counter()
             handles = await asyncio.gather(
-                *(
-                    self.client.start_workflow(
-                        TerminationWorkflow.run,
-                        TerminationInput(node=n.name, reason="Expired"),
-                        id=f"termination/{n.name}",
-                        task_queue=queue,
-                    )
-                    for n in victims
-                )
+                *(self.start_termination(queue, n.name, "Expired") for n in victims)
             )
             latencies = []
             for result in asyncio.as_completed([self._timed(h, started) for h in handles]):
@@ -247,6 +286,7 @@ class Bench:
             if self.verbose:
                 await self.phases(handles[len(handles) // 2])
             print(f"   history events p50 / max     {statistics.median(counts):6.0f} / {max(counts)}")
+            print(f"   events of one termination    {await event_types(handles[len(handles) // 2])}")
             busy = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpu.items()))
             print(f"   CPU used meanwhile           {busy}")
             per = cpu["worker"] / count * 1000  # the worker shares its process with the client here
@@ -296,12 +336,7 @@ class Bench:
 
         async def body(queue: str) -> tuple[float, int]:
             started = time.perf_counter()
-            handle = await self.client.start_workflow(
-                TerminationWorkflow.run,
-                TerminationInput(node=a.name, reason="Drifted"),
-                id=f"termination/{a.name}",
-                task_queue=queue,
-            )
+            handle = await self.start_termination(queue, a.name, "Drifted")
             await handle.result()
             return time.perf_counter() - started, await events(handle)
 
@@ -324,7 +359,13 @@ async def main() -> None:
         "--hold", type=float, default=10.0, help="terminationGracePeriod of the long drain (s)"
     )
     parser.add_argument("--verbose", action="store_true", help="print where one termination's time went")
+    parser.add_argument(
+        "--as-checkout",
+        action="store_true",
+        help="no .pyc for workflows/ under PYTHONDONTWRITEBYTECODE (the sandbox compiles it per workflow)",
+    )
     args = parser.parse_args()
+    compiled = "as found" if args.as_checkout else byte_compile_workflows()
     # moto accepts any credentials; the worker uses the standard AWS chain.
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(key, "testing")
@@ -344,6 +385,7 @@ async def main() -> None:
         bench = Bench(client, env.client.service_client.config.target_host, args.poll_interval, sim)
         bench.verbose = args.verbose
         print(f"karpflow workflows on the Temporal dev server; worker poll interval {args.poll_interval} s")
+        print(f"workflow modules: {compiled}")
         await bench.disruption()
         await bench.terminations(args.terminations)
         await bench.long_drain(args.hold)

@@ -10,6 +10,7 @@ then erase), and the JSON is what the rest of karpflow reads anyway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -18,9 +19,11 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from kubernetes.aio.config import incluster_config
+from yarl import URL
 
 Json = dict[str, Any]
 
@@ -45,6 +48,23 @@ class KubeError(Exception):
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
+
+
+def read_environment_once(configuration: kclient.Configuration) -> None:
+    """The official client opens its aiohttp session with `trust_env`, which makes every request look
+    up ~/.netrc and the proxy variables in a thread of the default executor (two thread hops a call,
+    most of a short call's cost in the worker). Both are settled here, once: the proxy the environment
+    names for this API server (HTTPS_PROXY, NO_PROXY...) becomes the configuration's own proxy, and
+    netrc is not read (the API server's credentials are the kubeconfig's or the ServiceAccount's; a
+    netrc entry beside them made aiohttp refuse the request anyway)."""
+    configuration.client_session_kwargs = {**(configuration.client_session_kwargs or {}), "trust_env": False}
+    if configuration.proxy or not configuration.host:
+        return
+    with contextlib.suppress(LookupError):
+        proxy, proxy_auth = get_env_proxy_for_url(URL(configuration.host))
+        configuration.proxy = str(proxy)
+        if proxy_auth is not None:
+            configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
 
 
 def _q(name: str) -> str:
@@ -91,6 +111,7 @@ class KubeApi:
                 persist_config=False,
             )
         configuration.connection_pool_maxsize = connection_pool
+        read_environment_once(configuration)
         return cls(kclient.ApiClient(configuration), request_timeout)
 
     @classmethod
@@ -111,6 +132,7 @@ class KubeApi:
         if ca_file:
             configuration.ssl_ca_cert = ca_file
         configuration.connection_pool_maxsize = connection_pool
+        read_environment_once(configuration)
         return cls(kclient.ApiClient(configuration), request_timeout, user_agent)
 
     async def close(self) -> None:

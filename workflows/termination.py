@@ -23,6 +23,13 @@ their private IP) is never drained, tainted or released by it. The runbook (karp
 4. Terminate the instance, only if this cluster owns it.
 5. Remove the finalizer: the API server then deletes the node.
 
+History (issue 21, behind `termination-lean-history`): the short steps (0, 0b's question, 1, the
+first look at the volumes, 5, and the NotReady instance check) are local activities, a marker each
+in the workflow task that runs them; the drain, a volume wait, the instance and Karpenter's drain
+are regular activities (long, heartbeating). Phase goes to visibility only when the workflow is about
+to wait in it, or ends; the status query shows every phase. A plain termination is 27 events
+(32 when started by hand without a UID: its begin_termination stays regular, see run()).
+
 Beside Karpenter (--karpenter-coexistence), a node that Karpenter's own termination controller acts
 on (it carries Karpenter's NodeClass label) is handed to Karpenter in step 0 instead: its NodeClaim is
 deleted with karpflow's deadline stamped on it, and the workflow waits while Karpenter drains the node
@@ -32,10 +39,12 @@ controller drains each node (activities/nodeclaims.py).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -73,6 +82,11 @@ with workflow.unsafe.imports_passed_through():
 PATCH_FAILURE_EVENT = "termination-failure-event"
 PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
 PATCH_CONTROLS_GATE = "termination-waits-for-controls"
+# Short steps as local activities (a marker each, no workflow task of their own), Phase upserted only
+# before a wait, the NodePool folded into that upsert. Taken at the start of a run: a run begun on the
+# older code keeps its command sequence to the end.
+PATCH_LEAN_HISTORY = "termination-lean-history"
+Result = TypeVar("Result")
 GATE_FIRST_WAIT = timedelta(seconds=5)
 GATE_LONGEST_WAIT = timedelta(minutes=1)
 # About 8 history events a wait: a run continues as new after this many (some 16 h at a minute each).
@@ -84,6 +98,9 @@ class TerminationWorkflow:
     def __init__(self) -> None:
         self._status = TerminationStatus()
         self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
+        self._lean = False  # PATCH_LEAN_HISTORY, decided at the start of the run
+        # Lean: search attributes that wait for the next Phase upsert (one event for all of them).
+        self._unsent: list[SearchAttributeUpdate] = []
 
     @workflow.query
     def status(self) -> TerminationStatus:
@@ -102,16 +119,20 @@ class TerminationWorkflow:
         self._status.node, self._status.reason = request.node, request.reason
         self._phase_started = workflow.now()
         short = short_node(request.node)
-        workflow.upsert_search_attributes(
-            [
-                sa.NODES.value_set([request.node]),
-                sa.REASON.value_set(request.reason),
-                sa.PHASE.value_set("Starting"),
-            ]
-        )
+        started_with = [sa.NODES.value_set([request.node]), sa.REASON.value_set(request.reason)]
+        self._lean = workflow.patched(PATCH_LEAN_HISTORY)
+        if self._lean:
+            # Its starter set Nodes and Reason already (api/search_attributes.py `at_start`); they are
+            # upserted again with the first wait's Phase, for a run started by hand without them.
+            self._unsent = started_with
+        else:
+            workflow.upsert_search_attributes([*started_with, sa.PHASE.value_set("Starting")])
         try:
             # 0. The node is deleting, holds the finalizer, and its deadline is written down.
-            node = await workflow.execute_activity_method(
+            # Unpinned (a start by hand with a name), it stays a regular activity: it tells a wrong
+            # name from a node its own earlier attempt deleted by its attempt number, and a local
+            # activity run again after a workflow task timeout starts again from attempt 1.
+            node = await self._short_step(
                 KubernetesActivities.begin_termination,
                 BeginTerminationRequest(
                     node=request.node,
@@ -121,37 +142,35 @@ class TerminationWorkflow:
                     termination_grace_period=request.termination_grace_period,
                     deadline=request.deadline,
                 ),
-                start_to_close_timeout=API_CALL,
-                retry_policy=API_RETRY,
                 summary=f"delete {short} ({request.reason}) and stamp its deadline",
+                local=bool(request.uid),
             )
             self._record(node)
             # From here every step names the node with the UID it is pinned to.
             target = NodeRef(node=request.node, uid=node.uid)
             if not node.found:
                 return await self._node_already_gone(node, timeouts.instance_terminate)
-            if node.handed_over and workflow.patched(PATCH_KARPENTER_HANDOVER):
+            if node.handed_over and (self._lean or workflow.patched(PATCH_KARPENTER_HANDOVER)):
                 return await self._handed_to_karpenter(target, node, timeouts)
             if await self._instance_already_gone(node):
                 await self._remove_finalizer(target)
                 return self._finish("instance already gone; finalizer released without draining")
 
             # 0b. MaintenanceWindows and NodeDisruptionBudgets, for what no command checked already.
-            if workflow.patched(PATCH_CONTROLS_GATE):
+            # (The lean path includes the older patches' steps without paying their markers.)
+            if self._lean or workflow.patched(PATCH_CONTROLS_GATE):
                 await self._wait_for_controls(request, target)
 
             # 1. Nothing new lands here; load balancers let go.
             self._set_phase("Tainting")
-            await workflow.execute_activity_method(
+            await self._short_step(
                 KubernetesActivities.taint_for_termination,
                 target.model_copy(update={"holder": self._holder(), "reason": request.reason}),
-                start_to_close_timeout=API_CALL,
-                retry_policy=API_RETRY,
                 summary=f"taint {short}, exclude it from load balancers",
             )
 
             # 2. Drain: one long activity that heartbeats, so the history stays small however long it takes.
-            self._set_phase("Draining")
+            self._set_phase("Draining", waits=True)
             drained = await workflow.execute_activity_method(
                 KubernetesActivities.drain_node,
                 DrainRequest(node=request.node, uid=node.uid, reason=request.reason, deadline=node.deadline),
@@ -178,7 +197,7 @@ class TerminationWorkflow:
             failure = self._fail(err)
             if failure is None:
                 raise  # cancelled
-            if workflow.patched(PATCH_FAILURE_EVENT):
+            if self._lean or workflow.patched(PATCH_FAILURE_EVENT):
                 await record_event(
                     "Node",
                     request.node,
@@ -209,11 +228,9 @@ class TerminationWorkflow:
         )
         delay = GATE_FIRST_WAIT
         for _ in range(GATE_WAITS_PER_RUN):
-            gate = await workflow.execute_activity_method(
+            gate = await self._short_step(
                 KubernetesActivities.termination_gate,
                 gate_request,
-                start_to_close_timeout=API_CALL,
-                retry_policy=API_RETRY,
                 summary=f"may {short_node(target.node)} go? (maintenance windows, disruption budgets)",
             )
             if gate.go:
@@ -223,7 +240,7 @@ class TerminationWorkflow:
                 workflow.logger.info("node %s waits: %s", target.node, gate.message)
             self._status.waiting_for, self._status.message = gate.waiting_for, gate.message
             if self._status.phase != "Waiting":
-                self._set_phase("Waiting")
+                self._set_phase("Waiting", waits=True)
             await workflow.sleep(delay)
             delay = min(delay * 2, GATE_LONGEST_WAIT)
         # Still waiting: the same termination, pinned to the same node, in a fresh history.
@@ -242,7 +259,7 @@ class TerminationWorkflow:
         """Karpenter drains the node and terminates its instance; wait for it, then make sure the
         instance is gone (it is, when Karpenter had a NodeClaim for it; a node without one is
         drained by Karpenter but its instance is left, and ended here)."""
-        self._set_phase("WaitingForKarpenter")
+        self._set_phase("WaitingForKarpenter", waits=True)
         done = await workflow.execute_activity_method(
             NodeClaimActivities.await_karpenter_termination,
             HandoverWait(node=target.node, uid=target.uid, nodeclaim=node.nodeclaim),
@@ -259,11 +276,9 @@ class TerminationWorkflow:
         node is Ready its kubelet is alive, so EC2 saying "not found" is not trusted."""
         if node.ready or not node.instance_id:
             return False
-        state = await workflow.execute_activity_method(
+        state = await self._short_step(
             EC2Activities.describe_instance,
             InstanceRequest(instance_id=node.instance_id, node=node.node),
-            start_to_close_timeout=API_CALL,
-            retry_policy=API_RETRY,
             summary=f"is {node.instance_id} of NotReady {short_node(node.node)} still there?",
         )
         return not state.found or state.state in GONE_STATES
@@ -271,10 +286,18 @@ class TerminationWorkflow:
     async def _await_volumes(self, target: NodeRef, node: NodeInfo, timeouts: TerminationTimeouts) -> None:
         name = target.node
         self._set_phase("WaitingForVolumes")
+        request = VolumeRequest(node=name, uid=target.uid, deadline=node.deadline)
+        if self._lean:
+            # Most nodes have nothing attached by now: one look, and a wait only when something is.
+            look = request.model_copy(update={"wait": False})
+            summary = f"are the volumes of {short_node(name)} detached?"
+            if await self._short_step(KubernetesActivities.await_volumes_detached, look, summary=summary):
+                return
+            self._set_phase("WaitingForVolumes", waits=True)
         try:
             await workflow.execute_activity_method(
                 KubernetesActivities.await_volumes_detached,
-                VolumeRequest(node=name, uid=target.uid, deadline=node.deadline),
+                request,
                 schedule_to_close_timeout=timeouts.volume_detach,
                 heartbeat_timeout=timeouts.heartbeat,
                 retry_policy=API_RETRY,
@@ -289,7 +312,7 @@ class TerminationWorkflow:
             )
 
     async def _terminate_instance(self, node: NodeInfo, limit: timedelta) -> None:
-        self._set_phase("TerminatingInstance")
+        self._set_phase("TerminatingInstance", waits=True)
         await workflow.execute_activity_method(
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=node.instance_id or "", node=node.node),
@@ -301,12 +324,23 @@ class TerminationWorkflow:
 
     async def _remove_finalizer(self, node: NodeRef) -> None:
         self._set_phase("RemovingFinalizer")
-        await workflow.execute_activity_method(
+        await self._short_step(
             KubernetesActivities.remove_finalizer,
             node,
-            start_to_close_timeout=API_CALL,
-            retry_policy=API_RETRY,
             summary=f"remove the finalizer of {short_node(node.node)}",
+        )
+
+    async def _short_step(
+        self, step: Callable[[Any, Any], Awaitable[Result]], arg: Any, summary: str, local: bool = True
+    ) -> Result:
+        """A short Kubernetes or EC2 call (seconds): on the lean path a local activity, which costs one
+        marker and no workflow task of its own; before it, a regular activity (the older histories)."""
+        if self._lean and local:
+            return await workflow.execute_local_activity_method(
+                step, arg, start_to_close_timeout=API_CALL, retry_policy=API_RETRY, summary=summary
+            )
+        return await workflow.execute_activity_method(
+            step, arg, start_to_close_timeout=API_CALL, retry_policy=API_RETRY, summary=summary
         )
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -322,16 +356,27 @@ class TerminationWorkflow:
         self._status.instance_id = node.instance_id
         self._status.deadline = node.deadline
         if node.nodepool:
-            workflow.upsert_search_attributes([sa.NODEPOOL.value_set(node.nodepool)])
+            if self._lean:
+                self._unsent.append(sa.NODEPOOL.value_set(node.nodepool))
+            else:
+                workflow.upsert_search_attributes([sa.NODEPOOL.value_set(node.nodepool)])
 
-    def _set_phase(self, phase: TerminationPhase) -> None:
-        # The phase that ends now, timed (metrics only: nothing in the history).
-        now = workflow.now()
-        if self._phase_started is not None:
-            record_phase(self._status.phase, now - self._phase_started)
-        self._phase_started = now
-        self._status.phase = phase
-        workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+    def _set_phase(self, phase: TerminationPhase, *, waits: bool = False) -> None:
+        """The status query shows every phase. Visibility (operators list workflows by Phase) gets it
+        when the workflow is about to wait in it, or ends in it (lean path: one event, with what else
+        is unsent); the older path upserts every phase."""
+        if not (self._lean and phase == self._status.phase):  # lean: a look, then a wait, is one phase
+            # The phase that ends now, timed (metrics only: nothing in the history).
+            now = workflow.now()
+            if self._phase_started is not None:
+                record_phase(self._status.phase, now - self._phase_started)
+            self._phase_started = now
+            self._status.phase = phase
+        if not self._lean:
+            workflow.upsert_search_attributes([sa.PHASE.value_set(phase)])
+        elif waits or phase in ("Succeeded", "Failed", "Canceled"):
+            workflow.upsert_search_attributes([*self._unsent, sa.PHASE.value_set(phase)])
+            self._unsent = []
 
     def _finish(self, message: str) -> TerminationStatus:
         self._status.message = message

@@ -53,6 +53,7 @@ from api.workflow_io import Offering
 class FakeCluster:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.termination_taints: list[NodeRef] = []  # what taint_for_termination was asked, as sent
         self.nodes: set[str] = set()
         self.deleting: set[str] = set()
         self.ice: set[str] = set()  # offering keys out of capacity
@@ -313,6 +314,7 @@ class FakeCluster:
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:
         self.calls.append(("taint_for_termination", node.node if isinstance(node, NodeRef) else node))
+        self.termination_taints.append(node if isinstance(node, NodeRef) else NodeRef(node=node))
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:

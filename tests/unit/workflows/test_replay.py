@@ -62,11 +62,24 @@ from workflows.disruption import (
     PATCH_TERMINATION_PER_INCARNATION,
     UPDATE_APPROVE,
 )
-from workflows.termination import PATCH_CONTROLS_GATE, PATCH_FAILURE_EVENT, PATCH_KARPENTER_HANDOVER
+from workflows.termination import (
+    PATCH_CONTROLS_GATE,
+    PATCH_FAILURE_EVENT,
+    PATCH_KARPENTER_HANDOVER,
+)
+from workflows.termination import PATCH_LEAN_HISTORY as PATCH_TERMINATION_LEAN
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTROLLER_HISTORIES = ("controller-long", "controller-history-limit", "controller-stopped")
 RECORD = os.environ.get("KARPFLOW_RECORD_HISTORIES") == "1"
+LEAN_TERMINATION_HISTORIES = (
+    "termination-lean",
+    "termination-lean-drain-retries",
+    "termination-lean-failed",
+    "termination-lean-controls-gate",
+    "termination-lean-handover",
+    "termination-lean-unpinned",
+)
 COEXISTENCE_HISTORIES = ("disruption-nodeclaim", "disruption-nodeclaim-rollback", "termination-handover")
 # Every workflow type, and the paths of each that a change is most likely to break.
 EXPECTED = {
@@ -105,6 +118,9 @@ EXPECTED = {
     # The RolloutWorkflow (issue 19): a rollout that completes, and one cancelled (its marks off).
     "rollout",
     "rollout-cancel",
+    # The lean termination (issue 21): short steps as local activities, fewer upserts, behind one patch.
+    # Every termination history above was recorded before it and replays on the old side.
+    *LEAN_TERMINATION_HISTORIES,
 }
 
 
@@ -423,6 +439,84 @@ async def test_record_rollout_histories(ts_client):
         await cancelled.cancel()
         await _settle(cancelled)
         await _save("rollout-cancel", cancelled)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_termination_lean_histories(harness):
+    """The terminations of issue 21 (`-k record_termination_lean`): a plain one, drain retries, a
+    failure, a wait for a NodeDisruptionBudget, one started by hand without a UID, a node handed to
+    Karpenter."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.update({"l1", "l2", "l3", "l4", "l5", "l6"})
+
+    async def record(node: str, name: str, reason: str = "Expired", pinned: bool = True) -> None:
+        handle = await client.start_workflow(
+            "TerminationWorkflow",
+            TerminationInput(node=node, uid=cluster.uid(node) if pinned else None, reason=reason),
+            id=f"termination/replay/{node}/{harness.id('lean')}",
+            task_queue=queue,
+        )
+        await _settle(handle)
+        await _save(name, handle)
+
+    await record("l1", "termination-lean")
+    cluster.drain_failures = 2
+    await record("l2", "termination-lean-drain-retries")
+    cluster.owned = False
+    await record("l3", "termination-lean-failed")
+    cluster.owned = True
+    cluster.gate_waits = 1
+    await record("l4", "termination-lean-controls-gate", reason="Manual")
+    await record("l6", "termination-lean-unpinned", pinned=False)
+    cluster.karpenter_coexistence = True
+    await record("l5", "termination-lean-handover")
+
+
+def test_the_lean_terminations_take_the_new_path_behind_one_patch():
+    """The lean histories carry PATCH_TERMINATION_LEAN and no marker of the older termination patches (their
+    steps are on the lean path without them); the short steps are local activities, the drain, volume
+    wait, instance and Karpenter waits regular ones; a plain termination stays within issue 21's 30
+    events. The older termination histories have no lean marker (they replay on the old side)."""
+    short = {"begin_termination", "termination_gate", "taint_for_termination", "remove_finalizer"}
+    for name in LEAN_TERMINATION_HISTORIES:
+        path = HISTORIES / f"{name}.json"
+        assert _patches(_load(path)) == {PATCH_TERMINATION_LEAN}, name
+        if name == "termination-lean-unpinned":
+            continue
+        regular = set(_activities(path))
+        assert not regular & short, (name, regular)
+        local = _local_activities(path)
+        assert local[0] == "begin_termination", (name, local)
+    # Unpinned, begin_termination tells a retry by its attempt: a regular activity, the rest local.
+    unpinned = HISTORIES / "termination-lean-unpinned.json"
+    assert _activities(unpinned) == ["begin_termination", "drain_node", "terminate_instance"]
+    assert "begin_termination" not in _local_activities(unpinned)
+    plain = HISTORIES / "termination-lean.json"
+    assert len(_events(plain)) <= 30
+    assert _activities(plain) == ["drain_node", "terminate_instance"]
+    assert _local_activities(plain) == [
+        "begin_termination",
+        "termination_gate",
+        "taint_for_termination",
+        "await_volumes_detached",
+        "remove_finalizer",
+    ]
+    assert _activities(HISTORIES / "termination-lean-drain-retries.json").count("drain_node") == 1
+    assert _activities(HISTORIES / "termination-lean-failed.json")[-1] == "record_event"
+    assert _activities(HISTORIES / "termination-lean-handover.json") == [
+        "await_karpenter_termination",
+        "terminate_instance",
+    ]
+    assert _local_activities(HISTORIES / "termination-lean-controls-gate.json").count("termination_gate") == 2
+    for older in (
+        "termination",
+        "termination-pinned",
+        "termination-drain-retries",
+        "termination-failed",
+        "termination-controls-gate",
+        "termination-handover",
+    ):
+        assert PATCH_TERMINATION_LEAN not in _patches(_load(HISTORIES / f"{older}.json")), older
 
 
 def test_every_workflow_has_recorded_histories():
