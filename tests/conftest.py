@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, settings
 from temporalio.testing import WorkflowEnvironment
 
 from sim.binaries import temporal_cli, temporal_test_server
-from tests.scheduling import expected_seconds, spread
 
 # Hypothesis example counts: `ci` (the default) keeps `make test` short; `nightly` searches longer
 # (HYPOTHESIS_PROFILE=nightly). Tests with their own @settings(max_examples=...) keep theirs.
@@ -72,7 +71,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Long tests first, one share per parallel worker (tests/scheduling.py says how and why). Every
-    # xdist worker collects with the same worker count, so every worker computes the same order.
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    items[:] = spread(items, [expected_seconds(item) for item in items], workers)
+    # Tests marked slow run first: spread over the parallel workers (pytest-xdist) at the start, they
+    # do not leave one worker finishing a two-minute test alone at the end. Stable otherwise.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -26,7 +26,7 @@ ALWAYS = (
 )
 
 
-@pytest.mark.slow(seconds=150)
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_a_minute_of_chaos_ends_converged_with_every_invariant_at_zero(tmp_path):
     lines: list[str] = []

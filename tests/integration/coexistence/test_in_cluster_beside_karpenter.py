@@ -45,7 +45,7 @@ def no_disruption_taint(nodes: dict[str, dict[str, Any]]) -> bool:
     return not keys & {DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY}
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow
 @pytest.mark.rbac_by_test
 @pytest.mark.sim_stack(scenario=scenario([A, B], PODS), secure=True, karpenter=True)
 async def test_the_mode_runs_as_its_service_account_and_needs_the_nodeclaim_rule(karpflow, tmp_path):

@@ -22,7 +22,7 @@ from sim.testing import assert_no_violations, kubectl
 from tests.integration.controller.test_controller import FAST, scenario, status
 from tests.integration.workflows.conftest import REPO, Workload, node
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=25)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ZONE_A = [node(f"172.31.1.{i}", "m5.large", "us-west-2a") for i in range(11, 17)]
 ZONE_B = [node(f"172.31.2.{i}", "m5.large", "us-west-2b") for i in (21, 22)]

@@ -133,7 +133,7 @@ async def readyz(port: int) -> tuple[int, dict[str, Any]]:
         return response.status, await response.json()
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=SCENARIO)
 async def test_the_worker_goes_unready_and_the_controller_says_why_until_the_watch_is_back(karpflow):
     faults = karpflow.stack.api_faults

@@ -172,7 +172,7 @@ async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queu
     assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
 
 
-@pytest.mark.slow(seconds=85)
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=WORLD, time_scale=1)
 async def test_event_to_drained_at_time_scale_one(karpflow, queue):
     """Real simulated delays (pod start, kubelet, boot): the old node is drained at once, while its
@@ -286,7 +286,6 @@ async def started_with_attributes(karpflow, workflow_id: str) -> dict:
     return dict(started.search_attributes.indexed_fields)
 
 
-@pytest.mark.slow(seconds=20)
 @pytest.mark.sim_stack(scenario=WORLD)
 async def test_a_spot_warning_after_a_refused_rebalance_still_drains_the_node_before_its_deadline(
     karpflow, queue

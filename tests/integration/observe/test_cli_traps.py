@@ -35,7 +35,7 @@ from sim.binaries import temporal_cli
 from sim.devstack import RETIRED_REASON, DevStack
 from sim.testing import SMALL
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=40)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EMPTY_NODE = "ip-172-31-2-30.us-west-2.compute.internal"  # small.yaml's empty node
 BUSY_NODE = "ip-172-31-1-10.us-west-2.compute.internal"

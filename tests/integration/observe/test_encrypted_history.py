@@ -32,7 +32,7 @@ from tests.integration.observe.test_web_ui import chromium, render
 from tests.integration.workflows.conftest import REPO, node, scenario
 from workflows.termination import TerminationWorkflow
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=10)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 A, B = node("172.31.1.10"), node("172.31.2.20")
 ENCRYPTED = base64.b64encode(b"binary/encrypted").decode()

@@ -19,7 +19,7 @@ from sim.ports import free_port
 from sim.testing import assert_no_violations, kubectl
 from tests.integration.workflows.conftest import REPO, Workload, node, scenario
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=10)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DASHBOARD = Path(REPO, "deploy", "grafana", "karpflow-dashboard.json")
 A, B = node("172.31.1.10"), node("172.31.2.20")

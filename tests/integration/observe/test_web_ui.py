@@ -37,7 +37,7 @@ from sim.ports import free_port
 from sim.testing import SMALL
 from tests.integration.workflows.conftest import REPO, Karpflow
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=125)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARTIFACTS = Path(REPO, "tests", "artifacts", "web-ui")
 EMPTY_NODE = "ip-172-31-2-30.us-west-2.compute.internal"

@@ -46,7 +46,7 @@ def karpflow(*args: str, env: dict[str, str], timeout: float = 180) -> subproces
     )
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow
 def test_dev_up_status_down(tmp_path: Path):
     temporal, ui, kube, moto = free_ports(4)
     state = tmp_path / "state"
@@ -168,7 +168,7 @@ def test_dev_up_status_down(tmp_path: Path):
     assert not (state / "temporal.db").exists()
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow
 @pytest.mark.skipif(not worker_available(), reason="needs the worker's dependencies (make install)")
 def test_dev_up_secure_runs_the_worker_as_its_service_account(tmp_path: Path):
     temporal, kube, moto = free_ports(3)

@@ -80,7 +80,7 @@ def disrupting(nodes: dict[str, dict[str, Any]]) -> list[str]:
 # Once again when it fails: at time scale 1/100 its 240 s bound has run out on a loaded 2-core
 # machine (README, "Tests"); a second failure is a real one.
 @pytest.mark.flaky(reruns=1)
-@pytest.mark.slow(seconds=95)
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=fragmented_scenario(), time_scale=0.01)
 async def test_a_fragmented_cluster_consolidates_on_its_own_within_its_budget(karpflow):
     before = hourly_cost(karpflow.instances())
@@ -170,7 +170,7 @@ async def disruptions(karpflow: Any) -> list[tuple[str, str]]:
     return [(e.id, e.status.name) async for e in karpflow.client.list_workflows(query)]
 
 
-@pytest.mark.slow(seconds=90)
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=small_scenario(), time_scale=0.01)
 async def test_a_worker_killed_mid_pass_and_mid_command_leaves_nothing_behind(karpflow):
     """SIGKILL the worker while the controller validates a command, and again while a disruption

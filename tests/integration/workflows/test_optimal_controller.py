@@ -61,7 +61,6 @@ def leaving(nodes: dict[str, dict[str, Any]]) -> set[str]:
     }
 
 
-@pytest.mark.slow(seconds=40)
 @pytest.mark.sim_stack(scenario=optimal_scenario(), time_scale=0.01)
 async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow):
     before = hourly_cost(karpflow.instances())

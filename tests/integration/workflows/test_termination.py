@@ -154,7 +154,7 @@ async def test_kubectl_delete_node_terminates_it_cleanly(karpflow):
 SLOW = [Workload("shop", "web", "50m", "64Mi", ["10"] * 12 + ["20"] * 12, pdb={"maxUnavailable": 1}, grace=2)]
 
 
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow
 @pytest.mark.sim_stack(scenario=scenario([A, B, C], SLOW), time_scale=0.1)
 async def test_a_worker_killed_while_draining_resumes_without_launching_twice(karpflow):
     """SIGKILL the worker process in the middle of a drain; a new process finishes the command."""

@@ -26,7 +26,6 @@ def bench() -> ModuleType:
 
 # Once again when it fails: a failed workflow task was seen twice in full-suite runs under heavy
 # load and never alone; the assertion names its cause (README, "Tests"). A second failure is real.
-@pytest.mark.slow(seconds=25)
 @pytest.mark.flaky(reruns=1)
 async def test_a_long_busy_controller_keeps_every_run_under_its_history_limit(ts_client: Client):
     b = bench()
