@@ -142,6 +142,15 @@ async def _settle(handle: WorkflowHandle) -> None:
         await handle.result()
 
 
+async def _approve_when_waiting(handle: WorkflowHandle) -> None:
+    """Approve a gated disruption once it waits for approval (polled for up to 5 s, as recorded)."""
+    for _ in range(100):
+        if (await handle.query("phase")) == "AwaitingApproval":
+            break
+        await asyncio.sleep(0.05)
+    await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+
+
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
 async def test_record_histories(harness):
     client, queue, cluster = harness.client, harness.task_queue, harness.cluster
@@ -724,11 +733,7 @@ async def test_record_operator_controls_termination(harness):
             task_queue=harness.task_queue,
         )
         if name == "disruption-approved":
-            for _ in range(100):
-                if (await handle.query("phase")) == "AwaitingApproval":
-                    break
-                await asyncio.sleep(0.05)
-            await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+            await _approve_when_waiting(handle)
         await _settle(handle)
         await _save(name, handle)
 
@@ -846,11 +851,7 @@ async def test_record_lean_disruption_histories(harness):
     handle = await client.start_workflow(
         "DisruptionWorkflow", gated, id=f"disruption/replay/{harness.id('approved')}", task_queue=queue
     )
-    for _ in range(100):
-        if (await handle.query("phase")) == "AwaitingApproval":
-            break
-        await asyncio.sleep(0.05)
-    await handle.execute_update(UPDATE_APPROVE, {"by": "replay"})
+    await _approve_when_waiting(handle)
     await _settle(handle)
     await _save("disruption-lean-approved", handle)
 
