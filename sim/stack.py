@@ -62,6 +62,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from api import constants as k
 from sim import ec2_faults, ec2_validation
 from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest
@@ -545,18 +546,37 @@ class SimStack:
             self.invariants.observe(event.type, event.object)
 
     def poll_instances(self) -> None:
-        """Feed the checker one EC2 listing of the cluster's instances (blocking)."""
+        """Feed the checker the cluster's instances, in DescribeInstances' shape (blocking).
+
+        Read from moto's in-process backend, not through its API: the checker polls every 5
+        simulated seconds (20 times a second at time scale 1/100), and moto's XML serialisation of
+        every instance it ever ran (terminated ones stay listed) took a third of the CPU of the
+        larger tests. Injected EC2 faults never reach the checker either way.
+        """
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        backend = ec2_backends[DEFAULT_ACCOUNT_ID][self.region]
+        tag = k.cluster_tag(self.cluster_name)
         instances: list[dict[str, Any]] = []
-        paginator = self._sim_ec2.get_paginator("describe_instances")
-        filters = [{"Name": f"tag:kubernetes.io/cluster/{self.cluster_name}", "Values": ["owned"]}]
-        for page in paginator.paginate(Filters=filters):
-            for reservation in page.get("Reservations", ()):
-                instances.extend(reservation.get("Instances", ()))
+        for reservation in list(backend.reservations.values()):
+            for instance in list(reservation.instances):
+                tags = dict(backend.tags.get(instance.id) or {})
+                if tags.get(tag) != k.CLUSTER_TAG_VALUE:
+                    continue
+                instances.append(
+                    {
+                        "InstanceId": instance.id,
+                        "InstanceType": instance.instance_type,
+                        "State": {"Name": instance.state},
+                        "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],
+                    }
+                )
         self.invariants.observe_instances(instances)
 
     @property
     def _sim_ec2(self) -> Any:
-        # The simulator's own client: marked so injected throttling never hits the checker.
+        # The simulator's own client: marked so injected throttling never hits its clean-up.
         if not hasattr(self, "_sim_ec2_client"):
             self._sim_ec2_client = ec2_faults.mark_sim_client(ec2_client(self.ec2_endpoint, self.region))
         return self._sim_ec2_client
