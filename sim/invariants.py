@@ -9,7 +9,8 @@ same report as JSON).
 Definitions (bounds are *simulated* seconds, turned into wall time by the stack's TimeScale, with
 a floor of `min_wall` so a zero scale does not flag transients; pods-lost has its own floor,
 `lost_min_wall`, because rescheduling a pod is the simulator's own real-time work, which a loaded
-machine slows whatever the scale):
+machine slows whatever the scale; orphan-node has `orphan_min_wall`, because a Node outlives its
+instance while a worker killed between the two steps restarts, which takes real time too):
 
 pdb-violation
     A *voluntary disruption* of a healthy pod after which a PodDisruptionBudget selecting it has
@@ -156,6 +157,7 @@ class InvariantBounds(BaseModel):
     disrupted_taint: float = 60.0
     min_wall: float = 0.2
     lost_min_wall: float = 10.0
+    orphan_min_wall: float = 10.0
     # A window must have blocked for this long before a start it blocks is a violation, with its own
     # wall-clock floor: a command validated just before the window opened taints a moment later.
     window_grace: float = 30.0
@@ -910,6 +912,7 @@ class InvariantChecker:
                 self.bounds.orphan_node,
                 f"instance {instance_id} is {state or 'absent'} but the Node has stayed for longer than "
                 f"{self.bounds.orphan_node:.0f}s (simulated)",
+                floor=max(self.bounds.min_wall, self.bounds.orphan_min_wall),
             )
 
     def _tick_taints(self, in_flight: set[str]) -> None:

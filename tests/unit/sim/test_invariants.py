@@ -383,3 +383,16 @@ def test_pods_lost_waits_for_its_wall_floor_on_a_fast_scale(clock):
     assert fast.check().ok
     clock.t += 2
     assert [v.invariant for v in fast.check().violations] == ["pods-lost"]
+
+
+def test_orphan_node_waits_for_its_wall_floor_on_a_fast_scale(clock):
+    """A worker killed between terminating the instance and deleting the Node takes real seconds to
+    come back, however fast the simulated clock runs."""
+    fast = InvariantChecker("c1", scale=TimeScale(0.01), bounds=InvariantBounds(min_wall=0), clock=clock)
+    fast.observe("ADDED", node("n1", "i-1"))
+    fast.observe_instances([instance("i-1", state="terminated")])
+    fast.tick()
+    clock.t += 9  # 900 s simulated: a restart on a loaded machine
+    assert fast.check().ok
+    clock.t += 2
+    assert [(v.invariant, v.subject) for v in fast.check().violations] == [("orphan-node", "node n1")]
