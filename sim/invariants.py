@@ -10,7 +10,9 @@ Definitions (bounds are *simulated* seconds, turned into wall time by the stack'
 a floor of `min_wall` so a zero scale does not flag transients; pods-lost has its own floor,
 `lost_min_wall`, because rescheduling a pod is the simulator's own real-time work, which a loaded
 machine slows whatever the scale; orphan-node has `orphan_min_wall`, because a Node outlives its
-instance while a worker killed between the two steps restarts, which takes real time too):
+instance while the termination of a worker killed between the two steps moves to another worker:
+Temporal's sticky-queue and workflow-task timeouts (10 s each) and the new worker's start are real
+time too):
 
 pdb-violation
     A *voluntary disruption* of a healthy pod after which a PodDisruptionBudget selecting it has
@@ -157,7 +159,7 @@ class InvariantBounds(BaseModel):
     disrupted_taint: float = 60.0
     min_wall: float = 0.2
     lost_min_wall: float = 10.0
-    orphan_min_wall: float = 10.0
+    orphan_min_wall: float = 30.0
     # A window must have blocked for this long before a start it blocks is a violation, with its own
     # wall-clock floor: a command validated just before the window opened taints a moment later.
     window_grace: float = 30.0

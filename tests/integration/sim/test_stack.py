@@ -204,7 +204,7 @@ def test_an_owned_instance_that_never_registers_is_a_leak(sim_stack):
     assert "since launch" in report.violations[0].message
 
 
-@pytest.mark.sim_stack(invariant_bounds=InvariantBounds(orphan_node=60))
+@pytest.mark.sim_stack(invariant_bounds=InvariantBounds(orphan_node=60, orphan_min_wall=0))
 def test_a_node_whose_instance_is_gone_is_an_orphan(sim_stack):
     node = "ip-172-31-2-30.us-west-2.compute.internal"
     instance_id = sim_stack.store.get("nodes", node)["spec"]["providerID"].rsplit("/", 1)[-1]
