@@ -69,16 +69,18 @@ def chromium() -> str:
 
 def render(url: str, screenshot: Path | None = None) -> str:
     """The page's text after its scripts ran (the DOM Chromium dumps, tags and scripts removed)."""
-    flags = [*CHROMIUM_FLAGS, "--dump-dom"]
-    if screenshot is not None:
-        # The same launch takes the screenshot: one Chromium start per page, not two.
-        screenshot.parent.mkdir(parents=True, exist_ok=True)
-        screenshot.unlink(missing_ok=True)
-        flags.append(f"--screenshot={screenshot}")
+    browser = chromium()
     dom = subprocess.run(
-        [chromium(), *flags, url], capture_output=True, text=True, timeout=120, check=True
+        [browser, *CHROMIUM_FLAGS, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True
     ).stdout
-    assert screenshot is None or screenshot.stat().st_size > 0, f"no screenshot of {url}"
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [browser, *CHROMIUM_FLAGS, f"--screenshot={screenshot}", url],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     text = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", dom, flags=re.S)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text)))
 
