@@ -53,7 +53,6 @@ from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixture
     PassScript,
     activity_name,
     controller_harness_fixture,
-    dev_controller_harness_fixture,
 )
 from tests.unit.workflows.planning_stubs import planning, quiet_cluster
 from worker import WORKFLOWS
@@ -348,10 +347,10 @@ async def test_a_run_continues_as_new_before_its_history_passes_its_limit(
     fake.reasons = {
         f"node-{i:04d}": f"left alone for a reason about this long: {'x' * 50}" for i in range(300)
     }
-    limit = 100_000
+    limit = 60_000  # two passes a run; three runs by pass 7 (each pass waits ~1 s for its timer)
     handle = await start_controller(controller_harness, passes_per_run=60, max_history_bytes=limit)
     try:
-        status = await until_passes(handle, 20, within=60)
+        status = await until_passes(handle, 8, within=60)
     finally:
         await handle.terminate("test over")
     runs = await runs_of(controller_harness.client, handle.id, handle.result_run_id)
@@ -436,9 +435,9 @@ async def test_a_failed_command_is_one_log_line_with_its_cause(
 
 
 async def test_pause_and_resume_are_validated_updates_that_reach_every_pass_and_survive_continue_as_new(
-    dev_controller_harness: ControllerHarness,
+    controller_harness: ControllerHarness,
 ):
-    harness = dev_controller_harness
+    harness = controller_harness
     handle = await start_controller(harness, passes_per_run=4)
     try:
         await until_passes(handle, 1)
@@ -482,11 +481,11 @@ async def test_pause_and_resume_are_validated_updates_that_reach_every_pass_and_
         await handle.terminate("test over")
 
 
-async def test_a_pause_that_comes_with_the_start_is_kept(dev_controller_harness: ControllerHarness):
+async def test_a_pause_that_comes_with_the_start_is_kept(controller_harness: ControllerHarness):
     """Update-with-start delivers the pause in the first workflow task, before `run`: `run` used to
     replace the state the handler had written, and the pause was lost (resume then said "not
     paused")."""
-    harness = dev_controller_harness
+    harness = controller_harness
     values = {"cluster": "unit", "task_queue": harness.task_queue, "interval_seconds": 0.01}
     start = WithStartWorkflowOperation(
         "ControllerWorkflow",

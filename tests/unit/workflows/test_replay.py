@@ -51,7 +51,6 @@ from api.workflow_io import Approval, DisruptionInput, ReplacementSpec, Terminat
 from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixtures
     PassScript,
     controller_harness_fixture,
-    dev_controller_harness_fixture,
 )
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE, PATCH_OPERATOR_CONTROLS
@@ -739,13 +738,13 @@ async def test_record_operator_controls_termination(harness):
 
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
-async def test_record_operator_controls_controller(dev_controller_harness):
+async def test_record_operator_controls_controller(controller_harness):
     """A run that tidies the controls, is paused by NodePool and resumed, then continues as new (on
     the dev server: updates are its to test)."""
     client, queue, fake = (
-        dev_controller_harness.client,
-        dev_controller_harness.task_queue,
-        dev_controller_harness.controller,
+        controller_harness.client,
+        controller_harness.task_queue,
+        controller_harness.controller,
     )
     fake.reasons = {"n1": "quiet"}
     bad = ControlCondition(kind="MaintenanceWindow", name="broken", valid=False, message="spec.actions")
