@@ -29,6 +29,7 @@ from api.activity_io import (
     DrainRequest,
     DrainResult,
     InitializationRequest,
+    LaunchedInstance,
     LaunchTemplate,
     NodeInfo,
     NodeRef,
@@ -235,6 +236,10 @@ class _Refused(Exception):
 HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is doing
 
 
+INSTANCE_CHECK_SECONDS = 30.0
+ENDED_INSTANCE_STATES = frozenset({"shutting-down", "terminated"})
+
+
 def _heartbeat(details: Any) -> None:
     # A local activity has no heartbeat: it is short, and its workflow task is its liveness.
     if activity.in_activity() and not activity.info().is_local:
@@ -258,6 +263,8 @@ class KubernetesActivities:
     ) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
+        # How often a wait for a replacement's node asks EC2 whether its instance still runs.
+        self.instance_check_seconds = INSTANCE_CHECK_SECONDS
         # Whether this cluster owns an instance (EC2Activities.ownership): the managed-node guard.
         self.ownership = ownership
         self.cluster = cluster
@@ -639,6 +646,7 @@ class KubernetesActivities:
         polls = 0
         what = f"replacement instance {instance.instance_id} ({instance.provider_id})"
         said = False
+        look_at_ec2 = time.monotonic() + self.instance_check_seconds
         while True:
             try:
                 node = await self._node_for(
@@ -666,8 +674,28 @@ class KubernetesActivities:
                         for r in self._refs(request.candidates)
                     ]
                 )
+            if time.monotonic() >= look_at_ec2:
+                look_at_ec2 = time.monotonic() + self.instance_check_seconds
+                await self._refuse_if_instance_ended(instance)
             polls += 1
             await asyncio.sleep(interval)
+
+    async def _refuse_if_instance_ended(self, instance: LaunchedInstance) -> None:
+        """An instance that is terminating or terminated will never register a node: fail the wait
+        now, not at the replacement's deadline. (Not found is not enough: EC2 is eventually
+        consistent just after a launch. A failed look is only logged: the wait goes on.)"""
+        if self.ownership is None:
+            return
+        try:
+            state = await self.ownership(instance.instance_id)
+        except Exception as err:  # the wait's own deadline still bounds it
+            log.warning("could not look up replacement instance %s: %s", instance.instance_id, err)
+            return
+        if state.state in ENDED_INSTANCE_STATES:
+            raise permanent(
+                f"replacement instance {instance.instance_id} is {state.state}: its node will never register",
+                errors.NOT_FOUND,
+            )
 
     @staticmethod
     def _sync_registration(node: Json, template: LaunchTemplate, instance_labels: dict[str, str]) -> bool:
@@ -721,8 +749,14 @@ class KubernetesActivities:
         """`await_node_registered`, then `await_node_initialized`: the two always follow each other,
         and as one wait they cost a disruption's history one activity, not two. Once registered, the
         heartbeat names the node, and so does a failure (`details[0]["node"]`): the workflow knows
-        how far the replacement got. A retry registers again (idempotent) and goes on waiting."""
+        how far the replacement got. A retry registers again (idempotent) and goes on waiting; but if
+        an earlier attempt registered a node and no Node has the instance's providerID now, that node
+        is gone (its instance vanished, someone deleted it): the retry fails at once, naming it, so
+        the workflow rolls back instead of waiting out the replacement's deadline."""
+        await self._refuse_if_registered_node_gone(request.instance)
         registered = await self.await_node_registered(request)
+        # Before the first wait: a worker that dies now leaves the node's name to the retry.
+        _heartbeat({"node": registered.node, "waiting_for": "initialization"})
         initialization = InitializationRequest(
             node=registered.node,
             startup_taints=request.template.startup_taints,
@@ -740,6 +774,26 @@ class KubernetesActivities:
                 next_retry_delay=err.next_retry_delay,
             ) from None
         return registered
+
+    async def _refuse_if_registered_node_gone(self, instance: LaunchedInstance) -> None:
+        if not activity.in_activity() or activity.info().is_local:
+            return
+        beats = activity.info().heartbeat_details
+        last = beats[0] if beats else None
+        node = last.get("node") if isinstance(last, dict) else None
+        if not isinstance(node, str) or not node:
+            return
+        try:
+            found = await self._node_for(node, instance.provider_id, list_too=True)
+        except Exception as err:
+            raise classify_kube(err, f"looking for node {node} again") from None
+        if found is None:
+            raise permanent(
+                f"node {node} of replacement instance {instance.instance_id} disappeared after it "
+                f"registered: no Node has providerID {instance.provider_id} now",
+                errors.NOT_FOUND,
+                {"node": node},
+            )
 
     @activity.defn(name="release_node")
     async def release_node(self, request: DiscardRequest) -> None:
