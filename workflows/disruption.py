@@ -276,6 +276,8 @@ class DisruptionWorkflow:
         try:
             await self._taint_candidates(command)  # 1
             await self._provide_replacements(command)  # 2, 3
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException as err:
             await self._roll_back(err)  # 4 (re-raises)
             raise
@@ -285,6 +287,8 @@ class DisruptionWorkflow:
     async def _run_forceful(self, command: DisruptionInput) -> None:
         try:
             await self._taint_candidates(command)
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException as err:
             await self._roll_back(err)
             raise
@@ -292,6 +296,8 @@ class DisruptionWorkflow:
         if command.termination_deadline is None:
             try:
                 await replacing
+            except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+                raise
             except BaseException as err:  # cancelled before anything was handed over: undo it all
                 await self._roll_back(err)
                 raise
@@ -299,6 +305,8 @@ class DisruptionWorkflow:
             return
         try:
             await asyncio.gather(self._terminate_candidates(command), replacing)
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException as err:
             if not replacing.done():
                 replacing.cancel()
@@ -316,6 +324,8 @@ class DisruptionWorkflow:
             await workflow.wait_condition(lambda: self._handed_over)
         try:
             await self._provide_replacements(command)
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException as err:
             if is_cancelled_exception(err):
                 raise
@@ -400,6 +410,8 @@ class DisruptionWorkflow:
         ]
         try:
             await asyncio.gather(*tasks)
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException:
             # One replacement failed (or the workflow was cancelled): stop waiting for the others.
             self._stopping = True
@@ -455,6 +467,8 @@ class DisruptionWorkflow:
                 summary=f"wait for {short_node(registered.node)} to initialize",
             )
             replacement.state = "Initialized"
+        except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+            raise
         except BaseException as err:
             if is_cancelled_exception(err):
                 raise

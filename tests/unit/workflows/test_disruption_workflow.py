@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.worker import Worker
 
 from api.workflow_io import DisruptionInput, DisruptionStatus, ReplacementSpec
+from tests.unit.workflows.conftest import Harness
+from tests.unit.workflows.fakes import FakeCluster
+from worker import WORKFLOWS
 from workflows.disruption import DisruptionWorkflow
 
 
@@ -408,3 +415,28 @@ async def test_an_unexpected_error_on_every_attempt_rolls_back_within_bounds(har
     ]
     text = str(failure.value.cause) + str(getattr(failure.value.cause, "cause", ""))
     assert "amiSelectorTerms" in text, text
+
+
+async def test_a_disruption_evicted_from_the_cache_is_not_a_failed_replacement(ts_client, monkeypatch):
+    """A worker that stops evicts its workflows: the SDK closes their coroutines (GeneratorExit). The
+    replacement's `except BaseException` used to turn that into ReplacementFailed, which Python then
+    reported as "Exception ignored" (seen in every full run) and the rollback tried to run."""
+    ignored: list[str] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: ignored.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    )
+    cluster = FakeCluster()
+    cluster.never_registers = True
+    task_queue = f"unit-{uuid.uuid4().hex[:8]}"
+    harness = Harness(ts_client, cluster, task_queue)
+    candidates = nodes(harness, 1)
+    async with Worker(
+        ts_client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=cluster.activities()
+    ):
+        handle = await start(harness, command(candidates))
+        await wait_for_phase(handle, "WaitingForReplacements")
+    gc.collect()
+    await handle.terminate("test over")
+
+    assert not [line for line in ignored if "Replacement" in line or "GeneratorExit" in line], ignored
+    assert "terminate_instance" not in cluster.names()  # no rollback ran for an eviction
