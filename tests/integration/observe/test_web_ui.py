@@ -85,20 +85,6 @@ def render(url: str, screenshot: Path | None = None) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text)))
 
 
-def screenshot_only(url: str, screenshot: Path) -> None:
-    """A picture for people, not a check: a Chromium that hangs on the page is left behind, said."""
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        subprocess.run(
-            [chromium(), *CHROMIUM_FLAGS, f"--screenshot={screenshot}", url],
-            capture_output=True,
-            timeout=45,
-            check=True,
-        )
-    except subprocess.TimeoutExpired:
-        print(f"no screenshot of {url}: Chromium did not finish within 45 s")
-
-
 def node_filter(node: str) -> str:
     """The list's query for workflows naming `node`, as the UI's filter bar writes it."""
     return quote('KarpflowNodes="' + node + '"')
@@ -165,10 +151,10 @@ async def test_the_web_ui_lists_filters_and_summarizes_a_disruption(make_sim_sta
         history = await asyncio.to_thread(render, f"{page}/history", ARTIFACTS / "workflow-history.png")
         assert "Completed" in history or "COMPLETED" in history, history[:2000]
         assert "Empty: delete 1 node: ip-172-31-2-30, saves $" in history, history[:3000]
-        # The User Metadata tab renders summary and details in a frame of its own, which the dumped
-        # DOM does not include: a screenshot only (the README's picture), nothing asserted on it.
-        # Best effort: headless Chromium has hung on this page past 120 s in 3 of ~10 full runs.
-        await asyncio.to_thread(screenshot_only, f"{page}/user-metadata", ARTIFACTS / "workflow-summary.png")
+        # The User Metadata tab (summary and details) is left out: its content is in a frame the
+        # dumped DOM does not hold, and headless Chromium has not finished a screenshot of it in any
+        # run since the evening of 2026-11-26 (45 s lost each time). docs/images/web-ui-disruption.png
+        # was taken of it before.
         memo = await asyncio.to_thread(render, f"{page}/memo", ARTIFACTS / "workflow-memo.png")
         assert started_by in memo and "estimatedSavingsPerHour" in memo, memo[:3000]
         # The summaries the workflows set on their own steps: the disruption's taint, and the
