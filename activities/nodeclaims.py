@@ -168,6 +168,17 @@ def nodeclaim_state(claim: Json) -> NodeClaimState:
     )
 
 
+def _progress(state: NodeClaimState, waiting_for: str) -> dict[str, str]:
+    """A wait's heartbeat: what it waits for, and what Karpenter has done so far (the instance it
+    launched, the node that registered), for whoever looks at the pending activity."""
+    beat = {"nodeclaim": state.name, "waiting_for": waiting_for}
+    if state.instance_id:
+        beat["instance"] = state.instance_id
+    if state.node:
+        beat["node"] = state.node
+    return beat
+
+
 def _why_not(claim: Json, until: str) -> str:
     """What Karpenter says the NodeClaim still waits for (the condition's reason and message)."""
     condition = conditions(claim).get(until)
@@ -329,7 +340,7 @@ class NodeClaimActivities:
             if ready and (request.until == "Launched" or state.node):
                 return state
             last = _why_not(claim, request.until)
-            _heartbeat({"nodeclaim": name, "waiting_for": last})
+            _heartbeat(_progress(state, last))
             await asyncio.sleep(interval)
 
     @activity.defn(name="delete_nodeclaims")

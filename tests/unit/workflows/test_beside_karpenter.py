@@ -39,7 +39,8 @@ async def test_a_replacement_is_a_nodeclaim_karpenter_launches(beside_karpenter)
     calls = harness.cluster.names()
     assert "launch_instance" not in calls and "await_node_registered" not in calls
     waits = [arg for name, arg in harness.cluster.calls if name == "await_nodeclaim"]
-    assert waits == [f"{replacement.nodeclaim}:{c}" for c in ("Launched", "Registered", "Initialized")]
+    # One wait until Initialized (disruption-nodeclaim-one-wait), not one per condition.
+    assert waits == [f"{replacement.nodeclaim}:Initialized"]
     assert calls.index("create_nodeclaim") > calls.index("taint_disrupted")
     assert calls.index("begin_termination") > calls.index("await_nodeclaim")
     # the candidate's termination was handed to Karpenter: no drain, the instance only checked
@@ -55,7 +56,7 @@ async def test_a_nodeclaim_karpenter_gives_up_on_rolls_back_by_deleting_it(besid
         await handle.result()
     status = await handle.query(DisruptionWorkflow.status)
     assert status.phase == "RolledBack"
-    assert "was deleted before it was Launched" in status.message
+    assert "was deleted before it was Initialized" in status.message
     assert "deleted 1 replacement NodeClaim(s) (Karpenter terminates their instances)" in status.message
     assert harness.cluster.deleted_nodeclaims == [status.replacements[0].nodeclaim]
     calls = harness.cluster.names()

@@ -7,13 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.testing import ActivityEnvironment
+
 from activities.nodeclaims import (
     REPLACEMENT_FOR_ANNOTATION,
     KarpenterHandover,
+    NodeClaimActivities,
     nodeclaim_body,
     nodeclaim_state,
 )
-from api.activity_io import AmiChoice, LaunchTemplate, NodeClaimRequest
+from api.activity_io import AmiChoice, LaunchTemplate, NodeClaimRequest, NodeClaimWait
 from api.constants import TERMINATION_TIMESTAMP_ANNOTATION
 from api.workflow_io import Offering, ReplacementSpec, TaintSpec
 from kube.client import KubeError
@@ -164,3 +167,37 @@ async def test_a_handover_moves_the_deadline_earlier_never_later_then_deletes_by
             if seen
             else stamped(existing)["metadata"]["annotations"].get(TERMINATION_TIMESTAMP_ANNOTATION)
         ) == kept.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_one_wait_until_initialized_says_in_its_heartbeat_how_far_karpenter_got():
+    """The disruption waits once, until Initialized (disruption-nodeclaim-one-wait): whoever looks at
+    the pending activity (`temporal workflow describe`, the Web UI) sees the instance Karpenter
+    launched and the node that registered, and what Karpenter still waits for."""
+    claim = {
+        "metadata": {"name": "c1", "uid": "u1"},
+        "status": {
+            "providerID": "aws:///us-west-2a/i-0abc",
+            "nodeName": "ip-10-0-1-1",
+            "conditions": [
+                {"type": "Launched", "status": "True"},
+                {"type": "Registered", "status": "True"},
+                {"type": "Initialized", "status": "Unknown", "reason": "NotReady", "message": "not ready"},
+            ],
+        },
+    }
+    server = OneNodeClaim(claim)
+    beats: list[dict[str, Any]] = []
+
+    def beat(*details: Any) -> None:
+        beats.append(details[0])
+        claim["status"]["conditions"][2]["status"] = "True"  # Karpenter catches up
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = beat
+    wait = NodeClaimWait(name="c1", uid="u1", until="Initialized", poll_interval_seconds=0.01)
+    state = await env.run(NodeClaimActivities(server).await_nodeclaim, wait)  # type: ignore[arg-type]
+
+    assert state.node == "ip-10-0-1-1" and state.instance_id == "i-0abc"
+    (first,) = beats
+    assert first["nodeclaim"] == "c1" and first["instance"] == "i-0abc" and first["node"] == "ip-10-0-1-1"
+    assert "Initialized" in first["waiting_for"], first
