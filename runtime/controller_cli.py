@@ -52,7 +52,7 @@ from api.workflow_io import DisruptionStatus
 from planner import why_not
 from runtime.connections import connect_temporal
 from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
-from runtime.rollout_progress import running_rollouts
+from runtime.rollout_progress import RolloutProgress, running_rollouts
 from runtime.settings import WorkerSettings, explain
 
 EXIT_UNREACHABLE = 3
@@ -226,13 +226,13 @@ def render_node(answer: dict[str, Any], console: Console) -> None:
 
 def _status_command(settings: WorkerSettings, output: str, node: str | None = None) -> None:
     running: list[str] = []
-    rollouts: list[str] = []
+    rollouts: list[RolloutProgress] = []
 
     async def go() -> ControllerStatus:
         client = await _client(settings)
         if node is not None:
             running.extend(await running_for(client, node))
-        elif output == "text":
+        else:
             rollouts.extend(await running_rollouts(client, settings.cluster_name))
         try:
             stopped = await _stopped(client, settings.cluster_name)
@@ -262,12 +262,13 @@ def _status_command(settings: WorkerSettings, output: str, node: str | None = No
             render_node(answer, Console())
         _leave(0)
     if output == "json":
-        click.echo(status.model_dump_json(indent=2))
+        shown = {**status.model_dump(mode="json"), "rollouts": [r.model_dump() for r in rollouts]}
+        click.echo(json.dumps(shown, indent=2))
     else:
         console = Console()
         render(status, console)
-        for line in rollouts:
-            console.print(f"rollout {line}")
+        for rollout in rollouts:
+            console.print(f"rollout {rollout.line()}")
     _leave(0)
 
 

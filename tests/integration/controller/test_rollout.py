@@ -6,6 +6,7 @@ invariant checker judges every disruption the simulated cluster sees."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
@@ -132,6 +133,10 @@ async def test_a_rate_of_two_per_hour_starts_exactly_two_of_a_rollout_of_five(ka
         assert set((await marks(karpflow)).values()) == {rollout_id}
         listed = await karpflow.run("karpflow", "status", **{**env, "COLUMNS": "200"})
         assert f"rollout {rollout_id}: Rolling, 2/5 replaced, 3 remaining" in listed.stdout, listed.stdout
+        as_json = json.loads((await karpflow.run("karpflow", "status", "-o", "json", **env)).stdout)
+        assert {"id": rollout_id, "phase": "Rolling", "replaced": 2, "total": 5, "remaining": 3} in as_json[
+            "rollouts"
+        ], as_json["rollouts"]
 
         await karpflow.run("bash", "-euo", "pipefail", "-c", by_hand, **env)
         manual = karpflow.client.get_workflow_handle(f"rollout/{karpflow.stack.cluster_name}/default/by-hand")
