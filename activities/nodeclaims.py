@@ -35,6 +35,7 @@ from api.activity_io import (
     NodeClaimRequest,
     NodeClaimState,
     NodeClaimWait,
+    NodeRef,
 )
 from api.constants import (
     AWS_GROUP,
@@ -48,6 +49,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.workflow_io import Offering
+from kube import events
 from kube.client import Json, KubeApi, KubeError
 from kube.times import parse_time, rfc3339
 
@@ -168,6 +170,10 @@ def nodeclaim_state(claim: Json) -> NodeClaimState:
     )
 
 
+def _refs(nodes: list[NodeRef]) -> list[events.ObjectRef]:
+    return [events.ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
+
+
 def _progress(state: NodeClaimState, waiting_for: str) -> dict[str, str]:
     """A wait's heartbeat: what it waits for, and what Karpenter has done so far (the instance it
     launched, the node that registered), for whoever looks at the pending activity."""
@@ -269,6 +275,12 @@ class NodeClaimActivities:
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
 
+    async def _record(self, batch: list[events.Event]) -> None:
+        """Events of this step (best effort: the recorder never raises)."""
+        if batch:
+            recorder = events.recorder_for(self.kube)
+            await asyncio.gather(*(recorder.record(event) for event in batch))
+
     async def _get(self, name: str) -> Json | None:
         try:
             return await self.kube.request("GET", _path(name))
@@ -312,6 +324,13 @@ class NodeClaimActivities:
             created = existing
         except Exception as err:
             raise classify_kube(err, f"creating NodeClaim {name}") from None
+        # Karpenter's DisruptionLaunching on each node it replaces (the recorder dedupes a retry's).
+        await self._record(
+            [
+                events.disruption_launching(ref, request.reason or "disruption", f"NodeClaim {name}")
+                for ref in _refs(request.candidates)
+            ]
+        )
         return nodeclaim_state(created)
 
     @activity.defn(name="await_nodeclaim")
@@ -321,6 +340,7 @@ class NodeClaimActivities:
         registration that timed out) fails at once: Karpenter will not bring it back."""
         interval = self._interval(request.poll_interval_seconds)
         name, last = request.name, ""
+        said = False
         while True:
             try:
                 claim = await self._get(name)
@@ -341,6 +361,15 @@ class NodeClaimActivities:
                 return state
             last = _why_not(claim, request.until)
             _heartbeat(_progress(state, last))
+            if not said:  # the candidates wait for it: say so once
+                said = True
+                replacement = f"NodeClaim {name}"
+                await self._record(
+                    [
+                        events.disruption_waiting_readiness(ref, replacement)
+                        for ref in _refs(request.candidates)
+                    ]
+                )
             await asyncio.sleep(interval)
 
     @activity.defn(name="delete_nodeclaims")

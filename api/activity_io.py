@@ -193,6 +193,10 @@ class NodeClaimRequest(BaseModel):
     index: int
     spec: ReplacementSpec
     template: LaunchTemplate
+    candidates: list[NodeRef] = Field(
+        default_factory=list, description="the nodes it replaces: each gets a DisruptionLaunching Event"
+    )
+    reason: str = Field(default="", description="the command's reason, for that Event")
 
 
 class NodeClaimWait(BaseModel):
@@ -202,6 +206,7 @@ class NodeClaimWait(BaseModel):
     uid: str | None = None
     until: NodeClaimCondition
     poll_interval_seconds: float | None = None
+    candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
 
 
 class NodeClaimState(BaseModel):

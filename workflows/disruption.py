@@ -543,6 +543,8 @@ class DisruptionWorkflow:
                 index=replacement.index,
                 spec=spec,
                 template=template,
+                candidates=self._pinned(),
+                reason=command.reason,
             ),
             start_to_close_timeout=API_CALL,
             schedule_to_close_timeout=self._time_left(deadline),
@@ -588,7 +590,7 @@ class DisruptionWorkflow:
             self._set_phase("WaitingForReplacements")  # every NodeClaim is Karpenter's to launch now
         claim = await self._regular(
             NodeClaimActivities.await_nodeclaim,
-            NodeClaimWait(name=name, uid=uid, until="Initialized"),
+            NodeClaimWait(name=name, uid=uid, until="Initialized", candidates=self._pinned()),
             schedule_to_close_timeout=self._time_left(deadline),
             heartbeat_timeout=command.timeouts.heartbeat,
             retry_policy=WAIT_RETRY,

@@ -24,7 +24,7 @@ from api.hashes import nodepool_hash_annotations
 from api.nodepool import NodePool
 from sim.scenario import parse_scenario
 from sim.scenarios import generate_demo as gen
-from sim.testing import assert_no_violations
+from sim.testing import assert_no_violations, kubectl
 from tests.integration.controller.test_controller import FAST, until_quiet
 from tests.integration.workflows.conftest import Workload, node
 
@@ -134,6 +134,12 @@ async def test_a_drift_replacement_beside_karpenter(karpflow):
     assert new["metadata"]["labels"]["team"] == "shop"  # Karpenter synced the NodeClaim's labels
     (claim,) = nodeclaims(karpflow).values()
     assert claim["metadata"]["annotations"][REPLACEMENT_FOR_ANNOTATION].split("/")[3] == "Drifted"
+    # The candidate's Events say what replaces it and that it waits for it, as on the direct path.
+    listed = json.loads(kubectl(karpflow.stack, "get", "events", "-A", "-o", "json"))["items"]
+    on_node = {e["reason"]: e["message"] for e in listed if e["involvedObject"]["name"] == DRIFTING.name}
+    name = claim["metadata"]["name"]
+    assert f"Launching NodeClaim {name} to replace it: Drifted" == on_node.get("DisruptionLaunching"), on_node
+    assert f"NodeClaim {name}" in on_node.get("DisruptionWaitingReadiness", ""), on_node
     no_disruption_taints(nodes)
     status = karpenter(karpflow)
     assert status["garbage_collected"] == [] and status["taints_removed"] == [], status
