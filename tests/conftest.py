@@ -26,9 +26,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture(scope="module")
 async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """Temporal's time-skipping test server: a one-hour workflow.sleep returns in milliseconds."""
+    """Temporal's time-skipping test server: a one-hour workflow.sleep returns in milliseconds.
+
+    One per test module (it starts in ~0.1 s): a workflow cancelled while one of its activities ran
+    leaves that server's time skipping off for good (the activity's lock is never released), and
+    every later timer of the session then took its real time (a 15 s test that takes 0.1 s)."""
     env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=temporal_test_server())
     try:
         yield env

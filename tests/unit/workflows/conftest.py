@@ -15,7 +15,7 @@ from tests.unit.workflows.fakes import FakeCluster
 from worker import WORKFLOWS
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture(scope="module")
 async def ts_client(time_skipping_env: WorkflowEnvironment) -> Client:
     """A client with karpflow's data converter, search attributes registered."""
     client = with_karpflow_converter(time_skipping_env.client)
