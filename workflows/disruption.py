@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -74,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         LaunchedInstance,
         LaunchRequest,
         LaunchTemplate,
+        NodeClaimCondition,
         NodeClaimDeletion,
         NodeClaimRequest,
         NodeClaimWait,
@@ -554,52 +556,46 @@ class DisruptionWorkflow:
             summary=f"replacement {replacement.index}: ask Karpenter for NodeClaim {name}",
         )
         self._stop_if_cancelled()
+        wait = partial(self._await_nodeclaim, replacement, name, created.uid, deadline, command)
         if self._lean and workflow.patched(PATCH_NODECLAIM_ONE_WAIT):
-            await self._await_nodeclaim_initialized(replacement, name, created.uid, deadline, command)
+            # One wait: its heartbeat says how far the NodeClaim got (instance, node), which
+            # `temporal workflow describe` and the Web UI show while it runs.
+            self._claims_created += 1
+            if self._claims_created == len(self._status.replacements):
+                self._set_phase("WaitingForReplacements")  # every NodeClaim is Karpenter's to launch now
+            await wait("Initialized", "launched, registered and initialized", self._pinned())
             return
         for condition in ("Launched", "Registered", "Initialized"):
-            claim = await self._regular(
-                NodeClaimActivities.await_nodeclaim,
-                NodeClaimWait(name=name, uid=created.uid, until=condition),
-                schedule_to_close_timeout=self._time_left(deadline),
-                heartbeat_timeout=command.timeouts.heartbeat,
-                retry_policy=WAIT_RETRY,
-                summary=f"wait for NodeClaim {name} to be {condition}",
-            )
-            replacement.offering = claim.offering or replacement.offering
-            replacement.instance_id = claim.instance_id or replacement.instance_id
-            replacement.node = claim.node or replacement.node
-            replacement.state = condition
+            await wait(condition, condition, [])
             if condition == "Launched" and all(
                 r.state not in ("Pending", "Launching") for r in self._status.replacements
             ):
                 self._set_phase("WaitingForReplacements")
 
-    async def _await_nodeclaim_initialized(
+    async def _await_nodeclaim(
         self,
         replacement: ReplacementStatus,
         name: str,
         uid: str | None,
         deadline: datetime,
         command: DisruptionInput,
+        until: NodeClaimCondition,
+        saying: str,
+        candidates: list[NodeRef],
     ) -> None:
-        """One wait, until Karpenter says Initialized: its heartbeat says how far the NodeClaim got
-        (instance, node), which `temporal workflow describe` and the Web UI show while it runs."""
-        self._claims_created += 1
-        if self._claims_created == len(self._status.replacements):
-            self._set_phase("WaitingForReplacements")  # every NodeClaim is Karpenter's to launch now
+        """Wait until Karpenter says `until` on the NodeClaim; the replacement takes what it filled in."""
         claim = await self._regular(
             NodeClaimActivities.await_nodeclaim,
-            NodeClaimWait(name=name, uid=uid, until="Initialized", candidates=self._pinned()),
+            NodeClaimWait(name=name, uid=uid, until=until, candidates=candidates),
             schedule_to_close_timeout=self._time_left(deadline),
             heartbeat_timeout=command.timeouts.heartbeat,
             retry_policy=WAIT_RETRY,
-            summary=f"wait for NodeClaim {name} to be launched, registered and initialized",
+            summary=f"wait for NodeClaim {name} to be {saying}",
         )
         replacement.offering = claim.offering or replacement.offering
         replacement.instance_id = claim.instance_id or replacement.instance_id
         replacement.node = claim.node or replacement.node
-        replacement.state = "Initialized"
+        replacement.state = until
 
     async def _launch(
         self,
