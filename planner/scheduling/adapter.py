@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from api import constants as k
 from kube.selectors import Taint, Toleration
 from planner.model import Replacement, SchedulingResult
+from planner.pass_cache import same_pods
 from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from kube import selectors
     from planner.catalog import Catalog, InstanceType
     from planner.model import Candidate, PlanContext
+    from planner.pass_cache import PassCache
     from planner.resources import Resources as KubeResources
     from planner.snapshot import Node, Pod, Snapshot
 
@@ -264,6 +266,29 @@ def _bound_pods(snapshot: Snapshot, conv: _Converter) -> list[BoundPod]:
     return out
 
 
+def _bound_by_node(snapshot: Snapshot, conv: _Converter, cache: PassCache) -> dict[str, tuple[BoundPod, ...]]:
+    """Each node's bound (non-terminal) pods, in the snapshot's order, as `_bound_pods` gives them.
+    A node whose pods are the same Pod objects as in the cache's last pass gets the same tuple back,
+    so the simulator reuses what it derived of it (`Simulator(node_memo=...)`). Nodes with
+    anti-affinity pods are converted each time: their terms are compared by identity."""
+    previous, kept = cache.bound, {}
+    out = {}
+    for name, node in snapshot.nodes.items():
+        pods = node.pods
+        known = previous.get(name)
+        if known is not None and same_pods(known[0], pods):
+            bound = known[1]
+        else:
+            bound = tuple(conv.bound(p) for p in pods if not p.is_terminal)
+            if any(b.anti_affinity for b in bound):
+                out[name] = bound
+                continue
+        kept[name] = (tuple(pods), bound)
+        out[name] = bound
+    cache.bound = kept  # replaced whole: another thread's simulation only loses hits
+    return out
+
+
 class SnapshotSimulation:
     """The scheduling simulation prepared for one snapshot and catalog."""
 
@@ -273,9 +298,11 @@ class SnapshotSimulation:
         catalog: Catalog,
         preference_policy: PreferencePolicy = RESPECT,
         extra_nodes: Sequence[SimNode] = (),
+        cache: PassCache | None = None,
     ) -> None:
         """`extra_nodes`: nodes that are not in the snapshot but should be, e.g. the new nodes a plan
-        means to launch, shown as if they had joined (planner/optimal/ verifies its target this way)."""
+        means to launch, shown as if they had joined (planner/optimal/ verifies its target this way).
+        `cache`: per-node work kept from the caller's previous pass (planner/pass_cache.py)."""
         self.snapshot = snapshot
         self.catalog = catalog
         self.deleting = frozenset(n for n, node in snapshot.nodes.items() if node.is_deleting)
@@ -283,7 +310,8 @@ class SnapshotSimulation:
         nodes = [sim_node(n, self._conv) for n in snapshot.nodes.values()]
         nodes.extend(self._in_flight(snapshot, catalog))
         nodes.extend(extra_nodes)
-        bound = _bound_pods(snapshot, self._conv)
+        by_node = _bound_by_node(snapshot, self._conv, cache) if cache is not None else None
+        bound = _bound_pods(snapshot, self._conv) if by_node is None else ()
         daemonsets = [
             SimDaemonSet(ds.name, ds.namespace, self._conv.constraints(ds.pod)) for ds in snapshot.daemonsets
         ]
@@ -299,7 +327,11 @@ class SnapshotSimulation:
             [sim_instance_type(it) for it in catalog],
             daemonsets,
             preference_policy=preference_policy,
+            bound_by_node=by_node,
+            node_memo=cache.sim_nodes if cache is not None else None,
         )
+        if cache is not None:
+            cache.sim_nodes = self.simulator.node_memo_out
         self._sim_pods: dict[int, SimPod] = {}
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
@@ -517,7 +549,9 @@ def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     per_snapshot = _CACHE.setdefault(ctx.snapshot, {})
     prepared = per_snapshot.get(key)
     if prepared is None or prepared.catalog is not ctx.catalog:
-        prepared = SnapshotSimulation(ctx.snapshot, ctx.catalog, ctx.options.preference_policy)
+        prepared = SnapshotSimulation(
+            ctx.snapshot, ctx.catalog, ctx.options.preference_policy, cache=ctx.cache
+        )
         per_snapshot[key] = prepared
     return prepared
 
