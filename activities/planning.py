@@ -617,7 +617,13 @@ class PlanningActivities:
         for command in request.commands:
             planned = CommandOut.model_validate(command.planned)
             out = await asyncio.to_thread(
-                validate_command, snapshot, catalog, planned, self.options, marked=list(starting)
+                validate_command,
+                snapshot,
+                catalog,
+                planned,
+                self.options,
+                marked=list(starting),
+                cache=self.pass_cache,
             )
             if not out.valid or out.command is None:
                 kind = command.consolidation_type or CONSOLIDATION_TYPE_OF.get(command.method, "")

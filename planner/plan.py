@@ -563,15 +563,18 @@ def validate_command(
     methods: Sequence[Method] | None = None,
     simulate: Simulate | None = None,
     marked: Iterable[str] = (),
+    cache: PassCache | None = None,
 ) -> ValidationOut:
     """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer).
     `marked`: nodes of commands validated before this one in the same batch, which will start with
-    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own."""
+    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own. `cache`: as
+    for `plan` (the verdict is the same without it)."""
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
         options=options or PlanOptions(),
         simulate=simulate if simulate is not None else default_simulate(),
+        cache=cache,
     )
     ctx.marked_for_deletion.update(n for n in marked if n not in command.nodes)
     rebuilt = command_from_out(ctx, command)

@@ -5,7 +5,9 @@ it while the snapshot lives, so every method of a pass (drift, multi- and single
 and every probe share one prepared cluster. Nodes a pass has already decided to remove
 (`ctx.marked_for_deletion`) are removed per probe, with their pods moving in the background, so they
 do not force a rebuild. Bound pods are reduced to what they contribute (used room, topology labels,
-anti-affinity); only the pods that move are converted in full, once each.
+anti-affinity); only the pods that move are converted in full, once each. Given the caller's
+`PassCache` (planner/pass_cache.py), a node whose pods did not change since the last pass keeps its
+converted pods and what the simulator derived of them.
 """
 
 from __future__ import annotations

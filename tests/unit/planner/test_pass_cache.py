@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from planner.catalog import bundled_catalog
 from planner.pass_cache import NodePods, PassCache
-from planner.plan import plan
+from planner.plan import plan, validate_command
 from planner.scheduling.adapter import SnapshotSimulation
 from sim.cluster_builder import DEFAULT_NOW
 from tests.unit.planner.test_snapshot_builder import Informers, change, cluster, from_scratch
@@ -43,6 +43,14 @@ def passes(seed: int, steps: list[int], nodes: int = 16, pods: int = 160) -> Pas
         cached = plan(informers.builder.snapshot(now, instances, held), CATALOG, cache=cache)
         fresh = plan(from_scratch(informers, now, instances, held), CATALOG)
         assert cached.model_dump() == fresh.model_dump()
+        # The controller re-validates the commands on the next view; the same verdicts either way.
+        for command in cached.commands:
+            later = now + timedelta(seconds=15)
+            with_cache = validate_command(
+                informers.builder.snapshot(later, instances, held), CATALOG, command, cache=cache
+            )
+            without = validate_command(from_scratch(informers, later, instances, held), CATALOG, command)
+            assert with_cache.model_dump() == without.model_dump()
     return cache
 
 
