@@ -338,6 +338,7 @@ class SnapshotSimulation:
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
         self._leaving: dict[str, list[Pod]] = {}
+        self._leaving_key_lists: dict[str, list[str]] = {}
         # Background sets by the nodes leaving, and SimPod lists by the identity of the Pod list they
         # convert: a pass simulates the same background for many candidates, and the simulator keys
         # its prepared background placements by list identity too (Simulator._background_info).
@@ -437,12 +438,26 @@ class SnapshotSimulation:
         """Reschedulable pods of nodes going away anyway (being deleted, or marked by this pass)."""
         out = []
         for name in sorted(node_names):
-            pods = self._leaving.get(name)
-            if pods is None:
-                node = self.snapshot.nodes.get(name)
-                pods = [p for p in node.pods if p.is_reschedulable] if node is not None else []
-                self._leaving[name] = pods
-            out.extend(pods)
+            out.extend(self._leaving_of(name))
+        return out
+
+    def _leaving_of(self, name: str) -> list[Pod]:
+        pods = self._leaving.get(name)
+        if pods is None:
+            node = self.snapshot.nodes.get(name)
+            pods = [p for p in node.pods if p.is_reschedulable] if node is not None else []
+            self._leaving[name] = pods
+        return pods
+
+    def _leaving_keys(self, node_names: Iterable[str]) -> list[str]:
+        """The keys of `leaving_pods(node_names)`, in its order. A pass runs a simulation for each
+        node it marks, with every node marked before it gone: each node's keys are read once."""
+        out: list[str] = []
+        for name in sorted(node_names):
+            keys = self._leaving_key_lists.get(name)
+            if keys is None:
+                keys = self._leaving_key_lists[name] = [p.key for p in self._leaving_of(name)]
+            out.extend(keys)
         return out
 
     def pods_of(self, node_names: Sequence[str]) -> list[Pod]:
@@ -492,7 +507,7 @@ class SnapshotSimulation:
             [self.sim_pod(p) for p in moving],
             background=self._sim_list(extra),
             gone=gone,
-            from_deleting=[p.key for p in self.leaving_pods(gone)],
+            from_deleting=self._leaving_keys(gone),
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
             packing=packing,
