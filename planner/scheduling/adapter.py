@@ -1,7 +1,7 @@
 """From the planner's `Snapshot` and `Catalog` to the scheduling simulation, and back to model types.
 
 A `SnapshotSimulation` prepares one `Simulator` per (snapshot, catalog, preference policy) and keeps
-it while the snapshot lives, so every method of a pass (drift, multi- and single-node consolidation)
+it for the last few snapshots planned, so every method of a pass (drift, multi- and single-node consolidation)
 and every probe share one prepared cluster. Nodes a pass has already decided to remove
 (`ctx.marked_for_deletion`) are removed per probe, with their pods moving in the background, so they
 do not force a rebuild. Bound pods are reduced to what they contribute (used room, topology labels,
@@ -12,7 +12,8 @@ converted pods and what the simulator derived of them.
 
 from __future__ import annotations
 
-import weakref
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -557,13 +558,31 @@ def launch_capacity_type(capacity_types: Iterable[str]) -> str:
     return next(iter(sorted(allowed)), k.CAPACITY_ON_DEMAND)
 
 
-_CACHE: weakref.WeakKeyDictionary[Snapshot, dict[tuple, SnapshotSimulation]] = weakref.WeakKeyDictionary()
+# The prepared simulations of the last few snapshots, by identity (a pass and a validation may run
+# at once, each on its own). Not a WeakKeyDictionary: a simulation holds its snapshot, so an entry
+# there kept its key alive and every snapshot ever planned stayed in memory (35 MB a pass at 5,000
+# nodes). Bounded instead: an older snapshot's simulation is prepared again if it is ever asked for.
+RECENT_SNAPSHOTS = 3
+_CACHE: OrderedDict[int, tuple[Snapshot, dict[tuple, SnapshotSimulation]]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _simulations_of(snapshot: Snapshot) -> dict[tuple, SnapshotSimulation]:
+    with _CACHE_LOCK:
+        entry = _CACHE.get(id(snapshot))
+        if entry is None or entry[0] is not snapshot:
+            entry = _CACHE[id(snapshot)] = (snapshot, {})
+            while len(_CACHE) > RECENT_SNAPSHOTS:
+                _CACHE.popitem(last=False)
+        else:
+            _CACHE.move_to_end(id(snapshot))
+        return entry[1]
 
 
 def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     """The prepared simulation for this context's snapshot (built once, then reused)."""
     key = (id(ctx.catalog), ctx.options.preference_policy)
-    per_snapshot = _CACHE.setdefault(ctx.snapshot, {})
+    per_snapshot = _simulations_of(ctx.snapshot)
     prepared = per_snapshot.get(key)
     if prepared is None or prepared.catalog is not ctx.catalog:
         prepared = SnapshotSimulation(

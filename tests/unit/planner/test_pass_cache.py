@@ -9,7 +9,9 @@ built from scratch, without a cache.
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 from planner.catalog import bundled_catalog
 from planner.pass_cache import NodePods, PassCache
 from planner.plan import plan, validate_command
-from planner.scheduling.adapter import SnapshotSimulation
+from planner.scheduling.adapter import RECENT_SNAPSHOTS, SnapshotSimulation
 from sim.cluster_builder import DEFAULT_NOW
 from tests.unit.planner.test_snapshot_builder import Informers, change, cluster, from_scratch
 
@@ -110,3 +112,20 @@ def test_the_simulator_prepared_with_the_cache_equals_one_prepared_fresh(seed, s
         cached = SnapshotSimulation(informers.builder.snapshot(now, instances), CATALOG, cache=cache)
         fresh = SnapshotSimulation(from_scratch(informers, now, instances, set()), CATALOG)
         assert prepared(cached) == prepared(fresh)
+
+
+def test_passes_do_not_keep_their_snapshots_alive():
+    """A worker plans a new snapshot every pass: the prepared simulations the planner memoises per
+    snapshot must not keep every one of them (and its simulation) in memory."""
+    objects, instances = cluster(11, nodes=30, pods=300)  # a cluster whose passes simulate
+    informers = Informers(objects)
+    cache = PassCache()
+    alive = []
+    for minute in range(8):
+        snapshot = informers.builder.snapshot(DEFAULT_NOW + timedelta(minutes=minute), instances)
+        plan(snapshot, CATALOG, cache=cache)
+        alive.append(weakref.ref(snapshot))
+        del snapshot
+    gc.collect()
+    kept = sum(1 for ref in alive if ref() is not None)
+    assert kept <= RECENT_SNAPSHOTS
