@@ -87,6 +87,7 @@ from planner.model import (
 )
 from planner.node_disruption_budgets import read_ndb
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
+from planner.pass_cache import PassCache
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
 from planner.rate_budgets import longest_period
 from planner.snapshot import RecentDisruption, Snapshot, instance_id_of
@@ -388,6 +389,9 @@ class PlanningActivities:
         self.options = options or PlanOptions()
         self._catalog = catalog
         self.sent_reasons = SentReasons()
+        # Per-node work one pass hands the next (planner/pass_cache.py): the informer cache gives
+        # each pass the same Pod objects for the pods that did not change.
+        self.pass_cache = PassCache()
         # The pass's Events (none where a test plans without a Kubernetes API).
         self.events = EventBatches(recorder_for(kube)) if kube is not None else None
 
@@ -556,7 +560,7 @@ class PlanningActivities:
         snapshot = await self._snapshot(held, now, request.pauses, request.holding)
         catalog = self._catalog_for(snapshot, request.unavailable, now)
         options = self.options.model_copy(update={"backed_off": backed_off(request.backoffs, fresh, now)})
-        result = await asyncio.to_thread(plan, snapshot, catalog, options)
+        result = await asyncio.to_thread(plan, snapshot, catalog, options, cache=self.pass_cache)
         orphans = sorted(
             name
             for name, node in snapshot.nodes.items()
@@ -613,7 +617,13 @@ class PlanningActivities:
         for command in request.commands:
             planned = CommandOut.model_validate(command.planned)
             out = await asyncio.to_thread(
-                validate_command, snapshot, catalog, planned, self.options, marked=list(starting)
+                validate_command,
+                snapshot,
+                catalog,
+                planned,
+                self.options,
+                marked=list(starting),
+                cache=self.pass_cache,
             )
             if not out.valid or out.command is None:
                 kind = command.consolidation_type or CONSOLIDATION_TYPE_OF.get(command.method, "")

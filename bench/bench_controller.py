@@ -162,6 +162,7 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
         mark = http(f"{url}/sim/requests?limit=1")["items"]
         since = mark[-1]["seq"] if mark else 0
         gc_before, full_before = clock.seconds, clock.full
+        hits_before, misses_before = planning.pass_cache.hits, planning.pass_cache.misses
         wall, cpu = time.perf_counter(), time.process_time()
         profiler = ThreadProfile() if profile and index == passes - 1 else None
         if profiler is not None:
@@ -193,6 +194,9 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
                 "nodes": result.nodes,
                 "pods": result.pods,
                 "rss_mb": round(rss_mb()),
+                # Nodes whose pod work the pass took from the last one (planner/pass_cache.py).
+                "reused": planning.pass_cache.hits - hits_before,
+                "redone": planning.pass_cache.misses - misses_before,
             }
         )
     report(
@@ -372,7 +376,8 @@ def print_size(figures: dict[str, Any]) -> list[Goal]:
         print(
             f"   pass {row['pass']}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU "
             f"({row['gc_s']:.2f} s in GC, {row['gc_full']} full), {row['requests']} API requests "
-            f"({row['pod_lists']} pod lists), {row['commands']} command(s), RSS {row['rss_mb']} MB"
+            f"({row['pod_lists']} pod lists), {row['commands']} command(s), RSS {row['rss_mb']} MB, "
+            f"per-node pod work {row['reused']} reused, {row['redone']} redone"
         )
     churn = figures["churn"]
     print(

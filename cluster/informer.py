@@ -289,6 +289,8 @@ class ClusterCache:
         self, now: datetime, instances: Iterable[Mapping[str, Any]] = (), held: Iterable[str] = ()
     ) -> Snapshot:
         """The planner's view at `now` (planner/snapshot_builder.py): blocking CPU work, for a thread."""
+        if self.heap is not None:
+            self.heap.before_pass()
         return self.builder.snapshot(now, instances, held)
 
     def node_by_instance(self, instance_id: str) -> Json | None:

@@ -143,16 +143,29 @@ def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int], dict[
     total: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
     in_flight: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
     planned: dict[str, int] = dict.fromkeys(ctx.snapshot.nodepools, 0)
-    for node in ctx.snapshot.nodes.values():
-        pool = node.nodepool
-        if pool not in total or not counts_toward_budgets(node):
-            continue
+    for name, pool, disrupting in _counted_nodes(ctx):
         total[pool] += 1
-        if is_disrupting(node):
+        if disrupting:
             in_flight[pool] += 1
-        elif node.name in ctx.marked_for_deletion:
+        elif name in ctx.marked_for_deletion:
             planned[pool] += 1
     return total, in_flight, planned
+
+
+def _counted_nodes(ctx: PlanContext) -> list[tuple[str, str, bool]]:
+    """(node, pool, disrupting) of every node budgets count: fixed for the pass's snapshot, read by
+    every budget map of the pass (a few per method), so worked out once (`ctx.memo`)."""
+    counted = ctx.memo.get(_COUNTED_NODES)
+    if counted is None:
+        counted = ctx.memo[_COUNTED_NODES] = [
+            (node.name, pool, is_disrupting(node))
+            for node in ctx.snapshot.nodes.values()
+            if (pool := node.nodepool) in ctx.snapshot.nodepools and counts_toward_budgets(node)
+        ]
+    return counted
+
+
+_COUNTED_NODES = "budgets.counted_nodes"
 
 
 def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:

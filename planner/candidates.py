@@ -24,9 +24,9 @@ from api.duration import format_duration, parse_optional_duration
 from api.karpflow_overrides import overrides_of
 from api.nodepool import NodePool
 from api.nodepool_reader import pool_expire_after, pool_termination_grace_period
-from kube.drain_rules import DISRUPTED_TAINT
 from planner.model import Blocked, Candidate, PlanContext
-from planner.snapshot import Node, Pod, Snapshot
+from planner.pass_cache import NodePods, node_pods
+from planner.snapshot import Node, Snapshot
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -74,24 +74,17 @@ def lifetime_remaining(node: Node, pool: NodePool | None, now: datetime) -> floa
     return min(1.0, max(0.0, (expire_after.total_seconds() - age) / expire_after.total_seconds()))
 
 
-def disruption_cost(pods: Iterable[Pod], lifetime: float) -> float:
-    """Karpenter's DisruptionCost: the eviction costs of the node's (non-terminal) pods x lifetime."""
-    return sum(p.eviction_cost for p in pods if not p.is_terminal) * lifetime
-
-
-def last_pod_event(node: Node) -> datetime | None:
+def last_pod_event(node: Node, pods: NodePods | None = None) -> datetime | None:
     """Start of the consolidateAfter clock: the latest of the node becoming Ready, the NodeClaim's
-    lastPodEventTime, and any non-DaemonSet pod being bound/started, starting to terminate or finishing."""
+    lastPodEventTime, and any non-DaemonSet pod being bound/started, starting to terminate or finishing.
+    `pods`: the node's pod aggregates when the caller has them (planner/pass_cache.py)."""
     latest = node.ready_since
     claim = node.nodeclaim
     if claim is not None and claim.last_pod_event_time is not None:
         latest = claim.last_pod_event_time if latest is None else max(latest, claim.last_pod_event_time)
-    for pod in node.pods:
-        if pod.owner_kind == "DaemonSet":
-            continue
-        event = pod.last_event_time
-        if event is not None and (latest is None or event > latest):
-            latest = event
+    event = (pods or NodePods(node.pods)).last_event
+    if event is not None and (latest is None or event > latest):
+        latest = event
     return latest
 
 
@@ -105,20 +98,19 @@ def consolidatable_at(node: Node, pool: NodePool, last_event: datetime | None) -
     return start + after if start is not None else _EPOCH
 
 
-def pod_block(snapshot: Snapshot, node: Node) -> str | None:
-    """The first pod-level reason graceful disruption must leave the node alone (§1.3 step 8)."""
+def pod_block(snapshot: Snapshot, node: Node, pods: NodePods | None = None) -> str | None:
+    """The first pod-level reason graceful disruption must leave the node alone (§1.3 step 8).
+    `pods`: the node's pod aggregates when the caller has them (planner/pass_cache.py)."""
     now = snapshot.now
-    for pod in node.pods:
+    pods = pods or NodePods(node.pods)
+    for pod in pods.guarded:  # only pods with a do-not-disrupt annotation can have a reason
         annotation = pod.do_not_disrupt_reason(now)
         if annotation is not None:
             return f"pod {pod.key} has {annotation}"
     if not snapshot.pdbs:
         return None
-    for pod in node.pods:
-        # Only pods that would really be evicted matter: active, not mirror, not tolerating the
-        # disrupted taint (those stay until the node goes).
-        if not pod.is_active or pod.is_mirror or pod.tolerates(DISRUPTED_TAINT):
-            continue
+    # Only pods that would really be evicted matter (NodePods.evictable).
+    for pod in pods.evictable:
         pdbs = snapshot.pdbs_for(pod)
         if not pdbs:
             continue
@@ -159,7 +151,8 @@ def make_candidate(ctx: PlanContext, node: Node, pool: NodePool) -> Candidate:
     price = None
     if instance_type is not None and capacity_type and zone:
         price = instance_type.price(zone, capacity_type)
-    last_event = last_pod_event(node)
+    pods = node_pods(ctx.cache, node)
+    last_event = last_pod_event(node, pods)
     return Candidate(
         node=node,
         nodepool=pool,
@@ -167,11 +160,12 @@ def make_candidate(ctx: PlanContext, node: Node, pool: NodePool) -> Candidate:
         capacity_type=capacity_type,
         zone=zone,
         price=price,
-        reschedulable_pods=[p for p in node.pods if p.is_reschedulable],
-        disruption_cost=disruption_cost(node.pods, lifetime_remaining(node, pool, snapshot.now)),
+        reschedulable_pods=list(pods.reschedulable),
+        # Karpenter's DisruptionCost: the eviction costs of the (non-terminal) pods x lifetime left.
+        disruption_cost=pods.eviction_cost * lifetime_remaining(node, pool, snapshot.now),
         last_pod_event=last_event,
         consolidatable_at=consolidatable_at(node, pool, last_event),
-        pod_block=pod_block(snapshot, node),
+        pod_block=pod_block(snapshot, node, pods),
         nodeclaim=node.nodeclaim,
         termination_grace_period=node_termination_grace_period(node, pool),
         expire_after=node_expire_after(node, pool),

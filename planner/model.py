@@ -45,6 +45,7 @@ from api.workflow_ids import command_hash
 if TYPE_CHECKING:
     from api.nodepool import NodePool
     from planner.catalog import Catalog, InstanceType
+    from planner.pass_cache import PassCache
     from planner.snapshot import Node, NodeClaim, Pod, Snapshot
 
 # Method names as they appear in plans, workflow ids and metrics.
@@ -523,6 +524,8 @@ class PlanContext:
     optimal_churn: float | None = None
     # Values derived once per pass and read for every node (e.g. each NodePool's template hash).
     memo: dict[Any, Any] = field(default_factory=dict)
+    # Per-node work kept from the previous pass by the caller (planner/pass_cache.py); None: none kept.
+    cache: PassCache | None = None
     # Expired nodes a MaintenanceWindow held back in this pass (planner/expiration.py): they get
     # karpflow.io/expiration-deferred, and are paced like a voluntary method once the window allows.
     deferred_expirations: set[str] = field(default_factory=set)

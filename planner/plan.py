@@ -59,6 +59,7 @@ from planner.operator_controls import admit, ndb_ledger, voluntary_block
 from planner.optimal.held import LAUNCHED, PLAN_ANNOTATION, marker_changes, read_marker
 from planner.optimal.leaving import TaintChange, leaving_taint_changes
 from planner.optimal.method import OptimalConsolidation, TargetFleetOut, held_plan, optimal_pools
+from planner.pass_cache import PassCache
 from planner.repair import (
     LIVENESS,
     NODEPOOL_DELETION,
@@ -263,14 +264,18 @@ def plan(
     *,
     methods: Sequence[Method] | None = None,
     simulate: Simulate | None = None,
+    cache: PassCache | None = None,
 ) -> Plan:
-    """What one disruption pass would do at `snapshot.now`, and why every other managed node stays."""
+    """What one disruption pass would do at `snapshot.now`, and why every other managed node stays.
+    `cache`: per-node work kept from the caller's previous pass (planner/pass_cache.py); the plan is
+    the same with or without it."""
     options = options or PlanOptions()
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
         options=options,
         simulate=simulate if simulate is not None else default_simulate(),
+        cache=cache,
     )
     methods = list(methods) if methods is not None else default_methods()
     if not options.drift:
@@ -368,6 +373,8 @@ def plan(
     )
     result._commands = commands
     result._evaluations = evaluations
+    if cache is not None:
+        cache.end_pass()
     return result
 
 
@@ -556,15 +563,18 @@ def validate_command(
     methods: Sequence[Method] | None = None,
     simulate: Simulate | None = None,
     marked: Iterable[str] = (),
+    cache: PassCache | None = None,
 ) -> ValidationOut:
     """Re-check a planned command on a fresh snapshot (the controller calls this after its 15 s timer).
     `marked`: nodes of commands validated before this one in the same batch, which will start with
-    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own."""
+    it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own. `cache`: as
+    for `plan` (the verdict is the same without it)."""
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
         options=options or PlanOptions(),
         simulate=simulate if simulate is not None else default_simulate(),
+        cache=cache,
     )
     ctx.marked_for_deletion.update(n for n in marked if n not in command.nodes)
     rebuilt = command_from_out(ctx, command)

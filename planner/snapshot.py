@@ -1187,18 +1187,25 @@ class Snapshot:
         self.instances.update(part.instances)
         self.problems.extend(part.problems)
 
-    def _index(self) -> None:
-        """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed."""
-        for node in self.nodes.values():
-            node.pods = []
+    def _index(self, linked: Mapping[str, Sequence[Pod]] | None = None) -> None:
+        """Link pods and NodeClaims to nodes, and settle PDB disruptionsAllowed. `linked`: the pods
+        bound to each node name, in `self.pods`' order, when the caller keeps them (the snapshot
+        builder): then each node gets a copy of its list instead of a walk over every pod."""
         orphans = 0
-        for pod in self.pods:
-            if pod.node_name:
-                node = self.nodes.get(pod.node_name)
-                if node is not None:
-                    node.pods.append(pod)
-                else:
-                    orphans += 1
+        if linked is None:
+            for node in self.nodes.values():
+                node.pods = []
+            for pod in self.pods:
+                if pod.node_name:
+                    node = self.nodes.get(pod.node_name)
+                    if node is not None:
+                        node.pods.append(pod)
+                    else:
+                        orphans += 1
+        else:
+            for name, node in self.nodes.items():
+                node.pods = list(linked.get(name, ()))
+            orphans = sum(len(pods) for name, pods in linked.items() if name not in self.nodes)
         if orphans:
             self.problems.append(f"{orphans} pod(s) are bound to nodes that are not in the snapshot")
         by_provider = {n.provider_id: n for n in self.nodes.values() if n.provider_id}
@@ -1211,10 +1218,19 @@ class Snapshot:
         self._pdb_cache.clear()
         self._pdb_index = None
         if self.pdbs:
-            matching: dict[str, list[Pod]] = defaultdict(list)
+            # PDBs select by (namespace, labels): match once per distinct selector key (replicas
+            # share it), then count the pods of each (the count does not depend on their order).
+            by_selector: dict[tuple, list[Pod]] = {}
             for pod in self.pods:
-                for pdb in self.pdbs_for(pod):
-                    matching[pdb.key].append(pod)
+                group = by_selector.get(pod.selector_key)
+                if group is None:
+                    by_selector[pod.selector_key] = [pod]
+                else:
+                    group.append(pod)
+            matching: dict[str, list[Pod]] = defaultdict(list)
+            for group in by_selector.values():
+                for pdb in self.pdbs_for(group[0]):
+                    matching[pdb.key].extend(group)
             for pdb in self.pdbs:
                 pdb.compute_allowed(matching.get(pdb.key, ()))
 

@@ -20,6 +20,7 @@ another: events are queued under a lock, and applied by the next `snapshot()` ca
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from kube.selectors import Taint
 from planner.snapshot import Pod, Snapshot, parse_pod
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+_POD = "Pod"
 _RELIST = "RELIST"
 SOURCE = "<objects>"  # what Snapshot.from_objects names its source
 _PARSED_AT = datetime(1970, 1, 1, tzinfo=UTC)
@@ -53,10 +55,13 @@ def _version(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 class _Entry:
     """One object: its version and what parsing it gave (a pod, or a one-object Snapshot)."""
 
-    __slots__ = ("part", "pod", "problems", "raw", "version")
+    __slots__ = ("part", "pod", "problems", "raw", "seq", "version")
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], seq: int = 0) -> None:
         self.raw: Mapping[str, Any] | None = raw  # dropped once parsed
+        # Its place among its kind's objects (the informer's order): pods linked to a node are kept
+        # in this order, as a snapshot lists them.
+        self.seq = seq
         self.version = _version(raw)
         self.pod: Pod | None = None
         self.problems: tuple[str, ...] = ()
@@ -79,6 +84,11 @@ class _Entry:
         part._add_objects([raw], SOURCE)
         self.part = part
 
+    def pods(self) -> tuple[Pod, ...]:
+        if self.pod is not None:
+            return (self.pod,)
+        return tuple(self.part.pods) if self.part is not None else ()
+
 
 class SnapshotBuilder:
     """Parsed cluster objects, kept up to date by `replace` (a listing) and `apply` (a watch event)."""
@@ -91,6 +101,13 @@ class SnapshotBuilder:
         self._build_lock = threading.Lock()
         self._instances: dict[int, tuple[Mapping[str, Any], Snapshot]] = {}
         self.parsed = 0  # objects parsed so far (a figure for tests and benches)
+        # Pods by the node they are bound to, kept up to date with the events, so a snapshot links
+        # each node's pods without walking every pod: node name -> seq -> pod; each node's list in
+        # seq order as the last snapshot linked it; the nodes whose pods changed since.
+        self._seq = itertools.count()
+        self._by_node: dict[str, dict[int, Pod]] = {}
+        self._linked: dict[str, list[Pod]] = {}
+        self._dirty: set[str] = set()
 
     # -- events (any thread) -------------------------------------------------------------------------
 
@@ -133,8 +150,20 @@ class SnapshotBuilder:
                 node = snapshot.nodes.get(name)
                 if node is not None and not any(t.key == DISRUPTED_TAINT_KEY for t in node.taints):
                     node.taints = (*node.taints, _DISRUPTED)
-            snapshot._index()
+            snapshot._index(self._linked_pods())
             return snapshot
+
+    def _linked_pods(self) -> dict[str, list[Pod]]:
+        """Each node name's bound pods in the informer's order; only changed nodes are sorted again."""
+        for name in self._dirty:
+            bucket = self._by_node.get(name)
+            if bucket:
+                self._linked[name] = [bucket[seq] for seq in sorted(bucket)]
+            else:
+                self._by_node.pop(name, None)
+                self._linked.pop(name, None)
+        self._dirty.clear()
+        return self._linked
 
     def catch_up(self) -> None:
         """Parse what changed, now rather than at the next snapshot (e.g. right after the first sync)."""
@@ -145,6 +174,8 @@ class SnapshotBuilder:
         with self._pending_lock:
             pending, self._pending = self._pending, []
         changed: dict[tuple[str, str], _Entry] = {}  # the last version of each changed object
+        touched: dict[str, _Entry | None] = {}  # pod key -> its entry before these events
+        relisted = False
         for event, kind, obj in pending:
             entries = self._entries.get(kind)
             if entries is None:
@@ -157,18 +188,58 @@ class SnapshotBuilder:
                     key = object_key(item)
                     if old is not None and version is not None and old.version == version:
                         fresh[key] = old
+                        old.seq = next(self._seq)  # in the listing's order
                     else:
-                        fresh[key] = changed[(kind, key)] = _Entry(item)
+                        fresh[key] = changed[(kind, key)] = _Entry(item, next(self._seq))
                 self._entries[kind] = fresh
+                relisted = relisted or kind == _POD
             elif event == DELETED:
-                entries.pop(object_key(obj), None)
+                key = object_key(obj)
+                if kind == _POD:
+                    touched.setdefault(key, entries.get(key))
+                entries.pop(key, None)
             else:
                 key = object_key(obj)
-                entries[key] = changed[(kind, key)] = _Entry(obj)
+                old = entries.get(key)
+                if kind == _POD:
+                    touched.setdefault(key, old)
+                # A changed object keeps its place in the dict, a new one goes to the end.
+                seq = old.seq if old is not None else next(self._seq)
+                entries[key] = changed[(kind, key)] = _Entry(obj, seq)
         for (kind, key), entry in changed.items():
             if self._entries[kind].get(key) is entry:  # not deleted or listed away since
                 entry.parse()
                 self.parsed += 1
+        if _POD in self._entries:
+            self._relink(touched, relisted)
+
+    def _relink(self, touched: Mapping[str, _Entry | None], relisted: bool) -> None:
+        """Bring the pods-by-node index up to date with the pods these events changed."""
+        entries = self._entries[_POD]
+        if relisted:  # a new order for every pod: index them all again
+            self._dirty.update(self._by_node, self._linked)
+            self._by_node = {}
+            touched = dict.fromkeys(entries)
+        gone, came = [], []
+        for key, old in touched.items():
+            new = entries.get(key)
+            if new is old:
+                continue
+            if old is not None and not relisted:
+                gone.append(old)
+            if new is not None:
+                came.append(new)
+        for entry in gone:  # all removals first: a changed pod keeps its seq
+            for pod in entry.pods():
+                bucket = self._by_node.get(pod.node_name or "")
+                if bucket is not None and bucket.get(entry.seq) is pod:
+                    del bucket[entry.seq]
+                    self._dirty.add(pod.node_name or "")
+        for entry in came:
+            for pod in entry.pods():
+                if pod.node_name:
+                    self._by_node.setdefault(pod.node_name, {})[entry.seq] = pod
+                    self._dirty.add(pod.node_name)
 
     def _merge_instances(
         self, snapshot: Snapshot, instances: Iterable[Mapping[str, Any]], now: datetime

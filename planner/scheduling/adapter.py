@@ -1,22 +1,26 @@
 """From the planner's `Snapshot` and `Catalog` to the scheduling simulation, and back to model types.
 
 A `SnapshotSimulation` prepares one `Simulator` per (snapshot, catalog, preference policy) and keeps
-it while the snapshot lives, so every method of a pass (drift, multi- and single-node consolidation)
+it for the last few snapshots planned, so every method of a pass (drift, multi- and single-node consolidation)
 and every probe share one prepared cluster. Nodes a pass has already decided to remove
 (`ctx.marked_for_deletion`) are removed per probe, with their pods moving in the background, so they
 do not force a rebuild. Bound pods are reduced to what they contribute (used room, topology labels,
-anti-affinity); only the pods that move are converted in full, once each.
+anti-affinity); only the pods that move are converted in full, once each. Given the caller's
+`PassCache` (planner/pass_cache.py), a node whose pods did not change since the last pass keeps its
+converted pods and what the simulator derived of them.
 """
 
 from __future__ import annotations
 
-import weakref
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from api import constants as k
 from kube.selectors import Taint, Toleration
 from planner.model import Replacement, SchedulingResult
+from planner.pass_cache import same_pods
 from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from kube import selectors
     from planner.catalog import Catalog, InstanceType
     from planner.model import Candidate, PlanContext
+    from planner.pass_cache import PassCache
     from planner.resources import Resources as KubeResources
     from planner.snapshot import Node, Pod, Snapshot
 
@@ -264,6 +269,29 @@ def _bound_pods(snapshot: Snapshot, conv: _Converter) -> list[BoundPod]:
     return out
 
 
+def _bound_by_node(snapshot: Snapshot, conv: _Converter, cache: PassCache) -> dict[str, tuple[BoundPod, ...]]:
+    """Each node's bound (non-terminal) pods, in the snapshot's order, as `_bound_pods` gives them.
+    A node whose pods are the same Pod objects as in the cache's last pass gets the same tuple back,
+    so the simulator reuses what it derived of it (`Simulator(node_memo=...)`). Nodes with
+    anti-affinity pods are converted each time: their terms are compared by identity."""
+    previous, kept = cache.bound, {}
+    out = {}
+    for name, node in snapshot.nodes.items():
+        pods = node.pods
+        known = previous.get(name)
+        if known is not None and same_pods(known[0], pods):
+            bound = known[1]
+        else:
+            bound = tuple(conv.bound(p) for p in pods if not p.is_terminal)
+            if any(b.anti_affinity for b in bound):
+                out[name] = bound
+                continue
+        kept[name] = (tuple(pods), bound)
+        out[name] = bound
+    cache.bound = kept  # replaced whole: another thread's simulation only loses hits
+    return out
+
+
 class SnapshotSimulation:
     """The scheduling simulation prepared for one snapshot and catalog."""
 
@@ -273,9 +301,11 @@ class SnapshotSimulation:
         catalog: Catalog,
         preference_policy: PreferencePolicy = RESPECT,
         extra_nodes: Sequence[SimNode] = (),
+        cache: PassCache | None = None,
     ) -> None:
         """`extra_nodes`: nodes that are not in the snapshot but should be, e.g. the new nodes a plan
-        means to launch, shown as if they had joined (planner/optimal/ verifies its target this way)."""
+        means to launch, shown as if they had joined (planner/optimal/ verifies its target this way).
+        `cache`: per-node work kept from the caller's previous pass (planner/pass_cache.py)."""
         self.snapshot = snapshot
         self.catalog = catalog
         self.deleting = frozenset(n for n, node in snapshot.nodes.items() if node.is_deleting)
@@ -283,7 +313,8 @@ class SnapshotSimulation:
         nodes = [sim_node(n, self._conv) for n in snapshot.nodes.values()]
         nodes.extend(self._in_flight(snapshot, catalog))
         nodes.extend(extra_nodes)
-        bound = _bound_pods(snapshot, self._conv)
+        by_node = _bound_by_node(snapshot, self._conv, cache) if cache is not None else None
+        bound = _bound_pods(snapshot, self._conv) if by_node is None else ()
         daemonsets = [
             SimDaemonSet(ds.name, ds.namespace, self._conv.constraints(ds.pod)) for ds in snapshot.daemonsets
         ]
@@ -299,11 +330,16 @@ class SnapshotSimulation:
             [sim_instance_type(it) for it in catalog],
             daemonsets,
             preference_policy=preference_policy,
+            bound_by_node=by_node,
+            node_memo=cache.sim_nodes if cache is not None else None,
         )
+        if cache is not None:
+            cache.sim_nodes = self.simulator.node_memo_out
         self._sim_pods: dict[int, SimPod] = {}
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
         self._leaving: dict[str, list[Pod]] = {}
+        self._leaving_key_lists: dict[str, list[str]] = {}
         # Background sets by the nodes leaving, and SimPod lists by the identity of the Pod list they
         # convert: a pass simulates the same background for many candidates, and the simulator keys
         # its prepared background placements by list identity too (Simulator._background_info).
@@ -403,12 +439,26 @@ class SnapshotSimulation:
         """Reschedulable pods of nodes going away anyway (being deleted, or marked by this pass)."""
         out = []
         for name in sorted(node_names):
-            pods = self._leaving.get(name)
-            if pods is None:
-                node = self.snapshot.nodes.get(name)
-                pods = [p for p in node.pods if p.is_reschedulable] if node is not None else []
-                self._leaving[name] = pods
-            out.extend(pods)
+            out.extend(self._leaving_of(name))
+        return out
+
+    def _leaving_of(self, name: str) -> list[Pod]:
+        pods = self._leaving.get(name)
+        if pods is None:
+            node = self.snapshot.nodes.get(name)
+            pods = [p for p in node.pods if p.is_reschedulable] if node is not None else []
+            self._leaving[name] = pods
+        return pods
+
+    def _leaving_keys(self, node_names: Iterable[str]) -> list[str]:
+        """The keys of `leaving_pods(node_names)`, in its order. A pass runs a simulation for each
+        node it marks, with every node marked before it gone: each node's keys are read once."""
+        out: list[str] = []
+        for name in sorted(node_names):
+            keys = self._leaving_key_lists.get(name)
+            if keys is None:
+                keys = self._leaving_key_lists[name] = [p.key for p in self._leaving_of(name)]
+            out.extend(keys)
         return out
 
     def pods_of(self, node_names: Sequence[str]) -> list[Pod]:
@@ -458,7 +508,7 @@ class SnapshotSimulation:
             [self.sim_pod(p) for p in moving],
             background=self._sim_list(extra),
             gone=gone,
-            from_deleting=[p.key for p in self.leaving_pods(gone)],
+            from_deleting=self._leaving_keys(gone),
             max_new_claims=max_new_claims,
             stop_on_failure=stop_on_failure,
             packing=packing,
@@ -508,16 +558,36 @@ def launch_capacity_type(capacity_types: Iterable[str]) -> str:
     return next(iter(sorted(allowed)), k.CAPACITY_ON_DEMAND)
 
 
-_CACHE: weakref.WeakKeyDictionary[Snapshot, dict[tuple, SnapshotSimulation]] = weakref.WeakKeyDictionary()
+# The prepared simulations of the last few snapshots, by identity (a pass and a validation may run
+# at once, each on its own). Not a WeakKeyDictionary: a simulation holds its snapshot, so an entry
+# there kept its key alive and every snapshot ever planned stayed in memory (35 MB a pass at 5,000
+# nodes). Bounded instead: an older snapshot's simulation is prepared again if it is ever asked for.
+RECENT_SNAPSHOTS = 3
+_CACHE: OrderedDict[int, tuple[Snapshot, dict[tuple, SnapshotSimulation]]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _simulations_of(snapshot: Snapshot) -> dict[tuple, SnapshotSimulation]:
+    with _CACHE_LOCK:
+        entry = _CACHE.get(id(snapshot))
+        if entry is None or entry[0] is not snapshot:
+            entry = _CACHE[id(snapshot)] = (snapshot, {})
+            while len(_CACHE) > RECENT_SNAPSHOTS:
+                _CACHE.popitem(last=False)
+        else:
+            _CACHE.move_to_end(id(snapshot))
+        return entry[1]
 
 
 def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     """The prepared simulation for this context's snapshot (built once, then reused)."""
     key = (id(ctx.catalog), ctx.options.preference_policy)
-    per_snapshot = _CACHE.setdefault(ctx.snapshot, {})
+    per_snapshot = _simulations_of(ctx.snapshot)
     prepared = per_snapshot.get(key)
     if prepared is None or prepared.catalog is not ctx.catalog:
-        prepared = SnapshotSimulation(ctx.snapshot, ctx.catalog, ctx.options.preference_policy)
+        prepared = SnapshotSimulation(
+            ctx.snapshot, ctx.catalog, ctx.options.preference_policy, cache=ctx.cache
+        )
         per_snapshot[key] = prepared
     return prepared
 

@@ -53,6 +53,15 @@ from planner.scheduling.state import (
 )
 from planner.scheduling.topology import Topology
 
+# One node's bound pods as the simulator counts them (Simulator._node_load): used room, host ports,
+# ((namespace, labels), count) and (anti-affinity term, count) pairs.
+_NodeLoad = tuple[
+    Vec,
+    tuple[tuple[int, str, str], ...],
+    tuple[tuple[tuple, int], ...],
+    tuple[tuple[PodAffinityTerm, int], ...],
+]
+
 
 class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
     """A prepared cluster that answers "where would these pods go without these nodes?"."""
@@ -66,7 +75,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         daemonsets: Sequence[SimDaemonSet] = (),
         *,
         preference_policy: PreferencePolicy = RESPECT,
+        bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
+        node_memo: Mapping[str, tuple] | None = None,
     ) -> None:
+        """`bound_by_node`: the bound pods already grouped by node name (then `bound` is not read).
+        `node_memo`: what an earlier simulator derived per node (its `node_memo_out`), reused for a
+        node whose bound pods are the very same sequence object (planner/pass_cache.py)."""
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
@@ -83,9 +97,14 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._backgrounds: dict[int, _Background] = {}
         self._parts: dict[int, _Background] = {}
         self._fair_cache: dict[Vec, float] = {}
-        pods_by_node: dict[str, list[BoundPod]] = {}
-        for pod in bound:
-            pods_by_node.setdefault(pod.node_name, []).append(pod)
+        pods_by_node: Mapping[str, Sequence[BoundPod]]
+        if bound_by_node is None:
+            grouped: dict[str, list[BoundPod]] = {}
+            for pod in bound:
+                grouped.setdefault(pod.node_name, []).append(pod)
+            pods_by_node = grouped
+        else:
+            pods_by_node = bound_by_node
 
         names = set(CORE_RESOURCES)
         for n in nodes:
@@ -109,21 +128,21 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._static_ok: dict[tuple, dict[int, bool]] = {}
         self.nodes: list[PreparedNode] = []
         self.node_index: dict[str, int] = {}
+        res_key = tuple(self._res_names)
+        self.node_memo_out: dict[str, tuple] = {}
+        loads: list[_NodeLoad] = []
         for idx, n in enumerate(live):
             alloc = self._vec_dict(n.allocatable)
-            ports: list[tuple[int, str, str]] = []
-            # Replicas share requests: sum per distinct request, then scale.
-            per_request: dict[Resources, int] = {}
-            for p in pods_by_node.get(n.name, ()):
-                per_request[p.requests] = per_request.get(p.requests, 0) + 1
-                if p.host_ports:
-                    ports.extend(p.host_ports)
-            used_list = [0] * len(self._zero)
-            for requests, count in per_request.items():
-                for i, value in enumerate(self._vec(requests) or self._zero):
-                    if value:
-                        used_list[i] += value * count
-            used = tuple(used_list)
+            pods = pods_by_node.get(n.name, ())
+            known = node_memo.get(n.name) if node_memo is not None else None
+            if known is not None and known[0] is pods and known[1] == res_key:
+                load: _NodeLoad = known[2]
+            else:
+                load = self._node_load(pods)
+            if node_memo is not None:
+                self.node_memo_out[n.name] = (pods, res_key, load)
+            loads.append(load)
+            used, ports = load[0], load[1]
             self.nodes.append(
                 PreparedNode(
                     idx,
@@ -132,7 +151,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                     n.taints,
                     alloc,
                     vec_sub(alloc, used),
-                    tuple(ports),
+                    ports,
                     n.initialized,
                     0,
                     n.nodepool,
@@ -146,18 +165,15 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._labelsets: dict[tuple, dict[int, int]] = {}
         self._inv_terms: dict[PodAffinityTerm, Counter[int]] = {}
         labelsets = self._labelsets
-        for n in self.nodes:
+        for n, load in zip(self.nodes, loads, strict=True):
             idx = n.idx
-            for p in pods_by_node.get(n.name, ()):
-                if p.terminating:
-                    continue  # terminating pods do not count for topology
-                key = (p.namespace, p.labels)
+            for key, count in load[2]:
                 per_node = labelsets.get(key)
                 if per_node is None:
                     per_node = labelsets[key] = {}
-                per_node[idx] = per_node.get(idx, 0) + 1
-                for term in p.anti_affinity:
-                    self._inv_terms.setdefault(term, Counter())[idx] += 1
+                per_node[idx] = per_node.get(idx, 0) + count
+            for term, count in load[3]:
+                self._inv_terms.setdefault(term, Counter())[idx] += count
         self._inv_base: dict[PodAffinityTerm, dict[str, int]] = {}
         self._inv_version = 0
         self._inv_cache: dict[tuple, tuple[int, list[PodAffinityTerm]]] = {}
@@ -190,6 +206,32 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 self._pool_nodes_capacity[n.nodepool] = vec_add(
                     self._pool_nodes_capacity.get(n.nodepool, self._zero), cap
                 )
+
+    def _node_load(self, pods: Sequence[BoundPod]) -> _NodeLoad:
+        """What a node's bound pods take: used room, host ports, and for topology (terminating pods
+        do not count) their (namespace, labels) and anti-affinity terms with counts, in the order
+        they first appear."""
+        ports: list[tuple[int, str, str]] = []
+        # Replicas share requests: sum per distinct request, then scale.
+        per_request: dict[Resources, int] = {}
+        labelsets: dict[tuple, int] = {}
+        terms: dict[PodAffinityTerm, int] = {}
+        for p in pods:
+            per_request[p.requests] = per_request.get(p.requests, 0) + 1
+            if p.host_ports:
+                ports.extend(p.host_ports)
+            if p.terminating:
+                continue
+            key = (p.namespace, p.labels)
+            labelsets[key] = labelsets.get(key, 0) + 1
+            for term in p.anti_affinity:
+                terms[term] = terms.get(term, 0) + 1
+        used_list = [0] * len(self._zero)
+        for requests, count in per_request.items():
+            for i, value in enumerate(self._vec(requests) or self._zero):
+                if value:
+                    used_list[i] += value * count
+        return tuple(used_list), tuple(ports), tuple(labelsets.items()), tuple(terms.items())
 
     def _vec(self, resources: Resources) -> Vec | None:
         cached = self._vec_cache.get(resources, False)

@@ -1,0 +1,39 @@
+"""The worker's collector policy as a pass begins (cluster/heap.py `HeapFreezer.before_pass`)."""
+
+from __future__ import annotations
+
+import gc
+
+from cluster.heap import HeapFreezer
+
+
+def young_garbage() -> None:
+    for _ in range(2_000):
+        cycle: list = []
+        cycle.append(cycle)
+
+
+def test_a_pass_begins_with_the_young_generations_swept():
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1_000_000, 1_000, 1_000)  # nothing collects on its own meanwhile
+    try:
+        young_garbage()
+        gc.collect(0)  # survivors of a young collection wait in generation 1
+        young_garbage()
+        assert gc.get_count()[0] > 0 and gc.get_count()[1] > 0
+        HeapFreezer(thresholds=thresholds).before_pass()
+        assert gc.get_count()[:2] == (0, 0)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def test_a_freezer_without_a_policy_leaves_the_collector_alone():
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1_000_000, 1_000, 1_000)
+    try:
+        young_garbage()
+        before = gc.get_count()[0]
+        HeapFreezer(thresholds=None).before_pass()
+        assert gc.get_count()[0] >= before > 0
+    finally:
+        gc.set_threshold(*thresholds)
