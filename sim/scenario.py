@@ -145,6 +145,12 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
             documents = list(yaml.load_all(text, Loader=_YAML_LOADER))
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise ScenarioError(f"{source}: not valid YAML or JSON: {err}") from err
+    return scenario_from_documents(documents, source)
+
+
+def scenario_from_documents(documents: list[Any], source: str = "<scenario>") -> Scenario:
+    """What `parse_scenario` makes of the documents it read, for documents already in memory (a
+    generator's List): no YAML round trip, which cost the test suite's collection seconds."""
     objects: list[Obj] = []
     captured: datetime | None = None
     for index, document in enumerate(documents):

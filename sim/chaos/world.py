@@ -26,12 +26,10 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-import yaml
-
 from api import constants as k
 from api.nodepool import NodePool
 from planner.drift import nodepool_hash_annotations
-from sim.scenario import Scenario, parse_scenario
+from sim.scenario import Scenario, scenario_from_documents
 from sim.scenarios import generate_demo as gen
 
 # A node this much younger than expireAfter expires this many seconds into the run.
@@ -99,7 +97,7 @@ def build_world(
     workloads = _workloads(rng, demo_nodes)
     listing = copy.deepcopy(gen.scenario_list([replace(n, pods=[]) for n in demo_nodes], workloads))
     _tune_nodepools(listing, drain_deadline, consolidate_after)
-    scenario = parse_scenario(yaml.safe_dump(listing), f"chaos world (seed {seed})")
+    scenario = scenario_from_documents([listing], f"chaos world (seed {seed})")
     by_role: dict[str, list[str]] = {}
     for n in demo_nodes:
         by_role.setdefault(n.note, []).append(n.name)

@@ -16,13 +16,12 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from activities.nodeclaims import REPLACEMENT_FOR_ANNOTATION
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY, NODEPOOL_LABEL
 from api.hashes import nodepool_hash_annotations
 from api.nodepool import NodePool
-from sim.scenario import parse_scenario
+from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations, kubectl
 from tests.integration.controller.test_controller import FAST, until_quiet
@@ -58,7 +57,7 @@ def beside_karpenter(nodes: list[Any], workloads: list[Any], policy: str = "When
     for item in listing["items"]:
         if item["kind"] == "Node":
             item["metadata"]["annotations"].update(stamps[item["metadata"]["labels"][NODEPOOL_LABEL]])
-    return parse_scenario(yaml.safe_dump(listing), "beside Karpenter")
+    return scenario_from_documents([listing], "beside Karpenter")
 
 
 A, B = node("172.31.1.10", "m5.xlarge"), node("172.31.2.20", "m5.xlarge")

@@ -10,12 +10,11 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 
 from api.constants import DISRUPTED_TAINT_KEY
 from api.controller_io import ControllerStatus
 from api.workflow_ids import controller_workflow_id
-from sim.scenario import parse_scenario
+from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations
 from tests.integration.workflows.conftest import Workload, node
@@ -32,7 +31,7 @@ def scenario(nodes: list[Any], workloads: list[Any], consolidate_after: str = "1
     for item in listing["items"]:
         if item["kind"] == "NodePool":
             item["spec"].setdefault("disruption", {})["consolidateAfter"] = consolidate_after
-    return parse_scenario(yaml.safe_dump(listing), "controller test scenario")
+    return scenario_from_documents([listing], "controller test scenario")
 
 
 A, B = node("172.31.1.10", "m5.xlarge"), node("172.31.2.20", "m5.xlarge")

@@ -34,7 +34,7 @@ from api.workflow_io import TerminationInput
 from kube.client import USER_AGENT, KubeApi
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from runtime.settings import WorkerSettings
-from sim.scenario import parse_scenario
+from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.stack import SimStack
 from sim.testing import make_sim_stack, pytest_configure, sim_stack  # noqa: F401
@@ -59,7 +59,7 @@ def scenario(nodes: list[Any], workloads: list[Any], termination_grace_period: s
         for item in listing["items"]:
             if item["kind"] == "NodePool":
                 item["spec"]["template"]["spec"]["terminationGracePeriod"] = termination_grace_period
-    return parse_scenario(yaml.safe_dump(listing), "test scenario")
+    return scenario_from_documents([listing], "test scenario")
 
 
 @pytest_asyncio.fixture(scope="session")

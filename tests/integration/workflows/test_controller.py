@@ -18,13 +18,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import yaml
 from temporalio.client import Client
 
 from api.controller_io import ControllerStatus
 from api.workflow_ids import controller_workflow_id
 from planner.catalog import bundled_catalog
-from sim.scenario import parse_scenario
+from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations
 
@@ -55,7 +54,7 @@ def fragmented_scenario() -> Any:
             disruption = item["spec"]["disruption"]
             disruption["consolidateAfter"] = "0s"
             disruption["budgets"] = [{"nodes": str(BUDGET)}]
-    return parse_scenario(yaml.safe_dump(listing), "fragmented")
+    return scenario_from_documents([listing], "fragmented")
 
 
 def hourly_cost(instances: list[dict[str, Any]]) -> float:
@@ -153,7 +152,7 @@ def small_scenario() -> Any:
         if item["kind"] == "NodePool":
             item["spec"]["disruption"]["consolidateAfter"] = "0s"
             item["spec"]["disruption"]["budgets"] = [{"nodes": "3"}]
-    return parse_scenario(yaml.safe_dump(listing), "fragmented-12")
+    return scenario_from_documents([listing], "fragmented-12")
 
 
 async def controller_status(client: Client, cluster: str) -> ControllerStatus | None:
@@ -235,7 +234,7 @@ def expiring_scenario() -> Any:
         if item["kind"] == "NodePool":
             item["spec"]["template"]["spec"]["expireAfter"] = "48h"
             item["spec"]["disruption"]["consolidateAfter"] = "Never"
-    return parse_scenario(yaml.safe_dump(listing), "expiring")
+    return scenario_from_documents([listing], "expiring")
 
 
 @pytest.mark.sim_stack(scenario=expiring_scenario(), time_scale=0.01)
@@ -297,7 +296,7 @@ def repair_scenario(nodes: list[Any]) -> Any:
     for item in listing["items"]:
         if item["kind"] == "NodePool":
             item["spec"]["disruption"]["consolidateAfter"] = "Never"  # only repair may act here
-    return parse_scenario(yaml.safe_dump(listing), "repair")
+    return scenario_from_documents([listing], "repair")
 
 
 async def set_not_ready(karpflow: Any, name: str, since: timedelta) -> None:
@@ -371,7 +370,7 @@ def two_pools() -> Any:
     for item in listing["items"]:
         if item["kind"] == "NodePool":
             item["spec"]["disruption"]["consolidateAfter"] = "Never"
-    return parse_scenario(yaml.safe_dump(listing), "two pools")
+    return scenario_from_documents([listing], "two pools")
 
 
 @pytest.mark.sim_stack(scenario=two_pools(), time_scale=0.01)

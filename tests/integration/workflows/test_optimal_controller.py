@@ -17,11 +17,10 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
 from api.controller_io import ControllerStatus
 from api.workflow_ids import controller_workflow_id
-from sim.scenario import parse_scenario
+from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations
 
@@ -41,7 +40,7 @@ def optimal_scenario() -> Any:
             item["metadata"].setdefault("annotations", {})["karpflow.dev/consolidation-strategy"] = "Optimal"
             item["spec"]["disruption"]["consolidateAfter"] = "0s"
             item["spec"]["disruption"]["budgets"] = [{"nodes": str(BUDGET)}]
-    return parse_scenario(yaml.safe_dump(listing), "fragmented-12-optimal")
+    return scenario_from_documents([listing], "fragmented-12-optimal")
 
 
 def marked(nodes: dict[str, dict[str, Any]], role: str | None = None) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ import yaml
 
 from api import constants as k
 from planner.snapshot import load_snapshot
-from sim.scenario import ScenarioError, load_scenario, parse_scenario, shift_times
+from sim.scenario import ScenarioError, load_scenario, parse_scenario, scenario_from_documents, shift_times
 from sim.scenarios import generate_demo
 
 SCENARIOS = Path(generate_demo.__file__).parent
@@ -159,3 +160,15 @@ def test_the_demo_drift_needs_a_replacement(tmp_path: Path):
     (replacement,) = drift.replacements
     assert replacement.nodepool == "default" and replacement.zones == ["us-west-2b"]
     assert replacement.instance_types[0].name == "r5.large"
+
+
+def test_documents_in_memory_make_the_same_scenario_as_their_yaml():
+    """The tests' scenario builders skip the YAML round trip (scenario_from_documents): the demo's
+    generated List, with a datetime in it as YAML would read one, gives the same objects either way."""
+    # A copy: the generator shares its NodePool specs between calls.
+    listing = copy.deepcopy(generate_demo.scenario_list(generate_demo.NODES, generate_demo.WORKLOADS))
+    listing["items"][0]["metadata"]["creationTimestamp"] = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+    via_yaml = parse_scenario(yaml.safe_dump(listing), "s")
+    in_memory = scenario_from_documents([listing], "s")
+    assert in_memory.objects == via_yaml.objects and in_memory.captured_at == via_yaml.captured_at
+    assert in_memory.objects[0]["metadata"]["creationTimestamp"] == "2026-11-20T08:00:00Z"
