@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
 import pytest_asyncio
@@ -14,6 +16,8 @@ from hypothesis import HealthCheck, settings
 from temporalio.testing import WorkflowEnvironment
 
 from sim.binaries import temporal_cli, temporal_test_server
+
+T = TypeVar("T")
 
 # Hypothesis example counts: `ci` (the default) keeps `make test` short; `nightly` searches longer
 # (HYPOTHESIS_PROFILE=nightly). Tests with their own @settings(max_examples=...) keep theirs.
@@ -75,6 +79,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Tests marked slow run first: spread over the parallel workers (pytest-xdist) at the start, they
-    # do not leave one worker finishing a two-minute test alone at the end. Stable otherwise.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # Tests marked slow run first, so that none is left running alone at the end. Under xdist's
+    # work stealing each worker starts on a contiguous block of the list: with every slow test at
+    # the front, one worker got them all and ran them one after the other (a clean clone's last
+    # 100 s had one worker busy). Each block now starts with its share of them. Stable otherwise.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    items[:] = spread_slow_first(items, workers, lambda item: item.get_closest_marker("slow") is not None)
+
+
+def spread_slow_first(items: list[T], workers: int, is_slow: Callable[[T], bool]) -> list[T]:
+    """The slow items dealt round-robin to the heads of the blocks xdist's work stealing hands its
+    `workers` at the start (block k: what is left divided by the workers left), fast ones after."""
+    slow = [item for item in items if is_slow(item)]
+    fast = [item for item in items if not is_slow(item)]
+    if workers <= 1:
+        return slow + fast
+    blocks: list[list[T]] = [slow[k::workers] for k in range(workers)]
+    rest = iter(fast)
+    spread: list[T] = []
+    remaining = len(items)
+    for k, block in enumerate(blocks):
+        size = remaining // (workers - k)
+        remaining -= size
+        spread += block + list(itertools.islice(rest, max(size - len(block), 0)))
+    return spread + list(rest)

@@ -1,0 +1,30 @@
+"""The order tests run in under xdist's work stealing (tests/conftest.py `spread_slow_first`)."""
+
+from __future__ import annotations
+
+from tests.conftest import spread_slow_first
+
+
+def blocks(items: list[str], workers: int) -> list[list[str]]:
+    """What work stealing hands each worker at the start: contiguous blocks, as xdist cuts them."""
+    out, start, remaining = [], 0, len(items)
+    for k in range(workers):
+        size = remaining // (workers - k)
+        out.append(items[start : start + size])
+        start, remaining = start + size, remaining - size
+    return out
+
+
+def test_each_worker_starts_on_its_share_of_the_slow_tests():
+    items = [f"fast{i}" for i in range(20)] + ["slowA", "slowB", "slowC", "slowD", "slowE"]
+    spread = spread_slow_first(items, 4, lambda name: name.startswith("slow"))
+
+    assert sorted(spread) == sorted(items)  # nothing lost, nothing twice
+    heads = [block[: 2 if k == 0 else 1] for k, block in enumerate(blocks(spread, 4))]
+    assert heads == [["slowA", "slowE"], ["slowB"], ["slowC"], ["slowD"]]
+    assert [n for n in spread if n.startswith("fast")] == [f"fast{i}" for i in range(20)]  # stable
+
+
+def test_without_xdist_the_slow_tests_simply_come_first():
+    items = ["a", "slow1", "b", "slow2"]
+    assert spread_slow_first(items, 1, lambda n: n.startswith("slow")) == ["slow1", "slow2", "a", "b"]
