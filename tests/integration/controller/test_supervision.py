@@ -84,6 +84,7 @@ async def test_a_terminated_controller_is_started_again_by_the_running_worker(ka
             await handle.terminate("test over")
 
 
+@pytest.mark.slow  # about 40 s: started late, it was the run's tail
 @pytest.mark.sim_stack(scenario=TWO_NODES)
 async def test_a_stopped_controller_stays_stopped_until_an_operator_starts_it(karpflow):
     async with karpflow.worker(**SUPERVISED):
@@ -161,6 +162,7 @@ async def send_bad_signals(karpflow: Any) -> None:
         await karpflow.run(*argv)
 
 
+@pytest.mark.slow  # about 50 s: started late, it was the run's tail
 @pytest.mark.sim_stack(scenario=scenario(FRAGMENTED, LOAD, consolidate_after="0s"), time_scale=0.01)
 async def test_workers_killed_at_random_points_and_bad_signals_leave_the_controller_working(karpflow):
     env = {
