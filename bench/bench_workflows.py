@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -97,6 +98,28 @@ def byte_compile_workflows() -> str:
     sys.pycache_prefix = tempfile.mkdtemp(prefix="bench-pyc-")
     compileall.compile_dir(ROOT / "workflows", quiet=1)
     return f"byte-compiled into {sys.pycache_prefix} (PYTHONDONTWRITEBYTECODE is set here)"
+
+
+# The worker process's threads, by who runs them: the asyncio loop runs activities, the SDK's
+# activation handling and the client; the SDK runs workflow code in its own pool; boto3 calls run in
+# the EC2 activities' pool. What no live Python thread accounts for is Temporal core's Rust threads
+# (and threads that ended meanwhile).
+WORKER_THREADS = {"ec2": "EC2 calls (boto3 threads)", "temporal_workflow": "workflow code (SDK threads)"}
+LOOP, CORE = "asyncio loop: activities, SDK, client", "Temporal core (Rust) and other native"
+
+
+def worker_threads() -> dict[str, float]:
+    """CPU seconds of the worker process by kind of thread (see WORKER_THREADS)."""
+    by_id = {thread.id: sum(thread[1:3]) for thread in psutil.Process().threads()}
+    found: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.native_id not in by_id:
+            continue
+        kind = LOOP if thread is threading.main_thread() else "other Python threads"
+        kind = next((v for k, v in WORKER_THREADS.items() if thread.name.startswith(k)), kind)
+        found[kind] = found.get(kind, 0.0) + by_id[thread.native_id]
+    found[CORE] = sum(psutil.Process().cpu_times()[:2]) - sum(found.values())
+    return found
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -268,7 +291,7 @@ class Bench:
         pods = [gen.Workload("shop", "web", "100m", "128Mi", placement)]
 
         async def body(queue: str) -> None:
-            cpu_before = cpu_seconds()
+            cpu_before, by_thread0 = cpu_seconds(), worker_threads()
             started = time.perf_counter()
             handles = await asyncio.gather(
                 *(self.start_termination(queue, n.name, "Expired") for n in victims)
@@ -278,6 +301,7 @@ class Bench:
                 latencies.append(await result)
             wall = time.perf_counter() - started
             cpu = {name: after - cpu_before.get(name, 0.0) for name, after in cpu_seconds().items()}
+            threads = {kind: spent - by_thread0.get(kind, 0.0) for kind, spent in worker_threads().items()}
             counts = [await events(h) for h in handles]
             print(f"2. {count} concurrent terminations (2 pods each, simulated delays 0)")
             print(f"   wall time                    {wall:6.2f} s   ({count / wall:.1f} terminations/s)")
@@ -289,6 +313,9 @@ class Bench:
             print(f"   events of one termination    {await event_types(handles[len(handles) // 2])}")
             busy = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpu.items()))
             print(f"   CPU used meanwhile           {busy}")
+            print("   worker CPU per termination, by thread:")
+            for name, seconds in sorted(threads.items(), key=lambda item: -item[1]):
+                print(f"     {seconds / count * 1000:5.1f} ms  {name}")
             per = cpu["worker"] / count * 1000  # the worker shares its process with the client here
             events_p50 = statistics.median(counts)
             self.goals += [
