@@ -279,13 +279,8 @@ class KubernetesActivities:
         return requested if requested and requested > 0 else self.poll_interval
 
     async def _record(self, batch: list[events.Event]) -> None:
-        """Events of this step (best effort: the recorder never raises)."""
-        recorder = events.recorder_for(self.kube)
-        await asyncio.gather(*(recorder.record(event) for event in batch))
-
-    @staticmethod
-    def _refs(nodes: list[NodeRef]) -> list[events.ObjectRef]:
-        return [events.ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
+        """Events of this step (best effort: kube/events.py `record_all` never raises)."""
+        await events.record_all(events.recorder_for(self.kube), batch)
 
     # -- candidates -------------------------------------------------------------------------------
 
@@ -671,7 +666,7 @@ class KubernetesActivities:
                 await self._record(
                     [
                         events.disruption_waiting_readiness(r, replacement)
-                        for r in self._refs(request.candidates)
+                        for r in events.refs(request.candidates)
                     ]
                 )
             if time.monotonic() >= look_at_ec2:
@@ -739,7 +734,7 @@ class KubernetesActivities:
                 await self._record(
                     [
                         events.disruption_waiting_readiness(r, request.node)
-                        for r in self._refs(request.candidates)
+                        for r in events.refs(request.candidates)
                     ]
                 )
             await asyncio.sleep(interval)
