@@ -678,13 +678,20 @@ class KubernetesActivities:
     async def _refuse_if_instance_ended(self, instance: LaunchedInstance) -> None:
         """An instance that is terminating or terminated will never register a node: fail the wait
         now, not at the replacement's deadline. (Not found is not enough: EC2 is eventually
-        consistent just after a launch. A failed look is only logged: the wait goes on.)"""
+        consistent just after a launch.) A look that failed for a passing reason (throttled, 5xx,
+        unreachable) is only logged and the wait goes on; a permanent one (access denied, a bug)
+        fails the wait at once, rather than hide a misconfiguration until the deadline."""
         if self.ownership is None:
             return
         try:
             state = await self.ownership(instance.instance_id)
-        except Exception as err:  # the wait's own deadline still bounds it
-            log.warning("could not look up replacement instance %s: %s", instance.instance_id, err)
+        except Exception as err:
+            failure = errors.classify_ec2_lookup(
+                err, f"looking up replacement instance {instance.instance_id}"
+            )
+            if failure.non_retryable and failure.type != errors.NOT_FOUND:
+                raise failure from None
+            log.warning("could not look up replacement instance %s: %s", instance.instance_id, failure)
             return
         if state.state in ENDED_INSTANCE_STATES:
             raise permanent(
