@@ -270,15 +270,9 @@ class EC2Activities:
         offering = request.offering
         launched = f"{instance_id} ({offering.instance_type} {offering.capacity_type} in {offering.zone})"
         reason = request.reason or "disruption"
-        await asyncio.gather(
-            *(
-                self.events.record(
-                    events.disruption_launching(
-                        events.ObjectRef("Node", c.node, uid=c.uid or ""), reason, launched
-                    )
-                )
-                for c in request.candidates
-            )
+        await events.record_all(
+            self.events,
+            [events.disruption_launching(ref, reason, launched) for ref in events.refs(request.candidates)],
         )
 
     async def _with_labels(

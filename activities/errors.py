@@ -137,3 +137,12 @@ def classify_ec2(err: BaseException, what: str) -> ApplicationError:
     if isinstance(err, BotoCoreError | ConnectionError | OSError):
         return retryable(f"{what}: EC2 unreachable: {err!r}", UNAVAILABLE)
     return retryable(f"{what}: {err!r}", SERVER_ERROR)
+
+
+def classify_ec2_lookup(err: BaseException, what: str) -> ApplicationError:
+    """`classify_ec2` for a look at EC2 taken in passing by a wait: an error that is neither EC2's,
+    botocore's nor the network's is a bug (a TypeError, say) and permanent, since asking again
+    cannot fix it."""
+    if isinstance(err, ApplicationError | ClientError | BotoCoreError | OSError):
+        return classify_ec2(err, what)
+    return permanent(f"{what}: {err!r}", INVALID)

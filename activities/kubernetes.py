@@ -279,13 +279,8 @@ class KubernetesActivities:
         return requested if requested and requested > 0 else self.poll_interval
 
     async def _record(self, batch: list[events.Event]) -> None:
-        """Events of this step (best effort: the recorder never raises)."""
-        recorder = events.recorder_for(self.kube)
-        await asyncio.gather(*(recorder.record(event) for event in batch))
-
-    @staticmethod
-    def _refs(nodes: list[NodeRef]) -> list[events.ObjectRef]:
-        return [events.ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
+        """Events of this step (best effort: kube/events.py `record_all` never raises)."""
+        await events.record_all(events.recorder_for(self.kube), batch)
 
     # -- candidates -------------------------------------------------------------------------------
 
@@ -671,7 +666,7 @@ class KubernetesActivities:
                 await self._record(
                     [
                         events.disruption_waiting_readiness(r, replacement)
-                        for r in self._refs(request.candidates)
+                        for r in events.refs(request.candidates)
                     ]
                 )
             if time.monotonic() >= look_at_ec2:
@@ -683,13 +678,20 @@ class KubernetesActivities:
     async def _refuse_if_instance_ended(self, instance: LaunchedInstance) -> None:
         """An instance that is terminating or terminated will never register a node: fail the wait
         now, not at the replacement's deadline. (Not found is not enough: EC2 is eventually
-        consistent just after a launch. A failed look is only logged: the wait goes on.)"""
+        consistent just after a launch.) A look that failed for a passing reason (throttled, 5xx,
+        unreachable) is only logged and the wait goes on; a permanent one (access denied, a bug)
+        fails the wait at once, rather than hide a misconfiguration until the deadline."""
         if self.ownership is None:
             return
         try:
             state = await self.ownership(instance.instance_id)
-        except Exception as err:  # the wait's own deadline still bounds it
-            log.warning("could not look up replacement instance %s: %s", instance.instance_id, err)
+        except Exception as err:
+            failure = errors.classify_ec2_lookup(
+                err, f"looking up replacement instance {instance.instance_id}"
+            )
+            if failure.non_retryable and failure.type != errors.NOT_FOUND:
+                raise failure from None
+            log.warning("could not look up replacement instance %s: %s", instance.instance_id, failure)
             return
         if state.state in ENDED_INSTANCE_STATES:
             raise permanent(
@@ -739,7 +741,7 @@ class KubernetesActivities:
                 await self._record(
                     [
                         events.disruption_waiting_readiness(r, request.node)
-                        for r in self._refs(request.candidates)
+                        for r in events.refs(request.candidates)
                     ]
                 )
             await asyncio.sleep(interval)

@@ -35,7 +35,6 @@ from api.activity_io import (
     NodeClaimRequest,
     NodeClaimState,
     NodeClaimWait,
-    NodeRef,
 )
 from api.constants import (
     AWS_GROUP,
@@ -170,10 +169,6 @@ def nodeclaim_state(claim: Json) -> NodeClaimState:
     )
 
 
-def _refs(nodes: list[NodeRef]) -> list[events.ObjectRef]:
-    return [events.ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
-
-
 def _progress(state: NodeClaimState, waiting_for: str) -> dict[str, str]:
     """A wait's heartbeat: what it waits for, and what Karpenter has done so far (the instance it
     launched, the node that registered), for whoever looks at the pending activity."""
@@ -275,12 +270,6 @@ class NodeClaimActivities:
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
 
-    async def _record(self, batch: list[events.Event]) -> None:
-        """Events of this step (best effort: the recorder never raises)."""
-        if batch:
-            recorder = events.recorder_for(self.kube)
-            await asyncio.gather(*(recorder.record(event) for event in batch))
-
     async def _get(self, name: str) -> Json | None:
         try:
             return await self.kube.request("GET", _path(name))
@@ -325,11 +314,12 @@ class NodeClaimActivities:
         except Exception as err:
             raise classify_kube(err, f"creating NodeClaim {name}") from None
         # Karpenter's DisruptionLaunching on each node it replaces (the recorder dedupes a retry's).
-        await self._record(
+        await events.record_all(
+            events.recorder_for(self.kube),
             [
                 events.disruption_launching(ref, request.reason or "disruption", f"NodeClaim {name}")
-                for ref in _refs(request.candidates)
-            ]
+                for ref in events.refs(request.candidates)
+            ],
         )
         return nodeclaim_state(created)
 
@@ -364,11 +354,12 @@ class NodeClaimActivities:
             if not said:  # the candidates wait for it: say so once
                 said = True
                 replacement = f"NodeClaim {name}"
-                await self._record(
+                await events.record_all(
+                    events.recorder_for(self.kube),
                     [
                         events.disruption_waiting_readiness(ref, replacement)
-                        for ref in _refs(request.candidates)
-                    ]
+                        for ref in events.refs(request.candidates)
+                    ],
                 )
             await asyncio.sleep(interval)
 

@@ -27,11 +27,12 @@ import socket
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from api.activity_io import NodeRef
 from api.event_reasons import CATALOG, EventType, Reason, awaiting_approval_message
 from kube.client import Json, KubeApi, KubeError
 from runtime import metrics
@@ -423,3 +424,27 @@ def recorder_for(kube: KubeApi) -> EventRecorder:
     if recorder is None:
         recorder = _recorders[kube] = EventRecorder(kube)
     return recorder
+
+
+# -- an activity's Events ------------------------------------------------------------------------------
+
+
+def refs(nodes: Iterable[NodeRef]) -> list[ObjectRef]:
+    """The candidate nodes an activity names, as Event subjects pinned to their UID (when known): an
+    Event must land on the node the command holds, not on a later one that reuses the name."""
+    return [ObjectRef("Node", n.node, uid=n.uid or "") for n in nodes]
+
+
+async def record_all(recorder: EventRecorder, batch: Iterable[Event]) -> None:
+    """Record the Events of one step at once. Best effort: an Event that fails to record is logged,
+    never a failure of the step that records it (the recorder already swallows what the API
+    refuses; this also holds for anything that escapes it)."""
+    batch = list(batch)
+    outcomes = await asyncio.gather(*(recorder.record(event) for event in batch), return_exceptions=True)
+    for event, outcome in zip(batch, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            log.warning(
+                "event %s on %s %s not recorded: %r", event.reason, event.on.kind, event.on.name, outcome
+            )
+        elif isinstance(outcome, BaseException):  # a cancellation is not a failure to swallow
+            raise outcome

@@ -4,9 +4,13 @@ object, and never a failure for the caller. The API is a fake that keeps Events 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
+from api.activity_io import NodeRef
 from api.event_reasons import CATALOG, Reason
 from kube import events
 from kube.client import KubeError
@@ -139,6 +143,37 @@ async def test_an_api_failure_is_counted_never_raised():
     outcome = await recorder(api, clock).record(events.failed_termination(NODE, "terminate", "boom"))
     assert outcome == "failed"
     assert failed._value.get() == before + 1
+
+
+class BrokenOnOneNode(EventRecorder):
+    """A recorder that raises for one node: whatever escapes a recorder (a bug, a metrics failure)."""
+
+    def __init__(self, api: FakeEventsApi, broken: str) -> None:
+        super().__init__(api, host="worker-1", clock=Clock())  # type: ignore[arg-type]
+        self.broken = broken
+
+    async def record(self, event: events.Event) -> events.Outcome:
+        if event.on.name == self.broken:
+            raise RuntimeError("recorder bug")
+        return await super().record(event)
+
+
+async def test_record_all_logs_a_failed_event_and_still_records_the_others(caplog: pytest.LogCaptureFixture):
+    api = FakeEventsApi()
+    candidates = [NodeRef(node="ip-10-0-0-1", uid="uid-1"), NodeRef(node="ip-10-0-0-2", uid="uid-2")]
+    batch = [events.disruption_waiting_readiness(ref, "i-0abc") for ref in events.refs(candidates)]
+    with caplog.at_level(logging.WARNING, logger="kube.events"):
+        await events.record_all(BrokenOnOneNode(api, broken="ip-10-0-0-1"), batch)  # does not raise
+    assert [e["involvedObject"]["uid"] for e in api.events.values()] == ["uid-2"]
+    failed = [r.getMessage() for r in caplog.records if "not recorded" in r.getMessage()]
+    assert failed == [
+        "event DisruptionWaitingReadiness on Node ip-10-0-0-1 not recorded: RuntimeError('recorder bug')"
+    ]
+
+
+def test_refs_pin_each_candidate_to_its_uid():
+    refs = events.refs([NodeRef(node="a", uid="uid-a"), NodeRef(node="b")])
+    assert refs == [events.ObjectRef("Node", "a", uid="uid-a"), events.ObjectRef("Node", "b")]
 
 
 def test_every_reason_has_a_catalog_entry_and_karpenters_names_are_kept():

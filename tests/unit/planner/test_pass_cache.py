@@ -23,7 +23,7 @@ from planner.pass_cache import NodePods, PassCache
 from planner.plan import plan, validate_command
 from planner.scheduling.adapter import RECENT_SNAPSHOTS, SnapshotSimulation
 from sim.cluster_builder import DEFAULT_NOW
-from tests.unit.planner.test_snapshot_builder import Informers, change, cluster, from_scratch
+from tests.unit.planner.test_snapshot_builder import Informers, changed_in_steps, cluster, from_scratch
 
 CATALOG = bundled_catalog("us-west-2")
 
@@ -34,11 +34,7 @@ def passes(seed: int, steps: list[int], nodes: int = 16, pods: int = 160) -> Pas
     informers = Informers(objects)
     rng = random.Random(seed)
     cache = PassCache()
-    serial = 0
-    for count in steps:
-        for _ in range(count):
-            serial += 1
-            change(informers, rng, serial)
+    for serial in changed_in_steps(informers, rng, steps):
         nodes_now = list(informers.items["Node"])
         held = {key.lstrip("/") for key in rng.sample(nodes_now, min(len(nodes_now), rng.randint(0, 2)))}
         now = DEFAULT_NOW + timedelta(minutes=3 * serial)  # do-not-disrupt windows run out meanwhile
@@ -103,11 +99,7 @@ def test_the_simulator_prepared_with_the_cache_equals_one_prepared_fresh(seed, s
     informers = Informers(objects)
     rng = random.Random(seed)
     cache = PassCache()
-    serial = 0
-    for count in steps:
-        for _ in range(count):
-            serial += 1
-            change(informers, rng, serial)
+    for serial in changed_in_steps(informers, rng, steps):
         now = DEFAULT_NOW + timedelta(minutes=serial)
         cached = SnapshotSimulation(informers.builder.snapshot(now, instances), CATALOG, cache=cache)
         fresh = SnapshotSimulation(from_scratch(informers, now, instances, set()), CATALOG)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import itertools
 import random
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -242,6 +243,17 @@ def change(informers: Informers, rng: random.Random, serial: int) -> None:
     informers.event(kind, MODIFIED, obj)
 
 
+def changed_in_steps(informers: Informers, rng: random.Random, steps: list[int]) -> Iterator[int]:
+    """Make each step's number of random changes, then yield the serial of the last change so far (the
+    caller builds or plans there, and may draw from `rng` before the next step)."""
+    serial = 0
+    for count in steps:
+        for _ in range(count):
+            serial += 1
+            change(informers, rng, serial)
+        yield serial
+
+
 # -- the properties ----------------------------------------------------------------------------------
 
 
@@ -251,11 +263,7 @@ def test_an_incremental_snapshot_equals_one_built_from_scratch_after_random_even
     objects, instances = cluster(seed % 10)
     informers = Informers(objects)
     rng = random.Random(seed)
-    serial = 0
-    for count in steps:
-        for _ in range(count):
-            serial += 1
-            change(informers, rng, serial)
+    for serial in changed_in_steps(informers, rng, steps):
         nodes = list(informers.items["Node"])
         held = {key.lstrip("/") for key in rng.sample(nodes, min(len(nodes), rng.randint(0, 3)))} | {"gone"}
         now = DEFAULT_NOW + timedelta(minutes=serial)

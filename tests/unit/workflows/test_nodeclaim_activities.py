@@ -86,26 +86,34 @@ def test_the_nodeclaim_is_valid_by_karpenters_crd_and_pins_the_planners_offering
     assert (owner["kind"], owner["name"], owner["uid"]) == ("NodePool", "default", "pool-uid")
 
 
-def test_the_state_reads_what_karpenter_filled_in():
-    claim = {
-        "metadata": {
-            "name": "default-0a1b2c",
-            "uid": "u1",
-            "labels": {
-                "node.kubernetes.io/instance-type": "m5.large",
-                "topology.kubernetes.io/zone": "us-west-2a",
-                "karpenter.sh/capacity-type": "spot",
-            },
-        },
+def filled_in(
+    name: str, instance_id: str, conditions: list[dict[str, str]], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A NodeClaim as Karpenter fills it in: its instance launched, node ip-10-0-1-1 registered."""
+    meta: dict[str, Any] = {"name": name, "uid": "u1"}
+    if labels is not None:
+        meta["labels"] = labels
+    return {
+        "metadata": meta,
         "status": {
-            "providerID": "aws:///us-west-2a/i-0123456789abcdef0",
+            "providerID": f"aws:///us-west-2a/{instance_id}",
             "nodeName": "ip-10-0-1-1",
-            "conditions": [
-                {"type": "Launched", "status": "True"},
-                {"type": "Initialized", "status": "Unknown"},
-            ],
+            "conditions": conditions,
         },
     }
+
+
+def test_the_state_reads_what_karpenter_filled_in():
+    claim = filled_in(
+        "default-0a1b2c",
+        "i-0123456789abcdef0",
+        [{"type": "Launched", "status": "True"}, {"type": "Initialized", "status": "Unknown"}],
+        labels={
+            "node.kubernetes.io/instance-type": "m5.large",
+            "topology.kubernetes.io/zone": "us-west-2a",
+            "karpenter.sh/capacity-type": "spot",
+        },
+    )
     state = nodeclaim_state(claim)
     assert state.instance_id == "i-0123456789abcdef0" and state.node == "ip-10-0-1-1"
     assert state.offering == Offering(instance_type="m5.large", zone="us-west-2a", capacity_type="spot")
@@ -173,18 +181,15 @@ async def test_one_wait_until_initialized_says_in_its_heartbeat_how_far_karpente
     """The disruption waits once, until Initialized (disruption-nodeclaim-one-wait): whoever looks at
     the pending activity (`temporal workflow describe`, the Web UI) sees the instance Karpenter
     launched and the node that registered, and what Karpenter still waits for."""
-    claim = {
-        "metadata": {"name": "c1", "uid": "u1"},
-        "status": {
-            "providerID": "aws:///us-west-2a/i-0abc",
-            "nodeName": "ip-10-0-1-1",
-            "conditions": [
-                {"type": "Launched", "status": "True"},
-                {"type": "Registered", "status": "True"},
-                {"type": "Initialized", "status": "Unknown", "reason": "NotReady", "message": "not ready"},
-            ],
-        },
-    }
+    claim = filled_in(
+        "c1",
+        "i-0abc",
+        [
+            {"type": "Launched", "status": "True"},
+            {"type": "Registered", "status": "True"},
+            {"type": "Initialized", "status": "Unknown", "reason": "NotReady", "message": "not ready"},
+        ],
+    )
     server = OneNodeClaim(claim)
     beats: list[dict[str, Any]] = []
 
