@@ -464,7 +464,7 @@ class PlanningActivities:
         """The cached view, in-flight nodes tainted, the operator's pauses as windows, and the starts
         that rate budgets count (read from visibility only when a pool has a rate budget)."""
         self.cache.start()  # a worker without the controller starts its cache with its first pass
-        if not await self.cache.wait_synced(SYNC_TIMEOUT):
+        if not await self.cache.wait_ready(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
         if stale := self.cache.stale():
             raise retryable(f"the cluster cache is stale, no decision on it: {'; '.join(stale)}", STALE_VIEW)

@@ -150,7 +150,18 @@ async def work(url: str, temporal: str, passes: int, pause: float, profile: str 
     began = time.perf_counter()
     cache.start()
     assert await cache.wait_synced(EMULATOR_TIMEOUT), cache.unsynced()
-    report({"synced_s": round(time.perf_counter() - began, 1), "rss_mb": round(rss_mb())})
+    synced, gc_at_sync = time.perf_counter(), clock.seconds
+    # What a pass waits for after the sync: the cache parsed for the planner and frozen (heap.py).
+    assert await cache.wait_ready(EMULATOR_TIMEOUT)
+    report(
+        {
+            "synced_s": round(synced - began, 1),
+            "ready_s": round(time.perf_counter() - synced, 1),
+            "freeze_s": round(cache.heap.last_seconds if cache.heap else 0.0, 1),
+            "ready_gc_s": round(clock.seconds - gc_at_sync, 1),
+            "rss_mb": round(rss_mb()),
+        }
+    )
     # As the worker builds it (worker.py), less EC2 (bench_instance_descriptions.py measures that).
     planning = PlanningActivities(
         cache, kube, client, task_queue="bench-controller", region="us-west-2", cluster="bench"
@@ -337,7 +348,13 @@ def measure(size: str, passes: int, pause: float, churn: float, profile: str | N
             row = json.loads(line)
             emulator_peak = max(emulator_peak, rss_mb(emulator.pid))
             if "synced_s" in row:
-                out.update(sync_s=row["synced_s"], synced_rss_mb=row["rss_mb"])
+                out.update(
+                    sync_s=row["synced_s"],
+                    ready_s=row["ready_s"],
+                    freeze_s=row["freeze_s"],
+                    ready_gc_s=row["ready_gc_s"],
+                    synced_rss_mb=row["rss_mb"],
+                )
                 churner = Churn(url, keys, churn)
                 churner.start()
             elif "pass" in row:
@@ -371,7 +388,12 @@ def print_size(figures: dict[str, Any]) -> list[Goal]:
         f"== {nodes} nodes / {figures['pods']} pods asked ({objects.get('Node', 0)} nodes, "
         f"{objects.get('Pod', 0)} pods generated; loaded in {figures['load_s']} s)"
     )
-    print(f"   informer sync: {figures['sync_s']} s; worker RSS after sync {figures['synced_rss_mb']} MB")
+    print(
+        f"   informer sync: {figures['sync_s']} s, then parsed and frozen for the planner in "
+        f"{figures['ready_s']} s ({figures['freeze_s']} s of it freezing, "
+        f"{figures['ready_gc_s']} s in GC); "
+        f"worker RSS {figures['synced_rss_mb']} MB"
+    )
     for row in passes:
         print(
             f"   pass {row['pass']}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s CPU "

@@ -219,6 +219,7 @@ class ClusterCache:
         self.heap = heap
         self._tasks: list[asyncio.Task[None]] = []
         self._by_instance: tuple[int, dict[str, Json]] = (-1, {})
+        self._ready = asyncio.Event()  # synced, parsed for the planner, and (with a heap) frozen
 
     def start(self) -> None:
         if not self._tasks:
@@ -232,13 +233,20 @@ class ClusterCache:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        self._ready.clear()
 
     async def _after_sync(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
         # Parse now what the first pass would: that pass is incremental too, and this is frozen.
-        await asyncio.to_thread(self.builder.catch_up)
+        if self.heap is None:
+            await asyncio.to_thread(self.builder.catch_up)
+        else:
+            with self.heap.paused():
+                await asyncio.to_thread(self.builder.catch_up)
+            self.heap.freeze()
+        self._ready.set()
         if self.heap is not None:
-            await self.heap.run(self._received, self._held)
+            await self.heap.keep_frozen(self._received, self._held)
 
     def _received(self) -> int:
         return self.builder.parsed + sum(i.stats.received for i in self.informers)
@@ -258,6 +266,17 @@ class ClusterCache:
         try:
             async with asyncio.timeout(within):
                 await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_ready(self, within: float) -> bool:
+        """Synced, and what the sync brought parsed for the planner and frozen out of the collector's
+        way: what a pass waits for. A pass that ran before the freeze walked the freshly synced heap
+        in full collections (2.9 s of a 7.8 s first pass at 5,000 nodes, bench/bench_controller.py)."""
+        try:
+            async with asyncio.timeout(within):
+                await self._ready.wait()
         except TimeoutError:
             return False
         return True

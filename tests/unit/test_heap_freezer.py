@@ -1,4 +1,5 @@
-"""The worker's collector policy as a pass begins (cluster/heap.py `HeapFreezer.before_pass`)."""
+"""The worker's collector policy (cluster/heap.py): as a pass begins (`before_pass`), and while the
+cache first parses what it synced (`paused`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,22 @@ def test_a_freezer_without_a_policy_leaves_the_collector_alone():
         assert gc.get_count()[0] >= before > 0
     finally:
         gc.set_threshold(*thresholds)
+
+
+def test_the_first_parse_runs_with_the_collector_paused_and_resumes_it_even_on_failure():
+    freezer = HeapFreezer(thresholds=gc.get_threshold())
+    assert gc.isenabled()
+    with freezer.paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with freezer.paused():
+            raise RuntimeError("the parse failed")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
+
+
+def test_a_freezer_without_a_policy_does_not_pause_the_collector():
+    with HeapFreezer(thresholds=None).paused():
+        assert gc.isenabled()

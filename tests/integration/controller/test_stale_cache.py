@@ -8,6 +8,7 @@ worker with its controller on the Temporal dev server and its /readyz endpoint.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.errors import STALE_VIEW
 from activities.planning import PlanningActivities
 from api.controller_io import PassRequest
+from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
 from sim.apiserver.faults import FaultRule
 from tests.integration.controller.test_controller import FAST, TWENTY_PODS, A, B, scenario, status
@@ -89,6 +91,26 @@ async def test_cut_watches_and_a_410_on_rewatch_keep_the_cache_current(karpflow)
         assert cache.stale() == []
     finally:
         await cache.stop()
+
+
+@pytest.mark.sim_stack(scenario=SCENARIO, secure=False)
+async def test_a_pass_waits_until_the_synced_cache_is_parsed_and_frozen(karpflow):
+    """A first pass that ran on the freshly synced, unfrozen heap walked it in full collections."""
+    freezer, thresholds = HeapFreezer(), gc.get_threshold()
+    cache = ClusterCache(karpflow.kube, heap=freezer)
+    cache.start()
+    try:
+        assert await cache.wait_ready(30)
+        assert cache.synced and freezer.freezes == 1
+        # Parsed for the planner: the first snapshot has nothing left to parse.
+        parsed = cache.builder.parsed
+        assert len(cache.snapshot(datetime.now(UTC)).pods) == len(cache.objects_of("Pod")) > 0
+        assert cache.builder.parsed == parsed
+    finally:
+        await cache.stop()
+        gc.unfreeze()  # the worker's collector policy, not this test process's
+        gc.set_threshold(*thresholds)
+    assert not await cache.wait_ready(0.1)  # a stopped cache is ready again only after a new sync
 
 
 @pytest.mark.sim_stack(scenario=SCENARIO, secure=False)

@@ -36,6 +36,9 @@ class StaticCache:
         await asyncio.sleep(min(self.sync_seconds, within))
         return self.sync_seconds <= within
 
+    async def wait_ready(self, within: float) -> bool:
+        return await self.wait_synced(within)
+
     def objects(self) -> Iterator[dict[str, Any]]:
         return iter(self.items)
 
