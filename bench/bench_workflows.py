@@ -208,6 +208,7 @@ class Bench:
         self.poll_interval = poll_interval
         self.sim = sim
         self.verbose = False
+        self.worker: KarpflowWorker | None = None
         self.goals: list[Goal] = []  # issue 21's, printed at the end
         self.uids: dict[str, str] = {}  # the loaded scenario's nodes
 
@@ -246,7 +247,8 @@ class Bench:
             log_level="WARNING",
             controller=False,  # this bench starts the workflows itself
         )
-        async with KarpflowWorker(settings, client=self.client):
+        async with KarpflowWorker(settings, client=self.client) as worker:
+            self.worker = worker
             return await body(settings.task_queue)
 
     async def disruption(self) -> None:
@@ -313,6 +315,11 @@ class Bench:
             print(f"   events of one termination    {await event_types(handles[len(handles) // 2])}")
             busy = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(cpu.items()))
             print(f"   CPU used meanwhile           {busy}")
+            if self.worker is not None and (watcher := self.worker.watcher) is not None:
+                print(
+                    f"   node-deletion watcher        {watcher.describes} workflows described in its checks "
+                    f"for {count} deleting nodes (every {watcher.retry_every:.0f} s)"
+                )
             print("   worker CPU per termination, by thread:")
             for name, seconds in sorted(threads.items(), key=lambda item: -item[1]):
                 print(f"     {seconds / count * 1000:5.1f} ms  {name}")

@@ -18,6 +18,13 @@ started again with backoff (30 s doubling to 10 min), checked every `retry_every
 says, per node, why and until when it waits (logged too). A refusal is retried like any failure:
 the node stays deleting until a person fixes the cause (e.g. restores the ownership tag) or removes
 the finalizer.
+
+That check costs O(terminations that closed), not O(terminations in flight): a big rollout keeps
+hundreds of nodes deleting at once, and every worker replica runs a watcher. The nodes are the
+watch's own last view of them (no GET per node), and only runs that visibility lists as closed
+unfinished since the last check (less a margin for its lag), and those waiting for their retry, are
+described. The first check after a start describes every node once: what closed before it is not
+in the window. If visibility cannot answer, the check describes every node, as that first one does.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from kube.client import NODES, Json, KubeApi
 log = logging.getLogger(__name__)
 
 RETRY_FIRST = timedelta(seconds=30)
+VISIBILITY_LAG = timedelta(seconds=60)  # a closed run may show in visibility this late
 RETRY_MAX = timedelta(minutes=10)
 # Closed without succeeding: the node is still held by the finalizer, so the termination must run again.
 UNFINISHED = {
@@ -48,6 +56,12 @@ UNFINISHED = {
     WorkflowExecutionStatus.TERMINATED,
     WorkflowExecutionStatus.TIMED_OUT,
 }
+
+
+def _key(node: Json) -> str:
+    """What the watcher tracks a node by: its UID (its name only if it has none, as no real one does)."""
+    meta = node.get("metadata") or {}
+    return str(meta.get("uid") or meta.get("name") or "")
 
 
 def needs_termination(node: Json) -> bool:
@@ -81,6 +95,10 @@ class NodeDeletionWatcher:
         self.failures: dict[str, int] = {}  # uid -> terminations that ended without finishing
         self.waiting: dict[str, str] = {}  # node -> why its termination waits, and until when
         self._next_try: dict[str, datetime] = {}
+        self._nodes: dict[str, Json] = {}  # uid -> the watch's last view of a node in `names`
+        self._checked_at: datetime | None = None  # the last check's start: visibility is asked since
+        self.describes = 0  # workflows described by the checks so far (figures for tests)
+        self.visibility_failures = 0
 
     async def run(self) -> None:
         """Forever: list, handle every node, watch from the list's resourceVersion; again on any end.
@@ -108,13 +126,13 @@ class NodeDeletionWatcher:
         backoff has passed. Returns the nodes started again."""
         now = now or datetime.now(UTC)
         restarted = []
-        for uid, name in list(self.names.items()):
-            node = await self.kube.find_node(name)
-            if node is None or (node.get("metadata") or {}).get("uid", uid) != uid:
-                self._forget(uid, name)  # gone: the termination (or someone) finished the job
-                continue
+        for uid in await self._suspects(now):
+            name, node = self.names.get(uid), self._nodes.get(uid)
+            if name is None or node is None:
+                continue  # forgotten meanwhile: the node is gone
             handle = self.client.get_workflow_handle(termination_workflow_id(self.cluster, name, uid))
             described = await handle.describe()
+            self.describes += 1
             if described.status not in UNFINISHED:
                 continue
             if uid not in self._next_try:
@@ -133,8 +151,32 @@ class NodeDeletionWatcher:
                 restarted.append(name)
         return restarted
 
+    async def _suspects(self, now: datetime) -> list[str]:
+        """The tracked nodes whose termination may have closed unfinished: those waiting for their
+        retry, and those visibility lists as closed unfinished since the last check; every one on
+        the first check, or when visibility fails."""
+        since, self._checked_at = self._checked_at, now
+        if since is None:
+            return list(self.names)
+        waiting = set(self._next_try)
+        ids = {termination_workflow_id(self.cluster, name, uid): uid for uid, name in self.names.items()}
+        statuses = ", ".join(f"'{status.name.title().replace('_', '')}'" for status in UNFINISHED)
+        query = (
+            f"WorkflowType = 'TerminationWorkflow' AND ExecutionStatus IN ({statuses}) "
+            f"AND CloseTime >= '{(since - VISIBILITY_LAG).isoformat()}'"
+        )
+        try:
+            async for execution in self.client.list_workflows(query):
+                if execution.id in ids:
+                    waiting.add(ids[execution.id])
+        except Exception as err:
+            self.visibility_failures += 1
+            log.warning("node-deletion watcher: visibility failed (%r); describing every termination", err)
+            return list(self.names)
+        return [uid for uid in self.names if uid in waiting]
+
     def _forget(self, uid: str, name: str) -> None:
-        for table in (self.names, self.failures, self._next_try):
+        for table in (self.names, self.failures, self._next_try, self._nodes):
             table.pop(uid, None)  # type: ignore[attr-defined]
         self.waiting.pop(name, None)
 
@@ -143,7 +185,13 @@ class NodeDeletionWatcher:
         while True:
             try:
                 listing = await self.kube.list_nodes()
-                for node in listing.get("items") or ():
+                items = listing.get("items") or []
+                listed = {_key(node) for node in items}
+                for uid, name in list(self.names.items()):
+                    if uid not in listed:  # deleted while no watch ran: its DELETED was missed
+                        self.started.discard(uid)
+                        self._forget(uid, name)
+                for node in items:
                     await self._consider(node)
                 self.synced = True
                 self.on_synced()
@@ -172,7 +220,9 @@ class NodeDeletionWatcher:
         if not needs_termination(node):
             return
         meta = node["metadata"]
-        uid = meta.get("uid") or meta["name"]
+        uid = _key(node)
+        if uid in self.names:
+            self._nodes[uid] = node  # the check's view of it, current as the watch
         if uid in self.started:
             return
         name = meta["name"]
@@ -191,6 +241,7 @@ class NodeDeletionWatcher:
         )
         self.started.add(uid)
         self.names[uid] = name
+        self._nodes[uid] = node
         self.waiting.pop(name, None)
         log.info(
             "node %s is being deleted: its termination is %s (run %s)",

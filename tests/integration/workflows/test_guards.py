@@ -282,6 +282,8 @@ async def test_a_refused_termination_of_a_deleted_node_is_retried_once_the_cause
             return A.name not in await karpflow.nodes()
 
         await karpflow.eventually(gone, within=60, what=lambda: str(worker.watcher.waiting))
+        # The failed run was found through visibility's query, not by describing every node.
+        assert worker.watcher.visibility_failures == 0
     state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
         "Name"
     ]
