@@ -574,6 +574,7 @@ class PlanningActivities:
         pass_report.record_pass_metrics(result, reasons, seconds)
         if self.events is not None:
             self.events.submit(pass_report.pass_events(result, snapshot, reasons))
+        self.cache.pass_planned()
         return PassResult(
             at=now,
             commands=commands,

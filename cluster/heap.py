@@ -6,11 +6,13 @@ each full collection, and a pass allocates enough to start one or two: measured 
 bench/bench_controller.py, a third of a pass's CPU went to the collector before this.
 
 `gc.freeze()` moves every object alive at that moment to a permanent generation that collections
-skip. Done once the cache has listed everything and parsed it for the planner, after a full
-collection (so garbage is not frozen). Frozen objects are still freed by reference counting when the
-cache drops them; only cyclic garbage among them would stay, so the heap is collected in full and
-frozen again every `refreeze_every` seconds (one full walk every few minutes, instead of one or more
-per pass), and sooner when the cache has taken in many new objects (a re-list, a growing cluster).
+skip. Done once the cache has listed everything, parsed it for the planner and planned a first pass
+(the pass cache is long-lived too), after a full collection (so garbage is not frozen); until then
+the collector is paused (`paused`): it would walk the freshly synced heap over and over. Frozen
+objects are still freed by reference counting when the cache drops them; only cyclic garbage among
+them would stay, so the heap is collected in full and frozen again every `refreeze_every` seconds
+(one full walk every few minutes, instead of one or more per pass), and sooner when the cache has
+taken in many new objects (a re-list, a growing cluster).
 
 The thresholds are raised too (THRESHOLDS): a pass allocates millions of objects that live until
 it ends, and with CPython's defaults (700, 10, 10) they are walked hundreds of times, in two or three
@@ -67,9 +69,9 @@ class HeapFreezer:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """No collection while a bounded burst of long-lived objects is made: the cache's first parse
-        of what it synced (2.1 s of collections walking the unfrozen heap during a 5 s parse at
-        78,000 pods, bench/bench_controller.py). The freeze that follows collects once. Only around
-        work that ends: a collector left off would let cyclic garbage pile up for good."""
+        of what it synced and the first pass (2.1 s of collections walking the unfrozen heap during
+        a 5 s parse at 78,000 pods, bench/bench_controller.py). The freeze that follows collects
+        once. Only around work that ends: a collector left off would let cyclic garbage pile up."""
         if self.thresholds is None or not gc.isenabled():  # a test's freezer leaves gc alone
             yield
             return
@@ -85,7 +87,8 @@ class HeapFreezer:
         middle of every fourth or fifth pass, when the pass's own millions of objects are alive, and
         walks them all (0.5-0.9 s at 78,000 pods, bench/bench_controller.py); this one walks what
         outlived the last pass and came in since (under 0.1 s there), and resets the count."""
-        if self.thresholds is not None:  # the worker's policy; a test's freezer leaves gc alone
+        # The worker's policy (a test's freezer leaves gc alone); none while paused (the first pass).
+        if self.thresholds is not None and gc.isenabled():
             gc.collect(1)
 
     async def keep_frozen(self, received: Callable[[], int], held: Callable[[], int]) -> None:

@@ -27,6 +27,7 @@ garbage collector's way once it is listed and parsed (cluster/heap.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -75,6 +76,8 @@ RESOURCES: tuple[Resource, ...] = (
 _key = object_key
 # Seconds a kind's view may be older than before it is stale (its watch and its listing failing).
 STALE_AFTER = 60.0
+FIRST_PASS_WAIT = 60.0  # seconds the collector stays paused after the parse, waiting for a first pass
+RESULT_LEAVES = 0.5  # seconds between a first pass's end and the freeze, for its result to be reported
 
 
 @dataclass
@@ -219,7 +222,8 @@ class ClusterCache:
         self.heap = heap
         self._tasks: list[asyncio.Task[None]] = []
         self._by_instance: tuple[int, dict[str, Json]] = (-1, {})
-        self._ready = asyncio.Event()  # synced, parsed for the planner, and (with a heap) frozen
+        self._ready = asyncio.Event()  # synced, and parsed for the planner
+        self._first_pass = asyncio.Event()  # a pass has been planned on this view (pass_planned)
 
     def start(self) -> None:
         if not self._tasks:
@@ -234,19 +238,31 @@ class ClusterCache:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self._ready.clear()
+        self._first_pass.clear()
 
     async def _after_sync(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        # Parse now what the first pass would: that pass is incremental too, and this is frozen.
+        # Parse now what the first pass would: that pass is incremental too.
         if self.heap is None:
             await asyncio.to_thread(self.builder.catch_up)
-        else:
-            with self.heap.paused():
-                await asyncio.to_thread(self.builder.catch_up)
-            self.heap.freeze()
-        self._ready.set()
-        if self.heap is not None:
-            await self.heap.keep_frozen(self._received, self._held)
+            self._ready.set()
+            return
+        # The parse and the first pass make most of the long-lived heap (the parsed objects, the
+        # pass cache): no collection walks it meanwhile, and the freeze right after collects it once.
+        with self.heap.paused():
+            await asyncio.to_thread(self.builder.catch_up)
+            self._ready.set()
+            with contextlib.suppress(TimeoutError):  # a worker with no controller plans no pass
+                async with asyncio.timeout(FIRST_PASS_WAIT):
+                    await self._first_pass.wait()
+                # The freeze holds the event loop: let the pass's result leave first.
+                await asyncio.sleep(RESULT_LEAVES)
+        self.heap.freeze()
+        await self.heap.keep_frozen(self._received, self._held)
+
+    def pass_planned(self) -> None:
+        """A pass has been planned on this view: the heap it built can be frozen now."""
+        self._first_pass.set()
 
     def _received(self) -> int:
         return self.builder.parsed + sum(i.stats.received for i in self.informers)
@@ -271,9 +287,10 @@ class ClusterCache:
         return True
 
     async def wait_ready(self, within: float) -> bool:
-        """Synced, and what the sync brought parsed for the planner and frozen out of the collector's
-        way: what a pass waits for. A pass that ran before the freeze walked the freshly synced heap
-        in full collections (2.9 s of a 7.8 s first pass at 5,000 nodes, bench/bench_controller.py)."""
+        """Synced, and what the sync brought parsed for the planner: what a pass waits for. The first
+        pass used to start at the sync, before the parse, and both ran with the collector walking
+        the freshly synced heap in full collections (2.9 s of a 7.8 s first pass at 5,000 nodes,
+        4.6 s of 14.9 s at 10,000, bench/bench_controller.py); now neither collects (_after_sync)."""
         try:
             async with asyncio.timeout(within):
                 await self._ready.wait()

@@ -54,6 +54,16 @@ def test_the_first_parse_runs_with_the_collector_paused_and_resumes_it_even_on_f
     assert gc.isenabled()
 
 
+def test_the_first_pass_begins_without_a_collection_while_paused():
+    thresholds = gc.get_threshold()
+    freezer = HeapFreezer(thresholds=thresholds)
+    with freezer.paused():
+        young_garbage()
+        before = gc.get_count()[0]
+        freezer.before_pass()
+        assert gc.get_count()[0] >= before > 0
+
+
 def test_a_freezer_without_a_policy_does_not_pause_the_collector():
     with HeapFreezer(thresholds=None).paused():
         assert gc.isenabled()

@@ -94,22 +94,28 @@ async def test_cut_watches_and_a_410_on_rewatch_keep_the_cache_current(karpflow)
 
 
 @pytest.mark.sim_stack(scenario=SCENARIO, secure=False)
-async def test_a_pass_waits_until_the_synced_cache_is_parsed_and_frozen(karpflow):
-    """A first pass that ran on the freshly synced, unfrozen heap walked it in full collections."""
+async def test_a_pass_waits_for_the_parsed_cache_and_the_heap_is_frozen_once_it_is_planned(karpflow):
+    """The first pass used to start at the sync, while the cache parsed what it listed, with the
+    collector walking the freshly synced heap; the parse and the first pass now run without it, and
+    the heap they made is frozen right after."""
     freezer, thresholds = HeapFreezer(), gc.get_threshold()
     cache = ClusterCache(karpflow.kube, heap=freezer)
     cache.start()
     try:
         assert await cache.wait_ready(30)
-        assert cache.synced and freezer.freezes == 1
+        assert cache.synced and freezer.freezes == 0 and not gc.isenabled()
         # Parsed for the planner: the first snapshot has nothing left to parse.
         parsed = cache.builder.parsed
         assert len(cache.snapshot(datetime.now(UTC)).pods) == len(cache.objects_of("Pod")) > 0
         assert cache.builder.parsed == parsed
+        cache.pass_planned()
+        await eventually(lambda: freezer.freezes == 1, 10, "the heap frozen once the pass is planned")
+        assert gc.isenabled()
     finally:
         await cache.stop()
         gc.unfreeze()  # the worker's collector policy, not this test process's
         gc.set_threshold(*thresholds)
+    assert gc.isenabled()
     assert not await cache.wait_ready(0.1)  # a stopped cache is ready again only after a new sync
 
 

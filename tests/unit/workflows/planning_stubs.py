@@ -39,6 +39,9 @@ class StaticCache:
     async def wait_ready(self, within: float) -> bool:
         return await self.wait_synced(within)
 
+    def pass_planned(self) -> None:
+        pass
+
     def objects(self) -> Iterator[dict[str, Any]]:
         return iter(self.items)
 
