@@ -190,6 +190,9 @@ class Part:
     describe: str
     env: dict[str, str] = field(default_factory=dict)
     unset: tuple[str, ...] = ()  # variables of the calling shell the part must not see
+    # A line of its log that means "start it again" (once): a port the part picked for itself was
+    # taken between its pick and its bind.
+    restart_if: str | None = None
 
 
 @dataclass
@@ -392,6 +395,8 @@ class DevStack:
                 temporal_ports,
                 lambda: temporal_serving(s.temporal_address),
                 f"Temporal dev server on {s.temporal_address}",
+                # Its HTTP API and metrics ports are random picks of its own (start-dev --help).
+                restart_if="bind: address already in use",
             ),
             Part(
                 "sim",
@@ -550,13 +555,20 @@ class DevStack:
         progress(part.name, f"started (pid {process.pid})")
         return True
 
-    def _await_ready(self, part: Part, progress: Callable[[str, str], None], quiet: bool = False) -> None:
-        """Wait for the part's probe; `quiet` for a part that already ran (its progress line stays)."""
+    def _await_ready(
+        self, part: Part, progress: Callable[[str, str], None], quiet: bool = False, restarts: int = 1
+    ) -> None:
+        """Wait for the part's probe; `quiet` for a part that already ran (its progress line stays).
+        A part whose log says `restart_if` since it started is started again, `restarts` times."""
         deadline = time.monotonic() + self.settings.ready_timeout
         if not quiet:
             progress(part.name, "waiting until ready")
         while time.monotonic() < deadline:
             if self.process(part.name) is None:
+                if restarts > 0 and part.restart_if and part.restart_if in self._since_start(part.name):
+                    progress(part.name, f"exited ({part.restart_if}); starting it again")
+                    self._start(part, progress)
+                    return self._await_ready(part, progress, quiet, restarts - 1)
                 raise DevStackError(
                     f"{part.name} exited while starting; last lines of {self.log_file(part.name)}:\n"
                     f"{tail(self.log_file(part.name))}"
@@ -570,6 +582,14 @@ class DevStack:
             f"{part.name} was not ready after {self.settings.ready_timeout:.0f}s; last lines of "
             f"{self.log_file(part.name)}:\n{tail(self.log_file(part.name))}"
         )
+
+    def _since_start(self, name: str) -> str:
+        """What the part logged since its last start (`_start` writes a `===` line first)."""
+        try:
+            text = self.log_file(name).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return text.rsplit("\n=== ", 1)[-1]
 
     def register_search_attributes(self) -> None:
         """Idempotent: `search-attribute create` accepts an attribute that already exists."""

@@ -1,4 +1,5 @@
-"""The dev stack's bookkeeping without starting servers: settings, pid ownership, worker detection."""
+"""The dev stack's bookkeeping without starting servers: settings, pid ownership, worker detection, a
+part started again when a port it picked itself was taken."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sim import devstack
-from sim.devstack import DevSettings, DevStack, _owned_process
+from sim.devstack import DevSettings, DevStack, DevStackError, Part, _owned_process
 from sim.ports import port_is_free
 
 
@@ -84,3 +87,45 @@ def test_the_karpenter_neighbour_runs_with_the_worker_in_its_coexistence_mode(tm
     beside = DevStack(DevSettings(state_dir=tmp_path, karpenter_neighbour=True)).parts()
     argv = {p.name: p.argv for p in beside}
     assert "--karpenter" in argv["sim"] and "--karpenter-coexistence" in argv["worker"]
+
+
+def test_a_part_whose_own_port_was_taken_is_started_again_once(tmp_path):
+    """The Temporal CLI picks its HTTP API and metrics ports itself; another process can take one
+    between its pick and its bind. Such an exit starts the part again, once; any other exit, or a
+    second one, fails `up` with the part's log."""
+    stack = DevStack(DevSettings(state_dir=tmp_path, ready_timeout=20))
+    stack.settings.logs_dir.mkdir(parents=True)
+    runs, ready = tmp_path / "runs", tmp_path / "ready"
+    # Exits with the bind error on its first `failures` runs, then stays up and says it is ready.
+    script = (
+        "import pathlib, sys, time\n"
+        f"runs = pathlib.Path({str(runs)!r}); n = len(runs.read_text()) if runs.exists() else 0\n"
+        "runs.write_text('x' * (n + 1))\n"
+        "if n < int(sys.argv[1]):\n"
+        "    print('listen tcp 127.0.0.1:1: bind: address already in use'); sys.exit(1)\n"
+        f"pathlib.Path({str(ready)!r}).write_text('up'); time.sleep(30)\n"
+    )
+
+    def part(failures: int) -> Part:
+        return Part(
+            "temporal",
+            [sys.executable, "-c", script, str(failures)],
+            {},
+            ready.exists,
+            "a part that loses its port",
+            restart_if="bind: address already in use",
+        )
+
+    said: list[str] = []
+    try:
+        stack._start(part(1), lambda name, message: said.append(message))
+        stack._await_ready(part(1), lambda name, message: said.append(message))
+        assert runs.read_text() == "xx" and any("starting it again" in m for m in said)
+    finally:
+        stack._stop("temporal")
+    runs.unlink()
+    ready.unlink()
+    stack._start(part(2), lambda name, message: None)
+    with pytest.raises(DevStackError, match="exited while starting"):
+        stack._await_ready(part(2), lambda name, message: None)
+    assert runs.read_text() == "xx"  # started again once, not twice
