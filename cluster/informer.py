@@ -242,16 +242,13 @@ class ClusterCache:
 
     async def _after_sync(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        # Parse now what the first pass would: that pass is incremental too.
         if self.heap is None:
-            await asyncio.to_thread(self.builder.catch_up)
-            self._ready.set()
+            await self._catch_up()
             return
         # The parse and the first pass make most of the long-lived heap (the parsed objects, the
         # pass cache): no collection walks it meanwhile, and the freeze right after collects it once.
         with self.heap.paused():
-            await asyncio.to_thread(self.builder.catch_up)
-            self._ready.set()
+            await self._catch_up()
             with contextlib.suppress(TimeoutError):  # a worker with no controller plans no pass
                 async with asyncio.timeout(FIRST_PASS_WAIT):
                     await self._first_pass.wait()
@@ -259,6 +256,15 @@ class ClusterCache:
                 await asyncio.sleep(RESULT_LEAVES)
         self.heap.freeze()
         await self.heap.keep_frozen(self._received, self._held)
+
+    async def _catch_up(self) -> None:
+        """Parse now what the first pass would (that pass is incremental too), then say ready. A
+        failed parse only logs: each pass's snapshot parses what is still pending, and says why."""
+        try:
+            await asyncio.to_thread(self.builder.catch_up)
+        except Exception:
+            log.exception("parsing the synced cluster for the planner failed; the passes parse it")
+        self._ready.set()
 
     def pass_planned(self) -> None:
         """A pass has been planned on this view: the heap it built can be frozen now."""
