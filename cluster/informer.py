@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -285,24 +285,14 @@ class ClusterCache:
         return all(i.synced.is_set() for i in self.informers)
 
     async def wait_synced(self, within: float) -> bool:
-        try:
-            async with asyncio.timeout(within):
-                await asyncio.gather(*(i.synced.wait() for i in self.informers))
-        except TimeoutError:
-            return False
-        return True
+        return await _within(asyncio.gather(*(i.synced.wait() for i in self.informers)), within)
 
     async def wait_ready(self, within: float) -> bool:
         """Synced, and what the sync brought parsed for the planner: what a pass waits for. The first
         pass used to start at the sync, before the parse, and both ran with the collector walking
         the freshly synced heap in full collections (2.9 s of a 7.8 s first pass at 5,000 nodes,
         4.6 s of 14.9 s at 10,000, bench/bench_controller.py); now neither collects (_after_sync)."""
-        try:
-            async with asyncio.timeout(within):
-                await self._ready.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await _within(self._ready.wait(), within)
 
     def unsynced(self) -> list[str]:
         return [i.resource.kind for i in self.informers if not i.synced.is_set()]
@@ -350,6 +340,16 @@ class ClusterCache:
 
     def stats(self) -> dict[str, InformerStats]:
         return {i.resource.kind: i.stats for i in self.informers}
+
+
+async def _within(awaitable: Awaitable[Any], seconds: float) -> bool:
+    """Whether `awaitable` finished within `seconds` (it is cancelled if not)."""
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        return False
+    return True
 
 
 async def list_cluster(kube: KubeApi, resources: tuple[Resource, ...] = RESOURCES) -> list[Json]:

@@ -95,7 +95,7 @@ class NodeDeletionWatcher:
         self.failures: dict[str, int] = {}  # uid -> terminations that ended without finishing
         self.waiting: dict[str, str] = {}  # node -> why its termination waits, and until when
         self._next_try: dict[str, datetime] = {}
-        self._nodes: dict[str, Json] = {}  # uid -> the watch's last view of a node in `names`
+        self._nodes: dict[str, Json] = {}  # uid -> the watch's last view of a deleting node
         self._checked_at: datetime | None = None  # the last check's start: visibility is asked since
         self.describes = 0  # workflows described by the checks so far (figures for tests)
         self.visibility_failures = 0
@@ -176,6 +176,8 @@ class NodeDeletionWatcher:
         return [uid for uid in self.names if uid in waiting]
 
     def _forget(self, uid: str, name: str) -> None:
+        """The node is gone: nothing of it is kept, and a node that comes back is started afresh."""
+        self.started.discard(uid)
         for table in (self.names, self.failures, self._next_try, self._nodes):
             table.pop(uid, None)  # type: ignore[attr-defined]
         self.waiting.pop(name, None)
@@ -189,7 +191,6 @@ class NodeDeletionWatcher:
                 listed = {_key(node) for node in items}
                 for uid, name in list(self.names.items()):
                     if uid not in listed:  # deleted while no watch ran: its DELETED was missed
-                        self.started.discard(uid)
                         self._forget(uid, name)
                 for node in items:
                     await self._consider(node)
@@ -204,7 +205,6 @@ class NodeDeletionWatcher:
                     node = event.get("object") or {}
                     if kind == "DELETED":
                         meta = node.get("metadata") or {}
-                        self.started.discard(meta.get("uid", ""))
                         self._forget(meta.get("uid", ""), meta.get("name", ""))
                     elif kind in ("ADDED", "MODIFIED"):
                         await self._consider(node)
@@ -221,8 +221,7 @@ class NodeDeletionWatcher:
             return
         meta = node["metadata"]
         uid = _key(node)
-        if uid in self.names:
-            self._nodes[uid] = node  # the check's view of it, current as the watch
+        self._nodes[uid] = node  # the retry check's view of it, as current as the watch
         if uid in self.started:
             return
         name = meta["name"]
@@ -241,7 +240,6 @@ class NodeDeletionWatcher:
         )
         self.started.add(uid)
         self.names[uid] = name
-        self._nodes[uid] = node
         self.waiting.pop(name, None)
         log.info(
             "node %s is being deleted: its termination is %s (run %s)",
