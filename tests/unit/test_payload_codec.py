@@ -8,10 +8,11 @@ import os
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 from temporalio.api.common.v1 import Payload
 
 from api.workflow_io import TerminationInput
-from runtime.codec_server import codec_app
+from runtime.codec_server import TokenFileError, codec_app, codec_server, is_loopback, load_tokens
 from runtime.connections import data_converter
 from runtime.payload_codec import (
     ENCODING,
@@ -151,3 +152,63 @@ async def test_the_codec_server_decodes_for_the_ui_origin_only():
         foreign = (await codec(f"k2={K2}").encode([plain(NODE)]))[0]
         refused = await http.post("/decode", json=payloads_json(foreign))
         assert refused.status == 400 and "k2" in (await refused.json())["message"]
+
+
+async def test_any_origin_is_answered_without_credentials_and_never_reflected():
+    ring = codec(f"k1={K1}")
+    (sealed,) = await ring.encode([plain(NODE)])
+    async with TestClient(TestServer(codec_app(ring, ["*"]))) as http:
+        answer = await http.post("/decode", json=payloads_json(sealed), headers={"Origin": "http://evil"})
+        assert answer.status == 200
+        # A reflected origin with credentials would let any page read history with the user's cookies.
+        assert answer.headers["Access-Control-Allow-Origin"] == "*"
+        assert "Access-Control-Allow-Credentials" not in answer.headers
+
+
+async def test_a_token_file_makes_the_codec_server_ask_for_a_bearer_token(tmp_path):
+    ring = codec(f"k1={K1}")
+    (sealed,) = await ring.encode([plain(NODE)])
+    path = tmp_path / "tokens"
+    path.write_text("# the CLI's\nt-one\n\n t-two \n")
+    tokens = load_tokens(path)
+    assert tokens == {"t-one", "t-two"}
+    ui = "http://127.0.0.1:8233"
+    async with TestClient(TestServer(codec_app(ring, [ui], tokens))) as http:
+        body = payloads_json(sealed)
+        missing = await http.post("/decode", json=body, headers={"Origin": ui})
+        assert missing.status == 401 and missing.headers["WWW-Authenticate"].startswith("Bearer")
+        assert missing.headers["Access-Control-Allow-Origin"] == ui  # the UI can show why
+        wrong = await http.post("/decode", json=body, headers={"Authorization": "Bearer t-three"})
+        assert wrong.status == 401
+        basic = await http.post("/encode", json=body, headers={"Authorization": "Basic t-one"})
+        assert basic.status == 401
+        ok = await http.post("/decode", json=body, headers={"Authorization": "Bearer t-two"})
+        assert ok.status == 200
+        (decoded,) = (await ok.json())["payloads"]
+        assert json.loads(base64.b64decode(decoded["data"])) == {"node": NODE}
+        # A browser's preflight carries no credentials: it is answered, the POST is then checked.
+        preflight = await http.options(
+            "/decode", headers={"Origin": ui, "Access-Control-Request-Method": "POST"}
+        )
+        assert preflight.status == 204
+
+
+def test_an_empty_or_missing_token_file_is_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing\n\n")
+    with pytest.raises(TokenFileError, match="no token"):
+        load_tokens(empty)
+    with pytest.raises(TokenFileError, match="No such file"):
+        load_tokens(tmp_path / "missing")
+
+
+def test_the_codec_server_refuses_to_listen_beyond_loopback_without_tokens(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text(f"k1={K1}\n")
+    result = CliRunner().invoke(
+        codec_server, ["--payload-key-file", str(keys), "--host", "0.0.0.0"], catch_exceptions=False
+    )
+    assert result.exit_code == 2
+    assert "--auth-token-file" in result.output and "0.0.0.0" in result.output
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("codec.example")
