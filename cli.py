@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "rollout": "runtime.rollout_cli:rollout",
     "disrupt": "runtime.disrupt_cli:disrupt",
     "codec-server": "runtime.codec_server:codec_server",
+    "uninstall": "runtime.uninstall_cli:uninstall",
     "dev": "sim.devstack_cli:dev",
     "demo": "sim.demo:demo",
     "sim": "sim.cli:sim",
