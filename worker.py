@@ -58,6 +58,7 @@ from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
 from activities.planning import PlanningActivities
 from activities.rollout import RolloutActivities
+from activities.waiting_commands import WaitingCommandActivities
 from api.workflow_ids import controller_workflow_id
 from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
@@ -180,6 +181,8 @@ def activities_for(
             planning.sync_operator_controls,
             planning.apply_annotations,
             planning.apply_taints,
+            # A command waiting for approval, judged again (activities/waiting_commands.py).
+            WaitingCommandActivities(planning).check_waiting_command,
         ]
     return activities
 

@@ -198,7 +198,8 @@ class SentReasons:
 def planned_command(command: Any, cluster: str = "", started_by: str = "") -> PlannedCommand:
     """A planner Command as the controller starts it: its workflow id (scoped by `cluster`) and input,
     its planned form, and what the Web UI shows of it (summary, details, memo naming `started_by`)."""
-    workflow_input = disruption_input(command)
+    planned = command_out(command).model_dump(mode="json", by_alias=True)
+    workflow_input = disruption_input(command, planned=planned)
     return PlannedCommand(
         workflow_id=disruption_workflow_id(command, cluster),
         method=command.method,
@@ -209,7 +210,7 @@ def planned_command(command: Any, cluster: str = "", started_by: str = "") -> Pl
         needs_validation=command.method in VALIDATED_METHODS,
         savings_per_hour=command.savings_per_hour,
         input=workflow_input.model_dump(mode="json"),
-        planned=command_out(command).model_dump(mode="json", by_alias=True),
+        planned=planned,
         decision=command.decision,
         consolidation_type=CONSOLIDATION_TYPE_OF.get(command.method, ""),
         summary=disruption_summary(command, workflow_input.approval),
@@ -222,13 +223,18 @@ def narrowed(command: PlannedCommand, out: CommandOut) -> PlannedCommand:
     """The command with the nodes validation kept (emptiness keeps the subset still valid), its input,
     planned form and what the Web UI shows following."""
     nodes = list(out.nodes)
+    planned = out.model_dump(mode="json", by_alias=True)
     gate = command.input.get("approval")
     approval = Approval.model_validate(gate) if gate is not None else None
+    workflow_input = {**command.input, "nodes": nodes}
+    if approval is not None:
+        approval = approval.model_copy(update={"planned": planned})
+        workflow_input["approval"] = approval.model_dump(mode="json")
     return command.model_copy(
         update={
             "nodes": nodes,
-            "input": {**command.input, "nodes": nodes},
-            "planned": out.model_dump(mode="json", by_alias=True),
+            "input": workflow_input,
+            "planned": planned,
             "savings_per_hour": out.savings_per_hour,
             "summary": disruption_summary(out, approval),
             "details": disruption_details(out, approval),
@@ -459,10 +465,16 @@ class PlanningActivities:
     # -- the view ------------------------------------------------------------------------------------
 
     async def _snapshot(
-        self, held: set[str], now: datetime, pauses: Iterable[Pause] = (), holding: Iterable[str] = ()
+        self,
+        held: set[str],
+        now: datetime,
+        pauses: Iterable[Pause] = (),
+        holding: Iterable[str] = (),
+        excluding: str = "",
     ) -> Snapshot:
         """The cached view, in-flight nodes tainted, the operator's pauses as windows, and the starts
-        that rate budgets count (read from visibility only when a pool has a rate budget)."""
+        that rate budgets count (read from visibility only when a pool has a rate budget; `excluding`:
+        a command judged again, whose own start is not one of them)."""
         self.cache.start()  # a worker without the controller starts its cache with its first pass
         if not await self.cache.wait_ready(SYNC_TIMEOUT):
             raise CacheNotSynced(f"the cluster cache has not listed {', '.join(self.cache.unsynced())} yet")
@@ -476,11 +488,13 @@ class PlanningActivities:
         snapshot.maintenance_windows.update(pause_windows(pauses))
         period = longest_period(snapshot.nodepools.values())
         if period is not None:
-            snapshot.recent_disruptions = await self._recent_disruptions(snapshot, now - period, holding)
+            snapshot.recent_disruptions = await self._recent_disruptions(
+                snapshot, now - period, holding, excluding
+            )
         return snapshot
 
     async def _recent_disruptions(
-        self, snapshot: Snapshot, since: datetime, holding: Iterable[str]
+        self, snapshot: Snapshot, since: datetime, holding: Iterable[str], excluding: str = ""
     ) -> list[RecentDisruption]:
         """Nodes whose disruption or termination started since `since` (Temporal visibility: this task
         queue's DisruptionWorkflows and TerminationWorkflows by StartTime), and the nodes of commands
@@ -509,6 +523,8 @@ class PlanningActivities:
 
         async for execution in self.client.list_workflows(query):
             if execution.workflow_type == "DisruptionWorkflow" and execution.status in undone:
+                continue
+            if excluding and execution.id == excluding:
                 continue
             attributes = execution.typed_search_attributes
             pools = [p for p in (attributes.get(sa.NODEPOOL) or "").split(",") if p]

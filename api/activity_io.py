@@ -7,7 +7,7 @@ the offering tried, the deadline) in a form a person can read in the Web UI.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +28,29 @@ class NodeRef(BaseModel):
         "taint's holder when no command holds the node (kubectl delete node, interruption)",
     )
     reason: str | None = Field(default=None, description="taint_for_termination: the termination's reason")
+
+
+class WaitingCommandCheck(BaseModel):
+    """A command that waits (for approval): is its plan still good, and is approval still asked for?"""
+
+    workflow_id: str = Field(
+        description="the command's workflow id: its own nodes and starts are not another's"
+    )
+    reason: str
+    nodes: list[str]
+    node_uids: dict[str, str] = Field(default_factory=dict)
+    planned: dict[str, Any] | None = Field(
+        default=None, description="the planner's CommandOut (JSON); a command started by hand has none"
+    )
+
+
+class WaitingCommandVerdict(BaseModel):
+    valid: bool
+    reason: str = Field(default="", description="why the plan no longer holds")
+    nodes: list[str] = Field(
+        default_factory=list, description="the nodes still to take (a subset when narrowed)"
+    )
+    approval_required: bool = Field(description="a NodePool of the nodes still asks for approval")
 
 
 class TerminationGateRequest(BaseModel):

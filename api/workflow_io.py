@@ -209,6 +209,11 @@ class Approval(Strict):
 
     timeout: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
     savings_per_hour: float = Field(default=0.0, description="the planner's estimate, shown while waiting")
+    planned: dict[str, Any] | None = Field(
+        default=None,
+        description="the planner's form of the command (CommandOut JSON): judged again on a fresh view "
+        "when the wait ends, before any node is taken (planner/waiting_validation.py)",
+    )
 
 
 class ApprovalDecision(Strict):
@@ -278,6 +283,7 @@ DisruptionPhase = Literal[
     "Validating",
     "AwaitingApproval",
     "Rejected",
+    "Invalidated",
     "Tainting",
     "Launching",
     "WaitingForReplacements",
@@ -398,13 +404,17 @@ def parse_input(model: type[M], raw: Any) -> M:
 # -- From the planner ------------------------------------------------------------------------------
 
 
-def disruption_input(command: Any, **overrides: Any) -> DisruptionInput:
+def disruption_input(
+    command: Any, *, planned: dict[str, Any] | None = None, **overrides: Any
+) -> DisruptionInput:
     """The DisruptionWorkflow input for a planner `Command` (planner/model.py; duck-typed so this
     module stays free of the planner): its reason, candidates (names, pinned to the UIDs the planner
-    saw) and replacements, instance types cheapest first."""
+    saw) and replacements, instance types cheapest first. `planned`: the planner's form of the
+    command (CommandOut JSON), kept in the approval of a command that waits for one, so the wait's end
+    judges it again."""
     uids = {c.name: c.node.uid for c in getattr(command, "candidates", ()) if getattr(c.node, "uid", "")}
     if "approval" not in overrides and (approval := approval_for(command)) is not None:
-        overrides["approval"] = approval
+        overrides["approval"] = approval.model_copy(update={"planned": planned})
     return DisruptionInput(
         reason=command.reason,
         nodes=list(command.nodes),

@@ -96,7 +96,11 @@ def choose(result: Any, nodes: tuple[str, ...], every: bool) -> tuple[list[Any],
 
 async def start(client: Client, settings: WorkerSettings, command: Any, started_by: str) -> Followed:
     workflow_id = disruption_workflow_id(command, settings.cluster_name)
-    workflow_input = disruption_input(command)
+    from planner.plan import command_out
+
+    workflow_input = disruption_input(
+        command, planned=command_out(command).model_dump(mode="json", by_alias=True)
+    )
     summary = disruption_summary(command, workflow_input.approval)
     handle = await client.start_workflow(
         "DisruptionWorkflow",

@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.errors import INSUFFICIENT_CAPACITY, OFFERING_ERRORS
     from activities.kubernetes import KubernetesActivities
     from activities.nodeclaims import NodeClaimActivities
+    from activities.waiting_commands import WaitingCommandActivities
     from api import search_attributes as sa
     from api.activity_io import (
         DiscardRequest,
@@ -84,6 +85,8 @@ with workflow.unsafe.imports_passed_through():
         ResolveRequest,
         TaintRequest,
         UntaintRequest,
+        WaitingCommandCheck,
+        WaitingCommandVerdict,
     )
     from api.constants import aws_provider_id
     from api.workflow_ids import legacy_termination_workflow_id, replacement_nodeclaim_name
@@ -104,7 +107,7 @@ with workflow.unsafe.imports_passed_through():
     from api.workflow_summaries import awaiting_approval_details, short_node
     from workflows.events import awaiting_approval
     from workflows.failures import activity_cause, describe
-    from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
+    from workflows.options import API_CALL, API_RETRY, CHECK_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow
     from workflows.workflow_metrics import count_rollback, record_phase
 
@@ -121,7 +124,11 @@ PATCH_LEAN_HISTORY = "disruption-lean-history"
 # (Launched, Registered, Initialized): 47 events to 36. Asked only on that path.
 PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
-CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected"})
+CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected", "Invalidated"})
+# A command that waits for approval is judged again now and then while it waits, and when the wait
+# ends, before any node is taken (activity check_waiting_command, planner/waiting_validation.py).
+PATCH_RECHECK_WAITING = "disruption-recheck-waiting-command"
+RECHECK_EVERY = timedelta(minutes=5)
 # Updates of a command that waits for approval (DisruptionInput.approval).
 UPDATE_APPROVE = "approve"
 UPDATE_REJECT = "reject"
@@ -173,6 +180,7 @@ class DisruptionWorkflow:
         self._lean = False
         self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
         self._handed_over = False  # the candidates' terminations have been started
+        self._check_problem = ""  # why the last check of a waiting command could not be made
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)
 
     @workflow.query
@@ -219,10 +227,13 @@ class DisruptionWorkflow:
         except InvalidInput as err:
             raise ApplicationError(f"{name}: {err}") from None
 
-    async def _approved(self, command: DisruptionInput) -> bool:
-        """Wait for `approve` or `reject` (no decision within the timeout rejects). Nothing is changed
-        before: the plan is readable in the status query, the memo and the phase search attribute."""
+    async def _approved(self, command: DisruptionInput) -> DisruptionInput | None:
+        """Wait for `approve` or `reject` (no decision within the timeout rejects), then judge the
+        command again (PATCH_RECHECK_WAITING): the command to carry out (its nodes may be fewer), or
+        None when it was rejected or no longer holds. Nothing is changed before: the plan is readable in
+        the status query, the memo and the phase search attribute."""
         assert command.approval is not None
+        rechecks = workflow.patched(PATCH_RECHECK_WAITING)
         self._awaiting_approval = True
         self._set_phase("AwaitingApproval")
         workflow.upsert_memo(
@@ -245,16 +256,18 @@ class DisruptionWorkflow:
             [NodeRef(node=n, uid=command.node_uids.get(n)) for n in command.nodes],
             workflow.info().workflow_id,
         )
-        try:
-            await workflow.wait_condition(
-                lambda: self._decision is not None, timeout=command.approval.timeout
-            )
-        except TimeoutError:
-            self._decision = (
-                False,
-                ApprovalDecision(by="timeout", reason=f"no decision within {command.approval.timeout}"),
-            )
+        if rechecks:
+            if not await self._await_decision_checking(command, rejected_at):
+                return None  # the plan no longer holds: Invalidated
+        else:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._decision is not None, timeout=command.approval.timeout
+                )
+            except TimeoutError:
+                self._decide_by_timeout(command.approval.timeout)
         self._awaiting_approval = False
+        assert self._decision is not None
         approved, decision = self._decision
         who = f" by {decision.by}" if decision.by else ""
         why = f": {decision.reason}" if decision.reason else ""
@@ -263,7 +276,100 @@ class DisruptionWorkflow:
             self._status.message += "; nothing changed"
             self._set_phase("Rejected")
         workflow.set_current_details(self._status.message)
-        return approved
+        if not approved:
+            return None
+        if not rechecks:
+            return command
+        # Approved: the plan may have aged for hours. Judged on a fresh view before the taint.
+        verdict = await self._check_waiting(command, final=True)
+        if verdict is None or not verdict.valid:
+            why = verdict.reason if verdict is not None else self._check_problem
+            self._invalidated(f"{self._status.message}, but the plan no longer holds: {why}")
+            return None
+        return self._narrowed_to(command, verdict.nodes)
+
+    def _decide_by_timeout(self, timeout: timedelta) -> None:
+        self._decision = (False, ApprovalDecision(by="timeout", reason=f"no decision within {timeout}"))
+
+    async def _await_decision_checking(self, command: DisruptionInput, rejected_at: datetime) -> bool:
+        """Wait for the decision, judging the command again every RECHECK_EVERY: False when it no
+        longer holds (the command ends Invalidated). A NodePool that stopped asking for approval ends
+        the wait as approved; a check that cannot be made leaves the wait as it is."""
+        assert command.approval is not None
+        while self._decision is None:
+            left = rejected_at - workflow.now()
+            if left <= timedelta(0):
+                self._decide_by_timeout(command.approval.timeout)
+                break
+            try:
+                await workflow.wait_condition(
+                    lambda: self._decision is not None, timeout=min(left, RECHECK_EVERY)
+                )
+                break
+            except TimeoutError:
+                pass
+            if workflow.now() >= rejected_at:
+                continue  # the timeout decides on the next turn
+            verdict = await self._check_waiting(command, final=False)
+            if self._decision is not None or verdict is None:
+                continue  # decided meanwhile, or no view now: keep waiting
+            if not verdict.valid:
+                self._awaiting_approval = False
+                self._invalidated(f"while awaiting approval the plan stopped holding: {verdict.reason}")
+                return False
+            if not verdict.approval_required:
+                self._decision = (
+                    True,
+                    ApprovalDecision(
+                        by="karpflow", reason="no NodePool of the command asks for approval any more"
+                    ),
+                )
+        return True
+
+    async def _check_waiting(self, command: DisruptionInput, final: bool) -> WaitingCommandVerdict | None:
+        """The verdict on the waiting command (None when it could not be had: why is in
+        `_check_problem`). The final check, before the taint, retries longer."""
+        assert command.approval is not None
+        try:
+            return await self._regular(
+                WaitingCommandActivities.check_waiting_command,
+                WaitingCommandCheck(
+                    workflow_id=workflow.info().workflow_id,
+                    reason=command.reason,
+                    nodes=list(command.nodes),
+                    node_uids=dict(command.node_uids),
+                    planned=command.approval.planned,
+                ),
+                start_to_close_timeout=API_CALL * 4,
+                heartbeat_timeout=API_CALL,
+                retry_policy=API_RETRY if final else CHECK_RETRY,
+                summary=f"is the plan for {_nodes(command.nodes)} still good?",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            self._check_problem = f"it could not be judged again ({describe(err)})"
+            workflow.logger.warning("command %s: %s", self._status.command_id, self._check_problem)
+            return None
+
+    def _invalidated(self, message: str) -> None:
+        self._status.message = f"{message}; nothing changed"
+        self._set_phase("Invalidated")
+        workflow.set_current_details(self._status.message)
+
+    def _narrowed_to(self, command: DisruptionInput, nodes: list[str]) -> DisruptionInput:
+        """The command on the nodes its judgement kept (emptiness keeps the ones still empty)."""
+        if not nodes or set(nodes) == set(command.nodes):
+            return command
+        kept = [n for n in command.nodes if n in nodes]
+        self._status.candidates = [c for c in self._status.candidates if c.node in kept]
+        self._upsert(sa.NODES.value_set(sa.nodes_value(kept)))
+        workflow.logger.info(
+            "command %s: judged again, goes on with %s", self._status.command_id, ", ".join(kept)
+        )
+        return command.model_copy(
+            update={"nodes": kept, "node_uids": {n: u for n, u in command.node_uids.items() if n in kept}}
+        )
 
     @workflow.run
     async def run(self, raw: Any = None) -> DisruptionStatus:
@@ -277,8 +383,11 @@ class DisruptionWorkflow:
             await self._run_forceful(command)
             return self._finish()
         gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
-        if gated and not await self._approved(command):
-            return self._status  # rejected, or no decision in time: nothing changed
+        if gated:
+            approved = await self._approved(command)
+            if approved is None:
+                return self._status  # rejected, no decision in time, or no longer valid: nothing changed
+            command = approved
         try:
             await self._taint_candidates(command)  # 1
             await self._provide_replacements(command)  # 2, 3

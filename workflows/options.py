@@ -35,3 +35,11 @@ DRAIN_RETRY = RetryPolicy(
 )
 # Terminating an instance heartbeats while it waits for EC2 to report the instance gone.
 INSTANCE_TERMINATE_HEARTBEAT = timedelta(minutes=1)
+# A look taken while something else is waited for (a waiting command judged again): a few attempts,
+# then the wait goes on and looks again later.
+CHECK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)

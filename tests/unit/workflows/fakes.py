@@ -44,6 +44,8 @@ from api.activity_io import (
     TerminationGateRequest,
     UntaintRequest,
     VolumeRequest,
+    WaitingCommandCheck,
+    WaitingCommandVerdict,
 )
 from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
 from api.event_reasons import RecordEventRequest
@@ -90,6 +92,9 @@ class FakeCluster:
         self.karpenter_gives_up = False  # Karpenter deletes the NodeClaim (no capacity)
         self.karpenter_never_initializes = False
         self.gate_waits = 0  # termination_gate answers "wait" this many times before "go"
+        # check_waiting_command answers these in turn (the last one again); None: the check fails.
+        # Empty: the plan holds and approval is still asked for.
+        self.waiting_verdicts: list[WaitingCommandVerdict | None] = []
         self._ids = itertools.count(1)
 
     def names(self) -> list[str]:
@@ -123,6 +128,7 @@ class FakeCluster:
             self.untaint_orphans,
             self.apply_annotations,
             self.record_event,
+            self.check_waiting_command,
         ]
 
     @activity.defn(name="record_event")
@@ -310,6 +316,17 @@ class FakeCluster:
                 message="NodeDisruptionBudget ingress allows 1 unavailable",
             )
         return TerminationGate(go=True)
+
+    @activity.defn(name="check_waiting_command")
+    async def check_waiting_command(self, request: WaitingCommandCheck) -> WaitingCommandVerdict:
+        self.calls.append(("check_waiting_command", list(request.nodes)))
+        self.requests.setdefault("check_waiting_command", []).append(request)
+        if not self.waiting_verdicts:
+            return WaitingCommandVerdict(valid=True, nodes=list(request.nodes), approval_required=True)
+        verdict = self.waiting_verdicts.pop(0) if len(self.waiting_verdicts) > 1 else self.waiting_verdicts[0]
+        if verdict is None:
+            raise ApplicationError("the cluster cache is stale", type="StaleView", non_retryable=True)
+        return verdict
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:

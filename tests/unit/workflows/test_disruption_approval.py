@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from api.activity_io import WaitingCommandVerdict
 from api.event_reasons import RecordEventRequest
 from api.workflow_io import Approval, DisruptionInput, DisruptionStatus
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
@@ -35,9 +36,12 @@ def gated(harness, timeout: timedelta = timedelta(hours=24)) -> DisruptionInput:
     return cmd
 
 
+LOOKS = ("record_event", "check_waiting_command")
+
+
 def changes(harness) -> list[str]:
-    """The activities a command called, but the Events it recorded (they change no node)."""
-    return [name for name in harness.cluster.names() if name != "record_event"]
+    """The activities a command called, but the Events it recorded and its checks (they change no node)."""
+    return [name for name in harness.cluster.names() if name not in LOOKS]
 
 
 async def recorded_events(harness, count: int) -> list[RecordEventRequest]:
@@ -112,6 +116,75 @@ async def test_a_command_without_approval_refuses_the_updates(harness):
     assert "not awaiting approval" in str(refused.value.cause)
     assert (await handle.result()).phase == "Succeeded"
     assert harness.cluster.events == []  # no approval Event for a command that never waited
+
+
+async def test_an_approved_command_whose_plan_no_longer_holds_takes_no_node(harness):
+    cmd = gated(harness)
+    cmd.approval.planned = {"method": "SingleNodeConsolidation"}  # what the controller keeps for the check
+    harness.cluster.waiting_verdicts = [
+        WaitingCommandVerdict(
+            valid=False, reason="pod shop/db-0 has karpenter.sh/do-not-disrupt", approval_required=True
+        )
+    ]
+    handle = await start(harness, cmd)
+    await wait_for_phase(handle, "AwaitingApproval")
+    await handle.execute_update(UPDATE_APPROVE, {"by": "ops"})
+    status = await handle.result()
+    assert status.phase == "Invalidated", status
+    assert status.message == (
+        "approved by ops, but the plan no longer holds: pod shop/db-0 has karpenter.sh/do-not-disrupt; "
+        "nothing changed"
+    )
+    assert changes(harness) == []
+    (check,) = harness.cluster.requests["check_waiting_command"]
+    assert (
+        check.workflow_id == handle.id and check.nodes == cmd.nodes and check.planned == cmd.approval.planned
+    )
+
+
+async def test_a_plan_that_stops_holding_while_it_waits_ends_the_wait(harness):
+    harness.cluster.waiting_verdicts = [
+        WaitingCommandVerdict(valid=True, nodes=[], approval_required=True),
+        WaitingCommandVerdict(valid=False, reason="n1: the node is gone", approval_required=True),
+    ]
+    status = await (await start(harness, gated(harness))).result()  # the time-skipping server: ~10 min
+    assert status.phase == "Invalidated"
+    assert (
+        status.message
+        == "while awaiting approval the plan stopped holding: n1: the node is gone; nothing changed"
+    )
+    assert changes(harness) == []
+    assert harness.cluster.names().count("check_waiting_command") == 2
+
+
+async def test_the_annotation_removed_ends_the_wait_as_approved(harness):
+    cmd = gated(harness)
+    harness.cluster.waiting_verdicts = [
+        None,  # a check that fails leaves the wait as it is
+        WaitingCommandVerdict(valid=True, nodes=list(cmd.nodes), approval_required=False),
+    ]
+    status = await (await start(harness, cmd)).result()
+    assert status.phase == "Succeeded", status
+    assert changes(harness)[0] == "taint_disrupted"
+    # The failed check, the one that saw the annotation gone, and the last look before the taint.
+    assert harness.cluster.names().count("check_waiting_command") == 3
+
+
+async def test_an_approved_command_goes_on_with_the_nodes_its_check_kept(harness):
+    cmd = command(nodes(harness, 2), replacements=0)
+    cmd.reason = "Empty"
+    cmd.approval = Approval()
+    kept = cmd.nodes[1]
+    harness.cluster.waiting_verdicts = [
+        WaitingCommandVerdict(valid=True, nodes=[kept], approval_required=True)
+    ]
+    handle = await start(harness, cmd)
+    await wait_for_phase(handle, "AwaitingApproval")
+    await handle.execute_update(UPDATE_APPROVE, {})
+    status = await handle.result()
+    assert status.phase == "Succeeded", status
+    assert [c.node for c in status.candidates] == [kept]
+    assert ("taint_disrupted", [kept]) in harness.cluster.calls
 
 
 def test_forceful_work_never_waits_for_approval():

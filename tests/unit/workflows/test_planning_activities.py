@@ -198,6 +198,7 @@ class Listed:
     status: WorkflowExecutionStatus
     start_time: datetime
     typed_search_attributes: TypedSearchAttributes
+    id: str = ""
 
 
 def started(node: str, pool: str, minutes_ago: int, status=WorkflowExecutionStatus.COMPLETED) -> Listed:
