@@ -703,7 +703,10 @@ class KubernetesActivities:
     def _sync_registration(node: Json, template: LaunchTemplate, instance_labels: dict[str, str]) -> bool:
         """What Karpenter's registration copies from the NodeClaim: the instance type's and offering's
         labels (karpenter.k8s.aws/instance-*, zone id, capacity type: as no kubelet writes them), the
-        NodePool's labels, annotations and taints."""
+        NodePool's labels, annotations and taints. All the NodePool's labels: the user data carried
+        only those the kubelet accepts (launch/kubelet_labels.py), and these are written in the same
+        update that removes `karpenter.sh/unregistered`, so they are on the Node before anything
+        can schedule there or initialization can label it."""
         changed = set_labels(node, {**instance_labels, **template.labels, REGISTERED_LABEL: "true"})
         changed |= set_annotations(node, template.annotations)
         if (node["metadata"].get("labels") or {}).get(DO_NOT_SYNC_TAINTS_LABEL) != "true":

@@ -6,6 +6,10 @@ both set a value); Bottlerocket gets TOML where karpflow's `settings.kubernetes`
 user's and the NodePool's labels are merged into the user's; AL2 gets /etc/eks/bootstrap.sh; Custom
 is left exactly as the user wrote it.
 
+The NodePool's labels go to the kubelet only where it accepts them (launch/kubelet_labels.py): one
+under `kubernetes.io`/`k8s.io` outside the kubelet's own set would stop it from starting, so those
+wait for registration (activities/kubernetes.py), which writes every NodePool label on the Node.
+
 Every family is told the same kubelet settings, as Karpenter tells them: the EC2NodeClass `kubelet`
 (maxPods, podsPerCore, systemReserved, kubeReserved, evictionHard/Soft/SoftGracePeriod/
 MaxPodGracePeriod, imageGC thresholds, cpuCFSQuota, clusterDNS), with maxPods defaulting to the
@@ -25,6 +29,8 @@ from email.mime.text import MIMEText
 from typing import Any
 
 import yaml
+
+from launch.kubelet_labels import for_kubelet
 
 UNREGISTERED_TAINT = "karpenter.sh/unregistered:NoExecute"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -52,6 +58,11 @@ class NodeBootstrap:
 
     def all_labels(self) -> dict[str, str]:
         return {**self.labels, NODEPOOL_LABEL: self.nodepool}
+
+    def kubelet_labels(self) -> dict[str, str]:
+        """The labels the kubelet is told: those it accepts (launch/kubelet_labels.py); registration
+        writes the rest."""
+        return for_kubelet(self.all_labels())
 
     def all_taints(self) -> list[str]:
         return [*self.taints, *self.startup_taints, UNREGISTERED_TAINT]
@@ -97,7 +108,7 @@ def generate(family: str | None, cluster: ClusterInfo, node: NodeBootstrap, user
 
 def _nodeconfig(cluster: ClusterInfo, node: NodeBootstrap) -> dict[str, Any]:
     flags = [
-        f"--node-labels={_labels_flag(node.all_labels())}",
+        f"--node-labels={_labels_flag(node.kubelet_labels())}",
         f"--register-with-taints={','.join(node.all_taints())}",
     ]
     spec: dict[str, Any] = {
@@ -251,9 +262,9 @@ def bottlerocket(cluster: ClusterInfo, node: NodeBootstrap, user_data: str | Non
     for ours, theirs in BOTTLEROCKET_KUBELET_TEXT.items():
         if config.get(ours) is not None:
             kube[theirs] = str(config[ours])
-    # The NodePool's labels join the user's (ours win a clash); its taints replace theirs, as in
-    # Karpenter: the node registers with exactly the taints the NodePool promises.
-    kube["node-labels"] = dict(sorted({**(kube.get("node-labels") or {}), **node.all_labels()}.items()))
+    # The NodePool's labels the kubelet accepts join the user's (ours win a clash); its taints
+    # replace theirs, as in Karpenter: the node registers with exactly the taints the NodePool promises.
+    kube["node-labels"] = dict(sorted({**(kube.get("node-labels") or {}), **node.kubelet_labels()}.items()))
     taints: dict[str, list[str]] = {}
     for taint in node.all_taints():
         key_value, effect = taint.rsplit(":", 1)
@@ -278,7 +289,7 @@ def al2_kubelet_args(cluster: ClusterInfo, node: NodeBootstrap) -> list[str]:
     """bootstrap.sh's --kubelet-extra-args: the kubelet's own command-line flags."""
     config = node.kubelet_config(cluster)
     args = [
-        f"--node-labels={_labels_flag(node.all_labels())}",
+        f"--node-labels={_labels_flag(node.kubelet_labels())}",
         f"--register-with-taints={','.join(node.all_taints())}",
     ]
     if config.get("maxPods") is not None:

@@ -19,7 +19,9 @@ NodeConfig's service CIDR); sim/controllers/kubelet_config.py turns them into th
 
 The kubelet flags for labels and taints are `--node-labels` and `--register-with-taints`
 (sim/controllers/kubelet_flags.py). A node joins only the cluster it names, at the API endpoint the
-simulator serves, with a certificate authority; anything else is a `BootError` and no node.
+simulator serves, with a certificate authority, and only if the kubelet accepts its labels (one
+under kubernetes.io or k8s.io outside the kubelet's own set and it never starts); anything else is
+a `BootError` and no node.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sim.controllers.kubelet_flags import (
     format_taints,
     parse_node_labels,
     parse_taints,
+    refused_node_labels,
 )
 
 NODECONFIG_TYPE = "application/node.eks.aws"
@@ -110,6 +113,15 @@ def read(
         raise BootError("the user data gives no cluster certificate authority")
     if ca_pem is not None and _pem(boot.ca) != ca_pem.strip():
         raise BootError("the user data's certificate authority did not sign the API server's certificate")
+    refused = refused_node_labels(boot.labels)
+    if refused:
+        # kubernetes/kubernetes cmd/kubelet/app/options/options.go ValidateKubeletFlags: the kubelet
+        # exits before it ever talks to the API server.
+        raise BootError(
+            f"the kubelet refuses to start: unknown 'kubernetes.io' or 'k8s.io' labels in --node-labels: "
+            f"{', '.join(refused)} (only kubelet.kubernetes.io/*, node.kubernetes.io/* and the "
+            "kubelet's own well-known labels are allowed there)"
+        )
     return boot
 
 

@@ -1,9 +1,11 @@
-"""Kubelet flag syntax for node labels and taints, as carried by a launched instance's tags.
+"""Kubelet flag syntax for node labels and taints, and the labels a kubelet refuses to start with.
 
 `--node-labels=k=v,k2=v2` and `--register-with-taints=key=value:Effect,key2:Effect` are what a
-real launch passes to the kubelet through user data; the simulator reads the same strings from the
-instance tags `api.constants.TAG_NODE_LABELS`, `TAG_NODE_TAINTS` and `TAG_STARTUP_TAINTS`.
-Both directions live here so launchers and the simulator cannot disagree on the syntax.
+real launch passes to the kubelet through user data (sim/controllers/bootstrap.py reads them from
+nodeadm's flags, bootstrap.sh's `--kubelet-extra-args` and Bottlerocket's settings). Both
+directions live here so the simulator's launchers and its reader cannot disagree on the syntax.
+`refused_node_labels` is the kubelet's own check of the labels' keys, the simulator's version of it
+(karpflow's is launch/kubelet_labels.py: the referee does not share it).
 """
 
 from __future__ import annotations
@@ -69,6 +71,45 @@ def parse_taints(text: str | None, source: str = "--register-with-taints") -> li
             taint["value"] = value
         taints.append(taint)
     return taints
+
+
+# What a kubelet checks in --node-labels before it starts (kubernetes/kubernetes
+# cmd/kubelet/app/options/options.go `ValidateKubeletFlags`, with `IsKubeletLabel` of
+# staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go): a key prefixed by a domain ending in
+# kubernetes.io or k8s.io must be one the kubelet sets on its own Node, or it exits.
+_GUARDED_DOMAINS = (("kubernetes", "io"), ("k8s", "io"))
+_SELF_SET_DOMAINS = (("kubelet", "kubernetes", "io"), ("node", "kubernetes", "io"))
+_SELF_SET_KEYS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    }
+)
+
+
+def _in_domain(parts: tuple[str, ...], domain: tuple[str, ...]) -> bool:
+    return parts[-len(domain) :] == domain
+
+
+def refused_node_labels(keys: Iterable[str]) -> list[str]:
+    """The label keys a kubelet refuses to start with, sorted (none: it starts)."""
+    refused: set[str] = set()
+    for key in keys:
+        prefix, slash, _ = key.rpartition("/")
+        parts = tuple(prefix.split(".")) if slash else ()
+        guarded = any(_in_domain(parts, d) for d in _GUARDED_DOMAINS)
+        if guarded and key not in _SELF_SET_KEYS and not any(_in_domain(parts, d) for d in _SELF_SET_DOMAINS):
+            refused.add(key)
+    return sorted(refused)
 
 
 def format_node_labels(labels: Mapping[str, str]) -> str:

@@ -288,7 +288,7 @@ def test_user_data_is_built_and_carries_the_bootstrap_or_is_refused(family, node
     elif family == "Bottlerocket":
         kube = tomllib.loads(built)["settings"]["kubernetes"]
         assert kube["cluster-name"] == CLUSTER.name
-        assert kube["node-labels"] == {**kube["node-labels"], **node.all_labels()}
+        assert kube["node-labels"] == {**kube["node-labels"], **node.kubelet_labels()}
     else:
         parts = [p for p in email.message_from_string(built).walk() if not p.is_multipart()]
         ours = parts[-1].get_payload(decode=True).decode()

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from launch.userdata import ClusterInfo, NodeBootstrap, generate
+from sim.controllers import bootstrap as sim_bootstrap
 
 CLUSTER = ClusterInfo(
     name="prod", endpoint="https://ABC.eks.amazonaws.com", ca_bundle="Q0EK", service_cidr="172.20.0.0/16"
@@ -233,3 +234,53 @@ def test_bottlerocket_keeps_the_users_keys_and_strings_valid_toml(user_data, key
     instance got user data Bottlerocket cannot parse."""
     settings = tomllib.loads(generate("Bottlerocket", CLUSTER, NodeBootstrap(nodepool="p"), user_data))
     assert settings[key] == value
+
+
+# The kubelet refuses to start with node-restriction.kubernetes.io and node-role.kubernetes.io
+# labels (launch/kubelet_labels.py); registration writes those. The others go to the kubelet.
+GUARDED = NodeBootstrap(
+    nodepool="general",
+    labels={
+        "node-restriction.kubernetes.io/team": "a",
+        "node-role.kubernetes.io/worker": "",
+        "example.com/x": "y",
+        "node.kubernetes.io/lifecycle": "normal",
+    },
+)
+TOLD = {"example.com/x": "y", "node.kubernetes.io/lifecycle": "normal", "karpenter.sh/nodepool": "general"}
+
+
+def _node_labels(flag: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in flag.split(","))
+
+
+def _kubelet_labels(family: str, user_data: str) -> dict[str, str]:
+    """The labels the family's bootstrap hands the kubelet, read as that AMI reads them."""
+    if family == "Bottlerocket":
+        return tomllib.loads(user_data)["settings"]["kubernetes"]["node-labels"]
+    if family == "AL2":
+        _, extra = _al2_extra_args(GUARDED)
+        return _node_labels(extra["node-labels"])
+    config = yaml.safe_load(_parts(user_data)[-1][1])
+    return _node_labels(_flags(config["spec"]["kubelet"]["flags"])["node-labels"])
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_every_family_tells_the_kubelet_only_the_labels_it_accepts(family):
+    user_data = generate(family, CLUSTER, GUARDED, None)
+    assert _kubelet_labels(family, user_data) == TOLD
+    assert "node-restriction.kubernetes.io" not in user_data and "node-role" not in user_data
+    # The simulator's own reader (the referee) boots a kubelet from it.
+    assert sim_bootstrap.read(user_data, cluster=CLUSTER.name).labels == TOLD
+
+
+def test_bottlerocket_keeps_the_users_own_node_labels_as_written():
+    """The user's TOML is theirs (Karpenter merges into it too): only karpflow's labels are filtered."""
+    user = '[settings.kubernetes.node-labels]\n"mine.example.com/a" = "1"\n'
+    kube = tomllib.loads(generate("Bottlerocket", CLUSTER, GUARDED, user))["settings"]["kubernetes"]
+    assert kube["node-labels"] == {"mine.example.com/a": "1", **TOLD}
+
+
+def test_custom_user_data_is_not_filtered():
+    user = "#!/bin/bash\n/usr/bin/kubelet --node-labels=node-role.kubernetes.io/worker=\n"
+    assert generate("Custom", CLUSTER, GUARDED, user) == user

@@ -9,6 +9,11 @@ own words: the simulator's bootstrap reader (sim/controllers/bootstrap.py) then 
 - Bottlerocket: TOML `settings.kubernetes`, the class's settings merged under Karpenter's.
 - AL2: a shell script calling bootstrap.sh with the labels, taints and max pods as kubelet flags.
 - Custom: the class's user data as it is (the user bootstraps the node).
+
+Every family leaves out the NodeClaim's labels under `kubernetes.io`, `k8s.io` and
+`node-restriction.kubernetes.io` and their subdomains (Karpenter's `RejectForbiddenLabels`,
+pkg/providers/amifamily/resolver.go): the kubelet could refuse them, and Karpenter's registration
+writes them on the Node (sim/controllers/karpenter/nodeclaims.py).
 """
 
 from __future__ import annotations
@@ -57,6 +62,15 @@ def _dns(cluster: ClusterBootstrap) -> str:
     return str(ipaddress.ip_network(cluster.service_cidr, strict=False).network_address + 10)
 
 
+# Karpenter drops every label under these domains from user data, the kubelet's own ones too.
+_NOT_IN_USER_DATA = ("node-restriction.kubernetes.io", "kubernetes.io", "k8s.io")
+
+
+def _in_user_data(key: str) -> bool:
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return not any(domain == d or domain.endswith("." + d) for d in _NOT_IN_USER_DATA)
+
+
 def user_data(
     family: str,
     cluster: ClusterBootstrap,
@@ -67,6 +81,7 @@ def user_data(
 ) -> str:
     """What the instance boots with. `taints` are the NodeClaim's taints and startup taints."""
     registered = [UNREGISTERED_TAINT, *taints]
+    labels = {key: value for key, value in labels.items() if _in_user_data(key)}
     if family == "Custom":
         return custom or ""
     if family == "Bottlerocket":

@@ -220,3 +220,18 @@ def test_an_instance_whose_user_data_would_not_bootstrap_never_registers(sim_clu
     wait_for(lambda: broken in nodes.boot_failures, what="the boot failure")
     assert why in nodes.boot_failures[broken]
     assert sim_cluster.node_of(broken) is None
+
+
+def test_an_instance_told_a_label_the_kubelet_refuses_never_registers(sim_cluster):
+    """kubernetes/kubernetes cmd/kubelet/app/options/options.go ValidateKubeletFlags: a kubelet given
+    a node-restriction.kubernetes.io label exits before it registers; the same labels without it join."""
+    labels = {"node-restriction.kubernetes.io/team": "a", "example.com/x": "y"}
+    [broken] = sim_cluster.launch("t3.large", labels=labels)
+    [healthy] = sim_cluster.launch("t3.medium", labels={"example.com/x": "y"})
+    wait_for(lambda: (n := sim_cluster.node_of(healthy)) is not None and node_ready(n) == "True")
+    assert sim_cluster.node_of(healthy).metadata.labels["example.com/x"] == "y"
+    nodes = sim_cluster.controllers.controllers["nodes"]
+    wait_for(lambda: broken in nodes.boot_failures, what="the boot failure")
+    assert "the kubelet refuses to start" in nodes.boot_failures[broken]
+    assert "node-restriction.kubernetes.io/team" in nodes.boot_failures[broken]
+    assert sim_cluster.node_of(broken) is None

@@ -114,3 +114,44 @@ def test_without_max_pods_in_the_class_the_kubelet_is_told_the_instance_types(fa
 def test_an_explicit_cluster_dns_wins_over_the_service_cidr(family):
     node = NodeBootstrap(nodepool="general", kubelet={"clusterDNS": ["169.254.20.10"]})
     assert read(generate(family, CLUSTER, node, None), cluster="prod").dns == "169.254.20.10"
+
+
+# Written by hand, as each AMI reads it: the referee judges the label, not karpflow's writer.
+REFUSED_LABEL_USER_DATA = {
+    "AL2023": (
+        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: prod\n"
+        "    apiServerEndpoint: https://api.prod.example\n    certificateAuthority: Q0EtREFUQQ==\n"
+        "  kubelet:\n    flags:\n      - --node-labels=team=web\n"
+        "      - --node-labels=node-restriction.kubernetes.io/team=a\n"
+    ),
+    "AL2": (
+        "#!/bin/bash\n/etc/eks/bootstrap.sh prod --apiserver-endpoint https://api.prod.example "
+        "--b64-cluster-ca Q0EtREFUQQ== "
+        "--kubelet-extra-args '--node-labels=team=web,node-role.kubernetes.io/worker='\n"
+    ),
+    "Bottlerocket": (
+        '[settings.kubernetes]\ncluster-name = "prod"\napi-server = "https://api.prod.example"\n'
+        'cluster-certificate = "Q0EtREFUQQ=="\n[settings.kubernetes.node-labels]\n"other.k8s.io/foo" = "x"\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED_LABEL_USER_DATA))
+def test_a_kubelet_told_a_kubernetes_io_label_it_may_not_set_never_starts(family):
+    with pytest.raises(
+        BootError, match=r"the kubelet refuses to start: unknown 'kubernetes\.io' or 'k8s\.io'"
+    ):
+        read(REFUSED_LABEL_USER_DATA[family], cluster="prod")
+
+
+def test_the_kubelets_own_label_prefixes_boot():
+    allowed = REFUSED_LABEL_USER_DATA["AL2023"].replace(
+        "node-restriction.kubernetes.io/team=a",
+        "node.kubernetes.io/lifecycle=normal,foo.kubelet.kubernetes.io/x=1,kubernetes.io/arch=amd64",
+    )
+    assert read(allowed, cluster="prod").labels == {
+        "team": "web",
+        "node.kubernetes.io/lifecycle": "normal",
+        "foo.kubelet.kubernetes.io/x": "1",
+        "kubernetes.io/arch": "amd64",
+    }

@@ -45,3 +45,17 @@ def test_a_malformed_register_with_taints_entry_boots_nothing():
 )
 def test_the_family_comes_from_the_class(spec, family):
     assert ami_family({"spec": spec}) == family
+
+
+@pytest.mark.parametrize("family", ["AL2023", "AL2", "Bottlerocket"])
+def test_labels_under_kubernetes_io_are_left_for_registration(family):
+    """Karpenter's RejectForbiddenLabels (pkg/providers/amifamily/resolver.go): none of them reach
+    the kubelet, its own ones neither; the NodeClaim's registration writes them."""
+    labels = {
+        **LABELS,
+        "node-restriction.kubernetes.io/team": "a",
+        "node.kubernetes.io/lifecycle": "normal",
+        "other.k8s.io/x": "y",
+    }
+    boot = read(user_data(family, CLUSTER, labels, TAINTS, 58, None), cluster="prod")
+    assert boot.labels == LABELS

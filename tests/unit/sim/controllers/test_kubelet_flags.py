@@ -6,6 +6,7 @@ from sim.controllers.kubelet_flags import (
     format_taints,
     parse_node_labels,
     parse_taints,
+    refused_node_labels,
 )
 
 
@@ -45,3 +46,31 @@ def test_format_round_trips():
     assert format_node_labels(labels) == "a=1,b=2"
     assert parse_node_labels(format_node_labels(labels)) == labels
     assert parse_taints(format_taints(taints)) == taints
+
+
+def test_the_kubelet_refuses_kubernetes_io_labels_outside_its_own():
+    """kubernetes/kubernetes cmd/kubelet/app/options/options_test.go and
+    plugin/pkg/admission/noderestriction/admission_test.go's label cases."""
+    accepted = [
+        "cloud.google.com/metadata-proxy-ready",
+        "kubelet.kubernetes.io/foo",
+        "foo.kubelet.kubernetes.io/foo",
+        "node.kubernetes.io/foo",
+        "foo.node.kubernetes.io/foo",
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "team",
+        "notkubernetes.io/x",
+    ]
+    refused = [
+        "beta.kubernetes.io/metadata-proxy-ready",
+        "node-restriction.kubernetes.io/foo",
+        "foo.node-restriction.kubernetes.io/foo",
+        "other.kubernetes.io/foo",
+        "other.k8s.io/foo",
+        "node-role.kubernetes.io/worker",
+    ]
+    assert refused_node_labels(accepted) == []
+    assert refused_node_labels(accepted + refused) == sorted(refused)
