@@ -650,7 +650,13 @@ class PlanningActivities:
             starting.extend(out.command.nodes)
             still = command
             if out.command.nodes != planned.nodes:  # emptiness keeps the subset still valid
-                still = narrowed(command, out.command)
+                # Everything of the command (id, pools, UIDs, approval, savings, what the Web UI
+                # shows) from the one validated command, not from the planned one it was cut from.
+                still = (
+                    planned_command(out.command_, self.cluster, controller_started_by(controller_id()))
+                    if out.command_ is not None
+                    else narrowed(command, out.command)
+                )
             verdicts.append(Verdict(workflow_id=command.workflow_id, valid=True, command=still))
         return verdicts
 

@@ -524,6 +524,13 @@ class ValidationOut(_Out):
     valid: bool
     reason: str = ""
     command: CommandOut | None = None
+    _command: Command | None = PrivateAttr(default=None)
+
+    @property
+    def command_(self) -> Command | None:
+        """The Command behind `command` (its candidates, their NodePools), for in-process callers:
+        everything said of a narrowed command (its pools, approval, savings) comes from it."""
+        return self._command
 
 
 def command_from_out(ctx: PlanContext, out: CommandOut) -> Command | None:
@@ -596,11 +603,13 @@ def validate_command(
             return ValidationOut(valid=True, command=command)
         return ValidationOut(valid=False, reason=f"unknown method {command.method!r}")
     result: ValidationResult = method.validate(ctx, rebuilt)
-    return ValidationOut(
+    out = ValidationOut(
         valid=result.valid,
         reason=result.reason,
         command=command_out(result.command) if result.command is not None else None,
     )
+    out._command = result.command
+    return out
 
 
 __all__ = [

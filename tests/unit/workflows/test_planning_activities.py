@@ -373,3 +373,32 @@ async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():
     result = await planning(b.objects).plan_pass(PassRequest())
     assert [c.nodes for c in result.commands] == [["default-young"]]  # batch disrupts nothing
     assert any("karpflow.dev/require-approval='yes'" in p for p in result.problems), result.problems
+
+
+async def test_a_command_validation_narrowed_is_all_of_the_one_validated_command():
+    """Issue 31 item 1: an Empty command over `batch` and `default` (which requires approval) lost its
+    `default` node in validation; it still waited for default's approval, named both pools, kept the
+    dropped node's UID and showed two different savings."""
+    b = ClusterBuilder(now=datetime.now(UTC))
+    b.nodeclass()
+    for pool in ("batch", "default"):
+        b.nodepool(pool, policy="WhenEmpty", consolidate_after="0s", budgets=[{"nodes": "100%"}])
+        b.node(f"{pool}-empty", pool=pool, age=timedelta(days=1))
+    default = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "default")
+    default["metadata"]["annotations"] = {"karpflow.dev/require-approval": "Empty"}
+    activities = planning(b.objects)
+    (command,) = (await activities.plan_pass(PassRequest())).commands
+    assert sorted(command.nodepools) == ["batch", "default"] and command.input.get("approval") is not None
+
+    b.pod("arrived", "default-empty")  # default's node is no longer empty
+    activities.cache.items = b.objects  # type: ignore[attr-defined]
+    (verdict,) = await activities.validate_commands(ValidateRequest(commands=[command]))
+    kept = verdict.command
+    assert verdict.valid and kept is not None
+    assert kept.nodes == ["batch-empty"] and kept.nodepools == ["batch"]
+    assert "/batch/Empty/" in kept.workflow_id and "default" not in kept.workflow_id
+    assert kept.input.get("approval") is None  # batch does not ask for approval
+    assert set(kept.input["node_uids"]) == {"batch-empty"}
+    assert not kept.summary.startswith("Empty (awaits approval")
+    assert kept.memo["estimatedSavingsPerHour"] == round(kept.savings_per_hour, 6)
+    assert f"${kept.savings_per_hour:.4f}/h" in kept.summary + kept.details
