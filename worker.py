@@ -315,9 +315,12 @@ class KarpflowWorker:
         """Start the cluster's ControllerWorkflow unless it runs already or an operator stopped it
         (every worker does this, then checks again every supervise interval)."""
         assert self.client is not None
-        check = await ensure_controller(self.client, self.settings)
+        # A run whose state cannot be read now is left to the supervision, which tries again.
+        check = await ensure_controller(self.client, self.settings, start_without_state=False)
         workflow_id = controller_workflow_id(self.settings.cluster_name)
-        if check.stopped:
+        if check.carry_problem:
+            log.warning("controller %s not started yet: %s", workflow_id, check.carry_problem)
+        elif check.stopped:
             log.info("controller %s is stopped; `karpflow controller start` starts it", workflow_id)
         elif check.started_run is not None:
             log.info("controller %s started (run %s)", workflow_id, check.started_run)

@@ -70,6 +70,10 @@ class ControllerStopped(BaseModel):
     by: str = ""
     at: datetime
     passes: int = 0
+    state: ControllerState | None = Field(
+        default=None,
+        description="what the next run carries over when an operator starts it again (pauses, backoffs)",
+    )
 
 
 class HeldCommand(BaseModel):

@@ -124,8 +124,8 @@ def start(settings: WorkerSettings) -> None:
 
     async def go() -> None:
         client = await _client(settings)
-        handle = await start_controller(client, settings)
-        click.echo(f"{handle.id} running (run {handle.result_run_id})")
+        handle, carried = await start_controller(client, settings)
+        click.echo(f"{handle.id} running (run {handle.result_run_id}); {carried.describe()}")
         if not await activity_pollers(client, settings.task_queue):
             click.echo(
                 f"no worker polls task queue {settings.task_queue} now: the controller's first pass "

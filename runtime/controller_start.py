@@ -8,6 +8,12 @@ workers leave those alone. Any other end (FAILED, TERMINATED, TIMED_OUT) or no c
 an accident: every worker's supervision starts it again, idempotently (one id per cluster, and
 USE_EXISTING when two workers start it at once). `karpflow controller start` starts it whatever
 the last run's end, which undoes a stop.
+
+Nothing an operator set is lost however the controller ended: a run started after another carries
+over the last one's state (its pauses first, and its backoffs and unavailable offerings): from a
+stopped run's result (ControllerStopped.state, readable without a worker), else from the ended run's
+`state` query (Temporal replays a closed run's history on a worker to answer it). What was carried,
+or why nothing could be, is said (`karpflow controller start` prints it; the workers log it).
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.controller_io import SIGNAL_STOP, ControllerInput, StopRequest
+from api.controller_io import SIGNAL_STOP, ControllerInput, ControllerState, ControllerStopped, StopRequest
 from api.workflow_ids import controller_workflow_id
 from runtime.settings import WorkerSettings
 
@@ -31,24 +38,84 @@ RUNNING = frozenset({WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CO
 STOPPED_ON_PURPOSE = frozenset({WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED})
 
 
-def controller_input(settings: WorkerSettings) -> ControllerInput:
+# How long the start waits for a worker to answer the ended run's `state` query, and how many
+# supervision checks in a row may fail to read it before the controller starts without it.
+STATE_QUERY_TIMEOUT = timedelta(seconds=10)
+CARRY_ATTEMPTS = 3
+
+
+def controller_input(settings: WorkerSettings, state: ControllerState | None = None) -> ControllerInput:
     return ControllerInput(
         cluster=settings.cluster_name,
         task_queue=settings.task_queue,
         interval_seconds=settings.controller_interval,
         validation_seconds=settings.controller_validation,
+        **({"state": state} if state is not None else {}),
     )
 
 
-async def start_controller(client: Client, settings: WorkerSettings) -> WorkflowHandle:
-    """Start the controller unless it runs already (a stopped one starts again)."""
-    return await client.start_workflow(
+@dataclass(frozen=True)
+class Carried:
+    """What a new run takes over from the one before (None: nothing to take, or it could not be read)."""
+
+    state: ControllerState | None = None
+    problem: str = ""  # why the last run's state could not be read
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"nothing carried over from the last run: {self.problem}"
+        if self.state is None:
+            return "a first run: nothing to carry over"
+        pauses = sorted(self.state.pauses.values(), key=lambda p: p.key)
+        parts = [
+            f"{len(pauses)} pause(s)" + (f" ({'; '.join(p.describe() for p in pauses)})" if pauses else "")
+        ]
+        if self.state.backoffs:
+            parts.append(f"{len(self.state.backoffs)} backoff(s)")
+        if self.state.unavailable:
+            parts.append(f"{len(self.state.unavailable)} unavailable offering(s)")
+        return "carried over from the last run: " + ", ".join(parts)
+
+
+async def carried_state(client: Client, cluster: str) -> Carried:
+    """The latest run's state, for the run about to start (module docstring)."""
+    handle = client.get_workflow_handle(controller_workflow_id(cluster))
+    try:
+        described = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return Carried()
+        return Carried(problem=f"cannot describe it: {err}")
+    if described.status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            stopped = await handle.result(result_type=ControllerStopped)
+            if stopped.state is not None:
+                return Carried(stopped.state)
+        except Exception as err:  # an older run's result: ask it instead
+            log.info("cannot read the stopped controller's result (%s): asking its state", err)
+    try:
+        state = await handle.query("state", result_type=ControllerState, rpc_timeout=STATE_QUERY_TIMEOUT)
+    except Exception as err:
+        return Carried(problem=f"its state query was not answered ({err}); is a worker running?")
+    return Carried(state)
+
+
+async def start_controller(
+    client: Client, settings: WorkerSettings, carried: Carried | None = None
+) -> tuple[WorkflowHandle, Carried]:
+    """Start the controller unless it runs already (a stopped one starts again), carrying over the
+    state of the run before it (`carried`: read already by the caller)."""
+    if carried is None:
+        status = await latest_status(client, settings.cluster_name)
+        carried = Carried() if status in RUNNING else await carried_state(client, settings.cluster_name)
+    handle = await client.start_workflow(
         "ControllerWorkflow",
-        controller_input(settings),
+        controller_input(settings, carried.state),
         id=controller_workflow_id(settings.cluster_name),
         task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
+    return handle, carried
 
 
 @dataclass(frozen=True)
@@ -57,6 +124,7 @@ class ControllerCheck:
 
     status: WorkflowExecutionStatus | None  # the latest run's, before any start; None: never ran
     started_run: str | None = None  # the run it started, if it did
+    carry_problem: str = ""  # not started: the ended run's state could not be read yet
 
     @property
     def stopped(self) -> bool:
@@ -73,25 +141,50 @@ async def latest_status(client: Client, cluster: str) -> WorkflowExecutionStatus
     return described.status
 
 
-async def ensure_controller(client: Client, settings: WorkerSettings) -> ControllerCheck:
-    """Start the controller if it is missing or ended by accident; leave a running or a stopped one."""
+async def ensure_controller(
+    client: Client, settings: WorkerSettings, *, start_without_state: bool = True
+) -> ControllerCheck:
+    """Start the controller if it is missing or ended by accident; leave a running or a stopped one.
+    A run whose state cannot be read is started again without it only with `start_without_state`
+    (the supervision tries a few times first: a pause must not be lost to a passing fault)."""
     status = await latest_status(client, settings.cluster_name)
     if status in RUNNING or status in STOPPED_ON_PURPOSE:
         return ControllerCheck(status)
-    handle = await start_controller(client, settings)
+    carried = await carried_state(client, settings.cluster_name)
+    if carried.problem and not start_without_state:
+        return ControllerCheck(status, carry_problem=carried.problem)
+    handle, carried = await start_controller(client, settings, carried)
+    if carried.problem or (carried.state is not None and carried.state.pauses):
+        log.warning("controller %s: %s", handle.id, carried.describe())
     return ControllerCheck(status, handle.result_run_id)
 
 
 async def supervise_controller(client: Client, settings: WorkerSettings, every: float) -> None:
     """Every `every` seconds, `ensure_controller`; never raises (Temporal may be away a while)."""
     said_stopped = False
+    carry_failures = 0
     while True:
         await asyncio.sleep(every)
         try:
-            check = await ensure_controller(client, settings)
+            check = await ensure_controller(
+                client, settings, start_without_state=carry_failures + 1 >= CARRY_ATTEMPTS
+            )
         except Exception as err:
             log.warning("cannot check the controller of cluster %s: %s", settings.cluster_name, err)
             continue
+        if check.carry_problem:
+            carry_failures += 1
+            log.warning(
+                "controller %s ended (%s) and its state cannot be read yet (%s): try %d of %d before "
+                "starting it without its pauses",
+                controller_workflow_id(settings.cluster_name),
+                check.status.name if check.status else "missing",
+                check.carry_problem,
+                carry_failures,
+                CARRY_ATTEMPTS,
+            )
+            continue
+        carry_failures = 0
         if check.started_run is not None:
             ended = check.status.name if check.status is not None else "missing"
             log.warning(
@@ -111,10 +204,13 @@ async def supervise_controller(client: Client, settings: WorkerSettings, every: 
 
 async def stop_controller(client: Client, settings: WorkerSettings, request: StopRequest) -> WorkflowHandle:
     """Ask the controller to stop. A controller that is not running (failed, terminated) gets a run
-    that stops at once, so the stop is remembered and the workers do not start it again."""
+    that stops at once, so the stop is remembered and the workers do not start it again; it carries
+    the ended run's state, for the run that starts after the stop."""
+    status = await latest_status(client, settings.cluster_name)
+    carried = Carried() if status in RUNNING else await carried_state(client, settings.cluster_name)
     return await client.start_workflow(
         "ControllerWorkflow",
-        controller_input(settings),
+        controller_input(settings, carried.state),
         id=controller_workflow_id(settings.cluster_name),
         task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -131,6 +131,12 @@ class ControllerWorkflow:
             }
         )
 
+    @workflow.query
+    def state(self) -> ControllerState:
+        """What a run carries over: read from a run that ended by accident (failed, terminated) by the
+        start of the next one, so its pauses and backoffs are not lost (runtime/controller_start.py)."""
+        return self._state
+
     # -- updates: pause and resume (a bad request is rejected by the validator, before the history) --
 
     @workflow.update(name=UPDATE_PAUSE)
@@ -258,7 +264,11 @@ class ControllerWorkflow:
         if self._stop is not None:
             workflow.logger.info("controller stopped: %s", self._stopping_text())
             return ControllerStopped(
-                reason=self._stop.reason, by=self._stop.by, at=workflow.now(), passes=self._state.passes
+                reason=self._stop.reason,
+                by=self._stop.by,
+                at=workflow.now(),
+                passes=self._state.passes,
+                state=self._state,  # for the run an operator starts next (runtime/controller_start.py)
             )
         workflow.continue_as_new(request.model_copy(update={"state": self._state}))
 

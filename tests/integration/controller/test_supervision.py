@@ -113,6 +113,40 @@ async def test_a_stopped_controller_stays_stopped_until_an_operator_starts_it(ka
         ).terminate("test over")
 
 
+@pytest.mark.slow  # about 40 s: two restarts of the controller, each after a supervision check
+@pytest.mark.sim_stack(scenario=TWO_NODES)
+async def test_a_pause_survives_every_way_the_controller_ends_and_starts_again(karpflow):
+    """Issue 31 item 3: a pause was lost on `controller stop` + `controller start`."""
+
+    async def pauses() -> list[str]:
+        shown = await _status(karpflow)
+        return [p.nodepool or p.scope for p in shown.pauses] if shown is not None else []
+
+    async with karpflow.worker(**SUPERVISED):
+        await karpflow.eventually(lambda: _passes_at_least(karpflow, 1), within=30, what="a first pass")
+        await karpflow_cli(karpflow, "pause", "--nodepool", "default", "--reason", "driver upgrade")
+        assert await pauses() == ["default"]
+        await karpflow_cli(karpflow, "controller", "stop", "--reason", "maintenance")
+        started = await karpflow_cli(karpflow, "controller", "start")
+        assert "carried over from the last run: 1 pause(s) (NodePool default" in started.stdout, (
+            started.stdout
+        )
+        assert await karpflow.eventually(pauses, within=20, what="the pause after the start") == ["default"]
+
+        # Terminated by accident: the workers' supervision starts it again, with the pause.
+        handle = karpflow.client.get_workflow_handle(controller_workflow_id(karpflow.stack.cluster_name))
+        first = (await latest(karpflow))[1]
+        await handle.terminate("an operator's mistake")
+
+        async def restarted() -> bool:
+            status, run = await latest(karpflow)
+            return status == WorkflowExecutionStatus.RUNNING and run != first
+
+        await karpflow.eventually(restarted, within=20, what="the supervision's restart")
+        assert await karpflow.eventually(pauses, within=20, what="the pause after the restart") == ["default"]
+        await handle.terminate("test over")
+
+
 async def _is(karpflow: Any, status: WorkflowExecutionStatus) -> bool:
     return (await latest(karpflow))[0] == status
 
