@@ -3,7 +3,10 @@
 The pass's answer to "why is this node not disrupted?" (one reason per managed node) becomes:
 - an Event on the node under the reason its kind calls for (planner/why_not.py): DisruptionBlocked
   with the reason, Unconsolidatable, DisruptionWaitingWindow, DisruptionWaitingNodeDisruptionBudget,
-  NodeRepairBlocked; and DisruptionBlocked on a NodePool whose budget allows none for a reason. The
+  NodeRepairBlocked; DisruptionBlocked on a NodePool whose budget allows none for a reason; and a
+  Warning InvalidNodePoolSettings on a NodePool with a setting that does not read (a karpflow.dev/*
+  annotation, a budget, a duration), naming each. No condition is written on the NodePool: its status
+  is Karpenter's (beside Karpenter, its status controller owns the conditions). The
   recorder (kube/events.py) deduplicates them, so a node blocked every pass keeps one Event whose
   count grows;
 - `karpflow_unremovable_nodes{reason}` by kind, and Karpenter's series of a pass: eligible nodes and
@@ -54,6 +57,8 @@ def pass_events(result: Plan, snapshot: Snapshot, reasons: Mapping[str, str]) ->
         for detail in blocked.details:
             if detail.method == REPAIR and why_not.kind_of(detail.reason) == why_not.Kind.TOO_MANY_UNHEALTHY:
                 out.append(events.node_repair_blocked(node_ref(snapshot, blocked.node), detail.reason))
+    for pool, problems in sorted(snapshot.budget_errors.items()):
+        out.append(events.invalid_nodepool_settings(nodepool_ref(snapshot, pool), list(problems)))
     for pool, allowed in sorted(result.budgets_at_start.items()):
         counted = result.budget_nodes.get(pool)
         if counted is None or counted.nodes == 0:

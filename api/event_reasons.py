@@ -43,6 +43,7 @@ class Reason(StrEnum):
     DISRUPTION_WAITING_NODE_DISRUPTION_BUDGET = "DisruptionWaitingNodeDisruptionBudget"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
     INVALID_NODE_DISRUPTION_BUDGET = "InvalidNodeDisruptionBudget"
+    INVALID_NODEPOOL_SETTINGS = "InvalidNodePoolSettings"
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,14 @@ CATALOG: dict[Reason, ReasonInfo] = {
         False,
         _DEFAULT_DEDUPE,
         "the budget cannot be read as written: it fails closed (allows nothing for what it selects)",
+    ),
+    Reason.INVALID_NODEPOOL_SETTINGS: ReasonInfo(
+        "Warning",
+        ("NodePool",),
+        False,
+        _DEFAULT_DEDUPE,
+        "a NodePool setting karpflow reads (a karpflow.dev/* annotation, a budget, a duration) is "
+        "invalid: the pool fails closed for voluntary disruption until it is fixed",
     ),
 }
 

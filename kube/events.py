@@ -242,6 +242,16 @@ def disruption_waiting_ndb(node: Json | ObjectRef, budget: str, unavailable: int
     )
 
 
+def invalid_nodepool_settings(nodepool: Json | ObjectRef, problems: list[str]) -> Event:
+    """A NodePool whose karpflow settings do not read as written (its voluntary disruption fails closed).
+    Named one by one, so `kubectl describe nodepool` says which annotation or field to fix."""
+    return Event(
+        _nodepool(nodepool),
+        Reason.INVALID_NODEPOOL_SETTINGS,
+        "Voluntary disruption is blocked until fixed: " + "; ".join(problems),
+    )
+
+
 def invalid_control(obj: Json | ObjectRef, problems: str) -> Event:
     """A MaintenanceWindow or NodeDisruptionBudget that does not read as written (it fails closed)."""
     ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj, api_version="karpflow.dev/v1alpha1")

@@ -89,7 +89,8 @@ SHARED_RULES = ("planner.maintenance_windows", "planner.node_disruption_budgets"
 
 def test_activities_and_workflows_do_not_depend_on_the_planner():
     """The planner decides; only the controller's planning activities run it (with pass_report, which
-    turns the pass's Plan into Events and gauges), the interruption
+    turns the pass's Plan into Events and gauges, and waiting_commands, which judges a command that
+    waited for approval again), the interruption
     handler reads the budget rule before a proactive (rebalance) replacement, and the informer cache
     feeds the planner's snapshot builder with its events (the pass is incremental)."""
     edges = graph()
@@ -98,7 +99,13 @@ def test_activities_and_workflows_do_not_depend_on_the_planner():
         for name, targets in edges.items()
         if name.startswith(("activities.", "workflows.", "kube.", "api.", "cluster."))
         and name
-        not in ("activities.planning", "activities.pass_report", "cluster.interruption", "cluster.informer")
+        not in (
+            "activities.planning",
+            "activities.pass_report",
+            "activities.waiting_commands",
+            "cluster.interruption",
+            "cluster.informer",
+        )
         for target in targets
         if target.startswith("planner") and target not in SHARED_RULES
     )

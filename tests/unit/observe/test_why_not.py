@@ -149,6 +149,24 @@ def test_a_nodepool_whose_budget_allows_nothing_gets_its_own_event():
     assert metrics.ALLOWED_DISRUPTIONS.labels(nodepool="default", reason="Empty")._value.get() == 0
 
 
+def test_a_nodepool_with_a_bad_karpflow_annotation_gets_a_warning_naming_it():
+    """Issue 31 item 8: `kubectl describe nodepool` showed only the budget message."""
+    b = ClusterBuilder()
+    pool = b.nodepool("default")
+    pool["metadata"]["annotations"] = {"karpflow.dev/max-disruptions-per-hour": "lots"}
+    b.node("n")
+    snapshot = b.snapshot()
+    result = plan(snapshot, b.catalog)
+    reasons = {x.node: x.reason for x in result.blocked}
+    (warning,) = [
+        e
+        for e in pass_report.pass_events(result, snapshot, reasons)
+        if e.reason == Reason.INVALID_NODEPOOL_SETTINGS
+    ]
+    assert (warning.on.kind, warning.on.name, warning.event_type) == ("NodePool", "default", "Warning")
+    assert "karpflow.dev/max-disruptions-per-hour" in warning.message and "lots" in warning.message
+
+
 def test_a_backoff_an_approval_and_a_disruption_in_flight_are_named_by_the_pass():
     failed = FailedCommand(
         workflow_id="disruption/c/default/Underutilized/1",
