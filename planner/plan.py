@@ -473,7 +473,10 @@ def _blocked_out(
             drifted = [d for d in details if d.method == DRIFT] if candidate.drift is not None else []
             reason = (drifted or details)[0].reason
         elif ended_by is not None:
-            reason = f"not chosen this pass: {ended_by} produced commands, which ends the pass"
+            # A method that would take it later is held off by a window or a budget: that lasts, so it
+            # is named before "not chosen", which passes with the next pass (docs/operator-controls.md).
+            lasting = _lasting_block(ctx, candidate, methods, ended_by)
+            reason = lasting or f"not chosen this pass: {ended_by} produced commands, which ends the pass"
         elif names <= {EMPTINESS, DRIFT}:
             reason = "not empty and not drifted (no consolidation method available)"
         else:
@@ -482,6 +485,24 @@ def _blocked_out(
             BlockedOut(node=candidate.name, nodepool=candidate.pool_name, reason=reason, details=details)
         )
     return sorted(out, key=lambda b: b.node)
+
+
+def _lasting_block(
+    ctx: PlanContext, candidate: Candidate, methods: Sequence[Method], ended_by: str
+) -> str | None:
+    """What an operator's control (a MaintenanceWindow or pause, a NodeDisruptionBudget) holds this
+    candidate back from, for the methods the pass did not reach: the first that would take it."""
+    if not (ctx.snapshot.maintenance_windows or ctx.snapshot.node_disruption_budgets):
+        return None
+    names = [m.name for m in methods]
+    later = methods[names.index(ended_by) + 1 :] if ended_by in names else []
+    for method in later:
+        if candidate.pod_block is not None or not method.should_disrupt(ctx, candidate):
+            continue
+        why = voluntary_block(ctx, candidate.node, method.reason)
+        if why is not None:
+            return why
+    return None
 
 
 def command_out(command: Command) -> CommandOut:

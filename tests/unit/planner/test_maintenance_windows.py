@@ -183,6 +183,19 @@ def test_when_the_window_closes_consolidation_proceeds():
     assert not [x for x in result.blocked if "MaintenanceWindow" in x.reason]
 
 
+def test_the_plain_plan_names_a_window_before_not_chosen_this_pass():
+    """Issue 31 item 9: without --all-methods, an empty node ends the pass at emptiness, and a node
+    a window keeps from consolidation until Monday 17:00 said only "not chosen this pass"."""
+    b = two_pools()
+    b.node("green-empty", pool="green", instance_type="m5.xlarge")
+    b.maintenance_window("blue-hours", actions=["Consolidation"], schedules=OFFICE_HOURS, selector=BLUE)
+    result = plan(b.snapshot(), b.catalog, PlanOptions())
+    assert [c.method for c in result.commands] == ["emptiness"]
+    reasons = {x.node: x.reason for x in result.blocked}
+    assert reasons["blue-0"] == "MaintenanceWindow blue-hours blocks Consolidation until 2026-11-23T17:00:00Z"
+    assert reasons["green-0"].startswith("not chosen this pass: emptiness produced commands")
+
+
 def test_a_window_for_another_action_does_not_stop_consolidation():
     b = two_pools()
     b.maintenance_window("no-drift", actions=["Drift", "Emptiness"])
