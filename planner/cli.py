@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 from rich.console import Console
@@ -52,7 +53,7 @@ def live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
     from cluster.informer import list_cluster
     from kube.client import KubeApi
 
-    async def read() -> list[dict]:
+    async def read() -> list[dict[str, Any]]:
         kube = await KubeApi.connect(kubeconfig)  # None: KUBECONFIG, ~/.kube/config or in-cluster
         try:
             return await list_cluster(kube)

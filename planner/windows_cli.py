@@ -111,7 +111,7 @@ def print_report(report: ControlsReport) -> None:
         table = Table(title="Blocked now", title_justify="left")
         for column in ("nodes", "nodepool", "actions", "by", "until"):
             table.add_column(column)
-        rows: dict[tuple, list[str]] = {}
+        rows: dict[tuple[str, tuple[tuple[tuple[str, str], tuple[str, ...]], ...]], list[str]] = {}
         for item in report.blocked:
             by_end: dict[tuple[str, str], list[str]] = {}
             for block in item.blocked:
