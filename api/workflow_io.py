@@ -101,6 +101,9 @@ class Offering(Strict):
         return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
 
 
+_ON_DEMAND: list[CapacityType] = ["on-demand"]
+
+
 class ReplacementSpec(Strict):
     """A node to launch before the candidates go.
 
@@ -116,7 +119,7 @@ class ReplacementSpec(Strict):
     )
     instance_types: list[str] = Field(default_factory=list)
     zones: list[str] = Field(default_factory=list)
-    capacity_type: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    capacity_type: list[CapacityType] = Field(default_factory=lambda: _ON_DEMAND.copy())
     offerings: list[Offering] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)

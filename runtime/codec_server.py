@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 from aiohttp import web
 from google.protobuf import json_format
-from temporalio.api.common.v1 import Payloads
+from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
 from runtime.payload_codec import DecryptError, EncryptionCodec, KeyFileError, load_keyring
@@ -46,7 +46,7 @@ def codec_app(codec: PayloadCodec, origins: Sequence[str]) -> web.Application:
         return response
 
     def endpoint(
-        apply: Callable[[list], Awaitable[list]],
+        apply: Callable[[Sequence[Payload]], Awaitable[list[Payload]]],
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             try:

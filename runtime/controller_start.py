@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -40,7 +41,7 @@ def controller_input(settings: WorkerSettings) -> ControllerInput:
     )
 
 
-async def start_controller(client: Client, settings: WorkerSettings) -> WorkflowHandle:
+async def start_controller(client: Client, settings: WorkerSettings) -> WorkflowHandle[Any, Any]:
     """Start the controller unless it runs already (a stopped one starts again)."""
     return await client.start_workflow(
         "ControllerWorkflow",
@@ -109,7 +110,9 @@ async def supervise_controller(client: Client, settings: WorkerSettings, every: 
         said_stopped = check.stopped
 
 
-async def stop_controller(client: Client, settings: WorkerSettings, request: StopRequest) -> WorkflowHandle:
+async def stop_controller(
+    client: Client, settings: WorkerSettings, request: StopRequest
+) -> WorkflowHandle[Any, Any]:
     """Ask the controller to stop. A controller that is not running (failed, terminated) gets a run
     that stops at once, so the stop is remembered and the workers do not start it again."""
     return await client.start_workflow(
