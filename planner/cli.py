@@ -215,13 +215,16 @@ def plan(
             catalog = bundled_catalog(region)
     except CatalogError as err:
         _fail(str(err))
-    options = PlanOptions(
-        all_methods=all_methods,
-        spot_to_spot=spot_to_spot,
-        preference_policy=preference_policy,  # type: ignore[arg-type]
-        instance_type_drift=instance_type_drift,
-        max_replacements=max_replacements,
-        consolidation_strategy=strategy.capitalize() if strategy else None,  # type: ignore[arg-type]
+    # Validated as what click read (its choices are plain strings).
+    options = PlanOptions.model_validate(
+        {
+            "all_methods": all_methods,
+            "spot_to_spot": spot_to_spot,
+            "preference_policy": preference_policy,
+            "instance_type_drift": instance_type_drift,
+            "max_replacements": max_replacements,
+            "consolidation_strategy": strategy.capitalize() if strategy else None,
+        }
     )
     result = run_plan(snapshot, catalog, options)
     if output == "json":

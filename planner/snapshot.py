@@ -114,7 +114,7 @@ def string_map(value: Any, field: str) -> dict[str, str]:
     for key, item in value.items():
         if not (isinstance(key, str) and isinstance(item, str)):
             return {str(k): _scalar_text(v, f"{field}[{k}]") for k, v in value.items()}
-    return value  # type: ignore[return-value]
+    return value if isinstance(value, dict) else dict(value)
 
 
 def string_field(value: Any, field: str, default: str = "") -> str:
@@ -1416,7 +1416,8 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _skip(text: str, index: int) -> int:
-    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
+    found = _WHITESPACE.match(text, index)  # `*`: it always matches, maybe nothing
+    return found.end() if found is not None else index
 
 
 def _stream_json_object(text: str) -> Iterator[tuple[str, Any]]:

@@ -355,7 +355,10 @@ def _request(nodepool: str | None, action: str | None, reason: str = "") -> Paus
         raise click.UsageError("name a NodePool or an action, not both")
     scope = "nodepool" if nodepool else "action" if action else "global"
     by = f"{getpass.getuser()}@{socket.gethostname()}"
-    return PauseRequest(scope=scope, nodepool=nodepool, action=action, reason=reason, by=by)  # type: ignore[arg-type]
+    # Validated as what click read (an action is a plain string there).
+    return PauseRequest.model_validate(
+        {"scope": scope, "nodepool": nodepool, "action": action, "reason": reason, "by": by}
+    )
 
 
 def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:

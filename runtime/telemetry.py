@@ -37,10 +37,11 @@ class TemporalContextFilter(logging.Filter):
                 "run_id": wf.get("run_id"),
                 "workflow_type": wf.get("workflow_type"),
             }
-        record.karpflow = {k: v for k, v in context.items() if v is not None}
+        fields = {k: v for k, v in context.items() if v is not None}
+        record.karpflow = fields
         # Text lines: workflow.logger / activity.logger already appended their context to the message.
         sdk_context = hasattr(record, "temporal_workflow") or hasattr(record, "temporal_activity")
-        record.karpflow_text = "" if sdk_context or not record.karpflow else f" {record.karpflow}"  # type: ignore[attr-defined]
+        record.karpflow_text = "" if sdk_context or not fields else f" {fields}"
         return True
 
 

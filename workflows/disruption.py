@@ -255,6 +255,7 @@ class DisruptionWorkflow:
                 ApprovalDecision(by="timeout", reason=f"no decision within {command.approval.timeout}"),
             )
         self._awaiting_approval = False
+        assert self._decision is not None  # the condition held, or the timeout decided
         approved, decision = self._decision
         who = f" by {decision.by}" if decision.by else ""
         why = f": {decision.reason}" if decision.reason else ""

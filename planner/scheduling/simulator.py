@@ -60,6 +60,8 @@ _NodeLoad = tuple[
     tuple[tuple[LabelSet, int], ...],
     tuple[tuple[PodAffinityTerm, int], ...],
 ]
+# `_vec`'s cache miss (the cache holds None for requests that name a resource nothing offers).
+_NOT_CACHED: Vec = (-1,)
 # What a simulator derived of one node (its `node_memo_out`): the node's bound pods (the sequence
 # object, compared by identity), the resource names of the vectors, and the load.
 NodeMemo = tuple[Sequence[BoundPod], tuple[str, ...], _NodeLoad]
@@ -236,9 +238,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         return tuple(used_list), tuple(ports), tuple(labelsets.items()), tuple(terms.items())
 
     def _vec(self, resources: Resources) -> Vec | None:
-        cached = self._vec_cache.get(resources, False)
-        if cached is not False:
-            return cached  # type: ignore[return-value]
+        cached = self._vec_cache.get(resources, _NOT_CACHED)
+        if cached is not _NOT_CACHED:
+            return cached
         out = list(self._zero)
         vec: Vec | None
         for name, value in resources:
