@@ -48,10 +48,11 @@ chromium:
 		echo "chromium is missing: sudo apt-get install chromium (the Web UI test skips without it)"; \
 	fi
 
-## test: lint, then every test (unit and integration against real servers)
+## test: lint (ruff, mypy --strict on the product), then every test (unit and integration against real servers)
 test: test-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 unit: install
@@ -63,6 +64,7 @@ integration: install chromium
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix .
@@ -86,4 +88,4 @@ bench: install
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .state .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .state .pytest_cache .ruff_cache .mypy_cache .hypothesis

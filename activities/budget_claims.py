@@ -87,7 +87,9 @@ def is_down(node: Json) -> bool:
 
 
 def _claims(obj: Json) -> list[BudgetClaim]:
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        status = {}
     out = []
     for item in status.get("claims") or ():
         try:

@@ -46,7 +46,7 @@ from api.constants import (
     aws_provider_id,
     cluster_tag,
 )
-from api.workflow_io import Offering
+from api.workflow_io import CapacityType, Offering
 from kube import events
 from kube.events import EventRecorder
 from launch import ec2_params
@@ -353,8 +353,9 @@ class EC2Activities:
             params["BlockDeviceMappings"] = mappings
         # Karpenter's EC2NodeClass defaults: IMDSv2 only, one hop (pods cannot reach the node's role).
         params["MetadataOptions"] = ec2_params.metadata_options(template.metadata_options)
-        if (template.enclave_options or {}).get("enabled") is not None:
-            params["EnclaveOptions"] = {"Enabled": bool(template.enclave_options["enabled"])}  # type: ignore[index]
+        enclave = template.enclave_options or {}
+        if enclave.get("enabled") is not None:
+            params["EnclaveOptions"] = {"Enabled": bool(enclave["enabled"])}
         if offering.capacity_type == CAPACITY_SPOT:
             # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
             # be created (deploy/iam-policy.json) and the request is traceable to its cluster.
@@ -399,7 +400,9 @@ class EC2Activities:
 
     def _launched_instance(self, instance: dict[str, Any], adopted: bool) -> LaunchedInstance:
         zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
-        capacity = CAPACITY_SPOT if instance.get("InstanceLifecycle") == CAPACITY_SPOT else "on-demand"
+        capacity: CapacityType = (
+            CAPACITY_SPOT if instance.get("InstanceLifecycle") == CAPACITY_SPOT else "on-demand"
+        )
         if _tags(instance).get(TAG_CAPACITY_TYPE) == CAPACITY_SPOT:
             capacity = CAPACITY_SPOT
         index = _tags(instance).get(TAG_REPLACEMENT_INDEX, "")

@@ -11,7 +11,7 @@ import asyncio
 
 import aiohttp
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError as ApplicationError  # re-exported for the activities
 
 from kube.client import KubeError
 

@@ -626,7 +626,8 @@ class KubernetesActivities:
             if node is not None and (node.get("spec") or {}).get("providerID") == provider_id:
                 return node
         if list_too:
-            for node in (await self.kube.list_nodes()).get("items") or ():
+            listed: list[Json] = (await self.kube.list_nodes()).get("items") or []
+            for node in listed:
                 if (node.get("spec") or {}).get("providerID") == provider_id:
                     return node
         return None

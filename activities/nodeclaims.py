@@ -337,7 +337,7 @@ class NodeClaimActivities:
             except Exception as err:
                 raise classify_kube(err, f"reading NodeClaim {name}") from None
             gone = claim is None or (request.uid and claim["metadata"].get("uid") != request.uid)
-            if gone or claim["metadata"].get("deletionTimestamp"):  # type: ignore[index]
+            if gone or claim is None or claim["metadata"].get("deletionTimestamp"):
                 what = "was deleted" if gone else "is being deleted"
                 raise permanent(
                     f"NodeClaim {name} {what} before it was {request.until}"

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEventFilterType
@@ -254,7 +254,7 @@ def controller_started_by(controller: str) -> str:
 
 def controller_id() -> str:
     """The workflow id of the controller this activity runs for."""
-    return activity.info().workflow_id if activity.in_activity() else ""
+    return (activity.info().workflow_id or "") if activity.in_activity() else ""
 
 
 class InFlight:
@@ -313,7 +313,9 @@ def pause_windows(pauses: Iterable[Pause]) -> dict[str, Any]:
     }
 
 
-def _condition(obj: Json, kind: str) -> ControlCondition | None:
+def _condition(
+    obj: Json, kind: Literal["MaintenanceWindow", "NodeDisruptionBudget"]
+) -> ControlCondition | None:
     """The Valid condition `obj` should carry, when it does not carry it already."""
     if kind == "MaintenanceWindow":
         problems = list(read_window(obj).problems)
@@ -325,8 +327,11 @@ def _condition(obj: Json, kind: str) -> ControlCondition | None:
         (c for c in ((obj.get("status") or {}).get("conditions") or ()) if c.get("type") == CONDITION_VALID),
         None,
     )
-    same = current is not None and current.get("status") == ("True" if valid else "False")
-    if same and (valid or current.get("message") == message):
+    if (
+        current is not None
+        and current.get("status") == ("True" if valid else "False")
+        and (valid or current.get("message") == message)
+    ):
         return None
     return ControlCondition(
         kind=kind, name=(obj.get("metadata") or {}).get("name") or "", valid=valid, message=message

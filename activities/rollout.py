@@ -29,8 +29,9 @@ def _uid(node: Json) -> str:
 
 def _annotations(node: Json) -> dict[str, str]:
     metadata = node.setdefault("metadata", {})
-    metadata["annotations"] = metadata.get("annotations") or {}
-    return metadata["annotations"]
+    annotations: dict[str, str] = metadata.get("annotations") or {}
+    metadata["annotations"] = annotations
+    return annotations
 
 
 class RolloutActivities:
@@ -101,9 +102,9 @@ class RolloutActivities:
                 continue
             chosen.append(RolloutNode(name=metadata["name"], uid=_uid(node)))
         chosen.sort(key=lambda n: n.name)
-        for node in chosen:
-            await self._set_mark(node, request.rollout_id, present=True)
-            activity.heartbeat(node.name)
+        for marked in chosen:
+            await self._set_mark(marked, request.rollout_id, present=True)
+            activity.heartbeat(marked.name)
         return chosen
 
     @activity.defn(name="rollout_remaining")

@@ -132,15 +132,15 @@ class LaunchTemplate(BaseModel):
     role: str | None = Field(default=None, description="for an instance profile when none is named")
     ami_family: str = "AL2023"
     user_data: str | None = Field(default=None, description="the EC2NodeClass userData, merged at launch")
-    kubelet: dict | None = None
+    kubelet: dict[str, Any] | None = None
     associate_public_ip_address: bool | None = None
     detailed_monitoring: bool | None = None
     # Karpenter's shape, as the EC2NodeClass says it (launch/ec2_params.py makes RunInstances' of it).
-    block_device_mappings: list[dict] = Field(default_factory=list)
-    metadata_options: dict | None = None
+    block_device_mappings: list[dict[str, Any]] = Field(default_factory=list)
+    metadata_options: dict[str, Any] | None = None
     instance_store_policy: str | None = None
     ip_prefix_count: int | None = None
-    enclave_options: dict | None = None
+    enclave_options: dict[str, Any] | None = None
     zone_ids: dict[str, str] = Field(default_factory=dict, description="zone -> zone id (status.subnets)")
     instance_tags: dict[str, str] = Field(default_factory=dict, description="EC2NodeClass spec.tags")
     labels: dict[str, str] = Field(default_factory=dict)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 # Groups and versions of the custom resources.
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_VERSION = "v1"
@@ -85,9 +87,9 @@ ROLLOUT_ANNOTATION = "karpflow.dev/rollout-requested"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 # Capacity types.
-CAPACITY_SPOT = "spot"
-CAPACITY_ON_DEMAND = "on-demand"
-CAPACITY_RESERVED = "reserved"
+CAPACITY_SPOT: Final = "spot"
+CAPACITY_ON_DEMAND: Final = "on-demand"
+CAPACITY_RESERVED: Final = "reserved"
 
 # Disruption reasons that budgets may name, plus the forceful ones that they never gate.
 REASON_UNDERUTILIZED = "Underutilized"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -77,13 +77,21 @@ class Interruption(BaseModel):
     description: str = ""
 
 
+class _Common(TypedDict):
+    """The fields every Interruption of one envelope shares."""
+
+    event_id: str
+    time: datetime
+    description: str
+
+
 def parse_message(body: str) -> Interruption:
     try:
         envelope = Envelope.model_validate(json.loads(body))
     except (ValueError, ValidationError) as err:
         raise UnparseableMessage(str(err).splitlines()[0]) from err
     key = (envelope.source, envelope.detail_type)
-    base = {"event_id": envelope.id, "time": envelope.time, "description": f"{key[0]}/{key[1]}"}
+    base: _Common = {"event_id": envelope.id, "time": envelope.time, "description": f"{key[0]}/{key[1]}"}
     try:
         if envelope.version != "0":
             return Interruption(kind="Unknown", **base)

@@ -241,8 +241,12 @@ def apply_disruption_overrides(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any
     overrides, problems = read_overrides(annotations)
     if not overrides.disruption:
         return raw, problems
-    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
-    disruption = spec.get("disruption") if isinstance(spec.get("disruption"), Mapping) else {}
+    spec = raw.get("spec")
+    if not isinstance(spec, Mapping):
+        spec = {}
+    disruption = spec.get("disruption")
+    if not isinstance(disruption, Mapping):
+        disruption = {}
     return {**raw, "spec": {**spec, "disruption": {**disruption, **overrides.disruption}}}, problems
 
 

@@ -51,11 +51,13 @@ def _with(raw: Mapping[str, Any], path: tuple[str, ...], field: str, value: Any)
 
 
 def _section(raw: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    section = raw
     for key in path:
-        raw = raw.get(key)  # type: ignore[assignment]
-        if not isinstance(raw, Mapping):
+        value = section.get(key)
+        if not isinstance(value, Mapping):
             return None
-    return raw
+        section = value
+    return section
 
 
 def read_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:

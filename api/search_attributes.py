@@ -8,6 +8,7 @@ unregistered attribute fails the workflow task.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
@@ -16,10 +17,10 @@ NODEPOOL = SearchAttributeKey.for_keyword("KarpflowNodePool")
 REASON = SearchAttributeKey.for_keyword("KarpflowReason")
 PHASE = SearchAttributeKey.for_keyword("KarpflowPhase")
 
-ALL: tuple[SearchAttributeKey, ...] = (NODES, NODEPOOL, REASON, PHASE)
+ALL: tuple[SearchAttributeKey[Any], ...] = (NODES, NODEPOOL, REASON, PHASE)
 
 
-def cli_type(key: SearchAttributeKey) -> str:
+def cli_type(key: SearchAttributeKey[Any]) -> str:
     """The `--type` value `temporal operator search-attribute create` expects for this key."""
     return {
         "KEYWORD": "Keyword",
@@ -54,7 +55,7 @@ def nodes_value(nodes: list[str]) -> list[str]:
 def at_start(nodes: list[str], reason: str, nodepool: str | None = None) -> TypedSearchAttributes:
     """What a workflow is searchable by from the moment it starts, before its first workflow task
     upserts anything: crash cleanup and in-flight accounting find its nodes through visibility."""
-    pairs: list[SearchAttributePair] = [
+    pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(NODES, nodes_value(list(nodes))),
         SearchAttributePair(REASON, reason),
     ]

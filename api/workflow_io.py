@@ -101,6 +101,9 @@ class Offering(Strict):
         return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
 
 
+_ON_DEMAND: list[CapacityType] = ["on-demand"]
+
+
 class ReplacementSpec(Strict):
     """A node to launch before the candidates go.
 
@@ -116,7 +119,7 @@ class ReplacementSpec(Strict):
     )
     instance_types: list[str] = Field(default_factory=list)
     zones: list[str] = Field(default_factory=list)
-    capacity_type: list[CapacityType] = Field(default_factory=lambda: ["on-demand"])
+    capacity_type: list[CapacityType] = Field(default_factory=lambda: _ON_DEMAND.copy())
     offerings: list[Offering] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -452,7 +455,9 @@ def approval_for(command: Any) -> Approval | None:
     if not required_somewhere:
         return None
     savings = round(getattr(command, "savings_per_hour", 0.0) or 0.0, 4)
-    return Approval(savings_per_hour=savings, **({"timeout": min(timeouts)} if timeouts else {}))
+    if timeouts:
+        return Approval(savings_per_hour=savings, timeout=min(timeouts))
+    return Approval(savings_per_hour=savings)
 
 
 def disruption_workflow_id(command: Any, cluster: str) -> str:

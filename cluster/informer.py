@@ -123,7 +123,7 @@ class Informer:
         backoff = 0.5
         while True:
             try:
-                version = await self._list()
+                version: str | None = await self._list()
                 backoff = 0.5
                 if self.missing:
                     await asyncio.sleep(60)

@@ -105,7 +105,10 @@ def replacement_specs(replacements: list[SpotReplacement]) -> list[ReplacementSp
     return [
         ReplacementSpec(
             nodepool=r.nodepool,
-            offerings=[Offering(instance_type=t, zone=z, capacity_type=c) for t, z, c in r.offerings],  # type: ignore[arg-type]
+            offerings=[
+                Offering.model_validate({"instance_type": t, "zone": z, "capacity_type": c})
+                for t, z, c in r.offerings
+            ],
         )
         for r in replacements
     ]
@@ -481,7 +484,7 @@ class InterruptionPoller:
 
     async def _record_event(self, node: Json, event: Interruption) -> None:
         """Karpenter's Event for the message on the node (kube/events.py; best effort)."""
-        kind = event.kind
+        kind: str = event.kind  # state changes become StateChange:stopping|terminating
         if kind == "StateChange":
             kind = (
                 "StateChange:stopping"

@@ -179,7 +179,7 @@ class NodeDeletionWatcher:
         """The node is gone: nothing of it is kept, and a node that comes back is started afresh."""
         self.started.discard(uid)
         for table in (self.names, self.failures, self._next_try, self._nodes):
-            table.pop(uid, None)  # type: ignore[attr-defined]
+            table.pop(uid, None)
         self.waiting.pop(name, None)
 
     async def _watch_loop(self) -> None:

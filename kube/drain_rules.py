@@ -67,11 +67,13 @@ class Pod:
 
     @property
     def namespace(self) -> str:
-        return self.meta.get("namespace", "")
+        namespace: str = self.meta.get("namespace", "")
+        return namespace
 
     @property
     def name(self) -> str:
-        return self.meta.get("name", "")
+        name: str = self.meta.get("name", "")
+        return name
 
     @property
     def key(self) -> str:
@@ -79,7 +81,8 @@ class Pod:
 
     @property
     def uid(self) -> str:
-        return self.meta.get("uid", "")
+        uid: str = self.meta.get("uid", "")
+        return uid
 
     @property
     def labels(self) -> dict[str, str]:

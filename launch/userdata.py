@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -135,7 +135,8 @@ def _user_parts(user_data: str | None) -> list[tuple[str, str]]:
         if not message.is_multipart():
             raise ValueError("userData is a MIME document but not multipart")
         return [
-            (part.get_content_type(), part.get_payload(decode=True).decode())
+            # typeshed's get_payload says Message | bytes; decoded, a part that is not multipart is bytes.
+            (part.get_content_type(), cast(bytes, part.get_payload(decode=True)).decode())
             for part in message.walk()
             if not part.is_multipart()
         ]

@@ -66,7 +66,7 @@ class CatalogError(ValueError):
 
 def kube_reserved_cpu_millicores(cpu_millicores: int) -> int:
     """kube-reserved cpu for a node with this many millicores (tiered table above)."""
-    remaining = cpu_millicores
+    remaining: float = cpu_millicores  # the last tier has no end (math.inf cores)
     reserved = 0.0
     for cores, fraction in KUBE_RESERVED_CPU_TIERS:
         span = min(remaining, cores * 1000)
@@ -258,7 +258,8 @@ class Catalog:
 
 def _bundled_data() -> dict[str, Any]:
     text = importlib_resources.files("planner").joinpath("data/instance-types.yaml").read_text()
-    return yaml.safe_load(text)
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
 
 
 def bundled_catalog(region: str = DEFAULT_REGION) -> Catalog:

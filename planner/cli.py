@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 from rich.console import Console
@@ -52,7 +53,7 @@ def live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
     from cluster.informer import list_cluster
     from kube.client import KubeApi
 
-    async def read() -> list[dict]:
+    async def read() -> list[dict[str, Any]]:
         kube = await KubeApi.connect(kubeconfig)  # None: KUBECONFIG, ~/.kube/config or in-cluster
         try:
             return await list_cluster(kube)
@@ -214,13 +215,16 @@ def plan(
             catalog = bundled_catalog(region)
     except CatalogError as err:
         _fail(str(err))
-    options = PlanOptions(
-        all_methods=all_methods,
-        spot_to_spot=spot_to_spot,
-        preference_policy=preference_policy,  # type: ignore[arg-type]
-        instance_type_drift=instance_type_drift,
-        max_replacements=max_replacements,
-        consolidation_strategy=strategy.capitalize() if strategy else None,  # type: ignore[arg-type]
+    # Validated as what click read (its choices are plain strings).
+    options = PlanOptions.model_validate(
+        {
+            "all_methods": all_methods,
+            "spot_to_spot": spot_to_spot,
+            "preference_policy": preference_policy,
+            "instance_type_drift": instance_type_drift,
+            "max_replacements": max_replacements,
+            "consolidation_strategy": strategy.capitalize() if strategy else None,
+        }
     )
     result = run_plan(snapshot, catalog, options)
     if output == "json":

@@ -242,7 +242,8 @@ def _pool_hash(ctx: PlanContext, pool: NodePool) -> str:
     key = ("nodepool_hash", pool.name)
     if key not in ctx.memo:
         ctx.memo[key] = nodepool_hash(pool)
-    return ctx.memo[key]
+    known: str = ctx.memo[key]
+    return known
 
 
 def _drift_since(node: Node) -> datetime | None:
@@ -315,7 +316,7 @@ class Drift:
         return ValidationResult(True, command)
 
 
-def _drift_order(candidate: Candidate) -> tuple:
+def _drift_order(candidate: Candidate) -> tuple[bool, float, str]:
     since = candidate.drift.since if candidate.drift else None
     return (not candidate.is_empty, since.timestamp() if since else float("inf"), candidate.name)
 

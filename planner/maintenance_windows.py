@@ -230,7 +230,9 @@ def read_window(raw: Mapping[str, Any]) -> Window:
 
 
 def _broken(name: str, raw: Mapping[str, Any], problems: list[str]) -> Window:
-    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+    spec = raw.get("spec")
+    if not isinstance(spec, Mapping):
+        spec = {}
     actions = spec.get("actions")
     if isinstance(actions, list) and actions and all(a in ALL_ACTIONS for a in actions):
         blocked_actions = frozenset(actions)

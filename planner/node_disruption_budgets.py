@@ -187,7 +187,9 @@ def read_ndb(raw: Mapping[str, Any]) -> Ndb:
         model = NodeDisruptionBudget.model_validate(raw)
     except ValidationError as err:
         problems = tuple(_message(e) for e in err.errors())
-        spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+        spec = raw.get("spec")
+        if not isinstance(spec, Mapping):
+            spec = {}
         try:
             selector = _selector(spec.get("selector"))
         except (ValueError, AttributeError, TypeError):

@@ -84,12 +84,12 @@ def admit(
             continue
         kept = []
         for candidate in command.candidates:
-            why = ledger.blocking([candidate.name])
-            if why is None:
+            blocked_by = ledger.blocking([candidate.name])
+            if blocked_by is None:
                 ledger.take([candidate.name])
                 kept.append(candidate)
             else:
-                ctx.explain(candidate.name, method_name, why.message())
+                ctx.explain(candidate.name, method_name, blocked_by.message())
         if kept:
             command.candidates = kept
             command.message += f"; {len(kept)} node(s) kept within {status.ndb.name}"

@@ -20,12 +20,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from operator import is_
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from api.constants import DO_NOT_DISRUPT_ANNOTATION, LEGACY_DO_NOT_EVICT_ANNOTATION
 from kube.drain_rules import DISRUPTED_TAINT
 
 if TYPE_CHECKING:
+    from planner.scheduling.inputs import BoundPod
+    from planner.scheduling.simulator import NodeMemo
     from planner.snapshot import Node, Pod
 
 
@@ -71,10 +73,11 @@ class PassCache:
     def __init__(self) -> None:
         self._node_pods: dict[str, NodePods] = {}
         self._seen_pods: dict[str, NodePods] = {}
-        # node name -> what the scheduling simulation derived of its bound pods (planner/scheduling/
-        # adapter.py and simulator.py own the shape of these values).
-        self.bound: dict[str, Any] = {}
-        self.sim_nodes: dict[str, Any] = {}
+        # node name -> what the scheduling simulation derived of its bound pods: the pods and their
+        # simulator form (planner/scheduling/adapter.py), and what the simulator counted of them
+        # (planner/scheduling/simulator.py).
+        self.bound: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...]]] = {}
+        self.sim_nodes: dict[str, NodeMemo] = {}
         self.hits = 0
         self.misses = 0
 

@@ -44,6 +44,7 @@ from planner.model import (
     MULTI_NODE_CONSOLIDATION,
     OPTIMAL_CONSOLIDATION,
     SINGLE_NODE_CONSOLIDATION,
+    Blocked,
     Candidate,
     Command,
     DisruptionClass,
@@ -455,7 +456,7 @@ def _worth_the_churn(ctx: PlanContext, method: Method, produced: list[Command]) 
 def _blocked_out(
     ctx: PlanContext,
     candidates: list[Candidate],
-    blocked: list,
+    blocked: list[Blocked],
     methods: Sequence[Method],
     ended_by: str | None,
 ) -> list[BlockedOut]:

@@ -117,7 +117,7 @@ class Resources:
             return False
         return all(value <= available.extended.get(name, 0) for name, value in self.extended.items())
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[int, int, int, int, tuple[tuple[str, int], ...]]:
         return (
             self.cpu,
             self.memory,

@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -80,6 +80,7 @@ from planner.maintenance_windows import Window, read_window
 from planner.node_disruption_budgets import Ndb, read_ndb
 from planner.resources import ZERO, Resources
 
+_json_loads: Callable[[bytes], Any]
 try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
     import orjson
 
@@ -89,6 +90,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _EMPTY: dict[str, str] = {}
+_NO_FIELDS: Mapping[str, Any] = {}  # an absent object of an API dict (metadata, spec, ...)
 _ONE_POD = Resources(pods=1)
 
 
@@ -112,7 +114,7 @@ def string_map(value: Any, field: str) -> dict[str, str]:
     for key, item in value.items():
         if not (isinstance(key, str) and isinstance(item, str)):
             return {str(k): _scalar_text(v, f"{field}[{k}]") for k, v in value.items()}
-    return value  # type: ignore[return-value]
+    return value if isinstance(value, dict) else dict(value)
 
 
 def string_field(value: Any, field: str, default: str = "") -> str:
@@ -212,6 +214,7 @@ class Pod:
     termination_grace_period_seconds: int
     # (namespace, sorted labels): what label selectors see of the pod, and what PDB matching caches on.
     selector_key: tuple[str, tuple[tuple[str, str], ...]]
+    _key: str  # set at parsing; `key` sets it for a Pod built another way
 
     @property
     def key(self) -> str:
@@ -320,7 +323,7 @@ class Pod:
         return self._last_event_time
 
 
-_REQUEST_CACHE: dict[tuple, Resources] = {}
+_REQUEST_CACHE: dict[tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]], Resources] = {}
 
 
 def _container_request(container: Mapping[str, Any]) -> Resources:
@@ -372,7 +375,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total + _ONE_POD
 
 
-_TOLERATION_CACHE: dict[tuple, tuple[Toleration, ...]] = {}
+_TOLERATION_CACHE: dict[tuple[tuple[tuple[str, Any], ...], ...], tuple[Toleration, ...]] = {}
 
 
 def _tolerations(raw: list[Mapping[str, Any]]) -> tuple[Toleration, ...]:
@@ -414,26 +417,26 @@ def _parse_affinity(pod: Pod, affinity: Mapping[str, Any] | None) -> None:
         section = affinity.get(kind)
         if not section:
             continue
-        terms = [
+        pod_terms = [
             PodAffinityTerm.from_dict(t, f"affinity.{kind}.required[{i}]")
             for i, t in enumerate(section.get("requiredDuringSchedulingIgnoredDuringExecution") or ())
         ]
         for i, item in enumerate(section.get("preferredDuringSchedulingIgnoredDuringExecution") or ()):
-            terms.append(
+            pod_terms.append(
                 PodAffinityTerm.from_dict(
                     item.get("podAffinityTerm") or {},
                     f"affinity.{kind}.preferred[{i}]",
                     weight=int(item.get("weight", 1)),
                 )
             )
-        setattr(pod, attr, tuple(terms))
+        setattr(pod, attr, tuple(pod_terms))
 
 
 def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod:
     """A Pod from its API dict (also used for DaemonSet pod templates). Raises ValueError/KeyError."""
-    meta = raw.get("metadata") or _EMPTY
-    spec = raw.get("spec") or _EMPTY
-    status = raw.get("status") or _EMPTY
+    meta = raw.get("metadata") or _NO_FIELDS
+    spec = raw.get("spec") or _NO_FIELDS
+    status = raw.get("status") or _NO_FIELDS
     pod = Pod()
     pod.namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
     pod.name = string_field(meta.get("name"), "metadata.name")
@@ -492,7 +495,7 @@ def parse_pod(raw: Mapping[str, Any], owner_kind_hint: str | None = None) -> Pod
             pod.scheduled_time = parse_time(condition.get("lastTransitionTime"))
     finished = None
     for container_status in status.get("containerStatuses") or ():
-        terminated = (container_status.get("state") or _EMPTY).get("terminated")
+        terminated = (container_status.get("state") or _NO_FIELDS).get("terminated")
         if terminated:
             finished = _latest(finished, parse_time(terminated.get("finishedAt")))
     pod.finished_at = finished
@@ -662,9 +665,9 @@ class Node:
 
 
 def parse_node(raw: Mapping[str, Any]) -> Node:
-    meta = raw.get("metadata") or _EMPTY
-    spec = raw.get("spec") or _EMPTY
-    status = raw.get("status") or _EMPTY
+    meta = raw.get("metadata") or _NO_FIELDS
+    spec = raw.get("spec") or _NO_FIELDS
+    status = raw.get("status") or _NO_FIELDS
     node = Node()
     node.name = string_field(meta.get("name"), "metadata.name")
     if not node.name:
@@ -771,13 +774,14 @@ def _claim_duration(claim: NodeClaim, spec: Mapping[str, Any], field: str, never
         read_as = "the node never expires" if field == "expireAfter" else "no drain deadline"
         claim.problems.append(f"spec.{field}: {err} (read as {read_as})")
         return NEVER
+    assert isinstance(value, str)  # karpenter_duration refuses anything else
     return value
 
 
 def parse_nodeclaim(raw: Mapping[str, Any]) -> NodeClaim:
-    meta = raw.get("metadata") or _EMPTY
-    spec = raw.get("spec") or _EMPTY
-    status = raw.get("status") or _EMPTY
+    meta = raw.get("metadata") or _NO_FIELDS
+    spec = raw.get("spec") or _NO_FIELDS
+    status = raw.get("status") or _NO_FIELDS
     claim = NodeClaim()
     claim.name = string_field(meta.get("name"), "metadata.name")
     if not claim.name:
@@ -907,9 +911,9 @@ def _int_or_percent(value: Any, field: str) -> int | str | None:
 
 
 def parse_pdb(raw: Mapping[str, Any]) -> PDB:
-    meta = raw.get("metadata") or _EMPTY
-    spec = raw.get("spec") or _EMPTY
-    status = raw.get("status") or _EMPTY
+    meta = raw.get("metadata") or _NO_FIELDS
+    spec = raw.get("spec") or _NO_FIELDS
+    status = raw.get("status") or _NO_FIELDS
     pdb = PDB()
     pdb.namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
     pdb.name = string_field(meta.get("name"), "metadata.name")
@@ -944,8 +948,8 @@ class DaemonSet:
 
 
 def parse_daemonset(raw: Mapping[str, Any]) -> DaemonSet:
-    meta = raw.get("metadata") or _EMPTY
-    template = (raw.get("spec") or _EMPTY).get("template") or _EMPTY
+    meta = raw.get("metadata") or _NO_FIELDS
+    template = (raw.get("spec") or _NO_FIELDS).get("template") or _NO_FIELDS
     namespace = string_field(meta.get("namespace"), "metadata.namespace", "default")
     name = string_field(meta.get("name"), "metadata.name")
     pod = parse_pod(
@@ -981,7 +985,7 @@ def parse_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
 def parse_nodeclass(raw: Mapping[str, Any]) -> tuple[EC2NodeClass, str | None]:
     """An EC2NodeClass and why it is not Ready (None when Ready, or when its status does not say)."""
     nodeclass = EC2NodeClass.model_validate(raw)
-    for condition in (raw.get("status") or _EMPTY).get("conditions") or ():
+    for condition in (raw.get("status") or _NO_FIELDS).get("conditions") or ():
         if condition.get("type") == "Ready" and condition.get("status") != "True":
             status = condition.get("status") or "Unknown"
             return nodeclass, str(condition.get("message") or condition.get("reason") or f"Ready={status}")
@@ -1040,7 +1044,9 @@ class Snapshot:
     # Disruptions started recently, for rate budgets (empty when the caller does not know them).
     recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
-    _pdb_cache: dict[tuple, tuple[PDB, ...]] = field(default_factory=dict, repr=False)
+    _pdb_cache: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[PDB, ...]] = field(
+        default_factory=dict, repr=False
+    )  # by Pod.selector_key
     _pdb_index: dict[tuple[str, tuple[str, str] | None], tuple[tuple[int, PDB], ...]] | None = field(
         default=None, repr=False
     )
@@ -1067,7 +1073,7 @@ class Snapshot:
         snapshot._index()
         return snapshot
 
-    def _add_objects(self, objects: Iterable[Mapping[str, Any]], source: str) -> None:
+    def _add_objects(self, objects: Iterable[object], source: str) -> None:
         """Parse objects into the snapshot (`objects` may be a stream: nothing is kept of it)."""
         for obj in objects:
             if not isinstance(obj, Mapping):
@@ -1197,9 +1203,9 @@ class Snapshot:
                 node.pods = []
             for pod in self.pods:
                 if pod.node_name:
-                    node = self.nodes.get(pod.node_name)
-                    if node is not None:
-                        node.pods.append(pod)
+                    bound_to = self.nodes.get(pod.node_name)
+                    if bound_to is not None:
+                        bound_to.pods.append(pod)
                     else:
                         orphans += 1
         else:
@@ -1210,9 +1216,9 @@ class Snapshot:
             self.problems.append(f"{orphans} pod(s) are bound to nodes that are not in the snapshot")
         by_provider = {n.provider_id: n for n in self.nodes.values() if n.provider_id}
         for claim in self.nodeclaims.values():
-            node = self.nodes.get(claim.node_name or "") or by_provider.get(claim.provider_id or "")
-            if node is not None:
-                node.nodeclaim = claim
+            claimed = self.nodes.get(claim.node_name or "") or by_provider.get(claim.provider_id or "")
+            if claimed is not None:
+                claimed.nodeclaim = claim
         for node in self.nodes.values():
             node.instance = self.instances.get(instance_id_of(node.provider_id) or "")
         self._pdb_cache.clear()
@@ -1220,7 +1226,7 @@ class Snapshot:
         if self.pdbs:
             # PDBs select by (namespace, labels): match once per distinct selector key (replicas
             # share it), then count the pods of each (the count does not depend on their order).
-            by_selector: dict[tuple, list[Pod]] = {}
+            by_selector: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pod]] = {}
             for pod in self.pods:
                 group = by_selector.get(pod.selector_key)
                 if group is None:
@@ -1341,6 +1347,10 @@ class NotAnObject:
         return f"{self.list_kind} items[{self.index}]: not an object: {_preview(self.value)}"
 
 
+# What a snapshot file lists: objects, and the note of each item that is not one.
+Listed = Mapping[str, Any] | NotAnObject
+
+
 def _preview(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -1358,7 +1368,7 @@ def _object_name(obj: Mapping[str, Any]) -> str:
 # --- Files ----------------------------------------------------------------------------------------
 
 
-def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
+def _items_of(document: Any) -> Iterable[Listed]:
     """Objects of a document: a `List` / `*List` (items inherit the list's kind), or one object."""
     if document is None:
         return []
@@ -1382,12 +1392,12 @@ def _items_of(document: Any) -> Iterable[Mapping[str, Any]]:
     return [document]
 
 
-def _instances_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _instances_of(document: Mapping[str, Any]) -> list[Listed]:
     """The instances of a DescribeInstances response (`aws ec2 describe-instances --output json`)."""
     reservations = document.get("Reservations")
     if not isinstance(reservations, list):
         raise SnapshotError("Reservations must be a list (of DescribeInstances reservations)")
-    instances = []
+    instances: list[Listed] = []
     for reservation in reservations:
         listed = reservation.get("Instances") if isinstance(reservation, Mapping) else None
         if not isinstance(listed, list):
@@ -1406,7 +1416,8 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _skip(text: str, index: int) -> int:
-    return _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
+    found = _WHITESPACE.match(text, index)  # `*`: it always matches, maybe nothing
+    return found.end() if found is not None else index
 
 
 def _stream_json_object(text: str) -> Iterator[tuple[str, Any]]:
@@ -1469,7 +1480,7 @@ class _Document:
         except OSError as err:
             raise SnapshotError(f"{self.path}: cannot read snapshot ({err.strerror or err})") from None
 
-    def objects(self) -> Iterator[Mapping[str, Any]]:
+    def objects(self) -> Iterator[Listed]:
         data, self._data = self._data, None
         assert data is not None, "objects() can be read once"
         head = data.lstrip()[:1]
@@ -1494,7 +1505,7 @@ class _Document:
             raise SnapshotError(f"{self.path}: {err}") from None
         yield from items
 
-    def _stream(self, text: str) -> Iterator[Mapping[str, Any]]:
+    def _stream(self, text: str) -> Iterator[Listed]:
         fields: dict[str, Any] = {}
         waiting: list[Any] = []  # items without kind, until the list's kind is known
         index = -1
@@ -1504,7 +1515,7 @@ class _Document:
                 continue
             index += 1
             if not isinstance(value, Mapping):
-                yield NotAnObject(str(fields.get("kind") or "List"), index, value)  # type: ignore[misc]
+                yield NotAnObject(str(fields.get("kind") or "List"), index, value)
                 continue
             if "kind" not in value:
                 kind = fields.get("kind")
@@ -1550,9 +1561,10 @@ def _with_list_kind(item: Mapping[str, Any], list_kind: Any) -> Mapping[str, Any
     return item
 
 
-def read_document(path: str | Path) -> tuple[list[Mapping[str, Any]], datetime | None]:
-    """Kubernetes objects from a YAML (single or multi-document) or JSON file, and the capture time
-    named by a List's `karpflow.io/captured-at` annotation (None when absent)."""
+def read_document(path: str | Path) -> tuple[list[Listed], datetime | None]:
+    """Kubernetes objects from a YAML (single or multi-document) or JSON file (with a NotAnObject
+    for each item of a List that is not an object), and the capture time named by a List's
+    `karpflow.io/captured-at` annotation (None when absent)."""
     document = _Document(path)
     try:
         objects = list(document.objects())
@@ -1561,8 +1573,8 @@ def read_document(path: str | Path) -> tuple[list[Mapping[str, Any]], datetime |
     return objects, document.captured
 
 
-def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
-    """Kubernetes objects from a YAML (single or multi-document) or JSON file."""
+def read_objects(path: str | Path) -> list[Listed]:
+    """Kubernetes objects from a YAML (single or multi-document) or JSON file (`read_document`)."""
     return read_document(path)[0]
 
 

@@ -24,13 +24,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from api.constants import BUDGET_REASONS
 from api.karpflow_overrides import read_overrides
+from api.nodepool import NodePool
 from planner.budgets import build_budget_map
 from planner.candidates import make_candidate, node_block
 from planner.catalog import Catalog
 from planner.model import DisruptionClass, Method, PlanContext, PlanOptions
 from planner.operator_controls import ndb_ledger, voluntary_block
 from planner.plan import CommandOut, ValidationOut, command_from_out, command_out, default_methods
-from planner.snapshot import Node, NodePool, Snapshot
+from planner.snapshot import Node, Snapshot
 
 
 def approval_required(snapshot: Snapshot, nodes: Iterable[str], reason: str) -> bool:

@@ -14,6 +14,7 @@ not look like "nothing blocked").
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 
 import click
 from rich.table import Table
@@ -70,7 +71,7 @@ def windows(snapshots: tuple[str, ...], kubeconfig: str | None, at: str | None, 
         print_report(report)
 
 
-def _read(snapshots: tuple[str, ...], kubeconfig: str | None, now) -> Snapshot:  # type: ignore[no-untyped-def]
+def _read(snapshots: tuple[str, ...], kubeconfig: str | None, now: datetime | None) -> Snapshot:
     if snapshots:
         try:
             return load_snapshot(list(snapshots), now=now)
@@ -111,7 +112,7 @@ def print_report(report: ControlsReport) -> None:
         table = Table(title="Blocked now", title_justify="left")
         for column in ("nodes", "nodepool", "actions", "by", "until"):
             table.add_column(column)
-        rows: dict[tuple, list[str]] = {}
+        rows: dict[tuple[str, tuple[tuple[tuple[str, str], tuple[str, ...]], ...]], list[str]] = {}
         for item in report.blocked:
             by_end: dict[tuple[str, str], list[str]] = {}
             for block in item.blocked:

@@ -102,7 +102,7 @@ def codec_app(
         return response
 
     def endpoint(
-        apply: Callable[[list[Payload]], Awaitable[list[Payload]]],
+        apply: Callable[[Sequence[Payload]], Awaitable[list[Payload]]],
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             if tokens is not None and not bearer_ok(request.headers.get("Authorization"), tokens):

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -169,7 +169,7 @@ def ec2_client(settings: WorkerSettings) -> Any:
     )
 
 
-def aws_client(service: str, settings: WorkerSettings) -> Any:
+def aws_client(service: Literal["eks", "iam"], settings: WorkerSettings) -> Any:
     """EKS (DescribeCluster, once) and IAM (instance profiles for a role): few calls, default config."""
     import boto3
 

@@ -108,7 +108,9 @@ async def activity_pollers(client: Client, task_queue: str) -> int:
 
 async def read_status(client: Client, cluster: str) -> ControllerStatus:
     handle = client.get_workflow_handle(controller_workflow_id(cluster))
-    return await handle.query("status", result_type=ControllerStatus)
+    # A query by name is typed Any; result_type is what the payload is decoded as.
+    status: ControllerStatus = await handle.query("status", result_type=ControllerStatus)
+    return status
 
 
 @click.group("controller")
@@ -174,7 +176,8 @@ async def _stopped(client: Client, cluster: str) -> ControllerStopped | None:
         return None
     try:
         handle = client.get_workflow_handle(controller_workflow_id(cluster), result_type=ControllerStopped)
-        return await handle.result()
+        stopped: ControllerStopped = await handle.result()  # decoded as result_type
+        return stopped
     except WorkflowFailureError:  # cancelled, not stopped: no result to read
         return ControllerStopped(reason="cancelled", at=datetime.now(UTC))
 
@@ -352,7 +355,10 @@ def _request(nodepool: str | None, action: str | None, reason: str = "") -> Paus
         raise click.UsageError("name a NodePool or an action, not both")
     scope = "nodepool" if nodepool else "action" if action else "global"
     by = f"{getpass.getuser()}@{socket.gethostname()}"
-    return PauseRequest(scope=scope, nodepool=nodepool, action=action, reason=reason, by=by)  # type: ignore[arg-type]
+    # Validated as what click read (an action is a plain string there).
+    return PauseRequest.model_validate(
+        {"scope": scope, "nodepool": nodepool, "action": action, "reason": reason, "by": by}
+    )
 
 
 def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -50,7 +51,7 @@ def controller_input(settings: WorkerSettings, state: ControllerState | None = N
         task_queue=settings.task_queue,
         interval_seconds=settings.controller_interval,
         validation_seconds=settings.controller_validation,
-        **({"state": state} if state is not None else {}),
+        state=state if state is not None else ControllerState(),
     )
 
 
@@ -79,7 +80,7 @@ class Carried:
 
 async def carried_state(client: Client, cluster: str) -> Carried:
     """The latest run's state, for the run about to start (module docstring)."""
-    handle = client.get_workflow_handle(controller_workflow_id(cluster))
+    handle = client.get_workflow_handle(controller_workflow_id(cluster), result_type=ControllerStopped)
     try:
         described = await handle.describe()
     except RPCError as err:
@@ -88,7 +89,7 @@ async def carried_state(client: Client, cluster: str) -> Carried:
         return Carried(problem=f"cannot describe it: {err}")
     if described.status == WorkflowExecutionStatus.COMPLETED:
         try:
-            stopped = await handle.result(result_type=ControllerStopped)
+            stopped = await handle.result()
             if stopped.state is not None:
                 return Carried(stopped.state)
         except Exception as err:  # an older run's result: ask it instead
@@ -102,7 +103,7 @@ async def carried_state(client: Client, cluster: str) -> Carried:
 
 async def start_controller(
     client: Client, settings: WorkerSettings, carried: Carried | None = None
-) -> tuple[WorkflowHandle, Carried]:
+) -> tuple[WorkflowHandle[Any, Any], Carried]:
     """Start the controller unless it runs already (a stopped one starts again), carrying over the
     state of the run before it (`carried`: read already by the caller)."""
     if carried is None:
@@ -202,7 +203,9 @@ async def supervise_controller(client: Client, settings: WorkerSettings, every: 
         said_stopped = check.stopped
 
 
-async def stop_controller(client: Client, settings: WorkerSettings, request: StopRequest) -> WorkflowHandle:
+async def stop_controller(
+    client: Client, settings: WorkerSettings, request: StopRequest
+) -> WorkflowHandle[Any, Any]:
     """Ask the controller to stop. A controller that is not running (failed, terminated) gets a run
     that stops at once, so the stop is remembered and the workers do not start it again; it carries
     the ended run's state, for the run that starts after the stop."""

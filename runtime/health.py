@@ -46,7 +46,10 @@ class HealthServer:
         site = web.TCPSite(runner, self.host, self.requested_port)
         await site.start()
         self._runner = runner
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        # aiohttp types its server as asyncio.AbstractServer; the loop's create_server made an
+        # asyncio.Server, which has the sockets.
+        server = site._server
+        sockets = server.sockets if isinstance(server, asyncio.Server) else []
         self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
 
     async def stop(self) -> None:

@@ -31,17 +31,17 @@ class TemporalContextFilter(logging.Filter):
                 "activity_type": info.activity_type,
                 "attempt": info.attempt,
             }
-        elif isinstance(getattr(record, "temporal_workflow", None), dict):
-            wf = record.temporal_workflow  # type: ignore[attr-defined]
+        elif isinstance(wf := getattr(record, "temporal_workflow", None), dict):
             context = {
                 "workflow_id": wf.get("workflow_id"),
                 "run_id": wf.get("run_id"),
                 "workflow_type": wf.get("workflow_type"),
             }
-        record.karpflow = {k: v for k, v in context.items() if v is not None}  # type: ignore[attr-defined]
+        fields = {k: v for k, v in context.items() if v is not None}
+        record.karpflow = fields
         # Text lines: workflow.logger / activity.logger already appended their context to the message.
         sdk_context = hasattr(record, "temporal_workflow") or hasattr(record, "temporal_activity")
-        record.karpflow_text = "" if sdk_context or not record.karpflow else f" {record.karpflow}"  # type: ignore[attr-defined]
+        record.karpflow_text = "" if sdk_context or not fields else f" {fields}"
         return True
 
 

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy, TypedSearchAttributes
+from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -383,7 +383,8 @@ class ControllerWorkflow:
                 workflow.logger.warning("leaving taints not applied: %s", one_line(err))
 
         now, rejected, held_back = workflow.now(), {}, {}
-        ready, to_validate = [], []
+        ready: list[PlannedCommand] = []
+        to_validate: list[PlannedCommand] = []
         for command in result.commands:
             backoff = self._backoff_for(command, now)
             if backoff is not None:
@@ -524,9 +525,9 @@ class ControllerWorkflow:
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 search_attributes=TypedSearchAttributes(
                     [
-                        sa.NODES.value_set(sa.nodes_value(list(command.nodes))),
-                        sa.REASON.value_set(command.reason),
-                        sa.NODEPOOL.value_set(",".join(command.nodepools)),
+                        SearchAttributePair(sa.NODES, sa.nodes_value(list(command.nodes))),
+                        SearchAttributePair(sa.REASON, command.reason),
+                        SearchAttributePair(sa.NODEPOOL, ",".join(command.nodepools)),
                     ]
                 ),
                 memo=command.memo or None,

@@ -267,7 +267,7 @@ class DisruptionWorkflow:
             except TimeoutError:
                 self._decide_by_timeout(command.approval.timeout)
         self._awaiting_approval = False
-        assert self._decision is not None
+        assert self._decision is not None  # the condition held, or the timeout decided
         approved, decision = self._decision
         who = f" by {decision.by}" if decision.by else ""
         why = f": {decision.reason}" if decision.reason else ""

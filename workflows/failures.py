@@ -22,8 +22,8 @@ def activity_cause(err: BaseException) -> BaseException:
 
 def innermost(err: BaseException) -> BaseException:
     """The error at the end of the `cause` chain (what was raised first)."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause  # type: ignore[attr-defined]
+    while (cause := getattr(err, "cause", None)) is not None:
+        err = cause
     return err
 
 
@@ -36,7 +36,7 @@ def one_line(err: BaseException) -> str:
     return f"{kind}: {text}" if kind else text
 
 
-def where(err: BaseException) -> list[str]:
+def where(err: BaseException | None) -> list[str]:
     """The activities and child workflows the failure came through, outermost first."""
     places = []
     while err is not None:
@@ -44,7 +44,7 @@ def where(err: BaseException) -> list[str]:
             places.append(f"activity {err.activity_type}")
         elif isinstance(err, ChildWorkflowError):
             places.append(f"{err.workflow_type} {err.id}")
-        err = getattr(err, "cause", None)  # type: ignore[assignment]
+        err = getattr(err, "cause", None)
     return places
 
 

@@ -100,7 +100,7 @@ class TerminationWorkflow:
         self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
         self._lean = False  # PATCH_LEAN_HISTORY, decided at the start of the run
         # Lean: search attributes that wait for the next Phase upsert (one event for all of them).
-        self._unsent: list[SearchAttributeUpdate] = []
+        self._unsent: list[SearchAttributeUpdate[Any]] = []
 
     @workflow.query
     def status(self) -> TerminationStatus:
@@ -119,7 +119,10 @@ class TerminationWorkflow:
         self._status.node, self._status.reason = request.node, request.reason
         self._phase_started = workflow.now()
         short = short_node(request.node)
-        started_with = [sa.NODES.value_set([request.node]), sa.REASON.value_set(request.reason)]
+        started_with: list[SearchAttributeUpdate[Any]] = [
+            sa.NODES.value_set([request.node]),
+            sa.REASON.value_set(request.reason),
+        ]
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         if self._lean:
             # Its starter set Nodes and Reason already (api/search_attributes.py `at_start`); they are

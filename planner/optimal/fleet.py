@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from api.constants import CAPACITY_TYPE_LABEL, ZONE_LABEL
 from planner.model import Candidate, PlanContext
 from planner.scheduling.adapter import SnapshotSimulation
-from planner.scheduling.state import Effective, PreparedPool, Vec
+from planner.scheduling.requirements import Reqs
+from planner.scheduling.state import Effective, PreparedPool, StaticKey, Vec
 from planner.snapshot import Pod
 
 # Resources every node has; others enter the model only when some moving pod asks for them.
@@ -123,15 +124,15 @@ def build_problem(
     names = sim.resource_names
     dims = sorted({names.index(n) for n in _ALWAYS if n in names} | extra_dims)
     groups: list[PodGroup] = []
-    index: dict[tuple, PodGroup] = {}
-    for node, pod, eff, vec in raw:
+    index: dict[tuple[Vec, StaticKey], PodGroup] = {}
+    for node_name, pod, eff, vec in raw:
         small = tuple(vec[i] for i in dims)
         key = (small, eff.static_key)
         group = index.get(key)
         if group is None:
             group = index[key] = PodGroup(len(groups), small, eff)
             groups.append(group)
-        group.per_node.setdefault(node, []).append(pod)
+        group.per_node.setdefault(node_name, []).append(pod)
 
     # Rooms: every initialized node staying in the simulation.
     rooms: list[Room] = []
@@ -139,11 +140,11 @@ def build_problem(
         if node.name in gone or not node.initialized:
             continue
         admits = frozenset(g.index for g in groups if sim.node_admits(g.eff, node))
-        candidate = by_name.get(node.name)
-        if candidate is None and not admits:
+        movable_node = by_name.get(node.name)
+        if movable_node is None and not admits:
             continue
-        room = Room(node.name, tuple(node.free[i] for i in dims), admits, candidate)
-        if candidate is not None:
+        room = Room(node.name, tuple(node.free[i] for i in dims), admits, movable_node)
+        if movable_node is not None:
             room.pods = {g.index: len(g.per_node[node.name]) for g in groups if node.name in g.per_node}
             # Its own pods may always stay where they are.
             room.admits = admits | frozenset(room.pods)
@@ -158,17 +159,17 @@ def _launch_options(
 ) -> list[LaunchOption]:
     sim = prepared.simulator
     # Per pool and group: the requirement sets a new node would have for the group's pods.
-    merged: dict[tuple[str, int], list] = {}
+    merged: dict[tuple[str, int], list[Reqs]] = {}
     for pool in sim.pools:
         for g in groups:
             merged[(pool.pool.name, g.index)] = sim.pool_requirements(pool, g.eff)
-    allowed_types: dict[tuple[str, int], list[tuple[frozenset[str], object]]] = {}
+    allowed_types: dict[tuple[str, int], list[tuple[frozenset[str], Reqs]]] = {}
     for (pool_name, gi), reqs_list in merged.items():
         pool = _pool(sim.pools, pool_name)
         allowed_types[(pool_name, gi)] = [
             (frozenset(e.name for e in sim.types_under(pool, reqs)), reqs) for reqs in reqs_list
         ]
-    by_key: dict[tuple, LaunchOption] = {}
+    by_key: dict[tuple[str, str, str, frozenset[int]], LaunchOption] = {}
     for pool in sim.pools:
         name = pool.pool.name
         for entry in sim.pool_types(pool):
@@ -211,8 +212,8 @@ def _pool(pools: list[PreparedPool], name: str) -> PreparedPool:
     return next(p for p in pools if p.pool.name == name)
 
 
-def _allows(reqs: object, zone: str, capacity_type: str) -> bool:
-    for r in reqs:  # type: ignore[attr-defined]
+def _allows(reqs: Reqs, zone: str, capacity_type: str) -> bool:
+    for r in reqs:
         if r.key == ZONE_LABEL and not r.has(zone):
             return False
         if r.key == CAPACITY_TYPE_LABEL and not r.has(capacity_type):

@@ -45,8 +45,10 @@ from planner.catalog import Catalog
 from planner.snapshot import Node, Snapshot
 
 PLAN_ANNOTATION = "karpflow.io/optimal-plan"
-LEAVING = "leaving"
-LAUNCHED = "launched"
+# A node's part in the plan: it leaves in a later move, or the plan launched it.
+Role = Literal["leaving", "launched"]
+LEAVING: Role = "leaving"
+LAUNCHED: Role = "launched"
 
 
 class PlanMarker(BaseModel):
@@ -55,7 +57,7 @@ class PlanMarker(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
     id: str
-    role: Literal["leaving", "launched"]
+    role: Role
     since: datetime
     start_cost: float  # $/h of the Optimal scope when the plan started (shown to people)
     leaving_cost: float  # $/h of its leaving nodes when it started: what removing them all saves
@@ -67,7 +69,7 @@ class PlanMarker(BaseModel):
     def as_value(self) -> str:
         return self.model_dump_json(by_alias=True)
 
-    def with_role(self, role: Literal["leaving", "launched"]) -> PlanMarker:
+    def with_role(self, role: Role) -> PlanMarker:
         return self.model_copy(update={"role": role})
 
 

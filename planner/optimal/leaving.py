@@ -14,11 +14,12 @@ its pools' nodes stay as they are; a pool that no longer uses the strategy loses
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kube.selectors import Taint
 from planner.snapshot import Snapshot
 
 LEAVING_TAINT_KEY = "karpflow.io/leaving"
@@ -36,7 +37,7 @@ class TaintChange(BaseModel):
     add: bool = True
 
 
-def has_leaving_taint(taints: Collection) -> bool:
+def has_leaving_taint(taints: Iterable[Taint]) -> bool:
     return any(t.key == LEAVING_TAINT_KEY and t.effect == LEAVING_TAINT_EFFECT for t in taints)
 
 

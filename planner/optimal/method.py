@@ -435,10 +435,8 @@ class _Pass:
             )
             if command is not None and ledger + margin - command.savings_per_hour > 1e-6:
                 # Its launches came out dearer than planned (an overflow claim's options).
-                command, why = (
-                    None,
-                    f"the move would cost ${-command.savings_per_hour:.4f}/h more than the plan saved",
-                )
+                why = f"the move would cost ${-command.savings_per_hour:.4f}/h more than the plan saved"
+                command = None
             if command is not None:
                 break
             available = {pool: n // 2 for pool, n in available.items()}
@@ -549,15 +547,15 @@ def _options(problem: FleetProblem, keys: Counter[str]) -> dict[int, int] | None
     no longer an option (the catalog or the NodePool changed) or none is left."""
     if not keys:
         return None
-    index = {}
+    index: dict[str, int] = {}
     for o, option in enumerate(problem.options):
         index.setdefault(f"{option.pool}/{option.instance_type}/{option.capacity_type}", o)
     out: dict[int, int] = {}
     for key, count in keys.items():
-        o = index.get(key)
-        if o is None:
+        at = index.get(key)
+        if at is None:
             return None
-        out[o] = out.get(o, 0) + count
+        out[at] = out.get(at, 0) + count
     return out
 
 

@@ -23,10 +23,14 @@ from planner.model import Candidate, Command, DisruptionClass, PlanContext, Repl
 from planner.optimal.fleet import FleetProblem, LaunchOption
 from planner.optimal.layout import NewNode, PlanCheck, planned_nodes
 from planner.scheduling.adapter import SnapshotSimulation, launch_capacity_type
+from planner.scheduling.inputs import SimInstanceType
 from planner.scheduling.state import vec_fits
+from planner.snapshot import Pod
 
 
-def new_node_replacement(problem: FleetProblem, check: PlanCheck, node: NewNode, pods: list) -> Replacement:
+def new_node_replacement(
+    problem: FleetProblem, check: PlanCheck, node: NewNode, pods: list[Pod]
+) -> Replacement:
     if node.option is not None:
         assert node.zone is not None
         return _planned_replacement(problem, node.option, node.zone, pods)
@@ -51,7 +55,7 @@ def step_command(
     names = [c.name for c in remove]
     step_pods = [p for n in names for p in check.moving.get(n, ())]
     new = [check.new[i] for i in launches]
-    sim_nodes = []
+    sim_nodes: list[tuple[str, LaunchOption | tuple[str, str, str], str]] = []
     for node in new:
         if node.option is not None:
             assert node.zone is not None
@@ -79,7 +83,7 @@ def step_command(
     if not result.all_non_pending_scheduled:
         return None, f"the simulation cannot place the move's pods: {result.non_pending_errors()}"
     by_key = {p.key: p for p in step_pods}
-    on_new: dict[str, list] = {}
+    on_new: dict[str, list[Pod]] = {}
     placements: dict[str, str] = {}
     new_names = {n.name for n in new}
     for pod in step_pods:
@@ -102,7 +106,9 @@ def step_command(
     return command, ""
 
 
-def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str, pods: list) -> Replacement:
+def _planned_replacement(
+    problem: FleetProblem, option: LaunchOption, zone: str, pods: list[Pod]
+) -> Replacement:
     """The launch for one planned node: its planned type, or a type of its pool at least as big
     everywhere for no more in its zone and capacity type (cheapest first). Not a smaller one: the
     room left is for the pods of later moves."""
@@ -123,8 +129,8 @@ def _planned_replacement(problem: FleetProblem, option: LaunchOption, zone: str,
     return Replacement(option.pool, types, option.capacity_type, [zone], pods)
 
 
-def _price(kind: object, zone: str, capacity_type: str) -> float | None:
-    for offering in kind.offerings:  # type: ignore[attr-defined]
+def _price(kind: SimInstanceType, zone: str, capacity_type: str) -> float | None:
+    for offering in kind.offerings:
         if offering.available and offering.zone == zone and offering.capacity_type == capacity_type:
             return offering.price
     return None

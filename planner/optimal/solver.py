@@ -313,9 +313,9 @@ def solve_target(
             terms = [(col, problem.groups[g].vec[d] / scale) for g, col in cols.items()]
             terms.append((n_col, -option.alloc[d] / scale))
             m.row(terms, -math.inf, 0.0)
-    for g in problem.groups:
-        stays = [(keep_cols[node], float(len(pods))) for node, pods in g.per_node.items()]
-        m.row([*flows[g.index], *stays], g.count, g.count)
+    for group in problem.groups:
+        stays = [(keep_cols[node], float(len(pods))) for node, pods in group.per_node.items()]
+        m.row([*flows[group.index], *stays], group.count, group.count)
     start = None
     if fixed is None:
         start = [0.0] * len(m.cost)
@@ -382,10 +382,10 @@ def solve_layout(
     began = time.perf_counter()
     gone = set(removals)
     moving: dict[int, int] = {}
-    for g in problem.groups:
-        count = sum(len(p) for n, p in g.per_node.items() if n in gone)
+    for group in problem.groups:
+        count = sum(len(p) for n, p in group.per_node.items() if n in gone)
         if count:
-            moving[g.index] = count
+            moving[group.index] = count
     if not moving:
         return Layout({}, [], "nothing to move", 0.0)
     scales = _scales(problem)

@@ -66,10 +66,10 @@ class _Converter:
     """Memoised conversions: a 100,000-pod snapshot repeats a few hundred distinct values."""
 
     def __init__(self) -> None:
-        self._resources: dict[tuple, Resources] = {}
-        self._labels: dict[tuple, tuple[tuple[str, str], ...]] = {}
-        self._reqs: dict[tuple, Req] = {}
-        self._tolerations: dict[tuple, Toleration] = {}
+        self._resources: dict[tuple[int, int, int, int, tuple[tuple[str, int], ...]], Resources] = {}
+        self._labels: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+        self._reqs: dict[tuple[str, str, frozenset[str]], Req] = {}
+        self._tolerations: dict[tuple[str | None, str, str | None, str | None], Toleration] = {}
         self._selectors: dict[int, LabelSelector] = {}
 
     def resources(self, res: KubeResources) -> Resources:
@@ -183,19 +183,20 @@ class _Converter:
         )
 
     def bound(self, pod: Pod) -> BoundPod:
-        anti = ()
+        anti: tuple[PodAffinityTerm, ...] = ()
         if pod.pod_anti_affinity:
             anti = tuple(
                 self.affinity_term(t, pod.namespace, pod.labels)
                 for t in pod.pod_anti_affinity
                 if not t.weight
             )
-        labels = ()
+        labels: tuple[tuple[str, str], ...] = ()
         if pod.labels:
             raw = tuple(pod.labels.items())
-            labels = self._labels.get(raw)
-            if labels is None:
-                labels = self._labels[raw] = tuple(sorted(raw))
+            known = self._labels.get(raw)
+            if known is None:
+                known = self._labels[raw] = tuple(sorted(raw))
+            labels = known
         return BoundPod(
             node_name=pod.node_name or "",
             namespace=pod.namespace,
@@ -274,8 +275,9 @@ def _bound_by_node(snapshot: Snapshot, conv: _Converter, cache: PassCache) -> di
     A node whose pods are the same Pod objects as in the cache's last pass gets the same tuple back,
     so the simulator reuses what it derived of it (`Simulator(node_memo=...)`). Nodes with
     anti-affinity pods are converted each time: their terms are compared by identity."""
-    previous, kept = cache.bound, {}
-    out = {}
+    previous = cache.bound
+    kept: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...]]] = {}
+    out: dict[str, tuple[BoundPod, ...]] = {}
     for name, node in snapshot.nodes.items():
         pods = node.pods
         known = previous.get(name)
@@ -376,7 +378,7 @@ class SnapshotSimulation:
         """Create the topology groups of every workload with spread or pod (anti-)affinity rules now,
         so no probe meets a new group (which would invalidate the shared background placement).
         Replicas share a spec: one pod per (namespace, owner, labels) is enough."""
-        seen: set[tuple] = set()
+        seen: set[tuple[str, str | None, str | None, tuple[tuple[str, str], ...]]] = set()
         signatures = []
         for pod in snapshot.pods:
             if not (pod.topology_spread or pod.pod_affinity or pod.pod_anti_affinity) or pod.is_terminal:
@@ -563,11 +565,13 @@ def launch_capacity_type(capacity_types: Iterable[str]) -> str:
 # there kept its key alive and every snapshot ever planned stayed in memory (35 MB a pass at 5,000
 # nodes). Bounded instead: an older snapshot's simulation is prepared again if it is ever asked for.
 RECENT_SNAPSHOTS = 3
-_CACHE: OrderedDict[int, tuple[Snapshot, dict[tuple, SnapshotSimulation]]] = OrderedDict()
+# Per snapshot: its simulations by (id of the catalog, preference policy).
+_SimulationKey = tuple[int, PreferencePolicy]
+_CACHE: OrderedDict[int, tuple[Snapshot, dict[_SimulationKey, SnapshotSimulation]]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def _simulations_of(snapshot: Snapshot) -> dict[tuple, SnapshotSimulation]:
+def _simulations_of(snapshot: Snapshot) -> dict[_SimulationKey, SnapshotSimulation]:
     with _CACHE_LOCK:
         entry = _CACHE.get(id(snapshot))
         if entry is None or entry[0] is not snapshot:

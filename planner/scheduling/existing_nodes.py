@@ -1,17 +1,26 @@
 """Placement on existing nodes: the nodes with static compatibility and room for a signature,
 scanned in placement order, and the commit of a pod to one.
 
-A part of `Simulator` (planner/scheduling/simulator.py): it shares the simulator's state."""
+A part of `Simulator` (planner/scheduling/simulator.py): the state and the other rooms' methods it
+reads are declared in `SimulatorState` (state.py)."""
 
 from __future__ import annotations
 
 from kube.selectors import first_untolerated
 from planner.scheduling.inputs import SimPod, ports_conflict
 from planner.scheduling.requirements import labels_match
-from planner.scheduling.state import Effective, FitList, PreparedNode, Probe, vec_fits, vec_sub
+from planner.scheduling.state import (
+    Effective,
+    FitList,
+    PreparedNode,
+    Probe,
+    SimulatorState,
+    vec_fits,
+    vec_sub,
+)
 
 
-class ExistingNodes:
+class ExistingNodes(SimulatorState):
     """Placement of a pod on an existing node."""
 
     def _static_ok_node(self, eff: Effective, node: PreparedNode) -> bool:
@@ -29,6 +38,7 @@ class ExistingNodes:
     def _extend(self, fl: FitList, eff: Effective) -> bool:
         nodes = self.nodes
         vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
         ports = eff.ports
         while fl.scan < len(nodes):
             node = nodes[fl.scan]
@@ -46,6 +56,7 @@ class ExistingNodes:
         if fl is None:
             fl = self._fitlists[eff.fitkey] = FitList()
         vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
         pos = i = probe.ptr.get(eff.fitkey, 0)
         removed, free, pports = probe.removed, probe.free, probe.ports
         items = fl.items
@@ -89,7 +100,9 @@ class ExistingNodes:
             return None
         node = self.nodes[idx]
         room = probe.free.get(idx, node.free)
-        if not vec_fits(eff.vec, room) or not self._static_ok_node(eff, node):
+        vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
+        if not vec_fits(vec, room) or not self._static_ok_node(eff, node):
             return None
         if eff.ports:
             taken = (*node.ports, *probe.ports.get(idx, ()))
@@ -98,7 +111,9 @@ class ExistingNodes:
         return idx if self._topology_ok_node(probe, eff, node) else None
 
     def _commit_node(self, probe: Probe, eff: Effective, node: PreparedNode, pod: SimPod) -> None:
-        probe.free[node.idx] = vec_sub(probe.free.get(node.idx, node.free), eff.vec)
+        vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
+        probe.free[node.idx] = vec_sub(probe.free.get(node.idx, node.free), vec)
         if eff.ports:
             probe.ports.setdefault(node.idx, []).extend(eff.ports)
         if probe.background:

@@ -2,14 +2,15 @@
 types that still fit, NodePool limits, topology), their final options and prices, and the cost-aware
 packing entry point (planner/scheduling/packing.py).
 
-A part of `Simulator` (planner/scheduling/simulator.py): it shares the simulator's state."""
+A part of `Simulator` (planner/scheduling/simulator.py): the state and the other rooms' methods it
+reads are declared in `SimulatorState` (state.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from api import constants as k
-from planner.scheduling.inputs import SimPod, ports_conflict
+from planner.scheduling.inputs import HostPort, SimPod, ports_conflict
 from planner.scheduling.packing import pack_new_nodes
 from planner.scheduling.requirements import Req, Reqs
 from planner.scheduling.results import ClaimOption, NewNodeClaim, SimulationAborted, SimulationResult
@@ -21,6 +22,7 @@ from planner.scheduling.state import (
     OpenClaim,
     PreparedPool,
     Probe,
+    SimulatorState,
     TopologyGroup,
     TypeEntry,
     TypeSet,
@@ -32,7 +34,7 @@ from planner.scheduling.state import (
 )
 
 
-class NewNodes:
+class NewNodes(SimulatorState):
     """Placement of a pod on a new NodeClaim."""
 
     def _place_cost(
@@ -145,6 +147,7 @@ class NewNodes:
         if mins:
             fitting = [e for e in ts.entries if vec_fits(used, e.alloc)]
             for r in mins:
+                distinct: set[str | None]
                 if r.key == k.INSTANCE_TYPE_LABEL:
                     distinct = {e.name for e in fitting}
                 else:
@@ -161,7 +164,7 @@ class NewNodes:
         reqs: Reqs,
         used: Vec,
         hostname: str,
-        ports: list,
+        ports: list[HostPort],
         excluded: frozenset[str],
     ) -> Reqs | None:
         """The requirements a claim would have with this pod on it, or None if the pod cannot join."""
@@ -169,7 +172,9 @@ class NewNodes:
             return None
         if eff.ports and any(ports_conflict(a, b) for a in eff.ports for b in ports):
             return None
-        new_used = vec_add(used, eff.vec)
+        vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
+        new_used = vec_add(used, vec)
         for term, host_reqs in zip(eff.terms, eff.hostname_reqs, strict=True):
             if host_reqs and not all(r.matches(hostname) for r in host_reqs):
                 continue
@@ -234,7 +239,9 @@ class NewNodes:
 
     def _claim_commit(self, probe: Probe, claim: OpenClaim, eff: Effective, reqs: Reqs, pod_key: str) -> None:
         claim.reqs = reqs
-        claim.used = vec_add(claim.used, eff.vec)
+        vec = eff.vec
+        assert vec is not None  # only a pod whose requests something offers is placed (_place)
+        claim.used = vec_add(claim.used, vec)
         claim.pods.append(pod_key)
         claim.ports.extend(eff.ports)
 
@@ -334,6 +341,7 @@ class NewNodes:
         for req in claim.requirements:
             if not req.min_values:
                 continue
+            distinct: set[str | None]
             if req.key == k.INSTANCE_TYPE_LABEL:
                 distinct = set(options)
             else:

@@ -1,7 +1,8 @@
 """What a NodePool can launch: its prepared requirements and taints, the instance types that
 still fit a set of requirements, and the domains (zones, ...) they span.
 
-A part of `Simulator` (planner/scheduling/simulator.py): it shares the simulator's state."""
+A part of `Simulator` (planner/scheduling/simulator.py): the state and the other rooms' methods it
+reads are declared in `SimulatorState` (state.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from planner.scheduling.state import (
     TYPE_LABEL_ALIASES,
     ZONE,
     PreparedPool,
+    SimulatorState,
     TypeEntry,
     TypeSet,
     pareto_front,
@@ -27,7 +29,7 @@ from planner.scheduling.state import (
 )
 
 
-class NodePoolTypes:
+class NodePoolTypes(SimulatorState):
     """What a NodePool can launch under a set of requirements."""
 
     def _prepare_pool(

@@ -83,10 +83,12 @@ def pack_new_nodes(
     queue: Queue = {}
     rest: list[SimPod] = []
     for pod, eff in items:
-        if sim.fair_price(eff.vec) == float("inf"):
+        vec = eff.vec
+        assert vec is not None  # the caller keeps pods whose requests nothing offers for _place
+        if sim.fair_price(vec) == float("inf"):
             rest.append(pod)  # no instance type holds it: the usual placement explains why
         else:
-            queue.setdefault(eff.vec, []).append((pod, eff))
+            queue.setdefault(vec, []).append((pod, eff))
     while queue:
         choice = _choose_node(sim, probe, queue)
         if choice is None:
@@ -132,7 +134,7 @@ def _dry_fill(sim: ClaimRules, shapes: dict[Vec, int], alloc: Vec) -> tuple[floa
 
 def _choose_node(sim: ClaimRules, probe: Probe, queue: Queue) -> tuple[PreparedPool, TypeEntry] | None:
     """The NodePool and instance type to size the next new node for (see the module docstring)."""
-    best: tuple[tuple, PreparedPool, TypeEntry] | None = None
+    best: tuple[tuple[float, float, str, str], PreparedPool, TypeEntry] | None = None
     for pool in sim.pools:
         # Shapes whose first pod tolerates the pool (the real fill checks every pod).
         shapes = {vec: len(pods) for vec, pods in queue.items() if sim.pool_tolerates(pool, pods[0][1])}

@@ -8,11 +8,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 
-from kube.selectors import first_untolerated
+from kube.selectors import Taint, first_untolerated
 from planner.scheduling.existing_nodes import ExistingNodes
 from planner.scheduling.inputs import (
     CORE_RESOURCES,
     BoundPod,
+    HostPort,
     PodAffinityTerm,
     PodConstraints,
     Resources,
@@ -39,14 +40,12 @@ from planner.scheduling.state import (
     BASE_WELL_KNOWN,
     HOSTNAME,
     Effective,
-    FitList,
+    LabelSet,
     PreparedNode,
     PreparedPool,
     Probe,
     ProbeBase,
-    TopologyGroup,
     TypeEntry,
-    TypeSet,
     Vec,
     vec_add,
     vec_sub,
@@ -57,10 +56,15 @@ from planner.scheduling.topology import Topology
 # ((namespace, labels), count) and (anti-affinity term, count) pairs.
 _NodeLoad = tuple[
     Vec,
-    tuple[tuple[int, str, str], ...],
-    tuple[tuple[tuple, int], ...],
+    tuple[HostPort, ...],
+    tuple[tuple[LabelSet, int], ...],
     tuple[tuple[PodAffinityTerm, int], ...],
 ]
+# `_vec`'s cache miss (the cache holds None for requests that name a resource nothing offers).
+_NOT_CACHED: Vec = (-1,)
+# What a simulator derived of one node (its `node_memo_out`): the node's bound pods (the sequence
+# object, compared by identity), the resource names of the vectors, and the load.
+NodeMemo = tuple[Sequence[BoundPod], tuple[str, ...], _NodeLoad]
 
 
 class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
@@ -76,7 +80,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         *,
         preference_policy: PreferencePolicy = RESPECT,
         bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
-        node_memo: Mapping[str, tuple] | None = None,
+        node_memo: Mapping[str, NodeMemo] | None = None,
     ) -> None:
         """`bound_by_node`: the bound pods already grouped by node name (then `bound` is not read).
         `node_memo`: what an earlier simulator derived per node (its `node_memo_out`), reused for a
@@ -85,18 +89,18 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
         # Memo tables: keyed by values (signatures, requirement sets), valid for the simulator's life.
-        self._eff_cache: dict[tuple[PodConstraints, int], Effective] = {}
-        self._levels_cache: dict[PodConstraints, int] = {}
-        self._fitlists: dict[tuple, FitList] = {}
-        self._merge_cache: dict[tuple, Reqs | None] = {}
-        self._typeset_cache: dict[tuple, TypeSet] = {}
-        self._tolerates_pool: dict[tuple, bool] = {}
-        self._domains_cache: dict[tuple, frozenset[str]] = {}
-        self._compat_cache: dict[tuple[str, Reqs], bool] = {}
-        self._bases: dict[tuple, ProbeBase] = {}
+        self._eff_cache = {}
+        self._levels_cache = {}
+        self._fitlists = {}
+        self._merge_cache = {}
+        self._typeset_cache = {}
+        self._tolerates_pool = {}
+        self._domains_cache = {}
+        self._compat_cache = {}
+        self._bases: dict[tuple[frozenset[str], tuple[str, ...]], ProbeBase] = {}
         self._backgrounds: dict[int, _Background] = {}
         self._parts: dict[int, _Background] = {}
-        self._fair_cache: dict[Vec, float] = {}
+        self._fair_cache = {}
         pods_by_node: Mapping[str, Sequence[BoundPod]]
         if bound_by_node is None:
             grouped: dict[str, list[BoundPod]] = {}
@@ -113,7 +117,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             names.update(it.allocatable)
         self._res_names = list(CORE_RESOURCES) + sorted(names - set(CORE_RESOURCES))
         self._res_index = {n: i for i, n in enumerate(self._res_names)}
-        self._zero: Vec = (0,) * len(self._res_names)
+        self._zero = (0,) * len(self._res_names)
         self._vec_cache: dict[Resources, Vec | None] = {}
 
         self.well_known = set(BASE_WELL_KNOWN)
@@ -124,12 +128,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self.deleting_nodes = frozenset(n.name for n in nodes if n.deleting)
         live = sorted((n for n in nodes if not n.deleting), key=lambda n: (not n.initialized, n.name))
         self._ref_keys: set[str] = {HOSTNAME}
-        self._class_ids: dict[tuple, int] = {}
-        self._static_ok: dict[tuple, dict[int, bool]] = {}
-        self.nodes: list[PreparedNode] = []
-        self.node_index: dict[str, int] = {}
+        self._class_ids: dict[tuple[tuple[str | None, ...], tuple[Taint, ...]], int] = {}
+        self._static_ok = {}
+        self.nodes = []
+        self.node_index = {}
         res_key = tuple(self._res_names)
-        self.node_memo_out: dict[str, tuple] = {}
+        self.node_memo_out: dict[str, NodeMemo] = {}
         loads: list[_NodeLoad] = []
         for idx, n in enumerate(live):
             alloc = self._vec_dict(n.allocatable)
@@ -162,11 +166,11 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._reclassify()
 
         # Bound pods by (namespace, labels): topology groups count over these, not over 100k pods.
-        self._labelsets: dict[tuple, dict[int, int]] = {}
-        self._inv_terms: dict[PodAffinityTerm, Counter[int]] = {}
+        self._labelsets = {}
+        self._inv_terms = {}
         labelsets = self._labelsets
-        for n, load in zip(self.nodes, loads, strict=True):
-            idx = n.idx
+        for prepared, load in zip(self.nodes, loads, strict=True):
+            idx = prepared.idx
             for key, count in load[2]:
                 per_node = labelsets.get(key)
                 if per_node is None:
@@ -174,47 +178,47 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 per_node[idx] = per_node.get(idx, 0) + count
             for term, count in load[3]:
                 self._inv_terms.setdefault(term, Counter())[idx] += count
-        self._inv_base: dict[PodAffinityTerm, dict[str, int]] = {}
+        self._inv_base = {}
         self._inv_version = 0
-        self._inv_cache: dict[tuple, tuple[int, list[PodAffinityTerm]]] = {}
-        self._inv_by_label: dict[tuple[str, str], list[PodAffinityTerm]] = {}
-        self._inv_scan: list[PodAffinityTerm] = []
+        self._inv_cache = {}
+        self._inv_by_label = {}
+        self._inv_scan = []
         for term in self._inv_terms:
             self._index_inverse(term)
-        self._groups: list[TopologyGroup] = []
-        self._group_ids: dict[tuple, int] = {}
-        self._selecting_cache: dict[tuple, tuple[int, list[TopologyGroup]]] = {}
+        self._groups = []
+        self._group_ids = {}
+        self._selecting_cache = {}
         # Indexes so that thousands of workloads with topology rules stay cheap: label sets by label,
         # groups by their first matchLabels pair (groups without matchLabels are always checked).
-        self._labelset_index: dict[tuple[str, str], list[tuple]] = {}
+        self._labelset_index = {}
         for ns_labels in self._labelsets:
             for pair in ns_labels[1]:
                 self._labelset_index.setdefault(pair, []).append(ns_labels)
-        self._groups_by_label: dict[tuple[str, str], list[int]] = {}
-        self._groups_scan: list[int] = []
-        self._universes: dict[tuple, frozenset[str]] = {}
+        self._groups_by_label = {}
+        self._groups_scan = []
+        self._universes = {}
 
         self.instance_types = {it.name: it for it in instance_types}
-        self._pools: list[PreparedPool] = []
+        self._pools = []
         for pool in sorted(nodepools, key=lambda p: (-p.weight, p.name)):
             self._pools.append(self._prepare_pool(pool, instance_types, daemonsets))
         self._pool_by_name = {p.pool.name: p for p in self._pools}
-        self._pool_nodes_capacity: dict[str, Vec] = {}
-        for n in self.nodes:
-            if n.nodepool in self._pool_by_name:
-                cap = self._node_capacity[n.name]
-                self._pool_nodes_capacity[n.nodepool] = vec_add(
-                    self._pool_nodes_capacity.get(n.nodepool, self._zero), cap
+        self._pool_nodes_capacity = {}
+        for prepared in self.nodes:
+            if prepared.nodepool is not None and prepared.nodepool in self._pool_by_name:
+                cap = self._node_capacity[prepared.name]
+                self._pool_nodes_capacity[prepared.nodepool] = vec_add(
+                    self._pool_nodes_capacity.get(prepared.nodepool, self._zero), cap
                 )
 
     def _node_load(self, pods: Sequence[BoundPod]) -> _NodeLoad:
         """What a node's bound pods take: used room, host ports, and for topology (terminating pods
         do not count) their (namespace, labels) and anti-affinity terms with counts, in the order
         they first appear."""
-        ports: list[tuple[int, str, str]] = []
+        ports: list[HostPort] = []
         # Replicas share requests: sum per distinct request, then scale.
         per_request: dict[Resources, int] = {}
-        labelsets: dict[tuple, int] = {}
+        labelsets: dict[LabelSet, int] = {}
         terms: dict[PodAffinityTerm, int] = {}
         for p in pods:
             per_request[p.requests] = per_request.get(p.requests, 0) + 1
@@ -234,9 +238,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         return tuple(used_list), tuple(ports), tuple(labelsets.items()), tuple(terms.items())
 
     def _vec(self, resources: Resources) -> Vec | None:
-        cached = self._vec_cache.get(resources, False)
-        if cached is not False:
-            return cached  # type: ignore[return-value]
+        cached = self._vec_cache.get(resources, _NOT_CACHED)
+        if cached is not _NOT_CACHED:
+            return cached
         out = list(self._zero)
         vec: Vec | None
         for name, value in resources:
@@ -501,7 +505,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             probe.delta[gid] = counts
         for term, counts in b.inv_delta.items():
             counts = dict(counts)
-            owners = self._inv_terms.get(term, {})
+            owners: Mapping[int, int] = self._inv_terms.get(term, {})
             for idx in extra:
                 c = owners.get(idx)
                 d = self.nodes[idx].labels.get(term.topology_key)
@@ -516,7 +520,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 displaced[pod.key] = pod
         return probe, displaced
 
-    def _pod_order(self, pod: SimPod) -> tuple:
+    def _pod_order(self, pod: SimPod) -> tuple[int, int, str, str]:
         v = self._vec(pod.constraints.requests) or self._zero
         return (-v[0], -v[1], pod.namespace, pod.name)
 

@@ -1,21 +1,29 @@
 """The simulator's data: resource vectors, the prepared nodes, NodePools and instance types, the
-pod signatures at a relaxation level, topology groups, and a probe's scratch state."""
+pod signatures at a relaxation level, topology groups, and a probe's scratch state; and
+`SimulatorState`, what the rooms of `Simulator` share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from abc import abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from api import constants as k
 from kube.selectors import Taint, Toleration
 from planner.scheduling.inputs import (
+    HostPort,
+    LabelSelector,
     PodAffinityTerm,
     PodConstraints,
+    Resources,
     SimInstanceType,
     SimNodePool,
     SimPod,
 )
 from planner.scheduling.requirements import Reqs
+from planner.scheduling.results import PreferencePolicy, SimulationResult
 
 ZONE = k.ZONE_LABEL
 CAPACITY_TYPE = k.CAPACITY_TYPE_LABEL
@@ -63,6 +71,15 @@ NOT_FROM_TYPE = frozenset(
 
 SPREAD, AFFINITY, ANTI = 0, 1, 2
 Vec = tuple[int, ...]
+# Pods with these (namespace, sorted labels): topology groups count label sets, not pods.
+LabelSet = tuple[str, tuple[tuple[str, str], ...]]
+# What decides static compatibility with a node class (ORed requirement terms, tolerations), and
+# with it the room and host ports a node must have (Effective.static_key, Effective.fitkey).
+StaticKey = tuple[tuple[Reqs, ...], tuple[Toleration, ...]]
+FitKey = tuple[StaticKey, Vec | None, tuple[HostPort, ...]]
+# A topology group's identity (kind, key, namespaces, selector, max skew, min domains, node filter):
+# TopologyGroup's fields in order.
+GroupKey = tuple[int, str, frozenset[str] | None, LabelSelector, int, int | None, tuple[Reqs, ...]]
 
 
 @dataclass(slots=True)
@@ -73,7 +90,7 @@ class PreparedNode:
     taints: tuple[Taint, ...]
     alloc: Vec
     free: Vec  # baseline: allocatable minus the requests of its bound pods
-    ports: tuple[tuple[int, str, str], ...]
+    ports: tuple[HostPort, ...]
     initialized: bool
     klass: int  # node class: equal labels (on keys pods care about) and taints
     nodepool: str | None
@@ -117,12 +134,12 @@ class Effective:
     terms: tuple[Reqs, ...]  # ORed node requirement sets (at least one, maybe empty)
     filter_terms: tuple[Reqs, ...]  # required terms only: the topology spread node filter
     tolerations: tuple[Toleration, ...]
-    ports: tuple[tuple[int, str, str], ...]
+    ports: tuple[HostPort, ...]
     groups: tuple[int, ...]  # topology groups this pod must satisfy
     owned_anti: tuple[PodAffinityTerm, ...]  # required anti-affinity terms (others must respect them)
-    fitkey: tuple
-    static_key: tuple
-    labelset: tuple[str, tuple[tuple[str, str], ...]]
+    fitkey: FitKey
+    static_key: StaticKey
+    labelset: LabelSet
     hostname_reqs: tuple[Reqs, ...]  # per term: requirements on the hostname label
     # Only rules that get stricter as pods are added (resources, ports, anti-affinity): a claim that
     # refused this signature once in a probe refuses it for the rest of the probe.
@@ -135,7 +152,7 @@ class TopologyGroup:
     kind: int
     key: str
     namespaces: frozenset[str] | None
-    selector: object
+    selector: LabelSelector
     max_skew: int
     min_domains: int | None
     filter_terms: tuple[Reqs, ...]
@@ -156,7 +173,7 @@ class OpenClaim:
     excluded: frozenset[str]  # instance types the pool's limits ruled out when the claim opened
     background: bool = False
     pods: list[str] = field(default_factory=list)
-    ports: list[tuple[int, str, str]] = field(default_factory=list)
+    ports: list[HostPort] = field(default_factory=list)
 
 
 class FitList:
@@ -190,8 +207,8 @@ class Probe:
         self.removed = removed
         self.removed_names = removed_names
         self.free: dict[int, Vec] = {}
-        self.ports: dict[int, list[tuple[int, str, str]]] = {}
-        self.ptr: dict[tuple, int] = {}
+        self.ports: dict[int, list[HostPort]] = {}
+        self.ptr: dict[FitKey, int] = {}
         self.claims: list[OpenClaim] = []
         self.delta: dict[int, dict[str, int]] = {}
         self.inv_delta: dict[PodAffinityTerm, dict[str, int]] = {}
@@ -247,3 +264,139 @@ def pareto_front(vectors: Iterable[Vec]) -> list[Vec]:
         if not any(vec_fits(v, w) for w in out):
             out.append(v)
     return out
+
+
+class SimulatorState:
+    """What the rooms of `Simulator` (topology.py, nodepools.py, existing_nodes.py, new_nodes.py and
+    simulator.py itself) share: the prepared state, declared once here and set by
+    `Simulator.__init__`, and the methods one room calls in another. Each room inherits this class,
+    so its reads are checked against these declarations; at run time the state is plain instance
+    attributes and the methods are the rooms' own (the declarations exist for the type checker only,
+    and it refuses a `Simulator` that lacks one of them)."""
+
+    preference_policy: PreferencePolicy
+    # The prepared cluster.
+    nodes: list[PreparedNode]  # existing nodes not being deleted, in placement order
+    node_index: dict[str, int]
+    _node_capacity: dict[str, Vec]
+    instance_types: dict[str, SimInstanceType]
+    well_known: set[str]  # labels every node or instance type defines
+    _pools: list[PreparedPool]  # highest weight first
+    _pool_by_name: dict[str, PreparedPool]
+    _pool_nodes_capacity: dict[str, Vec]  # capacity of each pool's existing nodes (its limits)
+    _res_names: list[str]  # the resource of each entry of a Vec
+    _zero: Vec
+    # Bound pods for topology: counts of each label set per node, required anti-affinity terms.
+    _labelsets: dict[LabelSet, dict[int, int]]
+    _labelset_index: dict[tuple[str, str], list[LabelSet]]
+    _inv_terms: dict[PodAffinityTerm, Counter[int]]
+    _inv_base: dict[PodAffinityTerm, dict[str, int]]
+    _inv_version: int  # bumped when a placed pod brings a new anti-affinity term
+    _inv_cache: dict[LabelSet, tuple[int, list[PodAffinityTerm]]]
+    _inv_by_label: dict[tuple[str, str], list[PodAffinityTerm]]
+    _inv_scan: list[PodAffinityTerm]
+    # Topology groups, and which of them select a label set.
+    _groups: list[TopologyGroup]
+    _group_ids: dict[GroupKey, int]
+    _selecting_cache: dict[LabelSet, tuple[int, list[TopologyGroup]]]
+    _groups_by_label: dict[tuple[str, str], list[int]]
+    _groups_scan: list[int]
+    _universes: dict[tuple[str, tuple[Reqs, ...], tuple[Toleration, ...]], frozenset[str]]
+    # Memo tables keyed by values, valid for the simulator's life.
+    _eff_cache: dict[tuple[PodConstraints, int], Effective]
+    _levels_cache: dict[PodConstraints, int]
+    _fitlists: dict[FitKey, FitList]
+    _static_ok: dict[StaticKey, dict[int, bool]]  # per node class
+    _merge_cache: dict[tuple[Reqs, Reqs], Reqs | None]
+    _typeset_cache: dict[tuple[str, Reqs, frozenset[str]], TypeSet]
+    _tolerates_pool: dict[tuple[str, tuple[Toleration, ...]], bool]
+    _domains_cache: dict[tuple[str, Reqs, str, frozenset[str]], frozenset[str]]
+    _compat_cache: dict[tuple[str, Reqs], bool]
+    _fair_cache: dict[Vec, float]
+
+    if TYPE_CHECKING:
+        # simulator.py
+        @abstractmethod
+        def _vec(self, resources: Resources) -> Vec | None: ...
+
+        @abstractmethod
+        def _vec_dict(self, resources: dict[str, int]) -> Vec: ...
+
+        @abstractmethod
+        def describe_vec(self, vec: Vec) -> dict[str, int]: ...
+
+        @abstractmethod
+        def _note_keys(self, terms: Iterable[Reqs]) -> None: ...
+
+        @abstractmethod
+        def _pod_order(self, pod: SimPod) -> tuple[int, int, str, str]: ...
+
+        @abstractmethod
+        def _commit_existing(
+            self,
+            probe: Probe,
+            eff: Effective,
+            node: PreparedNode,
+            pod: SimPod,
+            result: SimulationResult,
+            deleting_keys: set[str],
+            stop_on_failure: bool,
+        ) -> None: ...
+
+        # topology.py
+        @abstractmethod
+        def _eff(self, sig: PodConstraints, level: int) -> Effective: ...
+
+        @abstractmethod
+        def _count(self, probe: Probe, g: TopologyGroup, domain: str) -> int: ...
+
+        @abstractmethod
+        def _domain_ok(
+            self, probe: Probe, eff: Effective, g: TopologyGroup, domain: str, lm: dict[str, str]
+        ) -> bool: ...
+
+        @abstractmethod
+        def _inverse_terms(self, labelset: LabelSet) -> list[PodAffinityTerm]: ...
+
+        @abstractmethod
+        def _inv_count(self, probe: Probe, term: PodAffinityTerm, domain: str) -> int: ...
+
+        @abstractmethod
+        def _topology_ok_node(self, probe: Probe, eff: Effective, node: PreparedNode) -> bool: ...
+
+        @abstractmethod
+        def _record(
+            self,
+            probe: Probe,
+            eff: Effective,
+            domains_for: Callable[[str], frozenset[str]],
+            filter_ok: Callable[[TopologyGroup], bool],
+            sign: int = 1,
+        ) -> None: ...
+
+        @staticmethod
+        @abstractmethod
+        def _node_domains(node: PreparedNode) -> Callable[[str], frozenset[str]]: ...
+
+        @staticmethod
+        @abstractmethod
+        def _node_filter(node: PreparedNode) -> Callable[[TopologyGroup], bool]: ...
+
+        # nodepools.py
+        @abstractmethod
+        def _typeset(self, pool: PreparedPool, reqs: Reqs, excluded: frozenset[str]) -> TypeSet: ...
+
+        @abstractmethod
+        def _pool_tolerated(self, pool: PreparedPool, tolerations: tuple[Toleration, ...]) -> bool: ...
+
+        @abstractmethod
+        def _merge(self, claim_reqs: Reqs, base_keys: frozenset[str], term: Reqs) -> Reqs | None: ...
+
+        @abstractmethod
+        def _pool_domains(
+            self, pool: PreparedPool, reqs: Reqs, key: str, excluded: frozenset[str]
+        ) -> frozenset[str]: ...
+
+        # existing_nodes.py
+        @abstractmethod
+        def _try_existing(self, probe: Probe, eff: Effective) -> int | None: ...

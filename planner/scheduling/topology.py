@@ -1,14 +1,17 @@
 """Requirements and topology: what a pod signature asks at each relaxation level of its
 preferences, and the topology groups (spread, pod affinity, anti-affinity) that count placed pods.
 
-A part of `Simulator` (planner/scheduling/simulator.py): it shares the simulator's state."""
+A part of `Simulator` (planner/scheduling/simulator.py): the state and the other rooms' methods it
+reads are declared in `SimulatorState` (state.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
-from planner.scheduling.inputs import PodAffinityTerm, PodConstraints
+from kube.selectors import Toleration
+from planner.scheduling.inputs import LabelSelector, PodAffinityTerm, PodConstraints
 from planner.scheduling.requirements import EMPTY_REQS, Reqs, freeze, labels_match
 from planner.scheduling.results import IGNORE
 from planner.scheduling.state import (
@@ -17,13 +20,23 @@ from planner.scheduling.state import (
     HOSTNAME,
     SPREAD,
     Effective,
+    GroupKey,
+    LabelSet,
     PreparedNode,
     Probe,
+    SimulatorState,
     TopologyGroup,
 )
 
+_T = TypeVar("_T")
 
-class Topology:
+
+def _by_weight(items: Sequence[tuple[int, _T]]) -> list[tuple[int, _T]]:
+    """Weighted preferences, heaviest first (stable: equal weights keep their order)."""
+    return sorted(items, key=lambda wt: -wt[0])
+
+
+class Topology(SimulatorState):
     """Pod signatures at each relaxation level, and the topology groups that count placed pods."""
 
     def _levels(self, sig: PodConstraints) -> int:
@@ -46,17 +59,16 @@ class Topology:
         if self.preference_policy == IGNORE:
             level = self._levels(sig)
         left = level
-        by_weight = lambda items: sorted(items, key=lambda wt: -wt[0])  # noqa: E731  heaviest first, stable
 
-        def drop(items: Sequence) -> list:
+        def drop(items: Sequence[_T]) -> list[_T]:
             nonlocal left
             n = min(left, len(items))
             left -= n
             return list(items[n:])
 
-        pref_aff = [t for _, t in drop(by_weight(sig.preferred_affinity))]
-        pref_anti = [t for _, t in drop(by_weight(sig.preferred_anti_affinity))]
-        pref_node = [t for _, t in drop(by_weight(sig.preferred_node_terms))]
+        pref_aff = [t for _, t in drop(_by_weight(sig.preferred_affinity))]
+        pref_anti = [t for _, t in drop(_by_weight(sig.preferred_anti_affinity))]
+        pref_node = [t for _, t in drop(_by_weight(sig.preferred_node_terms))]
         soft = [s for s in sig.spreads if not s.hard]
         soft = drop(soft)
         spreads = [s for s in sig.spreads if s.hard] + soft
@@ -112,13 +124,13 @@ class Topology:
         kind: int,
         key: str,
         namespaces: frozenset[str] | None,
-        selector: object,
+        selector: LabelSelector,
         max_skew: int,
         min_domains: int | None,
         filter_terms: tuple[Reqs, ...],
         owner: PodConstraints,
     ) -> int:
-        gkey = (
+        gkey: GroupKey = (
             kind,
             key,
             namespaces,
@@ -153,8 +165,8 @@ class Topology:
             probe.universe = self._universe(key, filter_terms, owner.tolerations, node_passes)
         self._groups.append(probe)
         self._group_ids[gkey] = gid
-        match_labels = getattr(selector, "match_labels", ())
-        if getattr(selector, "nothing", False):
+        match_labels = selector.match_labels
+        if selector.nothing:
             pass  # selects no pod: never counts anything
         elif match_labels:
             self._groups_by_label.setdefault(match_labels[0], []).append(gid)
@@ -166,7 +178,7 @@ class Topology:
         self,
         key: str,
         filter_terms: tuple[Reqs, ...],
-        tolerations: tuple,
+        tolerations: tuple[Toleration, ...],
         node_passes: Callable[[PreparedNode], bool],
     ) -> frozenset[str]:
         """The domains a spread may use: those of existing nodes its pods may run on, and those new
@@ -186,17 +198,17 @@ class Topology:
         result = self._universes[ck] = frozenset(universe)
         return result
 
-    def _labelsets_for(self, selector: object) -> Iterable[tuple]:
+    def _labelsets_for(self, selector: LabelSelector) -> Iterable[LabelSet]:
         """Bound-pod label sets a selector may match: through the label index when it has matchLabels."""
-        if getattr(selector, "nothing", False):
+        if selector.nothing:
             return ()
-        match_labels = getattr(selector, "match_labels", ())
+        match_labels = selector.match_labels
         if not match_labels:
             return list(self._labelsets)
         lists = [self._labelset_index.get(pair, ()) for pair in match_labels]
         return min(lists, key=len)
 
-    def _selecting(self, labelset: tuple) -> list[TopologyGroup]:
+    def _selecting(self, labelset: LabelSet) -> list[TopologyGroup]:
         """Groups whose selector selects pods with these (namespace, labels)."""
         cached = self._selecting_cache.get(labelset)
         if cached is not None and cached[0] == len(self._groups):
@@ -219,7 +231,7 @@ class Topology:
         else:
             self._inv_scan.append(term)
 
-    def _inverse_terms(self, labelset: tuple) -> list[PodAffinityTerm]:
+    def _inverse_terms(self, labelset: LabelSet) -> list[PodAffinityTerm]:
         """Required anti-affinity terms of placed pods that select pods with these (namespace, labels)."""
         cached = self._inv_cache.get(labelset)
         if cached is not None and cached[0] == self._inv_version:
@@ -254,7 +266,7 @@ class Topology:
         delta = probe.inv_delta.get(term)
         if delta is None:
             delta = {}
-            owners = self._inv_terms.get(term, {})
+            owners: Mapping[int, int] = self._inv_terms.get(term, {})
             for idx in probe.removed:
                 c = owners.get(idx)
                 if c:
