@@ -1,16 +1,19 @@
-"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`: the controller
-from a terminal.
+"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`,
+`karpflow approve|reject`: the controller from a terminal.
 
-Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
-stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
-ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
-off, and whether the cluster is quiet (converged under the current rules). `stop` asks the
+All read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
+stack), so they talk to the same Temporal namespace and cluster as the worker. `status` says the
+controller's state first (its latest run: running, stopped by whom and why, failed, never started),
+then what its `status` query says of the last pass, less what is no longer true: what is in flight
+is read from visibility now (activities/in_flight.py), a node held by a workflow that has finished
+is left out, and so is a backoff that is over; `-o json` is JSON whatever the state. `stop` asks the
 controller to finish and close as completed, which the workers' supervision then leaves alone;
 `start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
-updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
-(`--action`); what the controller refuses is printed with its reason, exit 1. `approve` and `reject`
-send a DisruptionWorkflow waiting for approval the updates of those names. `status` also lists the
-running rollouts with their progress (runtime/rollout_progress.py).
+updates of those names: a pause covers everything, a NodePool (`--nodepool`, which must exist
+unless `--allow-missing`) or an action (`--action`); what the controller refuses is printed with its
+reason, exit 1. `approve` and `reject` send a DisruptionWorkflow waiting for approval the updates of
+those names, after checking the id names one. A target that does not exist is exit 2, named.
+`status` also lists the running rollouts with their progress (runtime/rollout_progress.py).
 """
 
 from __future__ import annotations
@@ -255,6 +258,10 @@ async def controller_state(client: Client, cluster: str) -> ControllerRun:
     return ControllerRun(state=latest.name.lower().replace("_", " "), workflow_id=workflow_id)
 
 
+# The reasons a running workflow gives a node: true only while it runs.
+HELD_KINDS = frozenset({why_not.Kind.IN_PROGRESS, why_not.Kind.AWAITING_APPROVAL})
+
+
 def current(
     status: ControllerStatus, state: ControllerRun, flying: InFlight, now: datetime
 ) -> ControllerStatus:
@@ -262,12 +269,15 @@ def current(
     it now (not at the last pass), nodes held by a workflow only while it still runs (named with its
     phase now), backoffs not yet over; a controller that does not run validates nothing and is not
     quiet."""
+    ended = set(status.in_flight) - set(flying.ids)
     blocked: dict[str, str] = {}
     for node, why in status.blocked.items():
-        if why_not.kind_of(why) != why_not.Kind.IN_PROGRESS:
+        if why_not.kind_of(why) not in HELD_KINDS:
             blocked[node] = why
         elif node in flying.holders:
             blocked[node] = why_not.in_flight_reason(*flying.holders[node])
+        elif not any(workflow_id in why for workflow_id in ended):
+            blocked[node] = why  # held by no workflow the pass named (a node deleted by hand)
         # else: its holder finished since the pass; the next pass says what became of the node
     update: dict[str, Any] = {
         "in_flight": list(flying.ids),

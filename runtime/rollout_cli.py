@@ -15,6 +15,7 @@ import getpass
 import json
 import socket
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -62,7 +63,9 @@ async def _start(settings: WorkerSettings, nodepool: str, selector: dict[str, st
     return 0
 
 
-async def _rollout(client: Client, workflow_id: str) -> tuple[WorkflowHandle, WorkflowExecutionStatus | None]:
+async def _rollout(
+    client: Client, workflow_id: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
     """The rollout's handle and its execution status; leaves with 2 when the id names no rollout."""
     handle = client.get_workflow_handle(workflow_id)
     try:
@@ -82,7 +85,7 @@ async def _rollout(client: Client, workflow_id: str) -> tuple[WorkflowHandle, Wo
     return handle, described.status
 
 
-async def _ended(handle: WorkflowHandle, closed: WorkflowExecutionStatus) -> str:
+async def _ended(handle: WorkflowHandle[Any, Any]) -> str:
     """Why a rollout that did not succeed ended: its failure's innermost cause ("" when none is told)."""
     try:
         await handle.result()
@@ -99,13 +102,11 @@ async def _status(settings: WorkerSettings, workflow_id: str, as_json: bool) -> 
         WorkflowExecutionStatus.TIMED_OUT,
     ):
         # It never got far enough to say so itself: its status query would show its first phase.
-        ended = await _ended(handle, closed)
+        why, phase = await _ended(handle), closed.name.title()
         if as_json:
-            click.echo(
-                json.dumps({"rollout_id": workflow_id, "phase": closed.name.title(), "message": ended})
-            )
+            click.echo(json.dumps({"rollout_id": workflow_id, "phase": phase, "message": why}, indent=2))
         else:
-            click.echo(f"{workflow_id}: {ended}")
+            click.echo(f"{workflow_id}: {phase}" + (f": {why}" if why else ""))
         return 1
     try:
         status = await handle.query("status", result_type=RolloutStatus)
