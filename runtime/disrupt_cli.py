@@ -45,7 +45,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
@@ -301,8 +301,8 @@ async def refresh(item: Followed) -> None:
                     item.terminations[candidate.node] = await with_status.query(
                         "status", result_type=TerminationStatus
                     )
-    except RPCError:
-        pass  # not queryable yet (first task not run) or just closed: look again
+    except (RPCError, WorkflowQueryFailedError):
+        pass  # not queryable yet (first task not run), just closed, or a task failing: look again
     item.waiting = waiting_for(item)
     if not item.seen or item.seen[-1] != item.phase:
         item.seen.append(item.phase)
