@@ -41,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import budget_claims, pass_report
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
+from activities.in_flight import WORKFLOW_TYPES, InFlight, read_in_flight
 from activities.instance_descriptions import InstanceDescriptions
 from api import node_reasons
 from api import search_attributes as sa
@@ -95,7 +96,6 @@ from runtime import metrics
 
 log = logging.getLogger(__name__)
 
-WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
 SYNC_TIMEOUT = 60.0
 # A NodeDisruptionBudget claim is written a moment before its taint; one whose holder no longer runs
 # and whose node is still untouched after this long was left by a command that stopped in between.
@@ -257,18 +257,6 @@ def controller_id() -> str:
     return (activity.info().workflow_id or "") if activity.in_activity() else ""
 
 
-class InFlight:
-    """Running disruption and termination workflows, and which of them holds each node."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.holders: dict[str, tuple[str, str]] = {}  # node -> (workflow id, phase)
-
-    @property
-    def nodes(self) -> set[str]:
-        return set(self.holders)
-
-
 class CacheNotSynced(RuntimeError):
     """Retryable: no decision before every kind has been listed once."""
 
@@ -411,19 +399,7 @@ class PlanningActivities:
     async def _in_flight(self) -> InFlight:
         """Running disruption and termination workflows of this task queue (another cluster's worker
         may share the namespace), and the nodes they hold (with the phase each is in)."""
-        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
-        found = InFlight()
-        async for execution in self.client.list_workflows(
-            f"WorkflowType IN ({types}) AND ExecutionStatus = 'Running' AND TaskQueue = '{self.task_queue}'"
-        ):
-            found.ids.append(execution.id)
-            phase = execution.typed_search_attributes.get(sa.PHASE) or ""
-            for node in execution.typed_search_attributes.get(sa.NODES) or ():
-                # A disruption names its candidates and starts their terminations: name the disruption.
-                if node not in found.holders or execution.workflow_type == "DisruptionWorkflow":
-                    found.holders[node] = (execution.id, phase)
-        found.ids.sort()
-        return found
+        return await read_in_flight(self.client, self.task_queue)
 
     async def _failed_since(
         self, since: datetime | None, counted: Collection[str] = ()

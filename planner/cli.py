@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from api.constants import DISRUPTED_TAINT_KEY
 from planner.catalog import DEFAULT_REGION, Catalog, CatalogError, bundled_catalog, load_catalog_file
 from planner.catalog_live import fetch_live_catalog
 from planner.model import PlanOptions
@@ -45,22 +47,44 @@ def parse_at(value: str) -> datetime:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:
-    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O), as
-    `karpflow plan --live` and `karpflow windows` read them. Raises what the client raises."""
-    import asyncio
-
+async def read_live_objects(kubeconfig: str | None) -> list[dict[str, Any]]:
+    """The cluster's objects, listed once (the planner stays pure: this is the command's I/O).
+    Raises what the client raises."""
     from cluster.informer import list_cluster
     from kube.client import KubeApi
 
-    async def read() -> list[dict[str, Any]]:
-        kube = await KubeApi.connect(kubeconfig)  # None: KUBECONFIG, ~/.kube/config or in-cluster
-        try:
-            return await list_cluster(kube)
-        finally:
-            await kube.close()
+    kube = await KubeApi.connect(kubeconfig)  # None: KUBECONFIG, ~/.kube/config or in-cluster
+    try:
+        return await list_cluster(kube)
+    finally:
+        await kube.close()
 
-    return Snapshot.from_objects(asyncio.run(read()), now=now, source="the live cluster")
+
+def with_held_tainted(objects: Iterable[dict[str, Any]], held: Collection[str]) -> list[dict[str, Any]]:
+    """The objects with the Nodes named in `held` tainted `karpenter.sh/disrupted`, as the controller
+    shows the planner the nodes of running workflows (activities/in_flight.py): the planner's own
+    rules then leave them out of every command and count them against the budgets. The objects
+    given are not changed."""
+    out: list[dict[str, Any]] = []
+    for obj in objects:
+        name = (obj.get("metadata") or {}).get("name")
+        if obj.get("kind") == "Node" and name in held:
+            spec = dict(obj.get("spec") or {})
+            taints = list(spec.get("taints") or [])
+            if not any(t.get("key") == DISRUPTED_TAINT_KEY for t in taints):
+                taints.append({"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"})
+            obj = {**obj, "spec": {**spec, "taints": taints}}
+        out.append(obj)
+    return out
+
+
+def live_snapshot(kubeconfig: str | None, now: datetime | None, held: Collection[str] = ()) -> Snapshot:
+    """The live cluster as `karpflow plan --live` and `karpflow windows` read it; `held`: nodes that
+    running workflows hold (shown tainted, see `with_held_tainted`). Raises what the client raises."""
+    import asyncio
+
+    objects = with_held_tainted(asyncio.run(read_live_objects(kubeconfig)), held)
+    return Snapshot.from_objects(objects, now=now, source="the live cluster")
 
 
 def _live_snapshot(kubeconfig: str | None, now: datetime | None) -> Snapshot:

@@ -1,16 +1,19 @@
-"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`: the controller
-from a terminal.
+"""`karpflow controller start|stop|status`, `karpflow status`, `karpflow pause|resume`,
+`karpflow approve|reject`: the controller from a terminal.
 
-Both read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
-stack), so they talk to the same Temporal namespace and cluster as the worker. `status` asks the
-ControllerWorkflow's `status` query: what the last pass did, what is in flight, which pools back
-off, and whether the cluster is quiet (converged under the current rules). `stop` asks the
+All read the worker's settings (flags, or `KARPFLOW_*` variables: `source .state/env` on the dev
+stack), so they talk to the same Temporal namespace and cluster as the worker. `status` says the
+controller's state first (its latest run: running, stopped by whom and why, failed, never started),
+then what its `status` query says of the last pass, less what is no longer true: what is in flight
+is read from visibility now (activities/in_flight.py), a node held by a workflow that has finished
+is left out, and so is a backoff that is over; `-o json` is JSON whatever the state. `stop` asks the
 controller to finish and close as completed, which the workers' supervision then leaves alone;
 `start` starts it again (runtime/controller_start.py). `pause` and `resume` send the controller's
-updates of those names: a pause covers everything, a NodePool (`--nodepool`) or an action
-(`--action`); what the controller refuses is printed with its reason, exit 1. `approve` and `reject`
-send a DisruptionWorkflow waiting for approval the updates of those names. `status` also lists the
-running rollouts with their progress (runtime/rollout_progress.py).
+updates of those names: a pause covers everything, a NodePool (`--nodepool`, which must exist
+unless `--allow-missing`) or an action (`--action`); what the controller refuses is printed with its
+reason, exit 1. `approve` and `reject` send a DisruptionWorkflow waiting for approval the updates of
+those names, after checking the id names one. A target that does not exist is exit 2, named.
+`status` also lists the running rollouts with their progress (runtime/rollout_progress.py).
 """
 
 from __future__ import annotations
@@ -28,15 +31,17 @@ from functools import wraps
 from typing import Any
 
 import click
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.in_flight import InFlight, read_in_flight
+from api.constants import KARPENTER_GROUP, KARPENTER_VERSION
 from api.controller_io import (
     UPDATE_PAUSE,
     UPDATE_RESUME,
@@ -49,9 +54,16 @@ from api.controller_io import (
 from api.maintenance_window import WINDOW_ACTIONS
 from api.workflow_ids import controller_workflow_id
 from api.workflow_io import DisruptionStatus
+from kube.client import Json, KubeApi, KubeError
 from planner import why_not
-from runtime.connections import connect_temporal
-from runtime.controller_start import STOPPED_ON_PURPOSE, latest_status, start_controller, stop_controller
+from runtime.connections import connect_kubernetes, connect_temporal
+from runtime.controller_start import (
+    RUNNING,
+    STOPPED_ON_PURPOSE,
+    latest_status,
+    start_controller,
+    stop_controller,
+)
 from runtime.rollout_progress import RolloutProgress, running_rollouts
 from runtime.settings import WorkerSettings, explain
 
@@ -94,6 +106,37 @@ async def _client(settings: WorkerSettings) -> Client:
         click.echo(f"cannot reach Temporal at {settings.temporal_address}: {err}", err=True)
         _leave(EXIT_UNREACHABLE)
         raise  # unreachable: _leave does not return
+
+
+async def _kube(settings: WorkerSettings) -> KubeApi:
+    try:
+        return await connect_kubernetes(settings)
+    except Exception as err:
+        click.echo(f"cannot reach the cluster (KUBECONFIG, or KARPFLOW_KUBECONFIG): {err}", err=True)
+        _leave(2)
+        raise  # unreachable: _leave does not return
+
+
+async def find_in_cluster(settings: WorkerSettings, kind: str, name: str) -> Json | None:
+    """The cluster's Node or NodePool of that name, None when there is none: a verb checks its target
+    exists before it asks Temporal for anything. Leaves with 2 when the cluster cannot be read."""
+    kube = await _kube(settings)
+    try:
+        if kind == "Node":
+            return await kube.get_node(name)
+        return await kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name)
+    except KubeError as err:
+        if err.status == 404:
+            return None
+        click.echo(f"cannot read {kind} {name} from the cluster: {err}", err=True)
+        _leave(2)
+        raise  # unreachable
+    finally:
+        await kube.close()
+
+
+def no_such(kind: str, name: str, listing: str) -> str:
+    return f"no {kind} {name} in the cluster (`kubectl get {listing}` lists them)"
 
 
 async def activity_pollers(client: Client, task_queue: str) -> int:
@@ -170,16 +213,83 @@ def stop(settings: WorkerSettings, reason: str, wait_seconds: float) -> None:
     _leave(asyncio.run(go()))
 
 
-async def _stopped(client: Client, cluster: str) -> ControllerStopped | None:
-    """The stop that ended the latest run, if an operator stopped it."""
-    if await latest_status(client, cluster) not in STOPPED_ON_PURPOSE:
-        return None
+async def _stop_of(client: Client, cluster: str) -> ControllerStopped:
+    """The stop that ended the latest run (whose end an operator chose)."""
     try:
         handle = client.get_workflow_handle(controller_workflow_id(cluster), result_type=ControllerStopped)
         stopped: ControllerStopped = await handle.result()  # decoded as result_type
         return stopped
     except WorkflowFailureError:  # cancelled, not stopped: no result to read
         return ControllerStopped(reason="cancelled", at=datetime.now(UTC))
+
+
+class ControllerRun(BaseModel):
+    """The controller's state, from its latest run (runtime/controller_start.py), before anything its
+    last pass said: `running`, `stopped` (by an operator: `stop` or a cancel), `failed`, `terminated`,
+    `timed out` (accidents the workers' supervision undoes) or `missing` (never started)."""
+
+    state: str
+    workflow_id: str
+    stopped: ControllerStopped | None = None
+
+    def line(self) -> str:
+        if self.state == "stopped" and self.stopped is not None:
+            who = f" by {self.stopped.by}" if self.stopped.by else ""
+            why = self.stopped.reason or "no reason given"
+            return (
+                f"stopped{who} at {self.stopped.at:%Y-%m-%d %H:%M:%S}: {why}; it starts no command until "
+                "`karpflow controller start`"
+            )
+        if self.state == "missing":
+            return "not started: no worker started it yet (`karpflow controller start` starts it)"
+        if self.state != "running":
+            return f"{self.state}: the workers' supervision starts it again (`karpflow controller start` now)"
+        return "running"
+
+
+async def controller_state(client: Client, cluster: str) -> ControllerRun:
+    workflow_id = controller_workflow_id(cluster)
+    latest = await latest_status(client, cluster)
+    if latest is None:
+        return ControllerRun(state="missing", workflow_id=workflow_id)
+    if latest in STOPPED_ON_PURPOSE:
+        return ControllerRun(
+            state="stopped", workflow_id=workflow_id, stopped=await _stop_of(client, cluster)
+        )
+    if latest in RUNNING:
+        return ControllerRun(state="running", workflow_id=workflow_id)
+    return ControllerRun(state=latest.name.lower().replace("_", " "), workflow_id=workflow_id)
+
+
+# The reasons a running workflow gives a node: true only while it runs.
+HELD_KINDS = frozenset({why_not.Kind.IN_PROGRESS, why_not.Kind.AWAITING_APPROVAL})
+
+
+def current(
+    status: ControllerStatus, state: ControllerRun, flying: InFlight, now: datetime
+) -> ControllerStatus:
+    """The last pass's status with only what is still true now: what is in flight as visibility lists
+    it now (not at the last pass), nodes held by a workflow only while it still runs (named with its
+    phase now), backoffs not yet over; a controller that does not run validates nothing and is not
+    quiet."""
+    ended = set(status.in_flight) - set(flying.ids)
+    blocked: dict[str, str] = {}
+    for node, why in status.blocked.items():
+        if why_not.kind_of(why) not in HELD_KINDS:
+            blocked[node] = why
+        elif node in flying.holders:
+            blocked[node] = why_not.in_flight_reason(*flying.holders[node])
+        elif not any(workflow_id in why for workflow_id in ended):
+            blocked[node] = why  # held by no workflow the pass named (a node deleted by hand)
+        # else: its holder finished since the pass; the next pass says what became of the node
+    update: dict[str, Any] = {
+        "in_flight": list(flying.ids),
+        "blocked": blocked,
+        "backoffs": [b for b in status.backoffs if b.until > now],
+    }
+    if state.state != "running":
+        update |= {"validating": [], "quiet": False, "stopping": state.line()}
+    return status.model_copy(update=update)
 
 
 def node_answer(status: ControllerStatus, node: str, running: list[str] | None = None) -> dict[str, Any]:
@@ -198,10 +308,12 @@ def node_answer(status: ControllerStatus, node: str, running: list[str] | None =
         }
     if running:
         return answer | {"held_back": False, "reason": f"being disrupted: {', '.join(running)}"}
+    if status.last_pass_at is None:
+        return answer | {"held_back": False, "reason": "the controller has not run a pass yet"}
     return answer | {
         "held_back": False,
-        "reason": "not held back by the last pass: a command was planned for it, or it is not a node "
-        "of a NodePool (or was not seen yet)",
+        "reason": "not held back by the last pass and nothing disrupts it now: the next pass may start "
+        "a command for it (or the node joined after the last pass)",
     }
 
 
@@ -227,49 +339,65 @@ def render_node(answer: dict[str, Any], console: Console) -> None:
         )
 
 
+def _no_answer(settings: WorkerSettings, state: ControllerRun, why: str, as_json: bool) -> None:
+    """No status to show: the controller's state and why, as text or JSON; exit 1."""
+    text = (
+        f"no controller answers for cluster {settings.cluster_name} ({state.workflow_id}): {why}. "
+        + ("Is a worker running? " if state.state in ("running", "stopped") else "")
+        + "`karpflow controller start` starts it."
+    )
+    if as_json:
+        shown = {"cluster": settings.cluster_name, "controller": state.model_dump(mode="json"), "error": text}
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        click.echo(f"controller of {settings.cluster_name}: {state.line()}", err=True)
+        click.echo(text, err=True)
+    _leave(1)
+
+
 def _status_command(settings: WorkerSettings, output: str, node: str | None = None) -> None:
-    running: list[str] = []
-    rollouts: list[RolloutProgress] = []
+    as_json = output == "json"
 
-    async def go() -> ControllerStatus:
+    async def go() -> tuple[ControllerStatus, ControllerRun, list[str], list[RolloutProgress]]:
+        if node is not None and await find_in_cluster(settings, "Node", node) is None:
+            click.echo(f"karpflow status: {no_such('Node', node, 'nodes')}", err=True)
+            _leave(2)
         client = await _client(settings)
-        if node is not None:
-            running.extend(await running_for(client, node))
-        else:
-            rollouts.extend(await running_rollouts(client, settings.cluster_name))
+        state = await controller_state(client, settings.cluster_name)
+        if state.state == "missing":
+            _no_answer(settings, state, "it was never started", as_json)
         try:
-            stopped = await _stopped(client, settings.cluster_name)
             status = await read_status(client, settings.cluster_name)
-            if stopped is not None:
-                who = f" by {stopped.by}" if stopped.by else ""
-                why = stopped.reason or "no reason given"
-                text = f"stopped{who} at {stopped.at:%Y-%m-%d %H:%M:%S}: {why}"
-                status = status.model_copy(update={"stopping": text, "quiet": False})
-            return status
         except RPCError as err:
-            click.echo(
-                f"no controller answers for cluster {settings.cluster_name} "
-                f"({controller_workflow_id(settings.cluster_name)}): {err.message}. "
-                "Is a worker running? `karpflow controller start` starts it.",
-                err=True,
-            )
-            _leave(1)
-            raise  # unreachable: _leave does not return
+            _no_answer(settings, state, err.message, as_json)
+            raise  # unreachable: _no_answer does not return
+        flying = await read_in_flight(client, settings.task_queue)
+        status = current(status, state, flying, datetime.now(UTC))
+        running = await running_for(client, node) if node is not None else []
+        rollouts = await running_rollouts(client, settings.cluster_name) if node is None else []
+        return status, state, running, rollouts
 
-    status = asyncio.run(go())
+    status, state, running, rollouts = asyncio.run(go())
     if node is not None:
-        answer = node_answer(status, node, running)
-        if output == "json":
+        answer = node_answer(status, node, running) | {"controller": state.state}
+        if as_json:
             click.echo(json.dumps(answer, indent=2, default=str))
         else:
-            render_node(answer, Console())
+            console = Console()
+            if state.state != "running":
+                console.print(f"[yellow]controller {state.line()}[/]")
+            render_node(answer, console)
         _leave(0)
-    if output == "json":
-        shown = {**status.model_dump(mode="json"), "rollouts": [r.model_dump() for r in rollouts]}
+    if as_json:
+        shown = {
+            "controller": state.model_dump(mode="json"),
+            **status.model_dump(mode="json"),
+            "rollouts": [r.model_dump() for r in rollouts],
+        }
         click.echo(json.dumps(shown, indent=2))
     else:
         console = Console()
-        render(status, console)
+        render(status, console, state)
         for rollout in rollouts:
             console.print(f"rollout {rollout.line()}")
     _leave(0)
@@ -279,7 +407,8 @@ def _status_command(settings: WorkerSettings, output: str, node: str | None = No
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_connection_options
 def controller_status(settings: WorkerSettings, output: str) -> None:
-    """What the controller's last pass did, what is in flight, and whether the cluster is quiet."""
+    """The controller's state, then what its last pass did that still holds: what is in flight now,
+    backoffs not over, and whether the cluster is quiet."""
     _status_command(settings, output)
 
 
@@ -288,21 +417,25 @@ def controller_status(settings: WorkerSettings, output: str) -> None:
 @click.option("--node", help="what holds this node back, from the controller's last pass")
 @_connection_options
 def status(settings: WorkerSettings, output: str, node: str | None) -> None:
-    """The controller's status (same as `karpflow controller status`); with --node, why that node is
-    not disrupted."""
+    """The controller's state and status (same as `karpflow controller status`); with --node, why that
+    node is not disrupted (exit 2 when the cluster has no such Node)."""
     _status_command(settings, output, node)
 
 
-def render(status: ControllerStatus, console: Console) -> None:
+def render(status: ControllerStatus, console: Console, state: ControllerRun | None = None) -> None:
     when = status.last_pass_at
     ago = f"{(datetime.now(UTC) - when).total_seconds():.0f}s ago" if when else "never"
-    state = "[green]quiet[/]" if status.quiet else "[yellow]working[/]"
-    console.print(
-        f"controller of [bold]{status.cluster}[/]: {state}; pass {status.passes}, last {ago} "
-        f"({status.last_pass_seconds:.2f}s, {status.last_pass_nodes} nodes)"
+    last = (
+        f"pass {status.passes}, last {ago} ({status.last_pass_seconds:.2f}s, {status.last_pass_nodes} nodes)"
     )
-    if status.stopping:
-        console.print(f"[yellow]controller {status.stopping}[/] (`karpflow controller start` starts it)")
+    if state is None or state.state == "running":
+        work = "[green]quiet[/]" if status.quiet else "[yellow]working[/]"
+        console.print(f"controller of [bold]{status.cluster}[/]: running, {work}; {last}")
+    else:
+        console.print(f"controller of [bold]{status.cluster}[/]: [yellow]{state.line()}[/]")
+        console.print(f"its last run's {last}: what follows is what that pass saw, less what ended since")
+    if status.stopping and (state is None or state.state == "running"):
+        console.print(f"[yellow]controller {status.stopping}[/]")  # asked to stop, not closed yet
     for pause in status.pauses:
         console.print(
             f"[yellow]paused[/] {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S} "
@@ -361,12 +494,29 @@ def _request(nodepool: str | None, action: str | None, reason: str = "") -> Paus
     )
 
 
-def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:
+def _target(request: PauseRequest) -> str:
+    return {
+        "global": "everything",
+        "nodepool": f"NodePool {request.nodepool}",
+        "action": f"{request.action}",
+    }[request.scope]
+
+
+def _send(settings: WorkerSettings, update: str, request: PauseRequest, allow_missing: bool = False) -> None:
     body = request.model_dump(mode="json", exclude_none=True)
     if update == UPDATE_RESUME:
         body = {k: v for k, v in body.items() if k in ("scope", "nodepool", "action")}
 
     async def go() -> int:
+        pool = request.nodepool if update == UPDATE_PAUSE and not allow_missing else None
+        if pool and await find_in_cluster(settings, "NodePool", pool) is None:
+            click.echo(
+                f"pause refused: {no_such('NodePool', pool, 'nodepools')}, so the pause would hold back "
+                "nothing (a misspelt name?). To pause a NodePool before it is created, pass "
+                "--allow-missing; nothing paused",
+                err=True,
+            )
+            return 2
         handle = (await _client(settings)).get_workflow_handle(controller_workflow_id(settings.cluster_name))
         try:
             pauses = await handle.execute_update(update, body, result_type=Pauses)
@@ -376,10 +526,13 @@ def _send(settings: WorkerSettings, update: str, request: PauseRequest) -> None:
         except RPCError as err:
             click.echo(f"{update}: {handle.id}: {err}", err=True)
             return 1
-        if not pauses.pauses:
-            click.echo("nothing paused")
+        if update == UPDATE_RESUME:
+            click.echo(f"resumed: {_target(request)} (new commands it held back start from the next pass)")
+        still = "still paused" if update == UPDATE_RESUME else "paused"
         for pause in pauses.pauses:
-            click.echo(f"paused: {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S}")
+            click.echo(f"{still}: {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S}")
+        if not pauses.pauses:
+            click.echo("nothing paused now")
         return 0
 
     _leave(asyncio.run(go()))
@@ -393,11 +546,21 @@ _ACTION = click.option("--action", type=click.Choice(WINDOW_ACTIONS), help="only
 @_NODEPOOL
 @_ACTION
 @click.option("--reason", default="", help="why, shown by `karpflow status` and on the held-back nodes")
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="pause a NodePool the cluster does not have (yet): e.g. before applying it, so its first nodes "
+    "wait for `karpflow resume`. Without it such a pause is refused (exit 2): a misspelt name would "
+    "pause nothing and look like success.",
+)
 @_connection_options
-def pause(settings: WorkerSettings, nodepool: str | None, action: str | None, reason: str) -> None:
+def pause(
+    settings: WorkerSettings, nodepool: str | None, action: str | None, reason: str, allow_missing: bool
+) -> None:
     """Start no new command (of a NodePool, or of an action) until `karpflow resume`; commands in
-    flight finish. Pausing the same target again replaces the reason."""
-    _send(settings, UPDATE_PAUSE, _request(nodepool, action, reason))
+    flight finish. Pausing the same target again replaces the reason. A NodePool must exist unless
+    --allow-missing."""
+    _send(settings, UPDATE_PAUSE, _request(nodepool, action, reason), allow_missing)
 
 
 @click.command("resume")
@@ -405,25 +568,57 @@ def pause(settings: WorkerSettings, nodepool: str | None, action: str | None, re
 @_ACTION
 @_connection_options
 def resume(settings: WorkerSettings, nodepool: str | None, action: str | None) -> None:
-    """Lift the pause of that target (the same flags as the pause); the next pass starts at once."""
+    """Lift the pause of that target (the same flags as the pause; refused when it is not paused); the
+    next pass starts at once. Says what it resumed and what stays paused."""
     _send(settings, UPDATE_RESUME, _request(nodepool, action))
 
 
 # -- `karpflow approve` and `karpflow reject`: a command waiting for approval -----------------------
+
+WAITING_LIST = "temporal workflow list --query \"KarpflowPhase = 'AwaitingApproval'\""
+
+
+async def _waiting_command(client: Client, workflow_id: str, update: str) -> str | None:
+    """Why `workflow_id` cannot be approved or rejected (None when it is a running DisruptionWorkflow:
+    the workflow itself refuses one that does not wait)."""
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return f"no workflow {workflow_id} in namespace {client.namespace}"
+        raise
+    if described.workflow_type != "DisruptionWorkflow":
+        return (
+            f"{workflow_id} is a {described.workflow_type}, not a disruption: {update} takes the id of a "
+            f"DisruptionWorkflow waiting for approval (`{WAITING_LIST}` lists them)"
+        )
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        name = described.status.name.title() if described.status else "closed"
+        return f"{workflow_id} is closed ({name}): nothing waits for a decision"
+    return None
 
 
 def _decide(settings: WorkerSettings, update: str, workflow_id: str, reason: str) -> None:
     body = {"by": f"{getpass.getuser()}@{socket.gethostname()}", "reason": reason}
 
     async def go() -> int:
-        handle = (await _client(settings)).get_workflow_handle(workflow_id)
+        client = await _client(settings)
+        try:
+            wrong = await _waiting_command(client, workflow_id, update)
+        except RPCError as err:
+            click.echo(f"{update}: {workflow_id}: {err.message}", err=True)
+            return 1
+        if wrong is not None:
+            click.echo(f"{update} refused: {wrong}", err=True)
+            return 2
+        handle = client.get_workflow_handle(workflow_id)
         try:
             status = await handle.execute_update(update, body, result_type=DisruptionStatus)
         except WorkflowUpdateFailedError as err:
             click.echo(f"{update} refused: {err.cause}", err=True)
             return 1
         except RPCError as err:
-            click.echo(f"{update}: {workflow_id}: {err}", err=True)
+            click.echo(f"{update}: {workflow_id}: {err.message}", err=True)
             return 1
         nodes = ", ".join(c.node for c in status.candidates)
         click.echo(
@@ -440,7 +635,7 @@ def _decide(settings: WorkerSettings, update: str, workflow_id: str, reason: str
 @_connection_options
 def approve(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
     """Let a command waiting for approval (phase AwaitingApproval) go on: it taints next, checking
-    windows and NodeDisruptionBudgets again."""
+    windows and NodeDisruptionBudgets again. WORKFLOW_ID is a DisruptionWorkflow's."""
     _decide(settings, "approve", workflow_id, reason)
 
 
@@ -449,5 +644,5 @@ def approve(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
 @click.option("--reason", default="", help="why, kept in the command's status")
 @_connection_options
 def reject(settings: WorkerSettings, workflow_id: str, reason: str) -> None:
-    """End a command waiting for approval with nothing changed."""
+    """End a command waiting for approval with nothing changed. WORKFLOW_ID is a DisruptionWorkflow's."""
     _decide(settings, "reject", workflow_id, reason)

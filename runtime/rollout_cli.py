@@ -1,25 +1,31 @@
 """`karpflow rollout`: replace every node of a NodePool created before now (workflows/rollout.py).
 
-`karpflow rollout NODEPOOL [--selector k=v,...]` starts the RolloutWorkflow and prints its id;
-`--status ID` prints its progress (the workflow's `status` query), `--cancel ID` cancels it and waits
-until its marks are off. The same as `temporal workflow start/query/cancel` (README).
+`karpflow rollout NODEPOOL [--selector k=v,...]` starts the RolloutWorkflow and prints its id, once
+the cluster has that NodePool (else exit 2, nothing started); `--status ID` prints its progress (the
+workflow's `status` query) or, for a rollout that ended without succeeding, how it ended and why
+(exit 1); `--cancel ID` cancels it and waits until its marks are off. The same as `temporal workflow
+start/query/cancel` (README). A rollout id that names no workflow, or another kind of workflow, is
+exit 2.
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import socket
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
-from temporalio.client import WorkflowFailureError
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.rollout_io import RolloutInput, RolloutStatus, parse_selector
 from api.workflow_ids import rollout_workflow_id
-from runtime.controller_cli import _client, _connection_options, _leave
+from runtime.controller_cli import _client, _connection_options, _leave, find_in_cluster, no_such
 from runtime.settings import WorkerSettings
+from workflows.failures import one_line
 
 
 def describe(status: RolloutStatus) -> str:
@@ -40,6 +46,11 @@ async def _start(settings: WorkerSettings, nodepool: str, selector: dict[str, st
         requested_by=f"{getpass.getuser()}@{socket.gethostname()}",
         poll_interval=timedelta(seconds=poll),
     )
+    if await find_in_cluster(settings, "NodePool", nodepool) is None:
+        click.echo(
+            f"karpflow rollout: {no_such('NodePool', nodepool, 'nodepools')}; nothing started", err=True
+        )
+        return 2
     workflow_id = rollout_workflow_id(settings.cluster_name, nodepool, selector, requested_at.isoformat())
     client = await _client(settings)
     handle = await client.start_workflow(
@@ -52,8 +63,51 @@ async def _start(settings: WorkerSettings, nodepool: str, selector: dict[str, st
     return 0
 
 
+async def _rollout(
+    client: Client, workflow_id: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionStatus | None]:
+    """The rollout's handle and its execution status; leaves with 2 when the id names no rollout."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        described = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            click.echo(
+                f"karpflow rollout: no rollout {workflow_id} in namespace {client.namespace}", err=True
+            )
+        else:
+            click.echo(f"{workflow_id}: {err.message}", err=True)
+        _leave(2)
+        raise  # unreachable
+    if described.workflow_type != "RolloutWorkflow":
+        click.echo(f"karpflow rollout: {workflow_id} is a {described.workflow_type}, not a rollout", err=True)
+        _leave(2)
+    return handle, described.status
+
+
+async def _ended(handle: WorkflowHandle[Any, Any]) -> str:
+    """Why a rollout that did not succeed ended: its failure's innermost cause ("" when none is told)."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as err:
+        return one_line(err)
+    return ""
+
+
 async def _status(settings: WorkerSettings, workflow_id: str, as_json: bool) -> int:
-    handle = (await _client(settings)).get_workflow_handle(workflow_id)
+    handle, closed = await _rollout(await _client(settings), workflow_id)
+    if closed in (
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+    ):
+        # It never got far enough to say so itself: its status query would show its first phase.
+        why, phase = await _ended(handle), closed.name.title()
+        if as_json:
+            click.echo(json.dumps({"rollout_id": workflow_id, "phase": phase, "message": why}, indent=2))
+        else:
+            click.echo(f"{workflow_id}: {phase}" + (f": {why}" if why else ""))
+        return 1
     try:
         status = await handle.query("status", result_type=RolloutStatus)
     except RPCError as err:
@@ -64,7 +118,12 @@ async def _status(settings: WorkerSettings, workflow_id: str, as_json: bool) -> 
 
 
 async def _cancel(settings: WorkerSettings, workflow_id: str) -> int:
-    handle = (await _client(settings)).get_workflow_handle(workflow_id)
+    handle, closed = await _rollout(await _client(settings), workflow_id)
+    if closed != WorkflowExecutionStatus.RUNNING and closed is not None:
+        click.echo(
+            f"karpflow rollout: {workflow_id} is closed ({closed.name.title()}): nothing to cancel", err=True
+        )
+        return 1
     try:
         await handle.cancel()
         await handle.result()
@@ -97,7 +156,8 @@ def rollout(
 ) -> None:
     """Replace every node of NODEPOOL (matching --selector) created before now, as drift would:
     within budgets, rate budgets, MaintenanceWindows (Drift), NodeDisruptionBudgets, pauses and
-    approval. Prints the rollout's id; --status ID shows its progress, --cancel ID stops it."""
+    approval. Prints the rollout's id; --status ID shows its progress (or how it ended, and why),
+    --cancel ID stops it. A NodePool the cluster does not have is refused (exit 2)."""
     if status_of:
         _leave(asyncio.run(_status(settings, status_of, output == "json")))
     if cancel:

@@ -22,8 +22,9 @@ The story (`story()`, a list of `Step`s, each a title and a small function of a 
 A step that fails raises `DemoFailure`: the steps after it are skipped except those that show the
 end state (`after_failure`), and the demo exits 1.
 
-The demo runs its own stack in `<state dir>/demo` (`.state/demo/`), never a dev stack started by
-`karpflow dev up`: it disrupts the cluster, which must not happen to a developer's. Ports that are
+The demo runs its own stack in `demo/` inside the dev stack's state directory (`.state/demo/`), or
+in `--state-dir DIR` itself, never a dev stack started by `karpflow dev up`: it disrupts the
+cluster, which must not happen to a developer's. Ports that are
 busy (a dev stack, anything else) are replaced by free ones unless given as flags, and the demo says
 so. A demo stack left by `--keep` is stopped and its state removed when the next demo starts; the
 stack is stopped (and, after a clean run, its state removed) at the end unless `--keep`.
@@ -54,12 +55,14 @@ from rich.rule import Rule
 
 from api.constants import ZONE_LABEL as ZONE
 from sim.cli import SimClient, dump_as_list, instances_table, print_report
-from sim.devstack import DEFAULT_SCENARIO, DevSettings, DevStack, DevStackError
+from sim.devstack import DEFAULT_SCENARIO, DevSettings, DevStack, DevStackError, purged_message
 from sim.devstack_cli import bring_up, endpoints_table, settings_from_flags, stack_options
 from sim.ports import free_port, port_is_free
 
 # Tables as wide as kubectl's lines when the output is not a terminal (a log, CI).
 console = Console() if sys.stdout.isatty() else Console(width=160)
+# The operator's controls the demo applies, written beside its stack (removed with it).
+CONTROLS_FILE = "demo-controls.yaml"
 
 T = TypeVar("T")
 NODE_COLUMNS = "karpenter.sh/nodepool,karpenter.sh/capacity-type,node.kubernetes.io/instance-type"
@@ -213,7 +216,7 @@ def demo_controls(now: datetime, hold: float = WINDOW_HOLD) -> tuple[list[dict[s
 def apply_controls(demo: Demo) -> None:
     """kubectl apply the window and the budget before the worker (and its controller) starts."""
     objects, demo.window_closes = demo_controls(datetime.now(UTC))
-    path = demo.settings.state_dir / "demo-controls.yaml"
+    path = demo.settings.state_dir / CONTROLS_FILE
     path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
     console.print(
         f"MaintenanceWindow {WINDOW}: no expiration or consolidation of NodePool default's nodes in "
@@ -661,8 +664,9 @@ def bring_down(stack: DevStack, keep: bool, own: bool, failed: bool) -> None:
     if failed:
         console.print(f"Stopped {', '.join(stopped)}. Logs: {s.logs_dir}", highlight=False)
     elif own:
-        stack.purge()
-        console.print(f"Stopped {', '.join(stopped)} and removed {s.state_dir}.", highlight=False)
+        (s.state_dir / CONTROLS_FILE).unlink(missing_ok=True)  # the demo wrote it: it goes too
+        left = stack.purge()
+        console.print(f"Stopped {', '.join(stopped)}. {purged_message(s.state_dir, left)}", highlight=False)
     else:
         console.print(f"Stopped {', '.join(stopped)}.")
 
@@ -698,8 +702,13 @@ def exit_now(code: int) -> None:
 def demo(keep: bool, timeout: float, **flags: Any) -> None:
     """Start a local stack, let karpflow disrupt its simulated cluster through Temporal, check the result.
 
-    The demo runs its own stack in <state dir>/demo (default .state/demo), never a running dev stack;
-    busy ports are replaced by free ones unless given as flags. Exit status 1 when a disruption fails
+    \b
+    Where its stack lives (never a running dev stack's):
+      without --state-dir: demo/ inside the dev stack's state directory
+        (KARPFLOW_STATE_DIR, else .state/ of the checkout or of the current directory:
+      .state/demo/), wiped at the start and removed after a clean run;
+      with --state-dir DIR: DIR itself, refused while a stack runs there, and left in place.
+    Busy ports are replaced by free ones unless given as flags. Exit status 1 when a disruption fails
     or the invariant checker reports a violation."""
     started_at = time.monotonic()
     try:

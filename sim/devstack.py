@@ -693,13 +693,29 @@ class DevStack:
         pid_file.unlink(missing_ok=True)
         return stopped
 
-    def purge(self) -> None:
-        """Remove what the stack wrote: database, logs, kubeconfig, env and settings files."""
+    def purge(self) -> list[Path]:
+        """Remove what the stack wrote: database, logs, kubeconfig, env and settings files, the
+        secure stack's certificates and ServiceAccount token; then the state directory, if nothing
+        else lives there. Returns what is left in it (nothing when the directory is gone), so a
+        caller says only what is true."""
         s = self.settings
         for path in s.state_dir.glob("temporal.db*"):
             path.unlink()
         for name in ("dev.json", "env", "kubeconfig"):
             (s.state_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(s.logs_dir, ignore_errors=True)
+        for directory in (s.logs_dir, s.tls_dir, s.serviceaccount_dir):
+            shutil.rmtree(directory, ignore_errors=True)
         with contextlib.suppress(OSError):
             s.state_dir.rmdir()  # only if nothing else lives there
+        return sorted(s.state_dir.iterdir()) if s.state_dir.is_dir() else []
+
+
+def purged_message(state_dir: Path, left: list[Path]) -> str:
+    """What a purge did, in words: the directory removed, or what it kept there and why."""
+    if not left:
+        return f"Removed {state_dir}."
+    names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in left)
+    return (
+        f"Removed the stack's database, logs, kubeconfig and env from {state_dir}; kept {state_dir}, "
+        f"which still holds what the stack did not write: {names}."
+    )

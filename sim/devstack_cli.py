@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.devstack import DevSettings, DevStack, DevStackError
+from sim.devstack import DevSettings, DevStack, DevStackError, purged_message
 
 console = Console()
 
@@ -183,12 +183,14 @@ def status(state_dir: Path | None) -> None:
 def down(state_dir: Path | None, purge: bool) -> None:
     """Stop what `dev up` started (SIGTERM, then SIGKILL after 10 s). The database stays unless --purge."""
     stack = DevStack.from_state_dir(state_dir)
-    stopped = stack.down(purge=purge)
+    stopped = stack.down()
     if stopped:
         console.print(f"Stopped {', '.join(stopped)}.")
     else:
         console.print("Nothing was running.")
     if purge:
-        console.print(f"Purged {stack.settings.state_dir}.")
+        console.print(
+            purged_message(stack.settings.state_dir, stack.purge()), highlight=False, soft_wrap=True
+        )
     elif stack.settings.db_path.exists():
         console.print(f"Kept the Temporal database {stack.settings.db_path} (`--purge` removes it).")

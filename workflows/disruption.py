@@ -874,9 +874,11 @@ class DisruptionWorkflow:
             retry_policy=API_RETRY,
             summary=f"roll back: untaint {_nodes([c.node for c in self._status.candidates])}",
         )
+        # Count only what this command had tainted: the activity also names nodes it found untainted.
+        released = [c for c in self._status.candidates if c.tainted and c.node in untainted]
         for candidate in self._status.candidates:
             candidate.tainted = candidate.tainted and candidate.node not in untainted
-        return len(untainted)
+        return len(released)
 
     async def _discard_replacements(self, problems: list[str]) -> int:
         if not self._status.replacements:

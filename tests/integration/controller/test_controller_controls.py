@@ -86,6 +86,8 @@ async def test_a_pause_holds_new_commands_back_until_resume_with_the_readme_comm
         "KARPFLOW_CONTROLLER_INTERVAL": str(FAST["controller_interval"]),
         "KARPFLOW_CONTROLLER_VALIDATION": str(FAST["controller_validation"]),
         "TEMPORAL_ADDRESS": karpflow.temporal_address,
+        # `karpflow pause --nodepool` checks the cluster has that NodePool first.
+        "KUBECONFIG": str(karpflow.stack.kubeconfig_path),
         "PATH": os.pathsep.join(
             [os.path.dirname(temporal_cli()), os.path.dirname(sys.executable), os.environ["PATH"]]
         ),

@@ -7,8 +7,9 @@ directories; a developer's own stack is never touched):
 - `dev down` then `dev up` terminates the previous cluster's workflows before a worker can resume
   them against the new cluster (node names repeat across clusters);
 - an empty snapshot is an error;
-- `karpflow disrupt NODE` starts the plan's command for the node, with a summary and a memo, and
-  follows it to the end;
+- `karpflow disrupt --yes NODE` starts the plan's command for the node, with a summary and a memo,
+  and follows it to the end (tests/integration/observe/test_cli_verbs.py: what it asks, and what it
+  holds out);
 - `karpflow controller start` without a worker says so, and a worker started with the controller
   off still serves its passes; `karpflow status --node` says what holds a node back, as the node's
   Event and the unremovable metric do; the command it starts is counted and its Events listed.
@@ -62,10 +63,11 @@ def clean_environment() -> dict[str, str]:
 
 
 def karpflow(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """The installed `karpflow` console script, as a user runs it."""
+    """The installed `karpflow` console script, as a script runs it (no terminal on stdin)."""
     executable = str(Path(sys.executable).parent / "karpflow")
     return subprocess.run(
         [executable, *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -247,12 +249,17 @@ def test_disrupt_starts_the_plans_command_for_a_node_and_follows_it(tmp_path: Pa
     try:
         up(state)  # with its worker; the controller is off, so only `disrupt` acts
         refused = karpflow(
-            "--state-dir", str(state), "disrupt", "ip-172-31-17-20.us-west-2.compute.internal", env={}
+            "--state-dir",
+            str(state),
+            "disrupt",
+            "--yes",
+            "ip-172-31-17-20.us-west-2.compute.internal",
+            env={},
         )
         assert refused.returncode == 1
         assert "do-not-disrupt" in refused.stdout and "Nothing to start" in refused.stdout
 
-        result = karpflow("--state-dir", str(state), "disrupt", EMPTY_NODE, env={}, timeout=240)
+        result = karpflow("--state-dir", str(state), "disrupt", "--yes", EMPTY_NODE, env={}, timeout=240)
         assert result.returncode == 0, result.stdout + result.stderr
         out = " ".join(result.stdout.split())
         assert "started disruption/karpflow-dev/default/Empty/" in out  # the dev stack's cluster
@@ -266,7 +273,7 @@ def test_disrupt_starts_the_plans_command_for_a_node_and_follows_it(tmp_path: Pa
                 assert described.status == WorkflowExecutionStatus.COMPLETED
                 assert (await described.static_summary()).startswith("Empty: delete 1 node")
                 memo = await described.memo()
-                assert memo["command"] == f"karpflow --state-dir {state} disrupt {EMPTY_NODE}"
+                assert memo["command"] == f"karpflow --state-dir {state} disrupt --yes {EMPTY_NODE}"
                 assert memo["estimatedSavingsPerHour"] > 0
                 return
             raise AssertionError("no DisruptionWorkflow listed")

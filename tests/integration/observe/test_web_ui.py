@@ -125,7 +125,7 @@ async def test_the_web_ui_lists_filters_and_summarizes_a_disruption(make_sim_sta
         try:
             command = empty_node_command(await list_cluster(kube))
             async with world.worker():
-                started_by = f"karpflow disrupt {EMPTY_NODE}"
+                started_by = f"karpflow disrupt --yes {EMPTY_NODE}"
                 item = await start(client, world.settings(), command, started_by)
                 status = await item.handle.result()
                 assert status["phase"] == "Succeeded", status

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.demo import Demo, DemoFailure, Step, demo_settings, tell
-from sim.devstack import DevSettings, DevStack, DevStackError
+from sim.demo import Demo, DemoFailure, Step, bring_down, demo_settings, tell
+from sim.devstack import DevSettings, DevStack, DevStackError, purged_message
 
 
 def fake_running_stack(state_dir: Path) -> subprocess.Popen[bytes]:
@@ -139,3 +139,41 @@ def test_the_demos_window_is_active_when_applied_and_closes_on_its_own(second: i
     assert window.matches(zone_a) and not window.matches({**zone_a, "karpenter.sh/nodepool": "batch"})
     assert budget.selects(zone_a) and not budget.selects({"topology.kubernetes.io/zone": "us-west-2b"})
     assert budget.allowed_unavailable(7) == 1
+
+
+def state_written_by_a_demo(state_dir: Path) -> DevStack:
+    """What a stopped demo stack leaves: its database, logs, env files and the controls it applied."""
+    state_dir.mkdir(parents=True)
+    for name in ("temporal.db", "dev.json", "env", "kubeconfig", "demo-controls.yaml"):
+        (state_dir / name).write_text("x")
+    (state_dir / "logs").mkdir()
+    (state_dir / "logs" / "worker.log").write_text("x")
+    return DevStack(DevSettings(state_dir=state_dir))
+
+
+def test_a_clean_demo_removes_its_directory_and_says_so_only_when_it_is_gone(tmp_path, capsys):
+    stack = state_written_by_a_demo(tmp_path / "demo")
+    bring_down(stack, keep=False, own=True, failed=False)
+    assert not (tmp_path / "demo").exists()
+    assert f"removed {tmp_path / 'demo'}" in " ".join(capsys.readouterr().out.split()).lower()
+
+
+def test_a_purge_that_keeps_the_directory_says_what_it_kept(tmp_path):
+    stack = state_written_by_a_demo(tmp_path / "state")
+    (tmp_path / "state" / "notes.txt").write_text("mine")  # not the stack's: never removed
+    left = stack.purge()
+    assert [p.name for p in left] == ["demo-controls.yaml", "notes.txt"]
+    message = purged_message(tmp_path / "state", left)
+    assert f"Removed {tmp_path / 'state'}" not in message
+    assert "kept" in message and "demo-controls.yaml, notes.txt" in message
+    assert purged_message(tmp_path / "gone", []) == f"Removed {tmp_path / 'gone'}."
+
+
+def test_the_demo_help_names_the_directory_it_uses():
+    from click.testing import CliRunner
+
+    from sim.demo import demo
+
+    text = " ".join(CliRunner().invoke(demo, ["--help"]).output.split())
+    assert "<state dir>/demo" not in text  # --state-dir DIR is DIR itself, not DIR/demo
+    assert "with --state-dir DIR: DIR itself" in text and ".state/demo/" in text

@@ -58,6 +58,7 @@ class FakeCluster:
         self.termination_taints: list[NodeRef] = []  # what taint_for_termination was asked, as sent
         self.nodes: set[str] = set()
         self.deleting: set[str] = set()
+        self.do_not_disrupt: set[str] = set()  # taint refused; untaint finds nothing to take off
         self.ice: set[str] = set()  # offering keys out of capacity
         self.never_registers = False
         self.never_initializes = False
@@ -183,8 +184,15 @@ class FakeCluster:
                 nodepool="default",
                 termination_id=f"termination/fake/{n}/{self.uid(n)}",
             )
-            if n in self.nodes and n not in self.deleting and request.uids.get(n, self.uid(n)) == self.uid(n)
-            else CandidateNode(node=n, ok=False, message="node not found")
+            if n in self.nodes
+            and n not in self.deleting
+            and n not in self.do_not_disrupt
+            and request.uids.get(n, self.uid(n)) == self.uid(n)
+            else CandidateNode(
+                node=n,
+                ok=False,
+                message="has karpenter.sh/do-not-disrupt" if n in self.do_not_disrupt else "node not found",
+            )
             for n in request.nodes
         ]
 

@@ -223,12 +223,12 @@ async def test_karpflow_approve_and_reject(dev_harness: Harness):
         await wait_for_phase(handle, "AwaitingApproval")
 
     refused = await karpflow(dev_harness, "approve", "disruption/none/such")
-    assert refused.returncode == 1 and "approve" in refused.stderr
+    assert refused.returncode == 2 and "no workflow disruption/none/such" in refused.stderr
     rejected = await karpflow(dev_harness, "reject", second.id, "--reason", "not now")
     assert rejected.returncode == 0 and "rejected" in rejected.stdout, rejected.stderr
     assert (await second.result()).phase == "Rejected"
     again = await karpflow(dev_harness, "approve", second.id)
-    assert again.returncode == 1, again.stdout
+    assert again.returncode == 2, again.stdout
 
     approved = await karpflow(dev_harness, "approve", first.id, "--reason", "looks right")
     assert approved.returncode == 0 and "approved" in approved.stdout, approved.stderr

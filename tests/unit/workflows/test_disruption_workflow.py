@@ -119,6 +119,21 @@ async def test_no_offering_with_capacity_rolls_back(harness):
     assert (await handle.query(DisruptionWorkflow.status)).phase == "RolledBack"
 
 
+async def test_a_rollback_counts_only_the_candidates_it_had_tainted(harness):
+    """The untaint activity names every node it leaves without this command's taint, a node it never
+    tainted too (the do-not-disrupt one here): the rollback must not claim to have untainted it."""
+    candidates = nodes(harness, 2)
+    harness.cluster.do_not_disrupt.add(candidates[1])
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    message = failure.value.cause.message
+    assert "could not taint candidate(s)" in message and "do-not-disrupt" in message
+    assert "untainted 1 candidate(s)" in message, message
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls  # both asked, to be sure
+
+
 async def test_a_replacement_that_never_initializes_is_terminated_and_candidates_untainted(harness):
     harness.cluster.never_initializes = True
     candidates = nodes(harness, 2)
