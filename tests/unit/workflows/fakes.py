@@ -71,6 +71,7 @@ class FakeCluster:
         self.node_ready = True
         self.instance_found = True
         self.owned = True
+        self.refused_terminations: set[str] = set()  # instance ids whose terminate is refused (not owned)
         self.tgp: timedelta | None = None
         self.drain_blocks = False
         self.taint_seconds = 0.0  # a slow taint call, to cancel during it
@@ -345,7 +346,7 @@ class FakeCluster:
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
         self.calls.append(("terminate_instance", request.instance_id))
         await asyncio.sleep(self.terminate_seconds)
-        if not self.owned:
+        if not self.owned or request.instance_id in self.refused_terminations:
             raise ApplicationError(
                 f"refusing to terminate instance {request.instance_id}: not owned",
                 type=errors.NOT_OWNED,
