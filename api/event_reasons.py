@@ -43,6 +43,7 @@ class Reason(StrEnum):
     DISRUPTION_WAITING_NODE_DISRUPTION_BUDGET = "DisruptionWaitingNodeDisruptionBudget"
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
     INVALID_NODE_DISRUPTION_BUDGET = "InvalidNodeDisruptionBudget"
+    INSTANCE_GARBAGE_COLLECTED = "InstanceGarbageCollected"
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,15 @@ CATALOG: dict[Reason, ReasonInfo] = {
         False,
         _DEFAULT_DEDUPE,
         "the budget cannot be read as written: it fails closed (allows nothing for what it selects)",
+    ),
+    # Karpenter's garbage collection records no Event (its instance GC only logs at debug level).
+    Reason.INSTANCE_GARBAGE_COLLECTED: ReasonInfo(
+        "Warning",
+        ("NodePool", "Node"),
+        False,
+        _DEFAULT_DEDUPE,
+        "an instance karpflow launched for a command that closed without it (no Node, or one that never "
+        "initialized) was terminated, and its Node deleted",
     ),
 }
 

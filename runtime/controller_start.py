@@ -37,6 +37,9 @@ def controller_input(settings: WorkerSettings) -> ControllerInput:
         task_queue=settings.task_queue,
         interval_seconds=settings.controller_interval,
         validation_seconds=settings.controller_validation,
+        gc_interval_seconds=settings.gc_interval,
+        gc_grace_seconds=settings.gc_grace,
+        gc_registration_ttl_seconds=settings.gc_registration_ttl,
     )
 
 

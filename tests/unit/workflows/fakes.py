@@ -47,6 +47,7 @@ from api.activity_io import (
 )
 from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
 from api.event_reasons import RecordEventRequest
+from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
 from api.workflow_io import Offering
 
 
@@ -123,6 +124,7 @@ class FakeCluster:
             self.validate_commands,
             self.untaint_orphans,
             self.apply_annotations,
+            self.collect_garbage,
             self.record_event,
         ]
 
@@ -156,6 +158,11 @@ class FakeCluster:
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
         self.calls.append(("apply_annotations", changes))
         return len(changes)
+
+    @activity.defn(name="collect_garbage")
+    async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
+        self.calls.append(("collect_garbage", None))
+        return GarbageCollectionResult(at=datetime.now(UTC))
 
     @staticmethod
     async def _wait_forever(details: Any) -> None:

@@ -1038,3 +1038,73 @@ async def test_a_forceful_failure_of_the_older_code_would_not_replay_with_the_di
     monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: True)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
+
+
+# -- issue 30: the controller's garbage collection ---------------------------------------------------
+
+CONTROLLER_GC = "controller-garbage-collection"
+EXPECTED.add(CONTROLLER_GC)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_garbage_collection(controller_harness):
+    """A run whose first pass collects an instance, whose next collection fails, then continues as
+    new (record only this: `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k
+    record_controller_garbage`)."""
+    from api.garbage_io import CollectedInstance, GarbageCollectionResult
+
+    client, queue, fake = (
+        controller_harness.client,
+        controller_harness.task_queue,
+        controller_harness.controller,
+    )
+    leak = CollectedInstance(
+        instance_id="i-leak",
+        nodepool="default",
+        command_id="disruption/replay/x@r",
+        reason="garbage_collected",
+    )
+    fake.garbage = [GarbageCollectionResult(at=datetime.now(UTC), instances=2, collected=[leak])]
+    fake.script = [PassScript(), PassScript(), PassScript(fail={"collect_garbage"})]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(
+            cluster="replay", task_queue=queue, interval_seconds=1, passes_per_run=4, gc_interval_seconds=1.5
+        ),
+        id=f"karpflow-controller/gc/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    first_run = await _first_run_closed(handle, client)
+    await _save(CONTROLLER_GC, first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+def test_the_controller_collects_garbage_behind_its_patch():
+    from workflows.controller import PATCH_GARBAGE_COLLECTION
+
+    path = HISTORIES / f"{CONTROLLER_GC}.json"
+    assert PATCH_GARBAGE_COLLECTION in _patches(_load(path))
+    assert _activities(path).count("collect_garbage") >= 2
+    for older in HISTORIES.glob("controller*.json"):
+        if older.stem != CONTROLLER_GC:
+            assert PATCH_GARBAGE_COLLECTION not in _patches(_load(older)), older.stem
+
+
+async def test_a_controller_run_of_the_older_code_would_not_replay_with_the_collection(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """controller-operator-controls was recorded before the collection: it replays on the old side,
+    and forcing the collection on it breaks its replay, as a running controller would have met."""
+    from workflows.controller import PATCH_GARBAGE_COLLECTION
+
+    history = _load(HISTORIES / "controller-operator-controls.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    real = temporalio.workflow.patched
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id == PATCH_GARBAGE_COLLECTION or real(patch_id),
+    )
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
