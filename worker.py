@@ -53,6 +53,7 @@ from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.ec2 import EC2Activities
 from activities.events import EventActivities
+from activities.garbage_collection import GarbageCollector
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
@@ -172,6 +173,8 @@ def activities_for(
         rollout.unmark_rollout_nodes,
     ]
     if planning is not None:
+        # The garbage collection of karpflow's own launches: on the controller's cache and client.
+        collector = GarbageCollector(planning.cache, kube, planning.client, aws, settings.cluster_name)
         activities += [
             # The controller: observe and plan, validate, crash cleanup, node annotations.
             planning.plan_pass,
@@ -183,6 +186,7 @@ def activities_for(
             planning.apply_taints,
             # A command waiting for approval, judged again (activities/waiting_commands.py).
             WaitingCommandActivities(planning).check_waiting_command,
+            collector.collect_garbage,
         ]
     return activities
 

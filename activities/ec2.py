@@ -425,6 +425,26 @@ class EC2Activities:
             raise classify_ec2(err, f"listing the instances of command {command_id}") from None
         return [self._launched_instance(i, adopted=True) for i in instances]
 
+    async def command_launches(self, page_size: int = 500) -> list[dict[str, Any]]:
+        """Every instance of this cluster tagged with a command id, live or ending (shutting-down,
+        terminated while EC2 still lists it), every page: what the garbage collector judges
+        (activities/garbage_rules.py checks the ownership tags again)."""
+        filters = [
+            {"Name": f"tag:{cluster_tag(self.cluster)}", "Values": [CLUSTER_TAG_VALUE]},
+            {"Name": "tag-key", "Values": [TAG_COMMAND_ID]},
+            {"Name": "instance-state-name", "Values": [*LIVE_STATES, *GONE_STATES]},
+        ]
+
+        def every_page() -> list[dict[str, Any]]:
+            pages = self.ec2.get_paginator("describe_instances").paginate(
+                Filters=filters, PaginationConfig={"PageSize": page_size}
+            )
+            return [
+                i for page in pages for r in page.get("Reservations") or () for i in r.get("Instances") or ()
+            ]
+
+        return await asyncio.get_running_loop().run_in_executor(self._threads, every_page)
+
     # -- describe / terminate ---------------------------------------------------------------------
 
     async def _describe(self, instance_id: str) -> dict[str, Any] | None:

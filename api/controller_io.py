@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.garbage_io import GarbageCollectionResult
 from api.maintenance_window import WINDOW_ACTIONS, WindowAction
 from api.node_reasons import ReasonsUpdate
 
@@ -156,6 +157,11 @@ class ControllerState(BaseModel):
         "for as long as a pass's look-back can still list them",
     )
     pauses: dict[str, Pause] = Field(default_factory=dict, description="pause key -> the pause in force")
+    garbage_collected_at: datetime | None = Field(
+        default=None,
+        description="when the last garbage collection was asked (activities/garbage_collection.py)",
+    )
+    garbage: GarbageCollectionResult | None = Field(default=None, description="the last collection's result")
 
 
 class ControllerInput(BaseModel):
@@ -176,6 +182,18 @@ class ControllerInput(BaseModel):
     # before, at whichever comes first of these, Temporal's own suggestion, and `passes_per_run`.
     max_history_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="continue as new past this")
     max_history_events: int = Field(default=10_000, gt=0, description="continue as new past this")
+    # The garbage collection of karpflow's own launches (docs/garbage-collection.md).
+    gc_interval_seconds: float = Field(
+        default=120.0, ge=0, description="between garbage collections (Karpenter's: 2 min); 0: none"
+    )
+    gc_grace_seconds: float = Field(
+        default=30.0, ge=0, description="a closed command's instance with no Node is collected past this age"
+    )
+    gc_registration_ttl_seconds: float = Field(
+        default=900.0,
+        ge=0,
+        description="a closed command's instance whose Node never initialized is collected past this age",
+    )
     state: ControllerState = Field(default_factory=ControllerState)
 
 
@@ -346,3 +364,6 @@ class ControllerStatus(BaseModel):
     pauses: list[Pause] = Field(default_factory=list, description="operator pauses in force")
     history_events: int = Field(default=0, description="events in this run's history so far")
     history_bytes: int = Field(default=0, description="size of this run's history so far")
+    garbage: GarbageCollectionResult | None = Field(
+        default=None, description="the last garbage collection of karpflow's own launches"
+    )

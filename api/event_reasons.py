@@ -44,6 +44,7 @@ class Reason(StrEnum):
     INVALID_MAINTENANCE_WINDOW = "InvalidMaintenanceWindow"
     INVALID_NODE_DISRUPTION_BUDGET = "InvalidNodeDisruptionBudget"
     INVALID_NODEPOOL_SETTINGS = "InvalidNodePoolSettings"
+    INSTANCE_GARBAGE_COLLECTED = "InstanceGarbageCollected"
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,15 @@ CATALOG: dict[Reason, ReasonInfo] = {
         _DEFAULT_DEDUPE,
         "a NodePool setting karpflow reads (a karpflow.dev/* annotation, a budget, a duration) is "
         "invalid: the pool fails closed for voluntary disruption until it is fixed",
+    ),
+    # Karpenter's garbage collection records no Event (its instance GC only logs at debug level).
+    Reason.INSTANCE_GARBAGE_COLLECTED: ReasonInfo(
+        "Warning",
+        ("NodePool", "Node"),
+        False,
+        _DEFAULT_DEDUPE,
+        "an instance karpflow launched for a command that closed without it (no Node, or one that never "
+        "initialized) was terminated, and its Node deleted",
     ),
 }
 

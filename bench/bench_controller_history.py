@@ -61,6 +61,7 @@ from api.controller_io import (
     ValidateRequest,
     Verdict,
 )
+from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
 from planner.plan import plan
 from planner.snapshot import Snapshot
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
@@ -159,6 +160,7 @@ class BenchActivities:
             self.untaint_orphans,
             self.sync_finalizers,
             self.annotate,
+            self.collect_garbage,
         ]
 
     @activity.defn(name="plan_pass")
@@ -189,6 +191,10 @@ class BenchActivities:
     @activity.defn(name="apply_annotations")
     async def annotate(self, changes: list[dict[str, Any]]) -> int:
         return len(changes)
+
+    @activity.defn(name="collect_garbage")
+    async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
+        return GarbageCollectionResult(at=datetime.now(UTC))
 
 
 @dataclass

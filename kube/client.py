@@ -245,10 +245,13 @@ class KubeApi:
             await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
-    async def delete_node(self, name: str) -> None:
-        await self.request(
-            "DELETE", f"{NODES}/{_q(name)}", body={"kind": "DeleteOptions", "apiVersion": "v1"}
-        )
+    async def delete_node(self, name: str, uid: str | None = None) -> None:
+        """Delete the node; with `uid`, only if the name is still that node (else the API server
+        answers 409 Conflict)."""
+        body: Json = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self.request("DELETE", f"{NODES}/{_q(name)}", body=body)
 
     # -- pods -------------------------------------------------------------------------------------
 

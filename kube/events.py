@@ -264,6 +264,19 @@ def invalid_control(obj: Json | ObjectRef, problems: str) -> Event:
     return Event(ref, reason, f"Invalid {ref.kind}, it fails closed ({closed}): {problems}"[:1000])
 
 
+def instance_garbage_collected(
+    obj: Json | ObjectRef, instance: str, command: str, why: str, done: str
+) -> Event:
+    """On the instance's NodePool, and on its Node when it had one (activities/garbage_collection.py):
+    `done` says what the collector did ("terminated it and deleted its Node ip-...")."""
+    ref = obj if isinstance(obj, ObjectRef) else ObjectRef.of(obj)
+    return Event(
+        ref,
+        Reason.INSTANCE_GARBAGE_COLLECTED,
+        f"Instance {instance} of closed command {command}, {why}: {done}"[:1000],
+    )
+
+
 # -- the recorder --------------------------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ from api.controller_io import (
     Pauses,
     StopRequest,
 )
+from api.garbage_io import GarbageCollectionResult
 from api.maintenance_window import WINDOW_ACTIONS
 from api.workflow_ids import controller_workflow_id
 from api.workflow_io import DisruptionStatus
@@ -452,6 +453,8 @@ def render(status: ControllerStatus, console: Console, state: ControllerRun | No
     ):
         if rows:
             console.print(f"{title}: {', '.join(rows)}")
+    if status.garbage is not None:
+        render_garbage(status.garbage, console)
     for workflow_id, why in status.rejected.items():
         console.print(f"rejected by validation: {workflow_id}: {why}")
     if status.backoffs:
@@ -478,6 +481,21 @@ def render(status: ControllerStatus, console: Console, state: ControllerRun | No
         console.print(
             f"history of this run: {status.history_events} events, {status.history_bytes / 1e6:.1f} MB"
         )
+
+
+def render_garbage(garbage: GarbageCollectionResult, console: Console) -> None:
+    """The last garbage collection of karpflow's own launches (docs/garbage-collection.md)."""
+    console.print(
+        f"garbage collection {garbage.at:%H:%M:%S}: {garbage.instances} running launch(es) of commands, "
+        f"{len(garbage.collected)} collected"
+    )
+    for collected in garbage.collected:
+        node = f", node {collected.node} deleted" if collected.node else ""
+        console.print(f"  collected {collected.instance_id} ({collected.reason}{node}): {collected.why}")
+    for doubt in garbage.in_doubt:
+        console.print(f"  [yellow]kept, command in doubt:[/] {doubt}")
+    for problem in garbage.problems:
+        console.print(f"  [red]problem:[/] {problem}")
 
 
 # -- `karpflow pause` and `karpflow resume`: the controller's updates (docs/operator-controls.md) ------

@@ -52,6 +52,9 @@ def controller_input(settings: WorkerSettings, state: ControllerState | None = N
         interval_seconds=settings.controller_interval,
         validation_seconds=settings.controller_validation,
         state=state if state is not None else ControllerState(),
+        gc_interval_seconds=settings.gc_interval,
+        gc_grace_seconds=settings.gc_grace,
+        gc_registration_ttl_seconds=settings.gc_registration_ttl,
     )
 
 

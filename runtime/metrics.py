@@ -70,7 +70,9 @@ NODES_CONSUMING_BUDGETS = Gauge(
 )
 NODECLAIMS_DISRUPTED = Counter(
     "karpenter_nodeclaims_disrupted_total",
-    "Nodes whose termination a disruption started, by reason, NodePool and capacity type.",
+    "Nodes whose termination a disruption started, and karpflow's launches its garbage collection "
+    "terminated (reason garbage_collected or registration_timeout, as Karpenter's), by reason, NodePool "
+    "and capacity type.",
     ["reason", "nodepool", "capacity_type"],
     registry=REGISTRY,
 )

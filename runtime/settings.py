@@ -112,6 +112,26 @@ class WorkerSettings(BaseSettings):
     controller_validation: float = Field(
         default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
     )
+    # The garbage collection of karpflow's own launches (docs/garbage-collection.md): given to the
+    # controller when a worker starts it, as controller_interval is.
+    gc_interval: float = Field(
+        default=120.0,
+        ge=0,
+        description="seconds between garbage collections of instances karpflow launched for commands "
+        "that closed without them (Karpenter's: 2 min); 0: none",
+    )
+    gc_grace: float = Field(
+        default=30.0,
+        ge=0,
+        description="seconds after its launch before such an instance with no Node is terminated "
+        "(Karpenter's instance garbage collection: 30 s)",
+    )
+    gc_registration_ttl: float = Field(
+        default=900.0,
+        ge=0,
+        description="seconds after its launch before such an instance whose Node never initialized is "
+        "terminated and the Node deleted (Karpenter's registration TTL: 15 min)",
+    )
     cache_stale_after: float = Field(
         default=60.0,
         gt=0,

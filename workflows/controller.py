@@ -14,7 +14,9 @@ missing, failed or terminated; runtime/controller_start.py). A pass (karpenter-b
    pass can never start one twice. Forceful commands start at once and ignore backoffs;
    consolidation commands wait on a durable timer (15 s) and start only if `validate_commands`
    still finds them valid on a fresh view (Karpenter's validation); drift starts at once;
-5. a NodePool whose voluntary commands failed backs off for that reason (1 min doubling to 10 min,
+5. every `gc_interval_seconds` (behind `controller-garbage-collection`), `collect_garbage` terminates
+   karpflow's own launches whose command closed without them (activities/garbage_collection.py);
+6. a NodePool whose voluntary commands failed backs off for that reason (1 min doubling to 10 min,
    with jitter), each failed run counted once, so one broken pool cannot starve the others.
 
 It cannot die of what it meets: a failed activity is recorded in the status (`error`) and the
@@ -73,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         ValidateRequest,
         Verdict,
     )
+    from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
     from api.workflow_io import InvalidInput, parse_input
     from workflows.failures import one_line
     from workflows.workflow_metrics import count_decision
@@ -99,6 +102,9 @@ BAD_SIGNALS_KEPT = 20
 PATCH_COUNT_FAILURES_ONCE = "controller-count-failures-once"
 PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
+PATCH_GARBAGE_COLLECTION = "controller-garbage-collection"
+# A collection waits on EC2 for each instance it terminates (ten at a time); it heartbeats.
+GARBAGE_COLLECTION_TIMEOUT = timedelta(minutes=10)
 
 
 @workflow.defn(name="ControllerWorkflow")
@@ -120,6 +126,7 @@ class ControllerWorkflow:
         self._count_failures_once = False
         self._bounded_history = False
         self._upkeep_controls = False
+        self._collects_garbage = False
 
     @workflow.query
     def status(self) -> ControllerStatus:
@@ -244,6 +251,7 @@ class ControllerWorkflow:
         self._count_failures_once = workflow.patched(PATCH_COUNT_FAILURES_ONCE)
         self._bounded_history = workflow.patched(PATCH_BOUNDED_HISTORY)
         self._upkeep_controls = workflow.patched(PATCH_OPERATOR_CONTROLS)
+        self._collects_garbage = workflow.patched(PATCH_GARBAGE_COLLECTION)
         for _ in range(request.passes_per_run):
             if self._stop is not None:
                 break
@@ -365,6 +373,7 @@ class ControllerWorkflow:
                 int,
                 summary="operator controls: conditions and stale budget claims",
             )
+        collected = await self._collect_garbage(request, began, errors)
 
         if result.taints and workflow.patched("leaving-taints"):
             # A hint to the kube-scheduler (planner/optimal/leaving.py): a failure is only logged.
@@ -443,12 +452,44 @@ class ControllerWorkflow:
             cleaned_taints=cleaned,
             problems=result.problems,
             waiting=waiting,
-            quiet=not result.commands and not result.in_flight and not waiting and not cleaned and not errors,
+            quiet=not result.commands
+            and not result.in_flight
+            and not waiting
+            and not cleaned
+            and not collected
+            and not errors,
             error="; ".join(errors),
             history_events=info.get_current_history_length(),
             history_bytes=info.get_current_history_size(),
+            garbage=self._state.garbage,
         )
         return bool(started_ids)
+
+    async def _collect_garbage(self, request: ControllerInput, now: datetime, errors: list[str]) -> int:
+        """Every `gc_interval_seconds` (the first pass of a chain included): terminate the launches of
+        closed commands (activities/garbage_collection.py). Returns how many it collected."""
+        last = self._state.garbage_collected_at
+        interval = timedelta(seconds=request.gc_interval_seconds)
+        if not self._collects_garbage or not interval or (last is not None and now - last < interval):
+            return 0
+        self._state.garbage_collected_at = now  # a failed collection waits for the next interval too
+        result: GarbageCollectionResult | None = await self._act(
+            "garbage collection",
+            errors,
+            "collect_garbage",
+            GarbageCollectionRequest(
+                grace_seconds=request.gc_grace_seconds,
+                registration_ttl_seconds=request.gc_registration_ttl_seconds,
+            ),
+            GarbageCollectionResult,
+            start_to_close_timeout=GARBAGE_COLLECTION_TIMEOUT,
+            heartbeat_timeout=PASS_HEARTBEAT,
+            summary="garbage collection: launches of closed commands",
+        )
+        if result is None:
+            return 0
+        self._state.garbage = result.bounded()
+        return len(result.collected)
 
     async def _act(
         self,

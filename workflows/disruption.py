@@ -123,6 +123,10 @@ PATCH_LEAN_HISTORY = "disruption-lean-history"
 # On the lean path beside Karpenter: one wait for each NodeClaim to be Initialized, not three waits
 # (Launched, Registered, Initialized): 47 events to 36. Asked only on that path.
 PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
+# With a termination deadline, candidates whose terminations fail while a replacement is still on
+# its way: that replacement is discarded as on a cancellation (before: its wait was cancelled and
+# its instance left running). Asked only on that path, which a run of the older code ended without.
+PATCH_DISCARD_ON_TERMINATION_FAILURE = "forceful-deadline-discard-on-failure"
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected", "Invalidated"})
 # A command that waits for approval is judged again now and then while it waits, and when the wait
@@ -423,11 +427,20 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
-            if not replacing.done():
+            interrupted = not replacing.done()
+            if interrupted:
                 replacing.cancel()
                 await asyncio.gather(replacing, return_exceptions=True)
             if is_cancelled_exception(err):  # the terminations go on; replacements not yet up go
                 await self._discard_unready([])
+            elif interrupted and workflow.patched(PATCH_DISCARD_ON_TERMINATION_FAILURE):
+                # The terminations failed while a replacement was on its way: its wait is cancelled
+                # above, so nothing would ever own its instance (issue 30). Asked only on this path.
+                problems: list[str] = []
+                discarded = await self._discard_unready(problems)
+                self._status.message += f"; terminated {discarded or 0} replacement instance(s)" + (
+                    f"; compensation problems: {'; '.join(problems)}" if problems else ""
+                )
             raise
 
     async def _replacements_best_effort(self, command: DisruptionInput) -> None:

@@ -32,6 +32,7 @@ from api.controller_io import (
     ValidateRequest,
     Verdict,
 )
+from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
 from runtime.connections import ensure_search_attributes, with_karpflow_converter
 from tests.unit.workflows.fakes import FakeCluster
 from worker import WORKFLOWS
@@ -43,6 +44,7 @@ CONTROLLER_ACTIVITIES = (
     "sync_nodepool_finalizers",
     "sync_operator_controls",
     "apply_annotations",
+    "collect_garbage",
 )
 
 
@@ -74,6 +76,9 @@ class FakeController:
         self.gates: dict[int, asyncio.Event] = {}  # plan_pass call number -> waits until set
         self.sent = SentReasons()
         self.upkeeps: list[ControlsUpkeep] = []
+        # What each collect_garbage call got, and what the next ones return (then nothing collected).
+        self.collections: list[GarbageCollectionRequest] = []
+        self.garbage: list[GarbageCollectionResult] = []
         self._current = PassScript()
 
     def next_script(self) -> PassScript:
@@ -92,6 +97,7 @@ class FakeController:
             self.sync_nodepool_finalizers,
             self.sync_operator_controls,
             self.apply_annotations,
+            self.collect_garbage,
         ]
 
     def _maybe_fail(self, name: str) -> None:
@@ -152,6 +158,15 @@ class FakeController:
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
         self._maybe_fail("apply_annotations")
         return len(changes)
+
+    @activity.defn(name="collect_garbage")
+    async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
+        # Not in `calls`: a collection comes with the first pass of a run and then by time, not by
+        # what the pass found; the tests that read `calls` script the passes.
+        self.collections.append(request)
+        if "collect_garbage" in self._current.fail:
+            raise refusal("collect_garbage")
+        return self.garbage.pop(0) if self.garbage else GarbageCollectionResult(at=datetime.now(UTC))
 
 
 def activity_name(fn: Any) -> str:

@@ -49,6 +49,7 @@ from api.activity_io import (
 )
 from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
 from api.event_reasons import RecordEventRequest
+from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
 from api.workflow_io import Offering
 
 
@@ -74,6 +75,7 @@ class FakeCluster:
         self.node_ready = True
         self.instance_found = True
         self.owned = True
+        self.refused_terminations: set[str] = set()  # instance ids whose terminate is refused (not owned)
         self.tgp: timedelta | None = None
         self.drain_blocks = False
         self.taint_seconds = 0.0  # a slow taint call, to cancel during it
@@ -128,6 +130,7 @@ class FakeCluster:
             self.validate_commands,
             self.untaint_orphans,
             self.apply_annotations,
+            self.collect_garbage,
             self.record_event,
             self.check_waiting_command,
         ]
@@ -162,6 +165,11 @@ class FakeCluster:
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
         self.calls.append(("apply_annotations", changes))
         return len(changes)
+
+    @activity.defn(name="collect_garbage")
+    async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
+        self.calls.append(("collect_garbage", None))
+        return GarbageCollectionResult(at=datetime.now(UTC))
 
     @staticmethod
     async def _wait_forever(details: Any) -> None:
@@ -370,7 +378,7 @@ class FakeCluster:
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
         self.calls.append(("terminate_instance", request.instance_id))
         await asyncio.sleep(self.terminate_seconds)
-        if not self.owned:
+        if not self.owned or request.instance_id in self.refused_terminations:
             raise ApplicationError(
                 f"refusing to terminate instance {request.instance_id}: not owned",
                 type=errors.NOT_OWNED,

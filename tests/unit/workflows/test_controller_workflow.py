@@ -45,6 +45,7 @@ from api.controller_io import (
     Pauses,
     PlannedCommand,
 )
+from api.garbage_io import CollectedInstance, GarbageCollectionRequest, GarbageCollectionResult
 from api.workflow_io import DisruptionInput
 from tests.unit.workflows.conftest import Harness
 from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixture
@@ -505,3 +506,53 @@ async def test_a_pause_that_comes_with_the_start_is_kept(controller_harness: Con
         assert all(r.pauses and r.pauses[0].key == "global" for r in harness.controller.requests)
     finally:
         await handle.terminate("test over")
+
+
+# -- issue 30: the garbage collection of karpflow's own launches -------------------------------------
+
+
+async def test_the_controller_collects_garbage_on_its_first_pass_then_once_per_interval(
+    controller_harness: ControllerHarness,
+):
+    """The first pass of a chain collects (the grace and TTL of the input go with it), the next ones
+    only once the interval has passed; the result is in the status, and a pass that collected
+    something is not quiet. A failed collection is the pass's error; the passes go on."""
+    fake = controller_harness.controller
+    leak = CollectedInstance(
+        instance_id="i-leak", nodepool="default", command_id="disruption/x@r", reason="garbage_collected"
+    )
+    fake.garbage = [GarbageCollectionResult(at=datetime.now(UTC), instances=3, collected=[leak])]
+    handle = await start_controller(
+        controller_harness, gc_interval_seconds=3600, gc_grace_seconds=5, gc_registration_ttl_seconds=60
+    )
+    try:
+        status = await until_passes(handle, 3)
+    finally:
+        await handle.terminate("test over")
+    assert fake.collections == [GarbageCollectionRequest(grace_seconds=5, registration_ttl_seconds=60)]
+    assert status.garbage is not None and [c.instance_id for c in status.garbage.collected] == ["i-leak"]
+
+    fake.collections.clear()
+    fake.script = [PassScript(fail={"collect_garbage"})]
+    handle = await start_controller(controller_harness, gc_interval_seconds=0.2)
+    try:
+        first = await until_passes(handle, 1)
+        assert "garbage collection failed" in first.error and not first.quiet
+        for _ in range(120):  # the next collection, once the interval has passed, succeeds
+            later = await until_passes(handle, first.passes + 1)
+            if later.garbage is not None:
+                break
+            await asyncio.sleep(0.25)
+    finally:
+        await handle.terminate("test over")
+    assert later.error == "" and later.garbage is not None and later.garbage.collected == []
+    assert len(fake.collections) >= 2
+
+
+async def test_a_gc_interval_of_zero_collects_nothing(controller_harness: ControllerHarness):
+    handle = await start_controller(controller_harness, gc_interval_seconds=0)
+    try:
+        await until_passes(handle, 3)
+    finally:
+        await handle.terminate("test over")
+    assert controller_harness.controller.collections == []

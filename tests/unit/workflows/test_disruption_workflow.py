@@ -392,6 +392,32 @@ async def test_a_termination_deadline_drains_at_once_and_reaches_the_termination
     assert [r.state for r in status.replacements] == ["Initialized"]
 
 
+async def test_a_termination_that_fails_under_a_deadline_discards_the_replacement_still_on_its_way(harness):
+    """Issue 30: with a spot deadline the candidates drain while the replacement launches. When their
+    termination fails (here: the candidate's instance is refused as not owned) before the replacement
+    is ready, the replacement's wait is cancelled; its instance must be terminated too, as on a
+    cancellation, not left running with no command to own it."""
+    harness.cluster.never_registers = True
+    candidates = nodes(harness, 1)
+    harness.cluster.refused_terminations.add(f"i-{candidates[0]}")
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = forceful(candidates, reason="Interrupted", termination_deadline=deadline)
+    cmd.timeouts.replacement_ready = timedelta(hours=1)  # the termination fails long before
+    handle = await start(harness, cmd)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "TerminationFailed"
+    status = await handle.query(DisruptionWorkflow.status)
+    launched = status.replacements[0].instance_id
+    assert launched is not None
+    assert launched in harness.cluster.terminated and launched not in harness.cluster.instances
+    assert ("release_node", launched) in harness.cluster.calls
+    assert [r.state for r in status.replacements] == ["Discarded"]
+    assert "terminated 1 replacement instance(s)" in status.message
+
+
 def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
     with pytest.raises(ValueError, match="termination_deadline is for forceful reasons"):
         DisruptionInput(

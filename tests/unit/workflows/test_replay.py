@@ -905,7 +905,7 @@ def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
     )
     assert _activities(HISTORIES / "disruption-lean-approved.json")[0] == "record_event"
     for older in HISTORIES.glob("disruption-*.json"):
-        if older.stem not in LEAN_HISTORIES and older.stem not in ONE_WAIT_HISTORIES:
+        if older.stem not in {*LEAN_HISTORIES, *ONE_WAIT_HISTORIES, FORCEFUL_FAILED, FORCEFUL_FAILED_BEFORE}:
             assert PATCH_LEAN_HISTORY not in _patches(_load(older)), older.stem
 
 
@@ -976,5 +976,135 @@ async def test_a_run_of_the_older_disruption_code_would_not_replay_on_the_lean_p
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
     monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: patch_id == PATCH_LEAN_HISTORY)
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
+
+
+# -- issue 30: a failed termination under a deadline discards the replacement still on its way --------
+
+FORCEFUL_FAILED = "disruption-lean-forceful-deadline-failed"
+FORCEFUL_FAILED_BEFORE = "disruption-lean-forceful-deadline-failed-before-issue-30"
+EXPECTED.update({FORCEFUL_FAILED, FORCEFUL_FAILED_BEFORE})
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_forceful_failure_history(harness):
+    """A spot command whose candidate's termination fails (its instance refused as not owned) while
+    its replacement waits to register (record only this: `KARPFLOW_RECORD_HISTORIES=1 pytest
+    tests/unit/workflows/test_replay.py -k record_forceful_failure`). Recorded once on the code before
+    forceful-deadline-discard-on-failure under FORCEFUL_FAILED_BEFORE (KARPFLOW_HISTORY_NAME; never
+    re-recorded under that name), and on today's code under FORCEFUL_FAILED."""
+    client, queue, cluster = harness.client, harness.task_queue, harness.cluster
+    cluster.nodes.add("f1")
+    cluster.never_registers = True
+    cluster.refused_terminations.add("i-f1")
+    spot = DisruptionInput(
+        reason="Interrupted",
+        nodes=["f1"],
+        node_uids={"f1": cluster.uid("f1")},
+        replacements=[ReplacementSpec(nodepool="default", instance_types=["m5.large"], zones=["zone-a"])],
+        termination_deadline=datetime.now(UTC) + timedelta(minutes=2),
+    )
+    spot.timeouts.replacement_ready = timedelta(hours=1)
+    handle = await client.start_workflow(
+        "DisruptionWorkflow", spot, id=f"disruption/replay/{harness.id('spot-failed')}", task_queue=queue
+    )
+    await _settle(handle)
+    await _save(os.environ.get("KARPFLOW_HISTORY_NAME", FORCEFUL_FAILED), handle)
+
+
+def test_the_forceful_failure_discards_its_replacement_behind_its_patch():
+    """Today's run asks the patch and terminates the replacement it launched; the older run, which
+    never asked, left it running, and replays on that side."""
+    from workflows.disruption import PATCH_DISCARD_ON_TERMINATION_FAILURE
+
+    new = HISTORIES / f"{FORCEFUL_FAILED}.json"
+    assert _patches(_load(new)) == {PATCH_LEAN_HISTORY, PATCH_DISCARD_ON_TERMINATION_FAILURE}
+    assert "terminate_instance" in _activities(new)
+    assert _local_activities(new)[-2:] == ["find_command_instances", "release_node"]
+    old = HISTORIES / f"{FORCEFUL_FAILED_BEFORE}.json"
+    assert _patches(_load(old)) == {PATCH_LEAN_HISTORY}
+    assert "terminate_instance" not in _activities(old)
+    assert "find_command_instances" not in _local_activities(old)
+
+
+async def test_a_forceful_failure_of_the_older_code_would_not_replay_with_the_discard(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """What the patch is for: forcing the discard on the older run's history breaks its replay."""
+    history = _load(HISTORIES / f"{FORCEFUL_FAILED_BEFORE}.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    monkeypatch.setattr(temporalio.workflow, "patched", lambda patch_id: True)
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
+
+
+# -- issue 30: the controller's garbage collection ---------------------------------------------------
+
+CONTROLLER_GC = "controller-garbage-collection"
+EXPECTED.add(CONTROLLER_GC)
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_garbage_collection(controller_harness):
+    """A run whose first pass collects an instance, whose next collection fails, then continues as
+    new (record only this: `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k
+    record_controller_garbage`)."""
+    from api.garbage_io import CollectedInstance, GarbageCollectionResult
+
+    client, queue, fake = (
+        controller_harness.client,
+        controller_harness.task_queue,
+        controller_harness.controller,
+    )
+    leak = CollectedInstance(
+        instance_id="i-leak",
+        nodepool="default",
+        command_id="disruption/replay/x@r",
+        reason="garbage_collected",
+    )
+    fake.garbage = [GarbageCollectionResult(at=datetime.now(UTC), instances=2, collected=[leak])]
+    fake.script = [PassScript(), PassScript(), PassScript(fail={"collect_garbage"})]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(
+            cluster="replay", task_queue=queue, interval_seconds=1, passes_per_run=4, gc_interval_seconds=1.5
+        ),
+        id=f"karpflow-controller/gc/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    first_run = await _first_run_closed(handle, client)
+    await _save(CONTROLLER_GC, first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+def test_the_controller_collects_garbage_behind_its_patch():
+    from workflows.controller import PATCH_GARBAGE_COLLECTION
+
+    path = HISTORIES / f"{CONTROLLER_GC}.json"
+    assert PATCH_GARBAGE_COLLECTION in _patches(_load(path))
+    assert _activities(path).count("collect_garbage") >= 2
+    for older in HISTORIES.glob("controller*.json"):
+        if older.stem != CONTROLLER_GC:
+            assert PATCH_GARBAGE_COLLECTION not in _patches(_load(older)), older.stem
+
+
+async def test_a_controller_run_of_the_older_code_would_not_replay_with_the_collection(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """controller-operator-controls was recorded before the collection: it replays on the old side,
+    and forcing the collection on it breaks its replay, as a running controller would have met."""
+    from workflows.controller import PATCH_GARBAGE_COLLECTION
+
+    history = _load(HISTORIES / "controller-operator-controls.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    real = temporalio.workflow.patched
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id == PATCH_GARBAGE_COLLECTION or real(patch_id),
+    )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
