@@ -45,7 +45,6 @@ from activities.instance_descriptions import InstanceDescriptions
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
-    DISRUPTION_TAINT_KEYS,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
     KARPFLOW_GROUP,
@@ -72,6 +71,7 @@ from api.workflow_summaries import disruption_details, disruption_memo, disrupti
 from cluster.informer import ClusterCache
 from kube import events
 from kube.client import Json, KubeApi, KubeError
+from kube.disruption import raw_disruption_taint
 from kube.events import EventBatches, ObjectRef, recorder_for
 from kube.times import parse_time, rfc3339
 from planner import why_not
@@ -297,7 +297,7 @@ def nodepool_finalizer_changes(snapshot: Snapshot) -> dict[str, bool]:
 
 
 def _has_disrupted_taint(obj: Json) -> bool:
-    return any(t.get("key") in DISRUPTION_TAINT_KEYS for t in (obj.get("spec") or {}).get("taints") or ())
+    return raw_disruption_taint(obj) is not None
 
 
 def pause_windows(pauses: Iterable[Pause]) -> dict[str, Any]:

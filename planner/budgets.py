@@ -27,6 +27,7 @@ from croniter import croniter
 from api.constants import BUDGET_REASONS
 from api.duration import DurationError, karpenter_duration
 from api.nodepool import Budget, NodePool
+from kube import disruption
 from planner.model import BudgetMap, PlanContext
 from planner.rate_budgets import rate_limit
 from planner.snapshot import Node
@@ -131,10 +132,11 @@ def counts_toward_budgets(node: Node) -> bool:
 
 def is_disrupting(node: Node) -> bool:
     """Whether a counted node already consumes its pool's budget: NotReady, being deleted, or held
-    by a command (the disrupted taint, which in-flight workflows' nodes carry virtually). The one
-    definition: the planner's methods and the interruption poller's rebalance check
-    (planner/interruption.py) both read budgets through `build_budget_map`."""
-    return not node.ready or node.is_deleting or node.has_disrupted_taint
+    by a command (either controller's disruption taint, which in-flight workflows' nodes carry
+    virtually). The one rule (kube/disruption.py): the planner's methods and the interruption
+    poller's rebalance check (planner/interruption.py) read budgets through `build_budget_map`, and
+    NodeDisruptionBudget claims (activities/budget_claims.py) read the same rule."""
+    return disruption.is_disrupting(node)
 
 
 def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:

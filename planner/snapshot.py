@@ -43,7 +43,6 @@ from pydantic import ValidationError
 
 from api.constants import (
     CAPACITY_TYPE_LABEL,
-    DISRUPTION_TAINT_KEYS,
     EC2NODECLASS_LABEL,
     INITIALIZED_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -57,6 +56,7 @@ from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool import pydantic_message as _pydantic_message
 from api.nodepool_reader import read_nodepool
 from api.quantity import QuantityError
+from kube.disruption import disruption_taint
 from kube.pods import (
     controller_owner,
     do_not_disrupt_problem,
@@ -631,15 +631,7 @@ class Node:
         """The taint saying a disruption is in flight: v1's `karpenter.sh/disrupted`, karpflow's own
         `karpflow.dev/disrupted` (beside Karpenter), or v1beta1's `karpenter.sh/disruption=disrupting`
         left by an older controller. None when untainted."""
-        for taint in self.taints:
-            if taint.key in DISRUPTION_TAINT_KEYS:
-                return taint.key
-            if (
-                taint.key == legacy.LEGACY_DISRUPTION_TAINT_KEY
-                and taint.value == legacy.LEGACY_DISRUPTION_TAINT_VALUE
-            ):
-                return f"{taint.key}={taint.value}"
-        return None
+        return disruption_taint((taint.key, taint.value) for taint in self.taints)
 
     @property
     def has_disrupted_taint(self) -> bool:

@@ -19,7 +19,12 @@ from activities import budget_claims
 from activities.guards import OWNER_ANNOTATION
 from activities.kubernetes import KubernetesActivities
 from api.activity_io import NodeRef, TaintRequest, TerminationGateRequest, UntaintRequest
-from api.constants import DISRUPTED_TAINT_KEY, EXPIRATION_DEFERRED_ANNOTATION, HOLDER_REASON_ANNOTATION
+from api.constants import (
+    DISRUPTED_TAINT_KEY,
+    EXPIRATION_DEFERRED_ANNOTATION,
+    HOLDER_REASON_ANNOTATION,
+    KARPFLOW_DISRUPTED_TAINT_KEY,
+)
 from kube.client import KubeApi
 from sim.apiserver import crds
 from sim.stack import KARPFLOW_CRDS
@@ -166,6 +171,30 @@ async def test_forceful_work_is_never_stopped_by_a_budget_but_counts(world):
     # ... but its taint makes the node unavailable: a voluntary command now finds no room.
     with pytest.raises(ApplicationError, match=r"1 of 2 selected nodes are \(in-0\)"):
         await taint(activities, ["in-1"], f"{VOLUNTARY}/c")
+
+
+async def test_beside_karpenter_a_node_under_karpflows_own_taint_counts_against_the_budget(world):
+    """Issue 30 item 3: with --karpenter-coexistence karpflow taints `karpflow.dev/disrupted`, and the
+    claims read only `karpenter.sh/disrupted`: the first node taken counted as available, so a second
+    command was granted the budget's only slot."""
+    ingress_nodes(world, "in-0", "in-1")
+    ndb(world, "ingress", 1, {"example.com/role": "ingress"})
+    beside = KubernetesActivities(
+        world.kube,
+        poll_interval=0.01,
+        ownership=world.aws().ownership,
+        cluster=CLUSTER,
+        karpenter_coexistence=True,
+    )
+    interrupted = await taint(beside, ["in-0"], "interruption/prod/i-0/spot", reason="Interrupted")
+    keys = [t["key"] for t in world.get_node("in-0")["spec"]["taints"]]
+    assert interrupted[0].ok and KARPFLOW_DISRUPTED_TAINT_KEY in keys and DISRUPTED_TAINT_KEY not in keys
+    with pytest.raises(ApplicationError, match=r"1 of 2 selected nodes are \(in-0\)"):
+        await taint(beside, ["in-1"], f"{VOLUNTARY}/beside")
+    assert not any(
+        t["key"] == KARPFLOW_DISRUPTED_TAINT_KEY for t in world.get_node("in-1")["spec"].get("taints") or ()
+    )
+    assert claims(world, "ingress") == []
 
 
 async def test_a_node_selected_by_two_budgets_needs_room_in_both_and_keeps_no_half_claim(world):
