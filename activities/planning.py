@@ -42,6 +42,7 @@ from activities import budget_claims, pass_report
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
+from activities.recent_starts import recent_starts
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
@@ -482,20 +483,10 @@ class PlanningActivities:
     async def _recent_disruptions(
         self, snapshot: Snapshot, since: datetime, holding: Iterable[str]
     ) -> list[RecentDisruption]:
-        """Nodes whose disruption or termination started since `since` (Temporal visibility: this task
-        queue's DisruptionWorkflows and TerminationWorkflows by StartTime), and the nodes of commands
-        the controller started that visibility may not list yet. A rolled-back, rejected or cancelled
-        command took no node and is not counted. Each node once, at its earliest start."""
-        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
-        query = (
-            f"WorkflowType IN ({types}) AND TaskQueue = '{self.task_queue}' "
-            f"AND StartTime > '{since.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
-        )
-        undone = {
-            WorkflowExecutionStatus.FAILED,
-            WorkflowExecutionStatus.CANCELED,
-            WorkflowExecutionStatus.TERMINATED,
-        }
+        """Nodes whose disruption or termination started since `since` (Temporal visibility, read as
+        activities/recent_starts.py says: a rolled-back, rejected or cancelled command took no node
+        and is not counted), and the nodes of commands the controller started that visibility may
+        not list yet. Each node once, at its earliest start."""
         earliest: dict[tuple[str, str], RecentDisruption] = {}
 
         def add(node: str, pools: list[str], reason: str, started: datetime) -> None:
@@ -507,14 +498,9 @@ class PlanningActivities:
                 if entry is None or started < entry.started_at:
                     earliest[(node, pool)] = RecentDisruption(node, pool, reason, started)
 
-        async for execution in self.client.list_workflows(query):
-            if execution.workflow_type == "DisruptionWorkflow" and execution.status in undone:
-                continue
-            attributes = execution.typed_search_attributes
-            pools = [p for p in (attributes.get(sa.NODEPOOL) or "").split(",") if p]
-            reason = attributes.get(sa.REASON) or ""
-            for node in attributes.get(sa.NODES) or ():
-                add(node, pools, reason, execution.start_time)
+        for start in await recent_starts(self.client, self.task_queue, since):
+            for node in start.nodes:
+                add(node, list(start.nodepools), start.reason, start.started_at)
         for node in holding:
             add(node, [], "", snapshot.now)
         return sorted(earliest.values(), key=lambda d: (d.started_at, d.node))

@@ -198,18 +198,30 @@ class Listed:
     status: WorkflowExecutionStatus
     start_time: datetime
     typed_search_attributes: TypedSearchAttributes
+    id: str = "disruption/listed"
+    run_id: str = "run"
 
 
-def started(node: str, pool: str, minutes_ago: int, status=WorkflowExecutionStatus.COMPLETED) -> Listed:
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.NODES, [node]),
-            SearchAttributePair(sa.NODEPOOL, pool),
-            SearchAttributePair(sa.REASON, "Empty"),
-        ]
-    )
+def started(
+    node: str,
+    pool: str,
+    minutes_ago: int,
+    status=WorkflowExecutionStatus.COMPLETED,
+    phase: str | None = None,
+    workflow_type: str = "DisruptionWorkflow",
+) -> Listed:
+    pairs: list[SearchAttributePair] = [
+        SearchAttributePair(sa.NODES, [node]),
+        SearchAttributePair(sa.NODEPOOL, pool),
+        SearchAttributePair(sa.REASON, "Empty"),
+    ]
+    if phase is not None:
+        pairs.append(SearchAttributePair(sa.PHASE, phase))
     return Listed(
-        "DisruptionWorkflow", status, datetime.now(UTC) - timedelta(minutes=minutes_ago), attributes
+        workflow_type,
+        status,
+        datetime.now(UTC) - timedelta(minutes=minutes_ago),
+        TypedSearchAttributes(pairs),
     )
 
 
@@ -253,6 +265,33 @@ async def test_a_rate_budget_counts_the_starts_temporal_visibility_lists():
     # Commands the controller started that visibility may not list yet count too.
     holding = await planning(objects, visibility=visibility).plan_pass(PassRequest(holding=["default-2"]))
     assert [n for c in holding.commands for n in c.nodes] == []
+
+
+async def test_a_rate_budget_counts_only_the_commands_that_disrupted_something():
+    """Issue 30 item 5: a rejected approval, or one that timed out, closes COMPLETED in phase Rejected
+    having changed nothing; it counted against the rate like a command that took its node."""
+    objects = empty_nodes(rate="2").objects
+    visibility = StartedVisibility(
+        [
+            started("rejected", "default", 5, phase="Rejected"),  # `karpflow reject`, or the timeout
+            started("rolled-back", "default", 5, WorkflowExecutionStatus.FAILED, phase="RolledBack"),
+            started("done", "default", 10, phase="Succeeded"),  # took its node: counts
+        ]
+    )
+    result = await planning(objects, visibility=visibility).plan_pass(PassRequest())
+    assert sorted(n for c in result.commands for n in c.nodes) == ["default-0"]  # 2 per hour, 1 started
+    assert "2 started in the last 1h" in reasons_of(result)["default-1"]  # done's and default-0's
+
+    # Running commands count whatever their phase (one awaiting approval may take its node any time),
+    # and so does a termination (a `kubectl delete node` took its node whatever its phase says).
+    running = StartedVisibility(
+        [
+            started("waiting", "default", 5, WorkflowExecutionStatus.RUNNING, phase="AwaitingApproval"),
+            started("deleted", "default", 5, workflow_type="TerminationWorkflow", phase="Succeeded"),
+        ]
+    )
+    held = await planning(objects, visibility=running).plan_pass(PassRequest())
+    assert [n for c in held.commands for n in c.nodes] == []
 
 
 async def test_without_a_rate_budget_a_pass_does_not_read_the_starts():
