@@ -39,10 +39,11 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEv
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import budget_claims, pass_report
+from activities.controls_gate import pause_windows
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
-from activities.recent_starts import recent_starts
+from activities.recent_starts import recent_disruptions, recent_starts
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
@@ -77,7 +78,7 @@ from kube.events import EventBatches, ObjectRef, recorder_for
 from kube.times import parse_time, rfc3339
 from planner import why_not
 from planner.catalog import Catalog, bundled_catalog
-from planner.maintenance_windows import pause_window, read_window
+from planner.maintenance_windows import read_window
 from planner.model import (
     CONSOLIDATION_TYPE_OF,
     EMPTINESS,
@@ -87,6 +88,7 @@ from planner.model import (
     PlanOptions,
 )
 from planner.node_disruption_budgets import read_ndb
+from planner.operator_controls import with_outside_controls
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.pass_cache import PassCache
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
@@ -301,13 +303,6 @@ def _has_disrupted_taint(obj: Json) -> bool:
     return raw_disruption_taint(obj) is not None
 
 
-def pause_windows(pauses: Iterable[Pause]) -> dict[str, Any]:
-    """The operator's pauses as windows of the pass (planner/maintenance_windows.py `pause_window`)."""
-    return {
-        f"pause/{p.key}": pause_window(f"pause/{p.key}", p.describe(), p.action, p.nodepool) for p in pauses
-    }
-
-
 def _condition(obj: Json, kind: str) -> ControlCondition | None:
     """The Valid condition `obj` should carry, when it does not carry it already."""
     if kind == "MaintenanceWindow":
@@ -474,11 +469,11 @@ class PlanningActivities:
         snapshot = await asyncio.to_thread(self.cache.snapshot, now, instances, held)
         if problem:
             snapshot.problems.append(problem)
-        snapshot.maintenance_windows.update(pause_windows(pauses))
         period = longest_period(snapshot.nodepools.values())
+        recent = None
         if period is not None:
-            snapshot.recent_disruptions = await self._recent_disruptions(snapshot, now - period, holding)
-        return snapshot
+            recent = await self._recent_disruptions(snapshot, now - period, holding)
+        return with_outside_controls(snapshot, pause_windows(pauses), recent)
 
     async def _recent_disruptions(
         self, snapshot: Snapshot, since: datetime, holding: Iterable[str]
@@ -487,23 +482,13 @@ class PlanningActivities:
         activities/recent_starts.py says: a rolled-back, rejected or cancelled command took no node
         and is not counted), and the nodes of commands the controller started that visibility may
         not list yet. Each node once, at its earliest start."""
-        earliest: dict[tuple[str, str], RecentDisruption] = {}
+        starts = await recent_starts(self.client, self.task_queue, since)
 
-        def add(node: str, pools: list[str], reason: str, started: datetime) -> None:
+        def pool_of(node: str) -> str | None:
             known = snapshot.nodes.get(node)
-            for pool in [known.nodepool] if known is not None and known.nodepool else pools:
-                if not pool:
-                    continue
-                entry = earliest.get((node, pool))
-                if entry is None or started < entry.started_at:
-                    earliest[(node, pool)] = RecentDisruption(node, pool, reason, started)
+            return known.nodepool if known is not None else None
 
-        for start in await recent_starts(self.client, self.task_queue, since):
-            for node in start.nodes:
-                add(node, list(start.nodepools), start.reason, start.started_at)
-        for node in holding:
-            add(node, [], "", snapshot.now)
-        return sorted(earliest.values(), key=lambda d: (d.started_at, d.node))
+        return recent_disruptions(starts, pool_of, holding, snapshot.now)
 
     async def _instances(self, nodes: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
         """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""

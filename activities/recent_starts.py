@@ -23,6 +23,7 @@ whatever their phase: one awaiting approval may take its nodes at any moment.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from api import search_attributes as sa
+from planner.rate_budgets import RecentDisruption
 
 WORKFLOW_TYPES = ("DisruptionWorkflow", "TerminationWorkflow")
 UNDONE = frozenset(
@@ -90,3 +92,30 @@ async def recent_starts(client: Client, task_queue: str, since: datetime) -> lis
         if start is not None:
             found.append(start)
     return found
+
+
+def recent_disruptions(
+    starts: Iterable[Start],
+    pool_of: Callable[[str], str | None],
+    holding: Iterable[str] = (),
+    now: datetime | None = None,
+) -> list[RecentDisruption]:
+    """The starts as rate budgets count them: each node under its NodePool (`pool_of`: the pool of a
+    node that still exists; a gone node counts under every pool its command named), once, at its
+    earliest start; `holding` are nodes of commands started at `now` that visibility may not list yet."""
+    earliest: dict[tuple[str, str], RecentDisruption] = {}
+
+    def add(node: str, pools: Iterable[str], reason: str, started: datetime) -> None:
+        known = pool_of(node)
+        for pool in [known] if known else pools:
+            entry = earliest.get((node, pool))
+            if pool and (entry is None or started < entry.started_at):
+                earliest[(node, pool)] = RecentDisruption(node, pool, reason, started)
+
+    for start in starts:
+        for node in start.nodes:
+            add(node, start.nodepools, start.reason, start.started_at)
+    if now is not None:
+        for node in holding:
+            add(node, (), "", now)
+    return sorted(earliest.values(), key=lambda d: (d.started_at, d.node))

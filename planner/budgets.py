@@ -190,7 +190,9 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
         rate = None
         if not errors:
             try:
-                rate = rate_limit(ctx, pool, total[name], reason)
+                rate = rate_limit(
+                    pool, total[name], reason, ctx.now, ctx.snapshot.recent_disruptions, _planned(ctx, name)
+                )
             except ValueError as err:
                 errors.append(f"rate budget: {err}")
         if errors:
@@ -204,6 +206,15 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
             budget_map.remaining[name] = rate.remaining
             budget_map.rate_limited[name] = functools.partial(rate.message, name, reason)
     return budget_map
+
+
+def _planned(ctx: PlanContext, pool: str) -> list[str]:
+    """The nodes of `pool` this pass has decided to disrupt so far (rate budgets count them)."""
+    return [
+        name
+        for name in ctx.marked_for_deletion
+        if (node := ctx.snapshot.nodes.get(name)) is not None and node.nodepool == pool
+    ]
 
 
 def budget_report(ctx: PlanContext) -> dict[str, dict[str, int]]:

@@ -78,6 +78,7 @@ from kube.times import parse_time
 from planner import legacy
 from planner.maintenance_windows import Window, read_window
 from planner.node_disruption_budgets import Ndb, read_ndb
+from planner.rate_budgets import RecentDisruption
 from planner.resources import ZERO, Resources
 
 try:  # orjson is several times faster on a 300 MB pod list; plain json is the fallback.
@@ -991,18 +992,6 @@ _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
 _WINDOW_KINDS = {"MaintenanceWindow"}
 _NDB_KINDS = {"NodeDisruptionBudget"}
-
-
-@dataclass(frozen=True, slots=True)
-class RecentDisruption:
-    """A node whose disruption started at `started_at` (any reason, forceful ones too): what rate
-    budgets (`per`) count. Not cluster state: the controller reads it from Temporal visibility
-    (DisruptionWorkflows by KarpflowNodePool and StartTime) and sets `Snapshot.recent_disruptions`."""
-
-    node: str
-    nodepool: str
-    reason: str
-    started_at: datetime
 
 
 @dataclass(eq=False)
