@@ -43,6 +43,7 @@ from activities.controls_gate import pause_windows
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.instance_descriptions import InstanceDescriptions
+from activities.kubernetes import pinned
 from activities.recent_starts import recent_disruptions, recent_starts
 from api import node_reasons
 from api import search_attributes as sa
@@ -773,24 +774,32 @@ class PlanningActivities:
 
     @activity.defn(name="apply_annotations")
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
-        """Set or remove the node annotations a pass asked for; idempotent. Returns how many changed."""
+        """Set or remove the node annotations a pass asked for, each only on the node with the UID the
+        pass saw (checked on the very version the write replaces, which carries its resourceVersion:
+        a node that reused the name since is never annotated; a change without a UID, from an older
+        worker's pass, is written by name). Idempotent. Returns how many nodes it changed."""
         changed = 0
         for raw in changes:
             change = AnnotationChange.model_validate(raw)
+            wrote: list[str] = []  # the write's node, when this change wrote one (a conflict runs it again)
 
-            def mutate(node: Json, change: AnnotationChange = change) -> bool:
+            def mutate(node: Json, change: AnnotationChange = change, wrote: list[str] = wrote) -> bool:
+                wrote.clear()
                 annotations = node.setdefault("metadata", {}).setdefault("annotations", {}) or {}
                 node["metadata"]["annotations"] = annotations
                 if change.value is None:
-                    return annotations.pop(change.key, None) is not None
-                if annotations.get(change.key) == change.value:
+                    if annotations.pop(change.key, None) is None:
+                        return False
+                elif annotations.get(change.key) == change.value:
                     return False
-                annotations[change.key] = change.value
+                else:
+                    annotations[change.key] = change.value
+                wrote.append(change.node)
                 return True
 
             try:
-                await self.kube.update_node(change.node, mutate)
-                changed += 1
+                await self.kube.update_node(change.node, pinned(change.uid or None, mutate))
+                changed += len(wrote)
             except Exception as err:
                 if getattr(err, "status", None) == 404:
                     continue

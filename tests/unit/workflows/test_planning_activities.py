@@ -5,6 +5,7 @@ per-node reasons as changes."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -411,3 +412,52 @@ async def test_a_require_approval_that_does_not_parse_fails_the_pool_closed():
     result = await planning(b.objects).plan_pass(PassRequest())
     assert [c.nodes for c in result.commands] == [["default-young"]]  # batch disrupts nothing
     assert any("karpflow.dev/require-approval='yes'" in p for p in result.problems), result.problems
+
+
+class OneNode:
+    """The API server's face to `apply_annotations`: one node, replaced when its name is reused."""
+
+    def __init__(self, node: dict) -> None:
+        self.node = node
+        self.writes = 0
+
+    async def get_node(self, name: str) -> dict:
+        assert name == self.node["metadata"]["name"]
+        return copy.deepcopy(self.node)
+
+    async def update_node(self, name: str, mutate) -> dict:  # type: ignore[no-untyped-def]
+        node = await self.get_node(name)
+        if mutate(node):
+            self.writes += 1
+            self.node = node
+        return node
+
+
+async def test_the_controllers_annotations_are_pinned_to_the_node_they_were_planned_for():
+    """Issue 30 item 9: `apply_annotations` wrote by name, so a node that reused the name (EKS names
+    nodes by their private IP) between the pass and the write got the other node's marker."""
+    from planner.drift import NODEPOOL_HASH_VERSION
+    from planner.plan import plan
+
+    stale = {"karpenter.sh/nodepool-hash": "0", "karpenter.sh/nodepool-hash-version": NODEPOOL_HASH_VERSION}
+    b = ClusterBuilder()
+    b.nodepool("default")
+    drifted = b.node("drifted", stamp_hash=False, annotations=stale)
+    result = plan(b.snapshot(), b.catalog, methods=[], simulate=None)
+    (change,) = [a.model_dump(mode="json") for a in result.annotations]
+    assert change["node"] == "drifted" and change["uid"] == drifted["metadata"]["uid"]
+
+    reused = copy.deepcopy(drifted)
+    reused["metadata"]["uid"] = "a-later-node-of-the-same-name"
+    kube = OneNode(reused)
+    activities = planning([])
+    activities.kube = kube  # type: ignore[assignment]
+    assert await activities.apply_annotations([change]) == 0
+    assert (
+        kube.writes == 0 and "karpenter.sh/voluntary-disruption" not in kube.node["metadata"]["annotations"]
+    )
+
+    kube.node = copy.deepcopy(drifted)
+    assert await activities.apply_annotations([change]) == 1
+    assert kube.node["metadata"]["annotations"]["karpenter.sh/voluntary-disruption"] == "drifted"
+    assert await activities.apply_annotations([change]) == 0  # idempotent: nothing left to change
