@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -73,6 +73,8 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 NODE_INDEX_TTL = 1.0
 CACHE_WAIT = 5.0  # seconds a message waits for the informer cache's first listing
 STARTED_MEMO = 100_000  # workflow ids remembered as started by this process (oldest forgotten first)
+# Latencies kept for benches and tests: the latest ones (the histogram metric has them all).
+LATENCY_SAMPLES = 10_000
 
 
 def _nodepool(node: Json) -> str | None:
@@ -142,7 +144,9 @@ class InterruptionPoller:
         self.wait_seconds = wait_seconds
         self.fail_hook = fail_hook  # tests: raise here to simulate a handler failure
         self.counters: Counter[str] = Counter()
-        self.latencies: list[float] = []  # event time → workflow started, seconds
+        # Event time → workflow started, seconds: the latest LATENCY_SAMPLES (counters["acted"] counts
+        # them all; the interruption_queue duration histogram is the metric of record).
+        self.latencies: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self.last_poll = 0.0  # monotonic; a liveness heartbeat for /healthz-style checks
         self.concurrency = max(10, concurrency)
         # One thread per message in flight (its delete) plus the long poll.
@@ -256,6 +260,7 @@ class InterruptionPoller:
             acted = await self._once(event, instance_id, node)
             if acted:
                 latency = (datetime.now(UTC) - event.time).total_seconds()
+                self.counters["acted"] += 1
                 self.latencies.append(latency)
                 metrics.INTERRUPTION_QUEUE_DURATION.observe(max(latency, 0.0))
                 log.info(
