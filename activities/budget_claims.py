@@ -20,9 +20,10 @@ stay within what it allows:
   a retry, or the repair of a node that is already down, never waits;
 - when several budgets select a node, they are claimed in name order, and a refusal releases the
   claims already taken (never holding one while waiting for another: no deadlock);
-- claims are released when the node's termination ends (`remove_finalizer`), when a command rolls
-  back (`untaint_disrupted`), and by the controller's sweep when their node is gone or their holder
-  stopped before tainting it (`sweep`).
+- claims are released when the node's termination ends (`remove_finalizer`; beside Karpenter, once
+  Karpenter is done with a node handed to it: activities/nodeclaims.py `await_karpenter_termination`),
+  when a command rolls back (`untaint_disrupted`), and by the controller's sweep when their node is
+  gone or their holder stopped before tainting it (`sweep`).
 
 A budget whose spec is broken allows nothing for the nodes it selects (planner/node_disruption_budgets.py
 reads it, failing closed); a cluster without the CRD has no budgets.

@@ -18,7 +18,8 @@ from temporalio.testing import ActivityEnvironment
 from activities import budget_claims
 from activities.guards import OWNER_ANNOTATION
 from activities.kubernetes import KubernetesActivities
-from api.activity_io import NodeRef, TaintRequest, TerminationGateRequest, UntaintRequest
+from activities.nodeclaims import NodeClaimActivities
+from api.activity_io import HandoverWait, NodeRef, TaintRequest, TerminationGateRequest, UntaintRequest
 from api.constants import (
     DISRUPTED_TAINT_KEY,
     EXPIRATION_DEFERRED_ANNOTATION,
@@ -195,6 +196,25 @@ async def test_beside_karpenter_a_node_under_karpflows_own_taint_counts_against_
         t["key"] == KARPFLOW_DISRUPTED_TAINT_KEY for t in world.get_node("in-1")["spec"].get("taints") or ()
     )
     assert claims(world, "ingress") == []
+
+
+async def test_a_node_handed_to_karpenter_gives_its_claim_back_once_karpenter_is_done_with_it(world):
+    """Issue 30 item 9: beside Karpenter a termination hands the node over and never removes its
+    finalizer itself, where karpflow's own termination releases the claims: they stayed until the
+    controller's sweep."""
+    ingress_nodes(world, "in-0", "in-1")
+    ndb(world, "ingress", 1, {"example.com/role": "ingress"})
+    (taken,) = await taint(world.activities(), ["in-0"], f"{VOLUNTARY}/handed-over", reason="Drifted")
+    assert taken.ok and [c["node"] for c in claims(world, "ingress")] == ["in-0"]
+    # Karpenter drains the node, terminates its instance and lets the API server remove it.
+    node = world.get_node("in-0")
+    world.emu.store.update("nodes", {**node, "metadata": {**node["metadata"], "finalizers": []}})
+    world.emu.store.delete("nodes", "in-0")
+    wait = HandoverWait(node="in-0", uid=taken.uid, poll_interval_seconds=0.01)
+    done = await ActivityEnvironment().run(NodeClaimActivities(world.kube).await_karpenter_termination, wait)
+    assert "Karpenter drained and terminated node in-0" in done
+    assert claims(world, "ingress") == []
+    assert (await taint(world.activities(), ["in-1"], f"{VOLUNTARY}/next", reason="Drifted"))[0].ok
 
 
 async def test_a_node_selected_by_two_budgets_needs_room_in_both_and_keeps_no_half_claim(world):
