@@ -168,15 +168,15 @@ class ControlsGate:
             return None
         by_pool: dict[str, list[str]] = {}
         for node in taking:
-            if pool := _labels(node).get(NODEPOOL_LABEL):
-                by_pool.setdefault(pool, []).append(str(node["metadata"]["name"]))
+            if label := _labels(node).get(NODEPOOL_LABEL):
+                by_pool.setdefault(label, []).append(str(node["metadata"]["name"]))
         pools: dict[str, NodePool] = {}
         for name in sorted(by_pool):
-            pool, refusal = await self._nodepool(kube, name)
+            read, refusal = await self._nodepool(kube, name)
             if refusal is not None:
                 return refusal
-            if pool is not None and rate_budgets(pool):
-                pools[name] = pool
+            if read is not None and rate_budgets(read):
+                pools[name] = read
         period = longest_period(pools.values())
         if period is None:
             return None

@@ -93,8 +93,8 @@ from planner.operator_controls import with_outside_controls
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.pass_cache import PassCache
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
-from planner.rate_budgets import longest_period
-from planner.snapshot import RecentDisruption, Snapshot, instance_id_of
+from planner.rate_budgets import RecentDisruption, longest_period
+from planner.snapshot import Snapshot, instance_id_of
 from runtime import metrics
 
 log = logging.getLogger(__name__)
