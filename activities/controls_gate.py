@@ -152,6 +152,24 @@ class ControlsGate:
         except Exception as err:
             raise classify_kube(err, "reading the NodePools' rate budgets") from None
 
+    async def hold(
+        self, kube: KubeApi, reason: str, holder: str, node: Json, now: datetime
+    ) -> tuple[str, str] | None:
+        """For a termination's gate, which waits rather than fails (its node is deleting already):
+        (what it waits for, why) when a pause or a rate budget holds the node, or the pauses or starts
+        cannot be read (it fails closed: it waits and asks again); None when they let it go. The
+        termination's own runs (every run of its id: one node) are not counted against it."""
+        try:
+            why = guards.window_refusal(
+                await self._pause_windows_for(reason, holder, [node]), [node], reason, holder, now
+            )
+            if why is not None:
+                return "a controller pause", why
+            why = await self.rate_refusal(kube, reason, holder.partition("@")[0], [node], now)
+        except ControlsUnreadable as err:
+            return "the controller's pauses or the recent starts", f"{err}: waiting until they can be read"
+        return None if why is None else ("a rate budget", why)
+
     async def _pause_windows_for(self, reason: str, command_id: str, taking: list[Json]) -> list[Window]:
         """The pauses as windows, read only when a window could block something taken (interruption
         and NodePool deletion are never paused: their taint does not wait for the controller)."""

@@ -1012,8 +1012,10 @@ class KubernetesActivities:
         """Whether a termination may take its node down now, before its taint and drain. A node its
         command already holds (tainted under that command) was checked when the command tainted it;
         interruption and NodePool deletion are never held back. Otherwise a MaintenanceWindow that
-        blocks the termination's action holds it, and a `kubectl delete node` (and any reason that
-        claims budgets: activities/guards.py `claims_budgets`) needs a NodeDisruptionBudget claim.
+        blocks the termination's action holds it, so do the controller's pauses and rate budgets
+        (activities/controls_gate.py `hold`: unreadable, they hold it too), and a `kubectl delete
+        node` (and any reason that claims budgets: activities/guards.py `claims_budgets`) needs a
+        NodeDisruptionBudget claim.
         When it must wait, the node gets an Event saying for what; the workflow asks again later."""
         name = request.node
         try:
@@ -1040,6 +1042,10 @@ class KubernetesActivities:
                     waiting_for=f"MaintenanceWindow {', '.join(block.windows)}",
                     message=block.message(),
                 )
+            if self.controls is not None and (
+                held := await self.controls.hold(self.kube, request.reason, request.holder, node, now)
+            ):
+                return TerminationGate(go=False, waiting_for=held[0], message=held[1])
             if not guards.claims_budgets(request.reason, node):
                 return TerminationGate(go=True)
             denied = await budget_claims.claim(self.kube, [node], request.holder, request.reason, now)

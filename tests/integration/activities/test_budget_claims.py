@@ -8,6 +8,7 @@ HTTP against the emulator, which serves karpflow's CRDs as a cluster with deploy
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import budget_claims
+from activities.controls_gate import ControlsGate, ControlsUnreadable
 from activities.guards import OWNER_ANNOTATION
 from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
@@ -26,6 +28,7 @@ from api.constants import (
     HOLDER_REASON_ANNOTATION,
     KARPFLOW_DISRUPTED_TAINT_KEY,
 )
+from api.controller_io import Pause
 from kube.client import KubeApi
 from sim.apiserver import crds
 from sim.stack import KARPFLOW_CRDS
@@ -309,6 +312,70 @@ async def test_a_kubectl_delete_waits_for_its_budget_with_an_event_then_goes(wor
     annotations = world.get_node("in-1")["metadata"]["annotations"]
     assert annotations[OWNER_ANNOTATION] == "termination/prod/in-1/u@r"
     assert annotations[HOLDER_REASON_ANNOTATION] == "Manual"
+
+
+class PausedController(ControlsGate):
+    """The controller's `pauses` query answered (or failing) as the test says; no recent starts."""
+
+    def __init__(self, pauses: list[Pause] | None) -> None:
+        super().__init__(None, CLUSTER, "tq")  # type: ignore[arg-type]
+        self.answer = pauses
+
+    async def pauses(self) -> list[Pause]:
+        if self.answer is None:
+            raise ControlsUnreadable("the controller's pauses cannot be read: deadline exceeded")
+        return self.answer
+
+    async def starts(self, since: Any) -> list[Any]:
+        return []
+
+
+def gated(world: Any, pauses: list[Pause] | None) -> KubernetesActivities:
+    return KubernetesActivities(
+        world.kube,
+        poll_interval=0.01,
+        ownership=world.aws().ownership,
+        cluster=CLUSTER,
+        controls=PausedController(pauses),
+    )
+
+
+async def test_a_termination_started_by_hand_waits_while_the_controller_is_paused(world):
+    """Issue 30 item 6: every voluntary path passes the same gate; a TerminationWorkflow started by hand
+    with a voluntary reason waits (its node is deleting already) while a pause covers it, or while
+    the pauses cannot be read; a `kubectl delete node` is no voluntary disruption and goes."""
+    world.nodepool()
+    install_crds(world)
+    world.node("n1")
+    uid = world.get_node("n1")["metadata"]["uid"]
+    drifted = TerminationGateRequest(node="n1", uid=uid, reason="Drifted", holder="termination/prod/n1/u@r")
+    paused = Pause(scope="global", reason="incident", by="ops", since=datetime.now(UTC))
+    env = ActivityEnvironment()
+
+    gate = await env.run(gated(world, [paused]).termination_gate, drifted)
+    assert not gate.go and gate.waiting_for == "a controller pause", gate
+    assert "paused (everything by ops: incident)" in gate.message
+    unreadable = await env.run(gated(world, None).termination_gate, drifted)
+    assert not unreadable.go and "cannot be read" in unreadable.message, unreadable
+    manual = drifted.model_copy(update={"reason": "Manual"})
+    assert (await env.run(gated(world, None).termination_gate, manual)).go
+    assert (await env.run(gated(world, []).termination_gate, drifted)).go
+
+
+async def test_a_taint_is_refused_while_the_controller_is_paused_and_retried_while_it_cannot_say(world):
+    world.nodepool()
+    install_crds(world)
+    world.node("n1")
+    paused = Pause(scope="action", action="Drift", by="ops", since=datetime.now(UTC))
+    with pytest.raises(ApplicationError, match=r"paused \(Drift by ops\)") as refused:
+        await taint(gated(world, [paused]), ["n1"], "disruption/prod/default/Drifted/x", reason="Drifted")
+    assert refused.value.non_retryable and not tainted(world.get_node("n1"))
+    with pytest.raises(ApplicationError, match="cannot be read") as unreadable:
+        await taint(gated(world, None), ["n1"], "disruption/prod/default/Drifted/x", reason="Drifted")
+    assert not unreadable.value.non_retryable and not tainted(world.get_node("n1"))
+    # Forceful work does not wait for the controller.
+    spot = await taint(gated(world, None), ["n1"], "interruption/prod/i-1/spot", reason="Interrupted")
+    assert spot[0].ok
 
 
 async def test_the_sweep_drops_claims_of_gone_nodes_and_of_holders_that_stopped_before_tainting(world):
