@@ -11,12 +11,13 @@ carries the pauses; planning.py reads the starts). Every other way in goes throu
 - the interruption poller, before it starts a rebalance replacement (cluster/interruption.py).
 
 Pauses are read with the `pauses` query of `karpflow-controller/<cluster>` (falling back to its
-`status` query on a controller older than that query), refused when the workflow is closed: a
-controller that does not run holds no pause (they end with its run: a started controller begins
-without them; a MaintenanceWindow is the pause that outlives it). Any other failure (Temporal
-unreachable, no worker answers in time) fails closed: `ControlsUnreadable`, which the taint turns
-into a retryable error (nothing is tainted until the pauses can be read; after its retries the
-command fails having changed nothing) and the poller into "no proactive replacement".
+`status` query on a controller older than that query). A latest run that ended (stopped, failed,
+terminated) still holds its pauses: the run started next carries them over; they are read from a
+stopped run's result when it holds its state, else from the ended run's `status` query. No
+controller ever started: no pause. Any other failure (Temporal unreachable, no worker answers in
+time) fails closed: `ControlsUnreadable`, which the taint turns into a retryable error (nothing is
+tainted until the pauses can be read; after its retries the command fails having changed nothing),
+a termination's gate into a wait, and the poller into "no proactive replacement".
 
 Rate budgets at the moment of acting: the nodes' NodePools as the planner reads them
 (api/nodepool_reader.py: a budget that does not read fails the pool closed), the pool's initialized
@@ -32,7 +33,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import QueryRejectCondition
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -70,8 +77,8 @@ def pause_windows(pauses: Iterable[Pause]) -> dict[str, Window]:
 
 
 async def controller_pauses(client: Client, cluster: str) -> list[Pause]:
-    """The pauses in force in the cluster's running controller (none when no controller runs).
-    Raises ControlsUnreadable when they cannot be read."""
+    """The pauses of the cluster's latest controller run, running or ended (none when no controller
+    was ever started). Raises ControlsUnreadable when they cannot be read."""
     handle = client.get_workflow_handle(controller_workflow_id(cluster))
     try:
         try:
@@ -84,21 +91,40 @@ async def controller_pauses(client: Client, cluster: str) -> list[Pause]:
             return list(answer.pauses)
         except WorkflowQueryFailedError:
             # A controller run by an older worker knows only `status`, which carries the pauses too.
-            status = await handle.query(
-                QUERY_STATUS,
-                result_type=ControllerStatus,
-                reject_condition=QueryRejectCondition.NOT_OPEN,
-                rpc_timeout=QUERY_TIMEOUT,
-            )
-            return list(status.pauses)
-    except WorkflowQueryRejectedError:
-        return []  # closed: its pauses ended with it
+            return await _status_pauses(handle, QueryRejectCondition.NOT_OPEN)
+        except WorkflowQueryRejectedError:
+            return await _ended_pauses(handle)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return []  # no controller was ever started: nobody paused anything
         raise ControlsUnreadable(f"the controller's pauses cannot be read: {err.message}") from err
+    except ControlsUnreadable:
+        raise
     except Exception as err:
         raise ControlsUnreadable(f"the controller's pauses cannot be read: {err!r}") from err
+
+
+async def _status_pauses(
+    handle: WorkflowHandle[Any, Any], reject: QueryRejectCondition | None = None
+) -> list[Pause]:
+    status = await handle.query(
+        QUERY_STATUS, result_type=ControllerStatus, reject_condition=reject, rpc_timeout=QUERY_TIMEOUT
+    )
+    return list(status.pauses)
+
+
+async def _ended_pauses(handle: WorkflowHandle[Any, Any]) -> list[Pause]:
+    """An ended run's pauses: an operator stopped it, or it failed or was terminated, and the run
+    started next carries its state over (runtime/controller_start.py), so they still hold. From a
+    stopped run's result when it says (no worker needed), else from its status query (Temporal
+    replays the closed run on a worker)."""
+    described = await handle.describe()
+    if described.status == WorkflowExecutionStatus.COMPLETED:
+        result: Any = await handle.result()
+        state = result.get("state") if isinstance(result, dict) else None
+        if isinstance(state, dict) and isinstance(state.get("pauses"), dict):
+            return [Pause.model_validate(p) for p in state["pauses"].values()]
+    return await _status_pauses(handle)
 
 
 def _budget_problems(problems: Iterable[str]) -> list[str]:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowQueryRejectedError
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -146,15 +146,9 @@ async def test_pauses_that_cannot_be_read_fail_closed_and_are_retried(error):
     assert "pauses cannot be read" in raised.value.message and "no Drifted disruption" in raised.value.message
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        RPCError("not found", RPCStatusCode.NOT_FOUND, b""),
-        WorkflowQueryRejectedError(WorkflowExecutionStatus.COMPLETED),
-    ],
-    ids=["never-started", "stopped"],
-)
-async def test_a_controller_that_does_not_run_holds_no_pause(error):
+async def test_a_cluster_whose_controller_never_started_holds_no_pause():
+    """(One that ended still holds its pauses: tests/unit/workflows/test_controller_pauses_query.py.)"""
+    error = RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
     assert await refusal(FakeClient(query_error=error), cluster(), ["n0"]) is None
 
 
