@@ -9,7 +9,8 @@ DisruptionWorkflows that took no node:
 
 - closed FAILED, CANCELED or TERMINATED (a voluntary command that fails rolls back: phase RolledBack);
 - closed in phase Rejected: an approval that was rejected or timed out completes (COMPLETED, like a
-  command that succeeded) having changed nothing (workflows/disruption.py `_approved`).
+  command that succeeded) having changed nothing (workflows/disruption.py `_approved`); so does one
+  whose plan no longer held when it was judged again (phase Invalidated).
 
 Why by the Phase search attribute, and why here rather than in the visibility query: the status
 cannot tell a rejected command from one that succeeded (both COMPLETED), and reading each
@@ -38,7 +39,7 @@ UNDONE = frozenset(
     {WorkflowExecutionStatus.FAILED, WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.TERMINATED}
 )
 # The phases a DisruptionWorkflow closes in having taken no node (api/workflow_io.py DisruptionPhase).
-NOTHING_TAKEN_PHASES = frozenset({"Rejected", "RolledBack"})
+NOTHING_TAKEN_PHASES = frozenset({"Rejected", "Invalidated", "RolledBack"})
 
 
 @dataclass(frozen=True)
