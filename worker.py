@@ -51,6 +51,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 
 from activities.cluster_endpoint import ClusterEndpoint
+from activities.controls_gate import ControlsGate
 from activities.ec2 import EC2Activities
 from activities.events import EventActivities
 from activities.garbage_collection import GarbageCollector
@@ -137,6 +138,11 @@ def activities_for(
         ownership=aws.ownership,
         cluster=settings.cluster_name,
         karpenter_coexistence=settings.karpenter_coexistence,
+        # The controller's pauses and the rate budgets' starts, checked at every taint (the planning
+        # activities' Temporal client: the worker's own).
+        controls=ControlsGate(planning.client, settings.cluster_name, settings.task_queue)
+        if planning is not None
+        else None,
     )
     nodeclaims = NodeClaimActivities(kube, poll_interval=settings.poll_interval)
     rollout = RolloutActivities(kube)

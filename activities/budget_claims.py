@@ -10,17 +10,20 @@ stay within what it allows:
 - the claim is written read-modify-write on the NodeDisruptionBudget's status with its
   resourceVersion, so two writers that read the same version cannot both take the last slot (the
   second gets 409 Conflict, reads again and counts the first's claim);
-- unavailable is what the cluster shows now, read fresh: selected nodes NotReady or tainted
-  `karpenter.sh/disrupted` (draining, or held by a command), plus the budget's claims. A node that is
-  only deleting (a `kubectl delete node` whose termination waits here) is not down yet: its pods
-  still run, and counting it would make two deletions wait for each other for ever;
+- unavailable is what the cluster shows now, read fresh: selected nodes NotReady or carrying a
+  disruption taint, either controller's (`karpenter.sh/disrupted`, or karpflow's own
+  `karpflow.dev/disrupted` beside Karpenter: draining, or held by a command), plus the budget's
+  claims; the planner's rule (kube/disruption.py), but for a node that is only deleting (a
+  `kubectl delete node` whose termination waits here): it is not down yet, its pods still run, and
+  counting it would make two deletions wait for each other for ever;
 - a node already unavailable (NotReady, tainted, claimed by the same holder) is granted at once, so
   a retry, or the repair of a node that is already down, never waits;
 - when several budgets select a node, they are claimed in name order, and a refusal releases the
   claims already taken (never holding one while waiting for another: no deadlock);
-- claims are released when the node's termination ends (`remove_finalizer`), when a command rolls
-  back (`untaint_disrupted`), and by the controller's sweep when their node is gone or their holder
-  stopped before tainting it (`sweep`).
+- claims are released when the node's termination ends (`remove_finalizer`; beside Karpenter, once
+  Karpenter is done with a node handed to it: activities/nodeclaims.py `await_karpenter_termination`),
+  when a command rolls back (`untaint_disrupted`), and by the controller's sweep when their node is
+  gone or their holder stopped before tainting it (`sweep`).
 
 A budget whose spec is broken allows nothing for the nodes it selects (planner/node_disruption_budgets.py
 reads it, failing closed); a cluster without the CRD has no budgets.
@@ -34,13 +37,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from api.constants import (
-    DISRUPTED_TAINT_KEY,
-    KARPFLOW_GROUP,
-    KARPFLOW_VERSION,
-)
+from api.constants import KARPFLOW_GROUP, KARPFLOW_VERSION
 from api.node_disruption_budget import BudgetClaim
 from kube.client import Json, KubeApi, KubeError
+from kube.disruption import RawNodeState, is_disrupting, raw_disruption_taint
 from kube.times import rfc3339
 from planner.node_disruption_budgets import Ndb, read_ndb
 
@@ -74,16 +74,14 @@ def labels_of(node: Json) -> dict[str, str]:
 
 
 def is_tainted(node: Json) -> bool:
-    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or ())
+    """A disruption in flight holds it (either controller's taint)."""
+    return raw_disruption_taint(node) is not None
 
 
 def is_down(node: Json) -> bool:
-    """Unavailable by the cluster's own state: NotReady, or tainted disrupted (draining or held)."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or ()
-    )
-    return not ready or is_tainted(node)
+    """Unavailable by the cluster's own state: NotReady, or tainted by a disruption (draining or held);
+    a node only deleting is not (kube/disruption.py `is_disrupting`)."""
+    return is_disrupting(RawNodeState.of(node), counting_deleting=False)
 
 
 def _claims(obj: Json) -> list[BudgetClaim]:

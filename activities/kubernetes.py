@@ -18,6 +18,7 @@ from urllib.parse import quote
 from temporalio import activity
 
 from activities import budget_claims, errors, guards
+from activities.controls_gate import ControlsGate
 from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found, permanent
 from activities.nodeclaims import KarpenterHandover
@@ -260,9 +261,13 @@ class KubernetesActivities:
         ownership: guards.OwnershipCheck | None = None,
         cluster: str = "",
         karpenter_coexistence: bool = False,
+        controls: ControlsGate | None = None,
     ) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
+        # The controls outside the cluster (the controller's pauses, the starts rate budgets count),
+        # checked at the taint with the windows; None (tests of single steps) checks only the cluster's.
+        self.controls = controls
         # How often a wait for a replacement's node asks EC2 whether its instance still runs.
         self.instance_check_seconds = INSTANCE_CHECK_SECONDS
         # Whether this cluster owns an instance (EC2Activities.ownership): the managed-node guard.
@@ -318,15 +323,20 @@ class KubernetesActivities:
         return results
 
     async def _check_controls(self, request: TaintRequest, taking: list[Json]) -> None:
-        """MaintenanceWindows and NodeDisruptionBudgets at the moment of acting: the planner checked
-        them on its cache, but a command may be started by hand, or a window may have opened since."""
+        """MaintenanceWindows, the controller's pauses, rate budgets and NodeDisruptionBudgets at the
+        moment of acting (activities/controls_gate.py): the planner checked them on its cache, but a
+        command may be started by hand or by the interruption poller, approved hours later, or a
+        window may have opened since. Pauses or starts that cannot be read fail closed (retryable)."""
         if not taking:
             return
+        now = datetime.now(UTC)
         try:
             found = await guards.windows(self.kube)
         except Exception as err:
             raise classify_kube(err, "reading MaintenanceWindows") from None
-        why = guards.window_refusal(found, taking, request.reason, request.command_id, datetime.now(UTC))
+        why = guards.window_refusal(found, taking, request.reason, request.command_id, now)
+        if why is None and self.controls is not None:
+            why = await self.controls.refusal(self.kube, request.reason, request.command_id, taking, now)
         if why is not None:
             raise guards.Refused(f"{why}: no {request.reason} disruption now")
         claiming = [node for node in taking if guards.claims_budgets(request.reason, node)]
@@ -1006,8 +1016,10 @@ class KubernetesActivities:
         """Whether a termination may take its node down now, before its taint and drain. A node its
         command already holds (tainted under that command) was checked when the command tainted it;
         interruption and NodePool deletion are never held back. Otherwise a MaintenanceWindow that
-        blocks the termination's action holds it, and a `kubectl delete node` (and any reason that
-        claims budgets: activities/guards.py `claims_budgets`) needs a NodeDisruptionBudget claim.
+        blocks the termination's action holds it, so do the controller's pauses and rate budgets
+        (activities/controls_gate.py `hold`: unreadable, they hold it too), and a `kubectl delete
+        node` (and any reason that claims budgets: activities/guards.py `claims_budgets`) needs a
+        NodeDisruptionBudget claim.
         When it must wait, the node gets an Event saying for what; the workflow asks again later."""
         name = request.node
         try:
@@ -1034,6 +1046,10 @@ class KubernetesActivities:
                     waiting_for=f"MaintenanceWindow {', '.join(block.windows)}",
                     message=block.message(),
                 )
+            if self.controls is not None and (
+                held := await self.controls.hold(self.kube, request.reason, request.holder, node, now)
+            ):
+                return TerminationGate(go=False, waiting_for=held[0], message=held[1])
             if not guards.claims_budgets(request.reason, node):
                 return TerminationGate(go=True)
             denied = await budget_claims.claim(self.kube, [node], request.holder, request.reason, now)

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from temporalio import activity
 
-from activities import errors
+from activities import budget_claims, errors
 from activities.errors import classify_kube, not_found, permanent
 from api.activity_io import (
     HandoverWait,
@@ -396,7 +396,9 @@ class NodeClaimActivities:
     @activity.defn(name="await_karpenter_termination")
     async def await_karpenter_termination(self, request: HandoverWait) -> str:
         """Wait until the node handed to Karpenter is gone (drained, its instance terminated, its
-        finalizer released) and so is its NodeClaim. Heartbeats what is left; a retry resumes."""
+        finalizer released) and so is its NodeClaim; then give back the node's NodeDisruptionBudget
+        claims, as karpflow's own termination does when it removes the finalizer (Karpenter removes
+        it here, so that step never runs). Heartbeats what is left; a retry resumes."""
         interval = self._interval(request.poll_interval_seconds)
         while True:
             try:
@@ -408,6 +410,12 @@ class NodeClaimActivities:
             except Exception as err:
                 raise classify_kube(err, f"watching Karpenter terminate node {request.node}") from None
             if node is None and claim is None:
+                try:
+                    await budget_claims.release(self.kube, nodes=[request.node], uid=request.uid)
+                except Exception as err:
+                    raise classify_kube(
+                        err, f"releasing the NodeDisruptionBudget claims of {request.node}"
+                    ) from None
                 return f"Karpenter drained and terminated node {request.node}" + (
                     f" (NodeClaim {request.nodeclaim})" if request.nodeclaim else ""
                 )

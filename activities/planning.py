@@ -39,14 +39,16 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistoryEv
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import budget_claims, pass_report
+from activities.controls_gate import pause_windows
 from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
-from activities.in_flight import WORKFLOW_TYPES, InFlight, read_in_flight
+from activities.in_flight import InFlight, read_in_flight
 from activities.instance_descriptions import InstanceDescriptions
+from activities.kubernetes import pinned
+from activities.recent_starts import recent_disruptions, recent_starts
 from api import node_reasons
 from api import search_attributes as sa
 from api.constants import (
-    DISRUPTION_TAINT_KEYS,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
     KARPFLOW_GROUP,
@@ -73,11 +75,12 @@ from api.workflow_summaries import disruption_details, disruption_memo, disrupti
 from cluster.informer import ClusterCache
 from kube import events
 from kube.client import Json, KubeApi, KubeError
+from kube.disruption import raw_disruption_taint
 from kube.events import EventBatches, ObjectRef, recorder_for
 from kube.times import parse_time, rfc3339
 from planner import why_not
 from planner.catalog import Catalog, bundled_catalog
-from planner.maintenance_windows import pause_window, read_window
+from planner.maintenance_windows import read_window
 from planner.model import (
     CONSOLIDATION_TYPE_OF,
     EMPTINESS,
@@ -87,11 +90,12 @@ from planner.model import (
     PlanOptions,
 )
 from planner.node_disruption_budgets import read_ndb
+from planner.operator_controls import with_outside_controls
 from planner.optimal.leaving import LEAVING_TAINT_KEY, TaintChange
 from planner.pass_cache import PassCache
 from planner.plan import AnnotationChange, CommandOut, command_out, plan, validate_command
-from planner.rate_budgets import longest_period
-from planner.snapshot import RecentDisruption, Snapshot, instance_id_of
+from planner.rate_budgets import RecentDisruption, longest_period
+from planner.snapshot import Snapshot, instance_id_of
 from runtime import metrics
 
 log = logging.getLogger(__name__)
@@ -291,14 +295,7 @@ def nodepool_finalizer_changes(snapshot: Snapshot) -> dict[str, bool]:
 
 
 def _has_disrupted_taint(obj: Json) -> bool:
-    return any(t.get("key") in DISRUPTION_TAINT_KEYS for t in (obj.get("spec") or {}).get("taints") or ())
-
-
-def pause_windows(pauses: Iterable[Pause]) -> dict[str, Any]:
-    """The operator's pauses as windows of the pass (planner/maintenance_windows.py `pause_window`)."""
-    return {
-        f"pause/{p.key}": pause_window(f"pause/{p.key}", p.describe(), p.action, p.nodepool) for p in pauses
-    }
+    return raw_disruption_taint(obj) is not None
 
 
 def _condition(
@@ -466,55 +463,28 @@ class PlanningActivities:
         snapshot = await asyncio.to_thread(self.cache.snapshot, now, instances, held)
         if problem:
             snapshot.problems.append(problem)
-        snapshot.maintenance_windows.update(pause_windows(pauses))
         period = longest_period(snapshot.nodepools.values())
+        recent = None
         if period is not None:
-            snapshot.recent_disruptions = await self._recent_disruptions(
-                snapshot, now - period, holding, excluding
-            )
-        return snapshot
+            recent = await self._recent_disruptions(snapshot, now - period, holding, excluding)
+        return with_outside_controls(snapshot, pause_windows(pauses), recent)
 
     async def _recent_disruptions(
         self, snapshot: Snapshot, since: datetime, holding: Iterable[str], excluding: str = ""
     ) -> list[RecentDisruption]:
-        """Nodes whose disruption or termination started since `since` (Temporal visibility: this task
-        queue's DisruptionWorkflows and TerminationWorkflows by StartTime), and the nodes of commands
-        the controller started that visibility may not list yet. A rolled-back, rejected or cancelled
-        command took no node and is not counted. Each node once, at its earliest start."""
-        types = ", ".join(f"'{t}'" for t in WORKFLOW_TYPES)
-        query = (
-            f"WorkflowType IN ({types}) AND TaskQueue = '{self.task_queue}' "
-            f"AND StartTime > '{since.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
-        )
-        undone = {
-            WorkflowExecutionStatus.FAILED,
-            WorkflowExecutionStatus.CANCELED,
-            WorkflowExecutionStatus.TERMINATED,
-        }
-        earliest: dict[tuple[str, str], RecentDisruption] = {}
+        """Nodes whose disruption or termination started since `since` (Temporal visibility, read as
+        activities/recent_starts.py says: a rolled-back, rejected or cancelled command took no node
+        and is not counted), and the nodes of commands the controller started that visibility may
+        not list yet. Each node once, at its earliest start."""
+        starts = [
+            s for s in await recent_starts(self.client, self.task_queue, since) if s.workflow_id != excluding
+        ]
 
-        def add(node: str, pools: list[str], reason: str, started: datetime) -> None:
+        def pool_of(node: str) -> str | None:
             known = snapshot.nodes.get(node)
-            for pool in [known.nodepool] if known is not None and known.nodepool else pools:
-                if not pool:
-                    continue
-                entry = earliest.get((node, pool))
-                if entry is None or started < entry.started_at:
-                    earliest[(node, pool)] = RecentDisruption(node, pool, reason, started)
+            return known.nodepool if known is not None else None
 
-        async for execution in self.client.list_workflows(query):
-            if execution.workflow_type == "DisruptionWorkflow" and execution.status in undone:
-                continue
-            if excluding and execution.id == excluding:
-                continue
-            attributes = execution.typed_search_attributes
-            pools = [p for p in (attributes.get(sa.NODEPOOL) or "").split(",") if p]
-            reason = attributes.get(sa.REASON) or ""
-            for node in attributes.get(sa.NODES) or ():
-                add(node, pools, reason, execution.start_time)
-        for node in holding:
-            add(node, [], "", snapshot.now)
-        return sorted(earliest.values(), key=lambda d: (d.started_at, d.node))
+        return recent_disruptions(starts, pool_of, holding, snapshot.now)
 
     async def _instances(self, nodes: list[Json]) -> tuple[list[dict[str, Any]], str | None]:
         """EC2's descriptions of the managed nodes' instances (none without an EC2 client)."""
@@ -805,24 +775,32 @@ class PlanningActivities:
 
     @activity.defn(name="apply_annotations")
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
-        """Set or remove the node annotations a pass asked for; idempotent. Returns how many changed."""
+        """Set or remove the node annotations a pass asked for, each only on the node with the UID the
+        pass saw (checked on the very version the write replaces, which carries its resourceVersion:
+        a node that reused the name since is never annotated; a change without a UID, from an older
+        worker's pass, is written by name). Idempotent. Returns how many nodes it changed."""
         changed = 0
         for raw in changes:
             change = AnnotationChange.model_validate(raw)
+            wrote: list[str] = []  # the write's node, when this change wrote one (a conflict runs it again)
 
-            def mutate(node: Json, change: AnnotationChange = change) -> bool:
+            def mutate(node: Json, change: AnnotationChange = change, wrote: list[str] = wrote) -> bool:
+                wrote.clear()
                 annotations = node.setdefault("metadata", {}).setdefault("annotations", {}) or {}
                 node["metadata"]["annotations"] = annotations
                 if change.value is None:
-                    return annotations.pop(change.key, None) is not None
-                if annotations.get(change.key) == change.value:
+                    if annotations.pop(change.key, None) is None:
+                        return False
+                elif annotations.get(change.key) == change.value:
                     return False
-                annotations[change.key] = change.value
+                else:
+                    annotations[change.key] = change.value
+                wrote.append(change.node)
                 return True
 
             try:
-                await self.kube.update_node(change.node, mutate)
-                changed += 1
+                await self.kube.update_node(change.node, pinned(change.uid or None, mutate))
+                changed += len(wrote)
             except Exception as err:
                 if getattr(err, "status", None) == 404:
                     continue

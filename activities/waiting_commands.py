@@ -4,7 +4,7 @@ A DisruptionWorkflow that waits for an operator's approval asks it now and then 
 once more when the wait ends and before it taints anything (workflows/disruption.py). The verdict is
 the planner's (planner/waiting_validation.py) on the worker's cached view, as the controller's own
 validation sees it: the other commands in flight hold their nodes (visibility), the operator's pauses
-are the controller's (its `status` query: a pause is part of the controller's state), and the
+are the controller's, read as every voluntary path reads them (activities/controls_gate.py), and the
 command's own start is not counted against its rate budget.
 
 Fail closed: a view that cannot be had (cache stale, visibility or the controller's query failing)
@@ -17,17 +17,14 @@ import asyncio
 from datetime import UTC, datetime
 
 from temporalio import activity
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import retryable
+from activities.controls_gate import ControlsUnreadable, controller_pauses
+from activities.errors import UNAVAILABLE, retryable
 from activities.planning import PlanningActivities, heartbeats
 from api.activity_io import WaitingCommandCheck, WaitingCommandVerdict
-from api.controller_io import ControllerStatus, Pause
-from api.workflow_ids import controller_workflow_id
+from api.controller_io import Pause
 from planner.plan import CommandOut
 from planner.waiting_validation import approval_required, validate_waited
-
-CONTROLLER_UNREADABLE = "ControllerUnreadable"
 
 
 class WaitingCommandActivities:
@@ -35,15 +32,11 @@ class WaitingCommandActivities:
         self.planning = planning
 
     async def _pauses(self) -> list[Pause]:
-        """The pauses in force: the controller's state. No controller, no pause."""
-        handle = self.planning.client.get_workflow_handle(controller_workflow_id(self.planning.cluster))
+        """The pauses in force, read as every voluntary path reads them (activities/controls_gate.py)."""
         try:
-            status = await handle.query("status", result_type=ControllerStatus)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return []
-            raise retryable(f"cannot read the controller's pauses: {err}", CONTROLLER_UNREADABLE) from None
-        return list(status.pauses)
+            return await controller_pauses(self.planning.client, self.planning.cluster)
+        except ControlsUnreadable as err:
+            raise retryable(str(err), UNAVAILABLE) from None
 
     @activity.defn(name="check_waiting_command")
     async def check_waiting_command(self, request: WaitingCommandCheck) -> WaitingCommandVerdict:

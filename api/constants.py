@@ -24,6 +24,10 @@ DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 KARPFLOW_DISRUPTED_TAINT_KEY = "karpflow.dev/disrupted"
 # Either key says a disruption is in flight, whoever holds it.
 DISRUPTION_TAINT_KEYS = (DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY)
+# v1beta1's disruption taint (`karpenter.sh/disruption=disrupting`), which an older controller may have
+# left: it says the same (kube/disruption.py reads all three).
+LEGACY_DISRUPTION_TAINT_KEY = "karpenter.sh/disruption"
+LEGACY_DISRUPTION_TAINT_VALUE = "disrupting"
 UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
 NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT_KEY = "node.kubernetes.io/unreachable"

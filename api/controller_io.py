@@ -22,6 +22,10 @@ SIGNAL_STOP = "stop"  # `karpflow controller stop`: finish, and close as complet
 # Updates (validated: a bad request is rejected to the caller and never reaches the history).
 UPDATE_PAUSE = "pause"
 UPDATE_RESUME = "resume"
+# Queries: `status` (ControllerStatus), and `pauses` (Pauses), what every voluntary path outside the
+# controller's own passes reads before it takes a node (activities/controls_gate.py).
+QUERY_STATUS = "status"
+QUERY_PAUSES = "pauses"
 
 
 class OfferingUnavailable(BaseModel):

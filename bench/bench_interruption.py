@@ -238,7 +238,8 @@ async def main() -> None:
         if latencies:
             print(
                 f"   as the poller counts it          p50 {statistics.median(latencies):.2f} s"
-                f"  max {latencies[-1]:.2f} s  ({len(latencies)} messages acted on)"
+                f"  max {latencies[-1]:.2f} s  ({counters.get('acted', len(latencies))} messages acted on, "
+                f"the latest {len(latencies)} measured)"
             )
         print(f"   interruption runs                {runs} (one per node: {runs == len(instances)})")
         print(f"   replacements launched            {replacements} (instances in moto: {before} → {after})")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -31,7 +31,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.controls_gate import ControlsGate, ControlsUnreadable, pause_windows
 from activities.planning import without_offerings
+from activities.recent_starts import recent_disruptions
 from api import search_attributes as sa
 from api.constants import (
     CAPACITY_TYPE_LABEL,
@@ -55,7 +57,9 @@ from cluster.informer import ClusterCache
 from kube import events
 from kube.client import Json, KubeApi
 from planner.catalog import Catalog, bundled_catalog
-from planner.interruption import SpotReplacement, rebalance_budget, spot_replacements
+from planner.interruption import SpotReplacement, rebalance_block, spot_replacements
+from planner.operator_controls import with_outside_controls
+from planner.rate_budgets import longest_period
 from planner.snapshot import Snapshot
 from runtime import metrics
 
@@ -69,6 +73,8 @@ UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cach
 NODE_INDEX_TTL = 1.0
 CACHE_WAIT = 5.0  # seconds a message waits for the informer cache's first listing
 STARTED_MEMO = 100_000  # workflow ids remembered as started by this process (oldest forgotten first)
+# Latencies kept for benches and tests: the latest ones (the histogram metric has them all).
+LATENCY_SAMPLES = 10_000
 
 
 def _nodepool(node: Json) -> str | None:
@@ -141,7 +147,9 @@ class InterruptionPoller:
         self.wait_seconds = wait_seconds
         self.fail_hook = fail_hook  # tests: raise here to simulate a handler failure
         self.counters: Counter[str] = Counter()
-        self.latencies: list[float] = []  # event time → workflow started, seconds
+        # Event time → workflow started, seconds: the latest LATENCY_SAMPLES (counters["acted"] counts
+        # them all; the interruption_queue duration histogram is the metric of record).
+        self.latencies: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self.last_poll = 0.0  # monotonic; a liveness heartbeat for /healthz-style checks
         self.concurrency = max(10, concurrency)
         # One thread per message in flight (its delete) plus the long poll.
@@ -152,6 +160,11 @@ class InterruptionPoller:
         self._snapshot: Snapshot | None = None
         self._snapshot_at = float("-inf")
         self._snapshot_lock = asyncio.Lock()
+        # The controls outside the cluster (the controller's pauses, the starts rate budgets count),
+        # read once per snapshot: a burst of recommendations queries the controller once.
+        self.controls = ControlsGate(client, cluster, task_queue)
+        self._controlled: tuple[Snapshot, Snapshot] | None = None  # (snapshot, its view with them)
+        self._controlled_lock = asyncio.Lock()
         self._url: str | None = None
         # Workflow ids this process started (or found started), and those being started right now:
         # a repeated warning is dropped here, before the simulation, the signal and the Temporal call.
@@ -250,6 +263,7 @@ class InterruptionPoller:
             acted = await self._once(event, instance_id, node)
             if acted:
                 latency = (datetime.now(UTC) - event.time).total_seconds()
+                self.counters["acted"] += 1
                 self.latencies.append(latency)
                 metrics.INTERRUPTION_QUEUE_DURATION.observe(max(latency, 0.0))
                 log.info(
@@ -422,17 +436,46 @@ class InterruptionPoller:
         return await self._within_budget(pool, node)
 
     async def _within_budget(self, pool: str, node: Json) -> bool:
-        """The pool's budgets for reason Drifted (the reason the replacement runs under), counted as
-        the planner counts them (planner/interruption.py `rebalance_budget`); without a view of the
-        cluster, or with budgets that cannot be read, it fails closed."""
+        """The gate a pass applies to a voluntary candidate (planner/interruption.py `rebalance_block`):
+        MaintenanceWindows and the controller's pauses that block Rebalance, NodeDisruptionBudgets, the
+        pool's budgets for reason Drifted (the reason the replacement runs under), rate budgets
+        included. Without a view of the cluster, with budgets that cannot be read, or with pauses or
+        starts that cannot be read, it fails closed (the taint checks them again)."""
         snapshot = await self.snapshot()
         if snapshot is None:
             log.info("rebalance: no view of the cluster yet: no proactive replacement in NodePool %s", pool)
             return False
-        allowed, why = rebalance_budget(snapshot, node["metadata"]["name"])
-        if not allowed:
+        try:
+            view = await self._with_controls(snapshot)
+        except ControlsUnreadable as err:
+            self.counters["rebalance_controls_unreadable"] += 1
+            log.info("rebalance: %s: no proactive replacement in NodePool %s (fails closed)", err, pool)
+            return False
+        why = rebalance_block(view, node["metadata"]["name"])
+        if why is not None:
             log.info("rebalance: %s: no proactive replacement", why)
-        return allowed
+        return why is None
+
+    async def _with_controls(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot with the controller's pauses as windows and, when a pool has a rate budget, the
+        starts of its longest period: what a pass sees (activities/planning.py `_snapshot`)."""
+        async with self._controlled_lock:
+            if self._controlled is not None and self._controlled[0] is snapshot:
+                return self._controlled[1]
+            pauses = await self.controls.pauses()
+            period = longest_period(snapshot.nodepools.values())
+            recent = None
+            if period is not None:
+                starts = await self.controls.starts(snapshot.now - period)
+
+                def pool_of(name: str) -> str | None:
+                    known = snapshot.nodes.get(name)
+                    return known.nodepool if known is not None else None
+
+                recent = recent_disruptions(starts, pool_of)
+            view = with_outside_controls(snapshot, pause_windows(pauses), recent)
+            self._controlled = (snapshot, view)
+            return view
 
     # -- the cluster as the planner sees it ---------------------------------------------------------
 

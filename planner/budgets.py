@@ -27,6 +27,7 @@ from croniter import croniter
 from api.constants import BUDGET_REASONS
 from api.duration import DurationError, karpenter_duration
 from api.nodepool import Budget, NodePool
+from kube import disruption
 from planner.model import BudgetMap, PlanContext
 from planner.rate_budgets import rate_limit
 from planner.snapshot import Node
@@ -131,10 +132,11 @@ def counts_toward_budgets(node: Node) -> bool:
 
 def is_disrupting(node: Node) -> bool:
     """Whether a counted node already consumes its pool's budget: NotReady, being deleted, or held
-    by a command (the disrupted taint, which in-flight workflows' nodes carry virtually). The one
-    definition: the planner's methods and the interruption poller's rebalance check
-    (planner/interruption.py) both read budgets through `build_budget_map`."""
-    return not node.ready or node.is_deleting or node.has_disrupted_taint
+    by a command (either controller's disruption taint, which in-flight workflows' nodes carry
+    virtually). The one rule (kube/disruption.py): the planner's methods and the interruption
+    poller's rebalance check (planner/interruption.py) read budgets through `build_budget_map`, and
+    NodeDisruptionBudget claims (activities/budget_claims.py) read the same rule."""
+    return disruption.is_disrupting(node)
 
 
 def pool_counts(ctx: PlanContext) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
@@ -188,7 +190,9 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
         rate = None
         if not errors:
             try:
-                rate = rate_limit(ctx, pool, total[name], reason)
+                rate = rate_limit(
+                    pool, total[name], reason, ctx.now, ctx.snapshot.recent_disruptions, _planned(ctx, name)
+                )
             except ValueError as err:
                 errors.append(f"rate budget: {err}")
         if errors:
@@ -202,6 +206,15 @@ def build_budget_map(ctx: PlanContext, reason: str) -> BudgetMap:
             budget_map.remaining[name] = rate.remaining
             budget_map.rate_limited[name] = functools.partial(rate.message, name, reason)
     return budget_map
+
+
+def _planned(ctx: PlanContext, pool: str) -> list[str]:
+    """The nodes of `pool` this pass has decided to disrupt so far (rate budgets count them)."""
+    return [
+        name
+        for name in ctx.marked_for_deletion
+        if (node := ctx.snapshot.nodes.get(name)) is not None and node.nodepool == pool
+    ]
 
 
 def budget_report(ctx: PlanContext) -> dict[str, dict[str, int]]:

@@ -10,8 +10,11 @@ node is never planned where EC2 is reclaiming capacity. Each new node keeps the 
 simulation allows, cheapest first, minus the interrupted offering; a spot node falls back to
 on-demand where its NodePool allows it.
 
-Rebalance budget: the same budget map as the planner's methods (planner/budgets.py), so "is this
-node disrupting" has one answer for both.
+Rebalance gate (`rebalance_block`): what a pass applies to a voluntary candidate, with the
+window action Rebalance: MaintenanceWindows and the controller's pauses (the caller puts them in the
+snapshot as windows, as a pass does), NodeDisruptionBudgets, and the pool's budgets for Drifted
+(the same budget map as the planner's methods, planner/budgets.py, concurrency and rate: the caller
+fills `Snapshot.recent_disruptions`), so "is this node disrupting" has one answer for both.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ from planner.budgets import build_budget_map
 from planner.candidates import make_candidate
 from planner.catalog import Catalog
 from planner.model import PlanContext, PlanOptions, Replacement, Simulate
+from planner.operator_controls import ndb_ledger, window_block
 from planner.plan import default_simulate
 from planner.snapshot import Snapshot
+
+# The MaintenanceWindow action of a proactive replacement (api/maintenance_window.py WINDOW_ACTIONS).
+REBALANCE_ACTION = "Rebalance"
 
 Offering = tuple[str, str, str]  # (instance type, zone, capacity type)
 
@@ -119,8 +126,26 @@ def rebalance_budget(snapshot: Snapshot, node_name: str, reason: str = REASON_DR
         return False, f"NodePool {pool}: budgets unreadable ({'; '.join(errors)})"
     remaining = budget.remaining.get(pool, 0)
     if remaining <= 0:
+        if pool in budget.rate_limited:
+            return False, budget.rate_limited[pool](0)
         return False, (
             f"NodePool {pool} allows no more {reason} disruptions now "
             f"({budget.disrupting.get(pool, 0)} of {budget.total.get(pool, 0)} disrupting)"
         )
     return True, ""
+
+
+def rebalance_block(snapshot: Snapshot, node_name: str, reason: str = REASON_DRIFTED) -> str | None:
+    """Why the operator's controls forbid a proactive replacement of the node now (None: they allow
+    it): a window or pause that blocks Rebalance on it, a NodeDisruptionBudget without room, or the
+    pool's budgets for `reason` (concurrency and rate)."""
+    node = snapshot.nodes.get(node_name)
+    if node is None:
+        return f"node {node_name} is not in the snapshot"
+    ctx = PlanContext(snapshot=snapshot, catalog=Catalog(region="", types={}))
+    if (block := window_block(ctx, node, REBALANCE_ACTION)) is not None:
+        return block.message()
+    if snapshot.node_disruption_budgets and (status := ndb_ledger(ctx).blocking([node_name])) is not None:
+        return status.message()
+    allowed, why = rebalance_budget(snapshot, node_name, reason)
+    return None if allowed else why

@@ -35,8 +35,6 @@ from api.duration import NEVER, DurationError, ttl_seconds
 PROVISIONER_KIND = "Provisioner"
 AWS_NODE_TEMPLATE_KIND = "AWSNodeTemplate"
 LEGACY_PROVISIONER_LABEL = "karpenter.sh/provisioner-name"
-LEGACY_DISRUPTION_TAINT_KEY = "karpenter.sh/disruption"
-LEGACY_DISRUPTION_TAINT_VALUE = "disrupting"
 
 
 def _ttl(spec: Mapping[str, Any], field: str, problems: list[str]) -> str:

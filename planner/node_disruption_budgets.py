@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from api.node_disruption_budget import NodeDisruptionBudget
+from kube.disruption import is_disrupting
 from kube.selectors import LabelSelector
 
 
@@ -104,7 +105,8 @@ def scaled(value: int | str, total: int) -> int:
 
 
 def unavailable(node: NodeState) -> bool:
-    return not node.ready or node.is_deleting or node.has_disrupted_taint
+    """NotReady, being deleted or tainted by a disruption: the planner's rule (kube/disruption.py)."""
+    return is_disrupting(node)
 
 
 @dataclass

@@ -16,12 +16,26 @@ In a pass (planner/plan.py):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from planner.maintenance_windows import ACTION_OF_REASON, WindowBlock, blocked
+from planner.maintenance_windows import ACTION_OF_REASON, Window, WindowBlock, blocked
 from planner.model import Command, PlanContext
 from planner.node_disruption_budgets import NdbLedger, statuses
-from planner.snapshot import Node
+from planner.rate_budgets import RecentDisruption
+from planner.snapshot import Node, Snapshot
+
+
+def with_outside_controls(
+    snapshot: Snapshot, pauses: Mapping[str, Window], recent: list[RecentDisruption] | None
+) -> Snapshot:
+    """The snapshot seen with the controls that are not cluster objects: the controller's pauses as
+    windows, and the starts rate budgets count (None: not read, as no pool has a rate budget). A view:
+    the snapshot itself is not changed (the interruption poller shares one between messages)."""
+    view = snapshot.at(snapshot.now)
+    view.maintenance_windows = {**snapshot.maintenance_windows, **pauses}
+    if recent is not None:
+        view.recent_disruptions = list(recent)
+    return view
 
 
 def window_block(ctx: PlanContext, node: Node, action: str) -> WindowBlock | None:

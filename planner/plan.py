@@ -150,11 +150,13 @@ class PlanSummary(_Out):
 
 class AnnotationChange(_Out):
     """A marker the pass wants on a node (value) or gone from it (None), e.g. the seed-era
-    `karpenter.sh/voluntary-disruption: drifted`. The controller applies these through an activity."""
+    `karpenter.sh/voluntary-disruption: drifted`. The controller applies these through an activity,
+    only to the node with `uid` (the one the pass saw: a node that reuses the name is left alone)."""
 
     node: str
     key: str
     value: str | None = None
+    uid: str = Field(default="", description="the node's metadata.uid when the pass planned it")
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,16 @@ class MethodEvaluation:
     consolidation_type: str
     seconds: float
     eligible: int
+
+
+def _pinned(snapshot: Snapshot, changes: list[AnnotationChange]) -> list[AnnotationChange]:
+    """Each change with the UID of the node the pass saw under its name (a node name is not an
+    identity: apply_annotations writes only to that node)."""
+    for change in changes:
+        node = snapshot.nodes.get(change.node)
+        if node is not None and not change.uid:
+            change.uid = node.uid
+    return changes
 
 
 def deferred_expiration_markers(ctx: PlanContext) -> list[AnnotationChange]:
@@ -341,19 +353,22 @@ def plan(
             for pool in sorted(total)
         },
         problems=problems,
-        annotations=[
-            AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
-            for node, value in voluntary_disruption_markers(ctx)
-        ]
-        + [
-            AnnotationChange(node=node, key=PLAN_ANNOTATION, value=value)
-            for node, value in (
-                ctx.plan_markers
-                if ctx.plan_markers is not None
-                else marker_changes(snapshot, {}, stale_markers)
-            )
-        ]
-        + deferred_expiration_markers(ctx),
+        annotations=_pinned(
+            snapshot,
+            [
+                AnnotationChange(node=node, key=VOLUNTARY_DISRUPTION_ANNOTATION, value=value)
+                for node, value in voluntary_disruption_markers(ctx)
+            ]
+            + [
+                AnnotationChange(node=node, key=PLAN_ANNOTATION, value=value)
+                for node, value in (
+                    ctx.plan_markers
+                    if ctx.plan_markers is not None
+                    else marker_changes(snapshot, {}, stale_markers)
+                )
+            ]
+            + deferred_expiration_markers(ctx),
+        ),
         taints=leaving_taint_changes(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
         ),

@@ -12,25 +12,41 @@ answer to kubernetes-sigs/karpenter #2909, "30 % per 10 minutes"; docs/operator-
   budgets), plus the nodes this pass has already decided to disrupt. Percentages are of the pool's
   nodes, rounded up, as for concurrency budgets.
 - Where the starts come from: `Snapshot.recent_disruptions`. The controller fills it from Temporal
-  visibility (DisruptionWorkflows by KarpflowNodePool and StartTime, plus the commands it holds for
-  validation); a snapshot without them (`karpflow plan --snapshot`) sees no recent starts.
+  visibility (activities/recent_starts.py: DisruptionWorkflows and TerminationWorkflows by StartTime,
+  plus the commands it holds for validation); a snapshot without them (`karpflow plan --snapshot`)
+  sees no recent starts.
+- Applied in a pass (planner/budgets.py `build_budget_map`), and again where a voluntary command
+  takes its nodes (`rate_refusal`, from activities/controls_gate.py): a leaf of the shared control
+  rules, like planner/maintenance_windows.py and planner/node_disruption_budgets.py, so the activities
+  read the very rule the planner applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from api.cron import cron_expression
 from api.duration import format_duration, parse_duration
 from api.karpflow_overrides import read_overrides
 from api.nodepool import Budget, NodePool
 from planner.maintenance_windows import schedule_active
-from planner.model import PlanContext
 from planner.node_disruption_budgets import scaled
 
 HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class RecentDisruption:
+    """A node whose disruption started at `started_at` (any reason, forceful ones too): what rate
+    budgets (`per`) count. Not cluster state: read from Temporal visibility
+    (activities/recent_starts.py) and set as `Snapshot.recent_disruptions`."""
+
+    node: str
+    nodepool: str
+    reason: str
+    started_at: datetime
 
 
 @dataclass(frozen=True)
@@ -61,36 +77,78 @@ def rate_budgets(pool: NodePool) -> list[Budget]:
     return budgets
 
 
-def started_within(ctx: PlanContext, pool: str, per: timedelta) -> int:
-    """Nodes of `pool` whose disruption started in (now - per, now], and those this pass disrupts."""
-    since = ctx.now - per
-    recent = {d.node for d in ctx.snapshot.recent_disruptions if d.nodepool == pool and d.started_at > since}
-    planned = {
-        name
-        for name in ctx.marked_for_deletion
-        if (node := ctx.snapshot.nodes.get(name)) is not None and node.nodepool == pool
-    }
-    return len(recent | planned)
+def started_within(
+    recent: Iterable[RecentDisruption],
+    pool: str,
+    per: timedelta,
+    now: datetime,
+    planned: Collection[str] = (),
+) -> set[str]:
+    """Nodes of `pool` whose disruption started in (now - per, now], and `planned` (nodes of the pool
+    decided on since: a pass's earlier commands, or the command taking them now)."""
+    since = now - per
+    return {d.node for d in recent if d.nodepool == pool and d.started_at > since} | set(planned)
 
 
-def rate_limit(ctx: PlanContext, pool: NodePool, total: int, reason: str) -> RateLimit | None:
-    """The tightest active rate budget of the pool for `reason` (None: no rate budget applies).
-    Raises ValueError for a budget that cannot be evaluated (the pool then fails closed)."""
-    tightest: RateLimit | None = None
+def _active(pool: NodePool, reason: str, now: datetime) -> Iterator[tuple[Budget, timedelta]]:
+    """The pool's rate budgets that limit `reason` at `now`, with their period. Raises ValueError for
+    one that cannot be evaluated."""
     for budget in rate_budgets(pool):
         if budget.reasons is not None and reason not in budget.reasons:
             continue
         if budget.schedule is not None and not schedule_active(
-            cron_expression(budget.schedule), parse_duration(budget.duration or ""), ctx.now
+            cron_expression(budget.schedule), parse_duration(budget.duration or ""), now
         ):
             continue
-        per = parse_duration(budget.per or "")
+        yield budget, parse_duration(budget.per or "")
+
+
+def rate_limit(
+    pool: NodePool,
+    total: int,
+    reason: str,
+    now: datetime,
+    recent: Iterable[RecentDisruption],
+    planned: Collection[str] = (),
+) -> RateLimit | None:
+    """The tightest active rate budget of the pool for `reason` (None: no rate budget applies), with
+    `planned` counted as started. Raises ValueError for a budget that cannot be evaluated (the pool
+    then fails closed)."""
+    recent = list(recent)
+    tightest: RateLimit | None = None
+    for budget, per in _active(pool, reason, now):
         allowed = scaled(budget.nodes, total)
-        started = started_within(ctx, pool.name, per)
+        started = len(started_within(recent, pool.name, per, now, planned))
         limit = RateLimit(max(allowed - started, 0), allowed, per, started)
         if tightest is None or limit.remaining < tightest.remaining:
             tightest = limit
     return tightest
+
+
+def rate_refusal(
+    pool: NodePool,
+    total: int,
+    reason: str,
+    now: datetime,
+    recent: Iterable[RecentDisruption],
+    taking: Collection[str],
+) -> str | None:
+    """Why starting a disruption of `taking` (nodes of `pool`) now would exceed one of the pool's
+    rate budgets for `reason` (None: it fits): the check where a command takes its nodes, on the rule
+    of a pass. `recent` must not hold the command's own start. Nodes already counted as started are
+    not counted twice. A budget that cannot be evaluated refuses (fails closed)."""
+    recent = list(recent)
+    try:
+        for budget, per in _active(pool, reason, now):
+            allowed = scaled(budget.nodes, total)
+            before = started_within(recent, pool.name, per, now)
+            after = before | set(taking)
+            if len(after) > allowed and len(after) > len(before):
+                limit = RateLimit(max(allowed - len(before), 0), allowed, per, len(before))
+                return limit.message(pool.name, reason, limit.remaining)
+    except ValueError as err:
+        return f"nodepool {pool.name} rate budget cannot be read ({err}); it fails closed"
+    return None
 
 
 def longest_period(pools: Iterable[NodePool]) -> timedelta | None:

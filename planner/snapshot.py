@@ -43,7 +43,6 @@ from pydantic import ValidationError
 
 from api.constants import (
     CAPACITY_TYPE_LABEL,
-    DISRUPTION_TAINT_KEYS,
     EC2NODECLASS_LABEL,
     INITIALIZED_LABEL,
     INSTANCE_TYPE_LABEL,
@@ -57,6 +56,7 @@ from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool import pydantic_message as _pydantic_message
 from api.nodepool_reader import read_nodepool
 from api.quantity import QuantityError
+from kube.disruption import disruption_taint
 from kube.pods import (
     controller_owner,
     do_not_disrupt_problem,
@@ -78,6 +78,7 @@ from kube.times import parse_time
 from planner import legacy
 from planner.maintenance_windows import Window, read_window
 from planner.node_disruption_budgets import Ndb, read_ndb
+from planner.rate_budgets import RecentDisruption
 from planner.resources import ZERO, Resources
 
 _json_loads: Callable[[bytes], Any]
@@ -634,15 +635,7 @@ class Node:
         """The taint saying a disruption is in flight: v1's `karpenter.sh/disrupted`, karpflow's own
         `karpflow.dev/disrupted` (beside Karpenter), or v1beta1's `karpenter.sh/disruption=disrupting`
         left by an older controller. None when untainted."""
-        for taint in self.taints:
-            if taint.key in DISRUPTION_TAINT_KEYS:
-                return taint.key
-            if (
-                taint.key == legacy.LEGACY_DISRUPTION_TAINT_KEY
-                and taint.value == legacy.LEGACY_DISRUPTION_TAINT_VALUE
-            ):
-                return f"{taint.key}={taint.value}"
-        return None
+        return disruption_taint((taint.key, taint.value) for taint in self.taints)
 
     @property
     def has_disrupted_taint(self) -> bool:
@@ -1003,18 +996,6 @@ _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
 _WINDOW_KINDS = {"MaintenanceWindow"}
 _NDB_KINDS = {"NodeDisruptionBudget"}
-
-
-@dataclass(frozen=True, slots=True)
-class RecentDisruption:
-    """A node whose disruption started at `started_at` (any reason, forceful ones too): what rate
-    budgets (`per`) count. Not cluster state: the controller reads it from Temporal visibility
-    (DisruptionWorkflows by KarpflowNodePool and StartTime) and sets `Snapshot.recent_disruptions`."""
-
-    node: str
-    nodepool: str
-    reason: str
-    started_at: datetime
 
 
 @dataclass(eq=False)

@@ -52,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
     from api import node_reasons
     from api import search_attributes as sa
     from api.controller_io import (
+        QUERY_PAUSES,
+        QUERY_STATUS,
         SIGNAL_OFFERING_UNAVAILABLE,
         SIGNAL_STOP,
         SIGNAL_WAKE,
@@ -128,7 +130,7 @@ class ControllerWorkflow:
         self._upkeep_controls = False
         self._collects_garbage = False
 
-    @workflow.query
+    @workflow.query(name=QUERY_STATUS)
     def status(self) -> ControllerStatus:
         return self._status.model_copy(
             update={
@@ -143,6 +145,12 @@ class ControllerWorkflow:
         """What a run carries over: read from a run that ended by accident (failed, terminated) by the
         start of the next one, so its pauses and backoffs are not lost (runtime/controller_start.py)."""
         return self._state
+
+    @workflow.query(name=QUERY_PAUSES)
+    def pauses(self) -> Pauses:
+        """The pauses in force, alone: what the interruption poller and the taint of a command started
+        outside this controller read (activities/controls_gate.py), without the whole status."""
+        return self._pauses()
 
     # -- updates: pause and resume (a bad request is rejected by the validator, before the history) --
 

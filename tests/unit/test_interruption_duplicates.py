@@ -125,3 +125,15 @@ def _fast_events(monkeypatch: pytest.MonkeyPatch) -> None:
         return None
 
     monkeypatch.setattr(InterruptionPoller, "_record_event", nothing)
+
+
+async def test_the_latencies_it_keeps_are_bounded_and_the_count_is_not(monkeypatch: pytest.MonkeyPatch):
+    """Issue 30 item 9: the poller kept every latency it ever measured, for the life of the worker."""
+    import cluster.interruption as interruption
+
+    monkeypatch.setattr(interruption, "LATENCY_SAMPLES", 3)
+    p = poller(FakeClient())
+    for i in INSTANCES:
+        await p.handle(message(i, 0))
+    assert p.counters["acted"] == len(INSTANCES) == 5
+    assert len(p.latencies) == 3  # the latest ones, sortable as bench/bench_interruption.py reads them

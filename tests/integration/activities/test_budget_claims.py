@@ -8,6 +8,7 @@ HTTP against the emulator, which serves karpflow's CRDs as a cluster with deploy
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,10 +17,18 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import budget_claims
+from activities.controls_gate import ControlsGate, ControlsUnreadable
 from activities.guards import OWNER_ANNOTATION
 from activities.kubernetes import KubernetesActivities
-from api.activity_io import NodeRef, TaintRequest, TerminationGateRequest, UntaintRequest
-from api.constants import DISRUPTED_TAINT_KEY, EXPIRATION_DEFERRED_ANNOTATION, HOLDER_REASON_ANNOTATION
+from activities.nodeclaims import NodeClaimActivities
+from api.activity_io import HandoverWait, NodeRef, TaintRequest, TerminationGateRequest, UntaintRequest
+from api.constants import (
+    DISRUPTED_TAINT_KEY,
+    EXPIRATION_DEFERRED_ANNOTATION,
+    HOLDER_REASON_ANNOTATION,
+    KARPFLOW_DISRUPTED_TAINT_KEY,
+)
+from api.controller_io import Pause
 from kube.client import KubeApi
 from sim.apiserver import crds
 from sim.stack import KARPFLOW_CRDS
@@ -168,6 +177,49 @@ async def test_forceful_work_is_never_stopped_by_a_budget_but_counts(world):
         await taint(activities, ["in-1"], f"{VOLUNTARY}/c")
 
 
+async def test_beside_karpenter_a_node_under_karpflows_own_taint_counts_against_the_budget(world):
+    """Issue 30 item 3: with --karpenter-coexistence karpflow taints `karpflow.dev/disrupted`, and the
+    claims read only `karpenter.sh/disrupted`: the first node taken counted as available, so a second
+    command was granted the budget's only slot."""
+    ingress_nodes(world, "in-0", "in-1")
+    ndb(world, "ingress", 1, {"example.com/role": "ingress"})
+    beside = KubernetesActivities(
+        world.kube,
+        poll_interval=0.01,
+        ownership=world.aws().ownership,
+        cluster=CLUSTER,
+        karpenter_coexistence=True,
+    )
+    interrupted = await taint(beside, ["in-0"], "interruption/prod/i-0/spot", reason="Interrupted")
+    keys = [t["key"] for t in world.get_node("in-0")["spec"]["taints"]]
+    assert interrupted[0].ok and KARPFLOW_DISRUPTED_TAINT_KEY in keys and DISRUPTED_TAINT_KEY not in keys
+    with pytest.raises(ApplicationError, match=r"1 of 2 selected nodes are \(in-0\)"):
+        await taint(beside, ["in-1"], f"{VOLUNTARY}/beside")
+    assert not any(
+        t["key"] == KARPFLOW_DISRUPTED_TAINT_KEY for t in world.get_node("in-1")["spec"].get("taints") or ()
+    )
+    assert claims(world, "ingress") == []
+
+
+async def test_a_node_handed_to_karpenter_gives_its_claim_back_once_karpenter_is_done_with_it(world):
+    """Issue 30 item 9: beside Karpenter a termination hands the node over and never removes its
+    finalizer itself, where karpflow's own termination releases the claims: they stayed until the
+    controller's sweep."""
+    ingress_nodes(world, "in-0", "in-1")
+    ndb(world, "ingress", 1, {"example.com/role": "ingress"})
+    (taken,) = await taint(world.activities(), ["in-0"], f"{VOLUNTARY}/handed-over", reason="Drifted")
+    assert taken.ok and [c["node"] for c in claims(world, "ingress")] == ["in-0"]
+    # Karpenter drains the node, terminates its instance and lets the API server remove it.
+    node = world.get_node("in-0")
+    world.emu.store.update("nodes", {**node, "metadata": {**node["metadata"], "finalizers": []}})
+    world.emu.store.delete("nodes", "in-0")
+    wait = HandoverWait(node="in-0", uid=taken.uid, poll_interval_seconds=0.01)
+    done = await ActivityEnvironment().run(NodeClaimActivities(world.kube).await_karpenter_termination, wait)
+    assert "Karpenter drained and terminated node in-0" in done
+    assert claims(world, "ingress") == []
+    assert (await taint(world.activities(), ["in-1"], f"{VOLUNTARY}/next", reason="Drifted"))[0].ok
+
+
 async def test_a_node_selected_by_two_budgets_needs_room_in_both_and_keeps_no_half_claim(world):
     ingress_nodes(world, "in-0", "in-1", "in-2")
     world.node("other", labels={"example.com/role": "ingress", "zone-pair": "b"})
@@ -260,6 +312,70 @@ async def test_a_kubectl_delete_waits_for_its_budget_with_an_event_then_goes(wor
     annotations = world.get_node("in-1")["metadata"]["annotations"]
     assert annotations[OWNER_ANNOTATION] == "termination/prod/in-1/u@r"
     assert annotations[HOLDER_REASON_ANNOTATION] == "Manual"
+
+
+class PausedController(ControlsGate):
+    """The controller's `pauses` query answered (or failing) as the test says; no recent starts."""
+
+    def __init__(self, pauses: list[Pause] | None) -> None:
+        super().__init__(None, CLUSTER, "tq")  # type: ignore[arg-type]
+        self.answer = pauses
+
+    async def pauses(self) -> list[Pause]:
+        if self.answer is None:
+            raise ControlsUnreadable("the controller's pauses cannot be read: deadline exceeded")
+        return self.answer
+
+    async def starts(self, since: Any) -> list[Any]:
+        return []
+
+
+def gated(world: Any, pauses: list[Pause] | None) -> KubernetesActivities:
+    return KubernetesActivities(
+        world.kube,
+        poll_interval=0.01,
+        ownership=world.aws().ownership,
+        cluster=CLUSTER,
+        controls=PausedController(pauses),
+    )
+
+
+async def test_a_termination_started_by_hand_waits_while_the_controller_is_paused(world):
+    """Issue 30 item 6: every voluntary path passes the same gate; a TerminationWorkflow started by hand
+    with a voluntary reason waits (its node is deleting already) while a pause covers it, or while
+    the pauses cannot be read; a `kubectl delete node` is no voluntary disruption and goes."""
+    world.nodepool()
+    install_crds(world)
+    world.node("n1")
+    uid = world.get_node("n1")["metadata"]["uid"]
+    drifted = TerminationGateRequest(node="n1", uid=uid, reason="Drifted", holder="termination/prod/n1/u@r")
+    paused = Pause(scope="global", reason="incident", by="ops", since=datetime.now(UTC))
+    env = ActivityEnvironment()
+
+    gate = await env.run(gated(world, [paused]).termination_gate, drifted)
+    assert not gate.go and gate.waiting_for == "a controller pause", gate
+    assert "paused (everything by ops: incident)" in gate.message
+    unreadable = await env.run(gated(world, None).termination_gate, drifted)
+    assert not unreadable.go and "cannot be read" in unreadable.message, unreadable
+    manual = drifted.model_copy(update={"reason": "Manual"})
+    assert (await env.run(gated(world, None).termination_gate, manual)).go
+    assert (await env.run(gated(world, []).termination_gate, drifted)).go
+
+
+async def test_a_taint_is_refused_while_the_controller_is_paused_and_retried_while_it_cannot_say(world):
+    world.nodepool()
+    install_crds(world)
+    world.node("n1")
+    paused = Pause(scope="action", action="Drift", by="ops", since=datetime.now(UTC))
+    with pytest.raises(ApplicationError, match=r"paused \(Drift by ops\)") as refused:
+        await taint(gated(world, [paused]), ["n1"], "disruption/prod/default/Drifted/x", reason="Drifted")
+    assert refused.value.non_retryable and not tainted(world.get_node("n1"))
+    with pytest.raises(ApplicationError, match="cannot be read") as unreadable:
+        await taint(gated(world, None), ["n1"], "disruption/prod/default/Drifted/x", reason="Drifted")
+    assert not unreadable.value.non_retryable and not tainted(world.get_node("n1"))
+    # Forceful work does not wait for the controller.
+    spot = await taint(gated(world, None), ["n1"], "interruption/prod/i-1/spot", reason="Interrupted")
+    assert spot[0].ok
 
 
 async def test_the_sweep_drops_claims_of_gone_nodes_and_of_holders_that_stopped_before_tainting(world):

@@ -101,3 +101,20 @@ async def test_a_command_pinned_to_a_node_does_not_claim_or_release_a_new_node_o
         UntaintRequest(nodes=["n1"], command_id="disruption/prod/default/Expired/x@r", uids=uids),
     )
     assert released == [] and tainted(world.get_node("n1"))
+
+
+async def test_the_controllers_annotations_go_only_to_the_node_the_pass_saw(world):
+    """Issue 30 item 9: the controller's node annotations were written by name."""
+    from activities.planning import PlanningActivities
+
+    world.nodepool()
+    old, new = reuse_the_name(world, "n1")
+    planning = PlanningActivities(None, world.kube, None)  # type: ignore[arg-type]
+    marker = {"node": "n1", "key": "karpenter.sh/voluntary-disruption", "value": "drifted"}
+    env = ActivityEnvironment()
+    assert await env.run(planning.apply_annotations, [{**marker, "uid": old["metadata"]["uid"]}]) == 0
+    assert "karpenter.sh/voluntary-disruption" not in (
+        world.get_node("n1")["metadata"].get("annotations") or {}
+    )
+    assert await env.run(planning.apply_annotations, [{**marker, "uid": new["metadata"]["uid"]}]) == 1
+    assert world.get_node("n1")["metadata"]["annotations"]["karpenter.sh/voluntary-disruption"] == "drifted"

@@ -10,9 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
 
-from api.workflow_ids import interruption_workflow_id
+from api.controller_io import ControllerState, Pause
+from api.workflow_ids import controller_workflow_id, interruption_workflow_id
 from cluster.interruption import REBALANCE_ANNOTATION, instance_id_of
+from runtime.controller_start import controller_input
 from tests.integration.workflows.conftest import Workload, node, scenario
 
 pytestmark = pytest.mark.integration
@@ -261,6 +264,29 @@ async def test_a_rebalance_replacement_waits_for_the_budget(karpflow, queue):
     queue.send(json.dumps(rebalance))
     async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
         await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
+    assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
+    assert A.name in await karpflow.nodes()
+
+
+@pytest.mark.sim_stack(scenario=WORLD)
+async def test_a_paused_controller_holds_the_rebalance_replacement_back(karpflow, queue):
+    """Issue 30 item 6: the poller built its view without the controller's pauses, so `karpflow pause`
+    stopped every command but the proactive replacements. The controller runs with the pause in its
+    state from its first task (as after a continue-as-new); the poller reads it with its query."""
+    await opt_in_to_rebalance(karpflow)
+    settings = karpflow.settings(controller=True)
+    paused = Pause(scope="global", reason="incident", by="ops", since=datetime.now(UTC))
+    await karpflow.client.start_workflow(
+        "ControllerWorkflow",
+        controller_input(settings).model_copy(update={"state": ControllerState(pauses={"global": paused})}),
+        id=controller_workflow_id(karpflow.stack.cluster_name),
+        task_queue=karpflow.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    instance = await instance_of(karpflow, A.name)
+    queue.put_rebalance_recommendation(instance)
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1, controller=True) as w:
+        await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=30)
     assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()
 

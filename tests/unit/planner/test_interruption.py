@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from activities.planning import without_offerings
 from api.controller_io import OfferingUnavailable
-from planner.interruption import rebalance_budget, spot_replacements
+from planner.interruption import rebalance_block, rebalance_budget, spot_replacements
+from planner.maintenance_windows import pause_window
+from planner.rate_budgets import RecentDisruption
 from sim.cluster_builder import ClusterBuilder
 
 SPOT_POOL = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]
@@ -79,3 +81,37 @@ def test_the_rebalance_budget_counts_disrupting_nodes_as_the_planner_does():
         b.node(f"booting-{i}", initialized=False, ready=False, age=timedelta(minutes=1))
     # 50 % of the 1 initialized node rounds up to 1, and booting nodes are not disrupting ones.
     assert rebalance_budget(b.snapshot(), "a") == (True, "")
+
+
+def test_a_rebalance_replacement_passes_the_gate_a_pass_applies_to_a_voluntary_candidate():
+    """Issue 30 item 6: the rebalance check read only the pool's concurrency budgets: a pause of the
+    controller (a window of every pass) and a rate budget used up let a proactive replacement start."""
+    b = ClusterBuilder()
+    b.nodepool("default", budgets=[{"nodes": "100%"}, {"nodes": "1", "per": "1h"}])
+    b.node("a")
+    b.node("b")
+    assert rebalance_block(b.snapshot(), "a") is None
+
+    paused = b.snapshot()
+    paused.maintenance_windows["pause/global"] = pause_window("pause/global", "everything by ops: incident")
+    why = rebalance_block(paused, "a")
+    assert why is not None and why.startswith("paused (everything by ops: incident)"), why
+    # A pause of one action covers that action only: Rebalance is its own.
+    drift_only = b.snapshot()
+    drift_only.maintenance_windows["pause/action/Drift"] = pause_window(
+        "pause/action/Drift", "Drift", "Drift"
+    )
+    assert rebalance_block(drift_only, "a") is None
+
+    rated = b.snapshot()
+    rated.recent_disruptions = [
+        RecentDisruption("gone", "default", "Expired", rated.now - timedelta(minutes=5))
+    ]
+    why = rebalance_block(rated, "a")
+    assert why is not None and "rate budget for Drifted is used up" in why, why
+
+    b.node_disruption_budget(
+        "all", selector={"matchLabels": {"karpenter.sh/nodepool": "default"}}, max_unavailable=0
+    )
+    why = rebalance_block(b.snapshot(), "a")
+    assert why is not None and "NodeDisruptionBudget all allows 0" in why, why

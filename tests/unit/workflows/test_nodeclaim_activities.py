@@ -16,7 +16,7 @@ from activities.nodeclaims import (
     nodeclaim_body,
     nodeclaim_state,
 )
-from api.activity_io import AmiChoice, LaunchTemplate, NodeClaimRequest, NodeClaimWait
+from api.activity_io import AmiChoice, HandoverWait, LaunchTemplate, NodeClaimRequest, NodeClaimWait
 from api.constants import TERMINATION_TIMESTAMP_ANNOTATION
 from api.workflow_io import Offering, ReplacementSpec, TaintSpec
 from kube.client import KubeError
@@ -206,3 +206,46 @@ async def test_one_wait_until_initialized_says_in_its_heartbeat_how_far_karpente
     (first,) = beats
     assert first["nodeclaim"] == "c1" and first["instance"] == "i-0abc" and first["node"] == "ip-10-0-1-1"
     assert "Initialized" in first["waiting_for"], first
+
+
+class KarpenterDone:
+    """The API once Karpenter has finished with a handed-over node: node and NodeClaim gone; the
+    NodeDisruptionBudget still holds the claim its command took at the taint."""
+
+    def __init__(self, claims: list[dict[str, Any]]) -> None:
+        self.budget = {
+            "apiVersion": "karpflow.dev/v1alpha1",
+            "kind": "NodeDisruptionBudget",
+            "metadata": {"name": "ingress", "resourceVersion": "1"},
+            "spec": {"selector": {"matchLabels": {"role": "ingress"}}, "maxUnavailable": 1},
+            "status": {"claims": claims},
+        }
+
+    async def find_node(self, _name: str) -> None:
+        return None
+
+    async def request(self, method: str, path: str, **_: Any) -> Any:
+        raise KubeError(404, "NotFound", f"{method} {path}")
+
+    async def list_cluster_custom(self, *_: Any) -> list[dict[str, Any]]:
+        return [self.budget]
+
+    async def get_cluster_custom(self, *_: Any) -> dict[str, Any]:
+        return self.budget
+
+    async def replace_cluster_custom_status(self, *args: Any) -> dict[str, Any]:
+        self.budget = args[-1]
+        return self.budget
+
+
+async def test_a_handed_over_node_gives_its_budget_claims_back_once_karpenter_is_done():
+    """Issue 30 item 9: a node handed to Karpenter never reaches karpflow's `remove_finalizer`, which
+    releases the claims; they stayed until the controller's sweep."""
+    since = "2026-01-01T00:00:00Z"
+    mine = {"node": "in-0", "uid": "u0", "holder": f"{COMMAND}@r", "reason": "Drifted", "since": since}
+    other = {"node": "in-1", "uid": "u1", "holder": "disruption/x/y@r", "reason": "Drifted", "since": since}
+    api = KarpenterDone([mine, other])
+    wait = HandoverWait(node="in-0", uid="u0", nodeclaim="default-abc", poll_interval_seconds=0.01)
+    done = await ActivityEnvironment().run(NodeClaimActivities(api).await_karpenter_termination, wait)  # type: ignore[arg-type]
+    assert "Karpenter drained and terminated node in-0" in done
+    assert [c["node"] for c in api.budget["status"]["claims"]] == ["in-1"]

@@ -5,6 +5,7 @@ per-node reasons as changes."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -198,19 +199,30 @@ class Listed:
     status: WorkflowExecutionStatus
     start_time: datetime
     typed_search_attributes: TypedSearchAttributes
-    id: str = ""
+    id: str = "disruption/listed"
+    run_id: str = "run"
 
 
-def started(node: str, pool: str, minutes_ago: int, status=WorkflowExecutionStatus.COMPLETED) -> Listed:
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.NODES, [node]),
-            SearchAttributePair(sa.NODEPOOL, pool),
-            SearchAttributePair(sa.REASON, "Empty"),
-        ]
-    )
+def started(
+    node: str,
+    pool: str,
+    minutes_ago: int,
+    status=WorkflowExecutionStatus.COMPLETED,
+    phase: str | None = None,
+    workflow_type: str = "DisruptionWorkflow",
+) -> Listed:
+    pairs: list[SearchAttributePair] = [
+        SearchAttributePair(sa.NODES, [node]),
+        SearchAttributePair(sa.NODEPOOL, pool),
+        SearchAttributePair(sa.REASON, "Empty"),
+    ]
+    if phase is not None:
+        pairs.append(SearchAttributePair(sa.PHASE, phase))
     return Listed(
-        "DisruptionWorkflow", status, datetime.now(UTC) - timedelta(minutes=minutes_ago), attributes
+        workflow_type,
+        status,
+        datetime.now(UTC) - timedelta(minutes=minutes_ago),
+        TypedSearchAttributes(pairs),
     )
 
 
@@ -254,6 +266,33 @@ async def test_a_rate_budget_counts_the_starts_temporal_visibility_lists():
     # Commands the controller started that visibility may not list yet count too.
     holding = await planning(objects, visibility=visibility).plan_pass(PassRequest(holding=["default-2"]))
     assert [n for c in holding.commands for n in c.nodes] == []
+
+
+async def test_a_rate_budget_counts_only_the_commands_that_disrupted_something():
+    """Issue 30 item 5: a rejected approval, or one that timed out, closes COMPLETED in phase Rejected
+    having changed nothing; it counted against the rate like a command that took its node."""
+    objects = empty_nodes(rate="2").objects
+    visibility = StartedVisibility(
+        [
+            started("rejected", "default", 5, phase="Rejected"),  # `karpflow reject`, or the timeout
+            started("rolled-back", "default", 5, WorkflowExecutionStatus.FAILED, phase="RolledBack"),
+            started("done", "default", 10, phase="Succeeded"),  # took its node: counts
+        ]
+    )
+    result = await planning(objects, visibility=visibility).plan_pass(PassRequest())
+    assert sorted(n for c in result.commands for n in c.nodes) == ["default-0"]  # 2 per hour, 1 started
+    assert "2 started in the last 1h" in reasons_of(result)["default-1"]  # done's and default-0's
+
+    # Running commands count whatever their phase (one awaiting approval may take its node any time),
+    # and so does a termination (a `kubectl delete node` took its node whatever its phase says).
+    running = StartedVisibility(
+        [
+            started("waiting", "default", 5, WorkflowExecutionStatus.RUNNING, phase="AwaitingApproval"),
+            started("deleted", "default", 5, workflow_type="TerminationWorkflow", phase="Succeeded"),
+        ]
+    )
+    held = await planning(objects, visibility=running).plan_pass(PassRequest())
+    assert [n for c in held.commands for n in c.nodes] == []
 
 
 async def test_without_a_rate_budget_a_pass_does_not_read_the_starts():
@@ -402,3 +441,52 @@ async def test_a_command_validation_narrowed_is_all_of_the_one_validated_command
     assert not kept.summary.startswith("Empty (awaits approval")
     assert kept.memo["estimatedSavingsPerHour"] == round(kept.savings_per_hour, 6)
     assert f"${kept.savings_per_hour:.4f}/h" in kept.summary + kept.details
+
+
+class OneNode:
+    """The API server's face to `apply_annotations`: one node, replaced when its name is reused."""
+
+    def __init__(self, node: dict) -> None:
+        self.node = node
+        self.writes = 0
+
+    async def get_node(self, name: str) -> dict:
+        assert name == self.node["metadata"]["name"]
+        return copy.deepcopy(self.node)
+
+    async def update_node(self, name: str, mutate) -> dict:  # type: ignore[no-untyped-def]
+        node = await self.get_node(name)
+        if mutate(node):
+            self.writes += 1
+            self.node = node
+        return node
+
+
+async def test_the_controllers_annotations_are_pinned_to_the_node_they_were_planned_for():
+    """Issue 30 item 9: `apply_annotations` wrote by name, so a node that reused the name (EKS names
+    nodes by their private IP) between the pass and the write got the other node's marker."""
+    from planner.drift import NODEPOOL_HASH_VERSION
+    from planner.plan import plan
+
+    stale = {"karpenter.sh/nodepool-hash": "0", "karpenter.sh/nodepool-hash-version": NODEPOOL_HASH_VERSION}
+    b = ClusterBuilder()
+    b.nodepool("default")
+    drifted = b.node("drifted", stamp_hash=False, annotations=stale)
+    result = plan(b.snapshot(), b.catalog, methods=[], simulate=None)
+    (change,) = [a.model_dump(mode="json") for a in result.annotations]
+    assert change["node"] == "drifted" and change["uid"] == drifted["metadata"]["uid"]
+
+    reused = copy.deepcopy(drifted)
+    reused["metadata"]["uid"] = "a-later-node-of-the-same-name"
+    kube = OneNode(reused)
+    activities = planning([])
+    activities.kube = kube  # type: ignore[assignment]
+    assert await activities.apply_annotations([change]) == 0
+    assert (
+        kube.writes == 0 and "karpenter.sh/voluntary-disruption" not in kube.node["metadata"]["annotations"]
+    )
+
+    kube.node = copy.deepcopy(drifted)
+    assert await activities.apply_annotations([change]) == 1
+    assert kube.node["metadata"]["annotations"]["karpenter.sh/voluntary-disruption"] == "drifted"
+    assert await activities.apply_annotations([change]) == 0  # idempotent: nothing left to change
