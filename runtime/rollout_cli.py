@@ -95,7 +95,8 @@ async def _ended(handle: WorkflowHandle[Any, Any]) -> str:
 
 
 async def _status(settings: WorkerSettings, workflow_id: str, as_json: bool) -> int:
-    handle, closed = await _rollout(await _client(settings), workflow_id)
+    client = await _client(settings)
+    handle, closed = await _rollout(client, workflow_id)
     if closed in (
         WorkflowExecutionStatus.FAILED,
         WorkflowExecutionStatus.TERMINATED,
@@ -113,8 +114,49 @@ async def _status(settings: WorkerSettings, workflow_id: str, as_json: bool) -> 
     except RPCError as err:
         click.echo(f"{workflow_id}: {err.message}", err=True)
         return 1
-    click.echo(status.model_dump_json(indent=2) if as_json else describe(status))
+    running = closed == WorkflowExecutionStatus.RUNNING
+    waits = await why_waiting(client, settings, status.remaining) if running else {}
+    if as_json:
+        click.echo(json.dumps({**status.model_dump(mode="json"), "waiting": waits}, indent=2))
+        return 0
+    click.echo(describe(status))
+    for node, why in waits.items():
+        click.echo(f"  {node}: {why}")
     return 0
+
+
+async def why_waiting(client: Client, settings: WorkerSettings, nodes: list[str]) -> dict[str, str]:
+    """Why each node a running rollout still has to replace is not replaced yet: the command that holds
+    it now (and what ends its wait), else the reason the controller's last pass gave (an NDB, a pod,
+    a window, a budget), else that no pass has looked at it yet. Best effort: a part that cannot be
+    read says so instead."""
+    from activities.in_flight import read_in_flight
+    from api.controller_io import ControllerStatus
+    from api.workflow_ids import controller_workflow_id
+
+    flying, unread = None, ""
+    try:
+        flying = await read_in_flight(client, settings.task_queue)
+    except RPCError as err:
+        unread = f"what is in flight cannot be read ({err.message})"
+    try:
+        controller = client.get_workflow_handle(controller_workflow_id(settings.cluster_name))
+        blocked = (await controller.query("status", result_type=ControllerStatus)).blocked
+    except RPCError:
+        blocked = {}
+    out: dict[str, str] = {}
+    for node in nodes:
+        holder = flying.holders.get(node) if flying is not None else None
+        if holder is not None:
+            held_by, phase = holder
+            out[node] = f"being replaced by {held_by} ({phase or 'starting'})" + (
+                f": waits for approval: `karpflow approve {held_by}`" if phase == "AwaitingApproval" else ""
+            )
+        elif node in blocked:
+            out[node] = blocked[node]
+        else:
+            out[node] = unread if flying is None else "not looked at by a controller pass yet"
+    return out
 
 
 async def _cancel(settings: WorkerSettings, workflow_id: str) -> int:

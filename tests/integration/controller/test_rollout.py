@@ -131,6 +131,11 @@ async def test_a_rate_of_two_per_hour_starts_exactly_two_of_a_rollout_of_five(ka
         )
         assert progress.total == 5 and len(progress.remaining) == 3
         assert set((await marks(karpflow)).values()) == {rollout_id}
+        # Issue 31 item 5: --status says why each remaining node waits (here: the rate budget).
+        waiting = await karpflow.run("karpflow", "rollout", "--status", rollout_id, **env)
+        lines = {line.split(": ", 1)[0].strip(): line for line in waiting.stdout.splitlines()[1:]}
+        assert set(lines) == set(progress.remaining), waiting.stdout
+        assert all("rate" in line or "per hour" in line for line in lines.values()), waiting.stdout
         listed = await karpflow.run("karpflow", "status", **{**env, "COLUMNS": "200"})
         assert f"rollout {rollout_id}: Rolling, 2/5 replaced, 3 remaining" in listed.stdout, listed.stdout
         as_json = json.loads((await karpflow.run("karpflow", "status", "-o", "json", **env)).stdout)
