@@ -263,6 +263,7 @@ class KarpflowWorker:
             cluster=settings.cluster_name,
             instances=InstanceDescriptions(self.ec2),
             karpenter_coexistence=settings.karpenter_coexistence,
+            approval_recheck=timedelta(seconds=settings.approval_recheck_interval),
         )
         self.worker = Worker(
             self.client,

@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import activity
@@ -199,11 +199,14 @@ class SentReasons:
         return update
 
 
-def planned_command(command: Any, cluster: str = "", started_by: str = "") -> PlannedCommand:
+def planned_command(
+    command: Any, cluster: str = "", started_by: str = "", recheck_every: timedelta | None = None
+) -> PlannedCommand:
     """A planner Command as the controller starts it: its workflow id (scoped by `cluster`) and input,
-    its planned form, and what the Web UI shows of it (summary, details, memo naming `started_by`)."""
+    its planned form, and what the Web UI shows of it (summary, details, memo naming `started_by`).
+    `recheck_every`: how often it is judged again should it wait for approval."""
     planned = command_out(command).model_dump(mode="json", by_alias=True)
-    workflow_input = disruption_input(command, planned=planned)
+    workflow_input = disruption_input(command, planned=planned, recheck_every=recheck_every)
     return PlannedCommand(
         workflow_id=disruption_workflow_id(command, cluster),
         method=command.method,
@@ -371,8 +374,10 @@ class PlanningActivities:
         cluster: str = "",
         instances: InstanceDescriptions | None = None,
         karpenter_coexistence: bool = False,
+        approval_recheck: timedelta | None = None,
     ) -> None:
         self.cache = cache
+        self.approval_recheck = approval_recheck  # a waiting command is judged again this often
         # The disruption taint karpflow writes, and so the only one its crash cleanup removes: beside
         # Karpenter, `karpenter.sh/disrupted` is Karpenter's, never karpflow's to take off.
         self.taint_key = disrupted_taint_key(karpenter_coexistence)
@@ -534,7 +539,10 @@ class PlanningActivities:
             if any(t.key == self.taint_key for t in node.taints) and not node.is_deleting and name not in held
         )
         started_by = controller_started_by(controller_id())
-        commands = [planned_command(command, self.cluster, started_by) for command in result.commands_]
+        commands = [
+            planned_command(command, self.cluster, started_by, self.approval_recheck)
+            for command in result.commands_
+        ]
         finalizers = nodepool_finalizer_changes(snapshot)
         reasons = {b.node: held_reason(b.reason, flying.holders.get(b.node)) for b in result.blocked}
         seconds = round(time.perf_counter() - started, 3)
@@ -604,7 +612,12 @@ class PlanningActivities:
                 # Everything of the command (id, pools, UIDs, approval, savings, what the Web UI
                 # shows) from the one validated command, not from the planned one it was cut from.
                 still = (
-                    planned_command(out.command_, self.cluster, controller_started_by(controller_id()))
+                    planned_command(
+                        out.command_,
+                        self.cluster,
+                        controller_started_by(controller_id()),
+                        self.approval_recheck,
+                    )
                     if out.command_ is not None
                     else narrowed(command, out.command)
                 )

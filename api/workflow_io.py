@@ -217,6 +217,11 @@ class Approval(Strict):
         description="the planner's form of the command (CommandOut JSON): judged again on a fresh view "
         "when the wait ends, before any node is taken (planner/waiting_validation.py)",
     )
+    recheck_every: timedelta = Field(
+        default=timedelta(minutes=5),
+        gt=timedelta(0),
+        description="while it waits, the command is judged again this often (--approval-recheck-interval)",
+    )
 
 
 class ApprovalDecision(Strict):
@@ -408,7 +413,11 @@ def parse_input(model: type[M], raw: Any) -> M:
 
 
 def disruption_input(
-    command: Any, *, planned: dict[str, Any] | None = None, **overrides: Any
+    command: Any,
+    *,
+    planned: dict[str, Any] | None = None,
+    recheck_every: timedelta | None = None,
+    **overrides: Any,
 ) -> DisruptionInput:
     """The DisruptionWorkflow input for a planner `Command` (planner/model.py; duck-typed so this
     module stays free of the planner): its reason, candidates (names, pinned to the UIDs the planner
@@ -417,7 +426,10 @@ def disruption_input(
     judges it again."""
     uids = {c.name: c.node.uid for c in getattr(command, "candidates", ()) if getattr(c.node, "uid", "")}
     if "approval" not in overrides and (approval := approval_for(command)) is not None:
-        overrides["approval"] = approval.model_copy(update={"planned": planned})
+        update: dict[str, Any] = {"planned": planned}
+        if recheck_every is not None:
+            update["recheck_every"] = recheck_every
+        overrides["approval"] = approval.model_copy(update=update)
     return DisruptionInput(
         reason=command.reason,
         nodes=list(command.nodes),

@@ -37,6 +37,7 @@ import shlex
 import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -219,7 +220,9 @@ async def start(client: Client, settings: WorkerSettings, command: Any, started_
     from planner.plan import command_out
 
     workflow_input = disruption_input(
-        command, planned=command_out(command).model_dump(mode="json", by_alias=True)
+        command,
+        planned=command_out(command).model_dump(mode="json", by_alias=True),
+        recheck_every=timedelta(seconds=settings.approval_recheck_interval),
     )
     summary = disruption_summary(command, workflow_input.approval)
     handle = await client.start_workflow(

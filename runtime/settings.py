@@ -112,6 +112,12 @@ class WorkerSettings(BaseSettings):
     controller_validation: float = Field(
         default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
     )
+    approval_recheck_interval: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds between the checks of a command waiting for approval (is its plan still "
+        "good; does its NodePool still ask for approval?), given to the commands this worker plans",
+    )
     # The garbage collection of karpflow's own launches (docs/garbage-collection.md): given to the
     # controller when a worker starts it, as controller_interval is.
     gc_interval: float = Field(

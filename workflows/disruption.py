@@ -131,8 +131,7 @@ PATCH_DISCARD_ON_TERMINATION_FAILURE = "forceful-deadline-discard-on-failure"
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected", "Invalidated"})
 # A command that waits for approval is judged again now and then while it waits, and when the wait
 # ends, before any node is taken (activity check_waiting_command, planner/waiting_validation.py).
-PATCH_RECHECK_WAITING = "disruption-recheck-waiting-command"
-RECHECK_EVERY = timedelta(minutes=5)
+PATCH_RECHECK_WAITING = "disruption-recheck-waiting-command"  # how often: Approval.recheck_every
 # Updates of a command that waits for approval (DisruptionInput.approval).
 UPDATE_APPROVE = "approve"
 UPDATE_REJECT = "reject"
@@ -296,7 +295,7 @@ class DisruptionWorkflow:
         self._decision = (False, ApprovalDecision(by="timeout", reason=f"no decision within {timeout}"))
 
     async def _await_decision_checking(self, command: DisruptionInput, rejected_at: datetime) -> bool:
-        """Wait for the decision, judging the command again every RECHECK_EVERY: False when it no
+        """Wait for the decision, judging the command again every `recheck_every`: False when it no
         longer holds (the command ends Invalidated). A NodePool that stopped asking for approval ends
         the wait as approved; a check that cannot be made leaves the wait as it is."""
         assert command.approval is not None
@@ -307,7 +306,7 @@ class DisruptionWorkflow:
                 break
             try:
                 await workflow.wait_condition(
-                    lambda: self._decision is not None, timeout=min(left, RECHECK_EVERY)
+                    lambda: self._decision is not None, timeout=min(left, command.approval.recheck_every)
                 )
                 break
             except TimeoutError:
