@@ -18,7 +18,7 @@ from api.karpflow_overrides import MAX_DISRUPTIONS_PER_HOUR
 from api.workflow_ids import controller_workflow_id
 from api.workflow_io import Approval, ApprovalDecision, DisruptionInput
 from tests.integration.controller.test_controller import FAST, TWENTY_PODS, A, B, scenario, status
-from workflows.disruption import UPDATE_REJECT, DisruptionWorkflow
+from workflows.disruption import UPDATE_APPROVE, UPDATE_REJECT, DisruptionWorkflow
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +119,23 @@ async def _passes(karpflow: Any, count: int) -> bool:
 async def _tainted(karpflow: Any, name: str) -> bool:
     node = (await karpflow.nodes()).get(name)
     return node is not None and tainted(node)
+
+
+@pytest.mark.sim_stack(scenario=QUIET)
+async def test_approving_a_command_of_a_paused_pool_ends_it_with_nothing_taken(karpflow):
+    """Issue 31 item 6: approving while the pool was paused went on (only a window was read again)."""
+    async with karpflow.worker(**FAST):
+        await karpflow.eventually(lambda: _passes(karpflow, 1), within=60, what="a first pass")
+        waiting = await by_hand(karpflow, A.name, "approved-while-paused", approval=True)
+        await karpflow.eventually(
+            lambda: listed(karpflow, waiting, "AwaitingApproval"), within=30, what="it waits for approval"
+        )
+        controller = karpflow.client.get_workflow_handle(controller_workflow_id(karpflow.stack.cluster_name))
+        pause = PauseRequest(scope="nodepool", nodepool="default", reason="driver upgrade", by="ops")
+        await controller.execute_update(UPDATE_PAUSE, pause)
+        await waiting.execute_update(UPDATE_APPROVE, ApprovalDecision(by="ops"))
+        done = await waiting.result()
+        assert done.phase == "Invalidated", done
+        assert "approved by ops, but the plan no longer holds" in done.message
+        assert "paused (NodePool default by ops: driver upgrade)" in done.message, done.message
+        assert not tainted((await karpflow.nodes())[A.name])
