@@ -8,6 +8,9 @@
     karpflow sim faults throttle --probability 0.3 [--rps 5] [--action RunInstances]
     karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
+    karpflow sim interrupt NODE --kind spot|rebalance|scheduled-change|stopping|health
+                                                     the EventBridge event EC2 (or AWS Health) sends
+                                                     about NODE's instance, onto the interruption queue
     karpflow sim dump [-o cluster.yaml]              every object, as a kubectl List (a scenario/snapshot)
     karpflow sim load FILE                           replace the cluster with a scenario
     karpflow sim chaos --seed 7 --minutes 2          a chaos run of its own stack (sim/chaos/), exit 1 on
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -34,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.devstack import DevStack
+from sim.interruption_messages import KINDS, entry, envelope
 
 console = Console()
 
@@ -41,16 +46,22 @@ console = Console()
 class SimClient:
     """The simulator's `/sim/...` HTTP endpoints."""
 
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, timeout: float = 60.0, ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        # A secure emulator's certificate is signed by the dev stack's own CA.
+        self.context = (
+            ssl.create_default_context(cafile=str(ca_file))
+            if url.startswith("https://") and ca_file is not None and ca_file.is_file()
+            else None
+        )
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> Any:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
         request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as err:
             detail = err.read().decode(errors="replace")
@@ -71,11 +82,22 @@ def _client(ctx: click.Context) -> SimClient:
 @click.group()
 @click.option("--url", envvar="KARPFLOW_SIM_URL", help="The simulator's Kubernetes emulator URL.")
 @click.option("--state-dir", type=click.Path(path_type=Path), help="The dev stack whose simulator to use.")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="KUBECONFIG",
+    help="How to read the cluster's objects (default: the dev stack's kubeconfig).",
+)
 @click.pass_context
-def sim(ctx: click.Context, url: str | None, state_dir: Path | None) -> None:
+def sim(ctx: click.Context, url: str | None, state_dir: Path | None, kubeconfig: Path | None) -> None:
     """Inspect and steer the simulated cluster: invariants, EC2 and API faults, scenarios."""
     stack = DevStack.from_state_dir(state_dir)
-    ctx.obj = {"client": SimClient(url or stack.settings.kube_url), "stack": stack}
+    ctx.obj = {
+        "client": SimClient(url or stack.settings.kube_url, ca_file=stack.settings.tls_dir / "ca.crt"),
+        "stack": stack,
+        # The dev stack's kubeconfig (its token in a secure stack), unless another simulator is named.
+        "kubeconfig": kubeconfig or (None if url else stack.settings.kubeconfig_path),
+    }
 
 
 @sim.command()
@@ -284,6 +306,71 @@ def faults_api(ctx: click.Context, rate: float, **rule: Any) -> None:
     body = {key: value for key, value in rule.items() if value is not None}
     body["error_rate"] = rate
     _print_faults(_client(ctx).request("POST", "/sim/faults", body))
+
+
+# -- interruptions -------------------------------------------------------------------------------
+
+
+def _read_node(ctx: click.Context, name: str) -> dict[str, Any]:
+    kubeconfig: Path | None = ctx.obj.get("kubeconfig")
+    if kubeconfig is not None and kubeconfig.is_file():
+        from kubernetes import client as k8s
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            response = k8s.CoreV1Api(api).read_node(name, _preload_content=False)
+        except k8s.ApiException as err:
+            raise click.ClickException(f"node {name}: HTTP {err.status} {err.reason}") from None
+        finally:
+            api.close()
+        return dict(json.loads(response.data))
+    return dict(_client(ctx).request("GET", f"/api/v1/nodes/{name}"))
+
+
+def instance_of(ctx: click.Context, node: str) -> str:
+    """The EC2 instance behind NODE (its providerID), or NODE itself when it is an instance id."""
+    if node.startswith("i-"):
+        return node
+    provider_id = str((_read_node(ctx, node).get("spec") or {}).get("providerID") or "")
+    instance_id = provider_id.rsplit("/", 1)[-1]
+    if not provider_id.startswith("aws://") or not instance_id.startswith("i-"):
+        raise click.ClickException(f"node {node} names no EC2 instance (providerID {provider_id!r})")
+    return instance_id
+
+
+@sim.command()
+@click.argument("node")
+@click.option("--kind", type=click.Choice(KINDS), required=True, help="Which event EC2 or AWS Health sends.")
+@click.option(
+    "--queue",
+    help="Send the message straight to this SQS queue (URL or name) instead of through EventBridge's rules.",
+)
+@click.pass_context
+def interrupt(ctx: click.Context, node: str, kind: str, queue: str | None) -> None:
+    """Send the EventBridge event EC2 (or AWS Health) sends about NODE's instance (a node name or an
+    instance id): through EventBridge, whose rules (`karpflow dev up` creates them) deliver it to the
+    interruption queue the worker polls. The instance itself is left as it is."""
+    import boto3
+
+    instance_id = instance_of(ctx, node)
+    status = _client(ctx).request("GET", "/sim/status")
+    endpoint, region = status["ec2_endpoint"], status["region"]
+    keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    what = f"{kind} event for {instance_id}" + (f" (node {node})" if node != instance_id else "")
+    if queue is not None:
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=region, **keys)
+        url = queue if "://" in queue else sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        sent = sqs.send_message(QueueUrl=url, MessageBody=envelope(kind, instance_id, region=region))
+        click.echo(f"Sent the {what} to {url} (message {sent['MessageId']})")
+        return
+    events = boto3.client("events", endpoint_url=endpoint, region_name=region, **keys)
+    result = events.put_events(Entries=[entry(kind, instance_id, region=region)])
+    failed = [e for e in result.get("Entries") or () if e.get("ErrorCode")]
+    if result.get("FailedEntryCount") or failed:
+        raise click.ClickException(f"EventBridge refused the {what}: {failed}")
+    event_id = (result.get("Entries") or [{}])[0].get("EventId", "?")
+    click.echo(f"Sent the {what} through EventBridge (event {event_id})")
 
 
 # -- state --------------------------------------------------------------------------------------

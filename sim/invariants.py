@@ -23,7 +23,8 @@ pdb-violation
     controllers (a ReplicaSet owned by a Deployment counts the Deployment's replicas).
     Voluntary disruptions are: an eviction admitted by the API; a pod DELETE made through the API;
     a pod that vanishes because its node is gone (deleted, terminating, or its instance is not
-    running) — unless it is a *forced termination*. Deletions by the simulator's own controllers
+    running; the pod GC marks such a pod Failed before it deletes it, and that mark is judged as
+    the loss) — unless it is a *forced termination*. Deletions by the simulator's own controllers
     on a healthy node (a ReplicaSet scaling down) are not disruptions.
 
 do-not-disrupt
@@ -212,6 +213,20 @@ def is_terminating(obj: Obj) -> bool:
 
 def is_finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def collected_with_its_node(before: Obj | None, pod: Obj) -> bool:
+    """The pod GC just marked the pod Failed because its node no longer exists (its
+    `DisruptionTarget` condition, reason DeletionByPodGC): the pod is lost with its node now, though
+    it is deleted a moment later, finished."""
+
+    def collected(p: Obj) -> bool:
+        return any(
+            c.get("type") == "DisruptionTarget" and c.get("reason") == "DeletionByPodGC"
+            for c in (p.get("status") or {}).get("conditions") or ()
+        )
+
+    return before is not None and not is_finished(before) and is_finished(pod) and collected(pod)
 
 
 def is_healthy(pod: Obj) -> bool:
@@ -621,7 +636,7 @@ class InvariantChecker:
     def _observe_pod(self, event_type: str, pod: Obj) -> None:
         uid = _meta(pod).get("uid", "")
         before = self.pods.get(uid)
-        leaving = event_type == "DELETED" or is_terminating(pod)
+        leaving = event_type == "DELETED" or is_terminating(pod) or collected_with_its_node(before, pod)
         announced = self._announced.get(pod_key(pod)) if leaving else None
         if leaving and before is not None and uid not in self._disrupted_uids and announced is not None:
             cause = announced[1]

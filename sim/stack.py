@@ -166,8 +166,8 @@ def ec2_client(endpoint: str, region: str) -> Any:
 
 class SimStack:
     """See the module docstring. `controllers`: None = all, False/() = none, or names from
-    `sim.controllers.runner.CONTROLLERS` ("nodes", "scheduler", "kubelet", "podgc", "replicasets",
-    "deployments", "daemonsets", "pdb")."""
+    `sim.controllers.runner.CONTROLLERS` ("nodes", "noexecute", "tainteviction", "scheduler",
+    "kubelet", "podgc", "replicasets", "deployments", "daemonsets", "pdb")."""
 
     _active: SimStack | None = None
     _active_lock = threading.Lock()

@@ -4,6 +4,9 @@ kinds the emulator serves natively.
 
 - Serving: the storage version's kind, plural, singular, short names, categories, scope and the
   status subresource appear in discovery and OpenAPI and are stored like any other kind.
+- Printing and explaining: `kubectl get` shows the version's `additionalPrinterColumns`
+  (tables.py; Age alone when it names none) and `kubectl explain` the descriptions of its schema
+  (openapi.py), for the kinds served natively from Karpenter's bundled CRDs.
 - Status: `NamesAccepted` and `Established` become True, so `kubectl wait --for
   condition=established` returns.
 - Validation: objects are checked against the version's `openAPIV3Schema` after its defaults are
@@ -72,6 +75,7 @@ def resource_type(crd: dict[str, Any]) -> ResourceType | None:
         custom=True,
         generation=True,
         schema=schema,
+        printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
     )
 
 
@@ -119,7 +123,7 @@ def sync(store: Any) -> None:
                 store.delete(rt, meta["name"], meta.get("namespace"), grace_period_seconds=0)
     for key, rt in wanted.items():
         existing = resources.registered().get(key)
-        if existing is None or existing.schema != rt.schema:
+        if existing is None or (existing.schema, existing.printer_columns) != (rt.schema, rt.printer_columns):
             resources.register(rt)
 
 
@@ -143,11 +147,31 @@ def schema_for(rt: ResourceType) -> dict[str, Any] | None:
     natively Karpenter's bundled CRD's (None: no schema, nothing to check)."""
     if rt.schema is not None:
         return rt.schema
+    return ((_bundled_version(rt) or {}).get("schema") or {}).get("openAPIV3Schema")
+
+
+def _bundled_version(rt: ResourceType) -> dict[str, Any] | None:
     crd = bundled_crds().get((rt.group, rt.plural)) if rt.custom else None
     if crd is None:
         return None
-    version = next((v for v in crd["spec"]["versions"] if v["name"] == rt.version), None)
-    return ((version or {}).get("schema") or {}).get("openAPIV3Schema")
+    return next((v for v in crd["spec"]["versions"] if v["name"] == rt.version), None)
+
+
+# The column every custom resource gets when its CRD names none (apiextensions-apiserver
+# pkg/apis/apiextensions/helpers.go `serveDefaultColumnsIfEmpty`).
+DEFAULT_COLUMNS = ({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},)
+
+
+def printer_columns_for(rt: ResourceType) -> tuple[dict[str, Any], ...] | None:
+    """The additionalPrinterColumns a custom resource's table shows: its CRD's (for a kind served
+    natively, Karpenter's bundled CRD's), Age alone when the CRD has none; None for a built-in kind."""
+    if not rt.custom:
+        return None
+    if rt.schema is not None or rt.printer_columns:
+        columns = rt.printer_columns
+    else:
+        columns = tuple((_bundled_version(rt) or {}).get("additionalPrinterColumns") or ())
+    return columns or DEFAULT_COLUMNS
 
 
 # --- defaulting ----------------------------------------------------------------------------------------

@@ -1,20 +1,31 @@
 """A small but well-formed OpenAPI (v2 and v3) for kubectl.
 
 kubectl reads the server's OpenAPI for `explain`, for client-side validation of `create -f` /
-`apply`, and to find patch strategies of types it does not compile in. The emulator does not
-publish full schemas: each kind is an object with `x-kubernetes-group-version-kind` that keeps
-unknown fields. Enough for kubectl to accept any manifest the emulator stores, without claiming
-validation the emulator does not do (kubectl uses its compiled-in types for built-in patch
+`apply`, and to find patch strategies of types it does not compile in. For the built-in kinds the
+emulator does not publish full schemas: each is an object with `x-kubernetes-group-version-kind`
+that keeps unknown fields. Enough for kubectl to accept any manifest the emulator stores, without
+claiming validation the emulator does not do (kubectl uses its compiled-in types for built-in patch
 strategies; custom resources only take merge and JSON patches anyway).
+
+A custom resource's v3 schema is its CRD's `openAPIV3Schema` (for the kinds served natively,
+Karpenter's bundled CRD's), with `apiVersion`, `kind` and `metadata` described as kube-apiserver
+describes them and the kind's GVK, the way apiextensions-apiserver publishes it
+(staging/src/k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder/builder.go
+`buildKubeNative`): `kubectl explain maintenancewindow.spec` (which reads /openapi/v3) prints the
+CRD's descriptions. Not reproduced: ObjectMeta's own schema (metadata is an object described in one
+line), the List kinds, and the CRD schemas in v2 (`kubectl explain --output plaintext-openapiv2`),
+which stay generic.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 
 import orjson
 
+from sim.apiserver import crds
 from sim.apiserver.resources import ResourceType, all_resources
 
 
@@ -24,6 +35,32 @@ def _definition_name(rt: ResourceType) -> str:
     if not rt.custom:
         return f"io.k8s.api.{reversed_group}.{rt.version}.{rt.kind}"
     return f"{reversed_group}.{rt.version}.{rt.kind}"
+
+
+# What apiextensions-apiserver puts beside a CRD's own fields (TypeMeta's and ObjectMeta's fields).
+_TYPE_META = {
+    "apiVersion": {
+        "type": "string",
+        "description": "APIVersion defines the versioned schema of this representation of an object.",
+    },
+    "kind": {"type": "string", "description": "Kind is a string value representing the REST resource."},
+    "metadata": {"type": "object", "description": "Standard object's metadata."},
+}
+
+
+def _crd_schema(rt: ResourceType, crd_schema: dict[str, Any]) -> dict[str, Any]:
+    schema = copy.deepcopy(crd_schema)
+    schema.setdefault("type", "object")
+    properties = schema.setdefault("properties", {})
+    for name, definition in _TYPE_META.items():
+        properties[name] = {**properties.get(name, {}), **definition}
+    schema["x-kubernetes-group-version-kind"] = [{"group": rt.group, "version": rt.version, "kind": rt.kind}]
+    return schema
+
+
+def _v3_schema(rt: ResourceType) -> dict[str, Any]:
+    crd_schema = crds.schema_for(rt) if rt.custom else None
+    return _crd_schema(rt, crd_schema) if crd_schema is not None else _schema(rt)
 
 
 def _schema(rt: ResourceType) -> dict[str, Any]:
@@ -91,7 +128,7 @@ def v3_document(gv_path: str) -> dict[str, Any] | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
         "paths": paths,
-        "components": {"schemas": {_definition_name(rt): _schema(rt) for rt in rts}},
+        "components": {"schemas": {_definition_name(rt): _v3_schema(rt) for rt in rts}},
     }
 
 

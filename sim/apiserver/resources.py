@@ -173,8 +173,10 @@ class ResourceType:
     fields: Callable[[dict[str, Any]], dict[str, str]] = _meta_fields
     # kube-apiserver drops status on create for most types; nodes keep what the kubelet sent.
     keep_status_on_create: bool = False
-    # A type registered from a CustomResourceDefinition: its served version's openAPIV3Schema.
+    # A type registered from a CustomResourceDefinition: its served version's openAPIV3Schema and
+    # additionalPrinterColumns (sim/apiserver/crds.py).
     schema: dict[str, Any] | None = None
+    printer_columns: tuple[dict[str, Any], ...] = ()
 
     @property
     def api_version(self) -> str:

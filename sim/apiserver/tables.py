@@ -2,20 +2,43 @@
 
 kubectl 1.32 prints what the server renders (`Accept: application/json;as=Table;g=meta.k8s.io;
 v=v1`), so `kubectl get nodes -o wide` shows STATUS, ROLES, INTERNAL-IP... only if the server
-computes them. Columns follow kube-apiserver's printers for the built-in types and Karpenter's
-additionalPrinterColumns for its custom resources; anything else gets NAME and AGE. Columns with
-priority 1 are the `-o wide` ones.
+computes them. Columns follow kube-apiserver's printers for the built-in types; other built-in kinds
+get NAME and AGE. Columns with priority 1 or more are the `-o wide` ones.
+
+A custom resource's columns are its CRD's `additionalPrinterColumns` (Karpenter's bundled CRDs for
+the kinds served natively), as apiextensions-apiserver's table convertor renders them
+(staging/src/k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor/
+tableconvertor.go): NAME first, then each column in the CRD's order with its type, format,
+priority and description (by default "Custom resource definition column (in JSONPath format):
+<path>"); only Age (`.metadata.creationTimestamp`) when the CRD names none. A cell is the first
+value the column's jsonPath finds (jsonpath.py), none (null) when it finds nothing; a `string`
+column prints it as kubectl's JSONPath does (lists and maps as JSON), `integer`, `number` and
+`boolean` keep the JSON value of that type, `date` becomes the time since it (`5m`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sim.apiserver import crds, jsonpath
 from sim.apiserver.resources import ResourceType
 
 Column = tuple[str, str, int, Callable[[dict[str, Any]], Any]]  # name, type, priority, cell
+
+
+@dataclass(frozen=True)
+class ColumnDefinition:
+    """One column of a Table: its `TableColumnDefinition` and how a cell is computed."""
+
+    name: str
+    type: str
+    priority: int
+    cell: Callable[[dict[str, Any]], Any]
+    format: str = ""
+    description: str = ""
 
 
 def human_duration(seconds: float) -> str:
@@ -266,62 +289,93 @@ _COLUMNS: dict[str, list[Column]] = {
         ),
         ("Message", "string", 0, lambda e: e.get("message", "")),
     ],
-    # Karpenter's additionalPrinterColumns.
-    "NodePool": [
-        ("Name", "string", 0, _name),
-        ("NodeClass", "string", 0, lambda p: _dig(p, "spec", "template", "spec", "nodeClassRef", "name")),
-        ("Nodes", "string", 0, lambda p: str(_dig(p, "status", "resources", "nodes", default="0"))),
-        ("Ready", "string", 0, lambda p: (_condition(p, "Ready") or {}).get("status", "Unknown")),
-        ("Age", "string", 0, _age),
-        ("Weight", "integer", 1, lambda p: _dig(p, "spec", "weight", default=None)),
-        ("CPU", "string", 1, lambda p: _dig(p, "status", "resources", "cpu", default="")),
-        ("Memory", "string", 1, lambda p: _dig(p, "status", "resources", "memory", default="")),
-    ],
-    "NodeClaim": [
-        ("Name", "string", 0, _name),
-        (
-            "Type",
-            "string",
-            0,
-            lambda c: _dig(c, "metadata", "labels", default={}).get("node.kubernetes.io/instance-type", ""),
-        ),
-        (
-            "Capacity",
-            "string",
-            0,
-            lambda c: _dig(c, "metadata", "labels", default={}).get("karpenter.sh/capacity-type", ""),
-        ),
-        (
-            "Zone",
-            "string",
-            0,
-            lambda c: _dig(c, "metadata", "labels", default={}).get("topology.kubernetes.io/zone", ""),
-        ),
-        ("Node", "string", 0, lambda c: _dig(c, "status", "nodeName", default="")),
-        ("Ready", "string", 0, lambda c: (_condition(c, "Ready") or {}).get("status", "Unknown")),
-        ("Age", "string", 0, _age),
-        ("ID", "string", 1, lambda c: _dig(c, "status", "providerID", default="")),
-        (
-            "NodePool",
-            "string",
-            1,
-            lambda c: _dig(c, "metadata", "labels", default={}).get("karpenter.sh/nodepool", ""),
-        ),
-        ("NodeClass", "string", 1, lambda c: _dig(c, "spec", "nodeClassRef", "name", default="")),
-        ("Drifted", "string", 1, lambda c: (_condition(c, "Drifted") or {}).get("status", "")),
-    ],
-    "EC2NodeClass": [
-        ("Name", "string", 0, _name),
-        ("Ready", "string", 0, lambda c: (_condition(c, "Ready") or {}).get("status", "Unknown")),
-        ("Age", "string", 0, _age),
-        ("Role", "string", 1, lambda c: _dig(c, "spec", "role", default="")),
-    ],
 }
 _GENERIC: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
 
 
-def columns_for(rt: ResourceType) -> list[Column]:
-    return _COLUMNS.get(rt.kind, _GENERIC)
+def _parse_time(text: str) -> datetime | None:
+    try:
+        then = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return then if then.tzinfo is not None else then.replace(tzinfo=UTC)
+
+
+def json_cell(column_type: str, value: Any) -> Any:
+    """`cellForJSONValue`: a non-string column's cell from the JSON value found (None: nothing)."""
+    if column_type == "integer":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float):
+            return int(value)
+    elif column_type == "number":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif column_type == "boolean":
+        if isinstance(value, bool):
+            return value
+    elif column_type == "string":
+        if isinstance(value, str):
+            return value
+    elif column_type == "date" and isinstance(value, str):
+        then = _parse_time(value)
+        if then is None:
+            return "<invalid>"
+        return human_duration((datetime.now(UTC) - then).total_seconds())
+    return None
+
+
+def _crd_cell(column_type: str, path: str) -> Callable[[dict[str, Any]], Any]:
+    steps = jsonpath.parse(path)
+
+    def cell(obj: dict[str, Any]) -> Any:
+        values: list[Any] = [obj]
+        for step in steps:
+            values = step(values)
+        if not values:
+            return None
+        value = values[0]  # "as we only support simple JSON path", the first result
+        if column_type == "string":
+            return None if value is None else jsonpath.text(value)
+        return json_cell(column_type, value)
+
+    return cell
+
+
+def crd_columns(columns: tuple[Mapping[str, Any], ...]) -> list[ColumnDefinition]:
+    """A custom resource's columns from its CRD's additionalPrinterColumns (`tableconvertor.New`:
+    a column whose jsonPath does not parse ends the list there, as a default convertor would)."""
+    out = [ColumnDefinition("Name", "string", 0, _name, format="name")]
+    for column in columns:
+        path = str(column.get("jsonPath") or "")
+        try:
+            cell = _crd_cell(str(column.get("type") or "string"), path)
+        except ValueError:
+            break
+        out.append(
+            ColumnDefinition(
+                str(column.get("name") or ""),
+                str(column.get("type") or "string"),
+                int(column.get("priority") or 0),
+                cell,
+                format=str(column.get("format") or ""),
+                description=str(
+                    column.get("description")
+                    or f"Custom resource definition column (in JSONPath format): {path}"
+                ),
+            )
+        )
+    return out
+
+
+def columns_for(rt: ResourceType) -> list[ColumnDefinition]:
+    custom = crds.printer_columns_for(rt)
+    if custom is not None:
+        return crd_columns(custom)
+    return [
+        ColumnDefinition(name, typ, prio, fn, format="name" if name == "Name" else "")
+        for name, typ, prio, fn in _COLUMNS.get(rt.kind, _GENERIC)
+    ]
 
 
 def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
@@ -348,17 +402,18 @@ def table(
     cols = columns_for(rt)
     definitions = [
         {
-            "name": name,
-            "type": typ,
-            "format": "name" if name == "Name" else "",
-            "description": "",
-            "priority": prio,
+            "name": c.name,
+            "type": c.type,
+            "format": c.format,
+            "description": c.description,
+            "priority": c.priority,
         }
-        for name, typ, prio, _ in cols
+        for c in cols
     ]
+    custom = rt.custom
     rows = []
     for obj in objects:
-        row: dict[str, Any] = {"cells": [_cell(fn, obj) for _, _, _, fn in cols]}
+        row: dict[str, Any] = {"cells": [_cell(c.cell, obj, custom) for c in cols]}
         row_obj = _row_object(obj, include_object)
         if row_obj is not None:
             row["object"] = row_obj
@@ -377,12 +432,14 @@ def table(
     }
 
 
-def _cell(fn: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
+def _cell(fn: Callable[[dict[str, Any]], Any], obj: dict[str, Any], custom: bool) -> Any:
     try:
         value = fn(obj)
     except (AttributeError, KeyError, TypeError, ValueError):
         return "<unknown>"
-    return "<none>" if value is None else value
+    if value is None and not custom:
+        return "<none>"  # the built-in printers' word; a custom resource's empty cell is null
+    return value
 
 
 def wants_table(accept: str) -> bool:

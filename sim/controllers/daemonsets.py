@@ -1,13 +1,18 @@
 """DaemonSet controller: one pod per node that should run it, placed by the scheduler as in kube.
 
-A node should run a DaemonSet's pod when the template's nodeSelector and required node affinity match
-it and every NoSchedule/NoExecute taint is tolerated; a pod already there may stay while only
-NoExecute taints are tolerated (a new `karpenter.sh/disrupted:NoSchedule` taint does not remove it,
-it only stops a new one from being created). The pod pins itself to its node with a required
+Kubernetes' `NodeShouldRunDaemonPod` (kubernetes/kubernetes pkg/controller/daemon/daemon_controller.go)
+looks at the node's name, the template's nodeSelector and required node affinity, and the node's
+taints, nothing else: a node should run a DaemonSet's pod when they match and every
+NoSchedule/NoExecute taint is tolerated; a pod already there may stay while only NoExecute taints
+are tolerated (a new `karpenter.sh/disrupted:NoSchedule` taint does not remove it, it only stops a
+new one from being created). A node being deleted (a finalizer holds it) is no different: its daemon
+pods stay until a drain evicts them, the taint manager (taint_eviction.py) or the pod GC
+(podgc.py, once the Node is gone) ends them. The pod pins itself to its node with a required
 `matchFields metadata.name` term (what the real controller does) and gets the tolerations every
-DaemonSet pod gets automatically (`AUTO_TOLERATIONS`); the template decides anything else, e.g. the
-disrupted taint. Pods that finished, extra pods on one node and pods for nodes that no longer exist
-are deleted; status counts follow.
+DaemonSet pod gets automatically (`AUTO_TOLERATIONS`, pkg/controller/daemon/util/daemonset_util.go);
+the template decides anything else, e.g. the disrupted taint. Pods that finished and extra pods on
+one node are deleted; of the pods whose node does not exist, only those never bound to it
+(`getUnscheduledPodsWithoutNode`: a bound one is the pod GC's); status counts follow.
 """
 
 from __future__ import annotations
@@ -89,8 +94,12 @@ def pinned_node(pod: dict[str, Any]) -> str | None:
 def should_run(
     template_spec: dict[str, Any], tolerations: list[dict[str, Any]], node: dict[str, Any]
 ) -> tuple[bool, bool]:
-    """(should run a new pod there, may keep an existing one)."""
-    if not node_selection_matches(template_spec, node) or node["metadata"].get("deletionTimestamp"):
+    """(should run a new pod there, may keep an existing one): `NodeShouldRunDaemonPod`, which never
+    reads the node's deletionTimestamp."""
+    wanted_name = template_spec.get("nodeName")
+    if wanted_name and wanted_name != node["metadata"].get("name"):
+        return False, False
+    if not node_selection_matches(template_spec, node):
         return False, False
     taints = (node.get("spec") or {}).get("taints") or ()
     keep = not untolerated_taints(tolerations, taints, ("NoExecute",))
@@ -100,8 +109,7 @@ def should_run(
 
 def _node_shape(node: dict[str, Any]) -> tuple[Any, ...]:
     spec = node.get("spec") or {}
-    meta = node["metadata"]
-    return (meta.get("labels"), spec.get("taints"), bool(meta.get("deletionTimestamp")))
+    return (node["metadata"].get("labels"), spec.get("taints"))
 
 
 class DaemonSetController(_Controller):
@@ -175,9 +183,10 @@ class DaemonSetController(_Controller):
                     misscheduled += 1
                 if is_ready(pods[0]):
                     ready += 1
-        for pods in by_node.values():  # pods for nodes that no longer exist
+        for pods in by_node.values():  # pods for nodes that do not exist
             for pod in pods:
-                self._delete(pod)
+                if not (pod.get("spec") or {}).get("nodeName"):  # never bound: nobody else will
+                    self._delete(pod)
         status = {
             "desiredNumberScheduled": desired,
             "currentNumberScheduled": scheduled,

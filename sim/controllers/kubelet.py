@@ -2,8 +2,9 @@
 and Ready after a delay (conditions, startTime, IPs, one running containerStatus per container).
 
 Pods on a node that is not Ready wait (the kubelet is not up yet, or never will be). A pod on a node
-that goes NotReady later keeps running here: the simulation has no taint-based eviction; pods of a
-deleted Node are removed by the pod GC (`podgc.py`). Graceful deletion is the store's business.
+that goes NotReady later keeps running here until the taint manager deletes it (taint_eviction.py,
+after its not-ready/unreachable tolerationSeconds); pods of a deleted Node are removed by the pod GC
+(`podgc.py`). Graceful deletion is the store's business.
 """
 
 from __future__ import annotations

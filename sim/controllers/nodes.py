@@ -13,8 +13,12 @@ An instance's life as a Node (all delays are base seconds scaled by the TimeScal
              ──ready─────▶ Ready=True, not-ready taint removed        (never, for never-ready faults)
              ──startup───▶ startup taints removed (their agents are up)
     stopped / terminated / gone from EC2
-             ──not_ready─▶ Ready=Unknown, unreachable taints            (the kubelet went silent)
+             ──not_ready─▶ Ready=Unknown, unreachable:NoSchedule        (the kubelet went silent)
              ──delete────▶ Node deleted; finalizers keep it Terminating until they are removed
+
+The NoExecute taints that follow the Ready condition (not-ready while False, unreachable while
+Unknown) are the node lifecycle controller's, written by noexecute_taints.py; the taint manager
+(taint_eviction.py) acts on them.
 
 moto makes instances `running` at once, so the pending phase is simulated from LaunchTime. A Node
 deleted by someone else while its instance runs is not registered again (a running kubelet does
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from api.constants import NODEPOOL_LABEL, NOT_READY_TAINT_KEY, TAG_NODEPOOL, UNREACHABLE_TAINT_KEY
+from api.constants import NODEPOOL_LABEL, TAG_NODEPOOL, UNREACHABLE_TAINT_KEY
 from sim import ec2_faults
 from sim.apiserver.errors import AlreadyExists, NotFound
 from sim.apiserver.store import Store
@@ -60,10 +64,8 @@ from sim.timescale import TimeScale
 log = logging.getLogger(__name__)
 
 LIVE_STATES = ("pending", "running")
-UNREACHABLE_TAINTS = (
-    {"key": UNREACHABLE_TAINT_KEY, "effect": "NoSchedule"},
-    {"key": UNREACHABLE_TAINT_KEY, "effect": "NoExecute"},
-)
+# The NoSchedule half of the condition's taints; the NoExecute half is noexecute_taints.py's.
+UNREACHABLE_TAINTS = ({"key": UNREACHABLE_TAINT_KEY, "effect": "NoSchedule"},)
 
 
 @dataclass
@@ -397,7 +399,7 @@ class NodeLifecycleController:
 
         def taint_unreachable(node: dict[str, Any]) -> None:
             spec = node.setdefault("spec", {})
-            taints = [t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT_KEY]
+            taints = _remove_taints(spec.get("taints") or [], [NOT_READY_TAINT])
             spec["taints"] = _remove_taints(taints, list(UNREACHABLE_TAINTS)) + [
                 dict(t) for t in UNREACHABLE_TAINTS
             ]

@@ -35,16 +35,29 @@ from sim.controllers.informer import Informer
 from sim.controllers.instance_types import InstanceTypes
 from sim.controllers.kubelet import Kubelets
 from sim.controllers.nodes import NodeLifecycleController, NodeTimings
+from sim.controllers.noexecute_taints import NoExecuteTaints
 from sim.controllers.pdb import PdbStatusController
 from sim.controllers.podgc import PodGC
 from sim.controllers.scheduler import Scheduler
+from sim.controllers.taint_eviction import TaintEviction
 from sim.controllers.workloads import DeploymentController, ReplicaSetController
 from sim.tasks import cancel_and_wait
 from sim.timescale import TimeScale
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("nodes", "scheduler", "kubelet", "podgc", "replicasets", "deployments", "daemonsets", "pdb")
+CONTROLLERS = (
+    "nodes",
+    "noexecute",
+    "tainteviction",
+    "scheduler",
+    "kubelet",
+    "podgc",
+    "replicasets",
+    "deployments",
+    "daemonsets",
+    "pdb",
+)
 # Off unless named: a simulated Karpenter beside karpflow (sim/controllers/karpenter/).
 OPTIONAL_CONTROLLERS = ("karpenter",)
 INFORMER_RESOURCES = ("nodes", "pods", "replicasets", "deployments", "daemonsets", "poddisruptionbudgets")
@@ -75,7 +88,6 @@ class SimSettings:
     node_timings: NodeTimings = field(default_factory=NodeTimings)
     pod_start_seconds: float = 2.0  # bound to a Ready node → Running and Ready
     pdb_resync_seconds: float = 10.0  # real seconds; expires disruptedPods entries
-    pod_gc_sweep_seconds: float = 10.0  # real seconds; orphaned-pod sweep period
 
 
 def sim_ec2_client(endpoint: str, region: str) -> Any:
@@ -108,7 +120,6 @@ class SimControllers:
         node_timings: NodeTimings | None = None,
         pod_start_seconds: float = 2.0,
         pdb_resync_seconds: float = 10.0,
-        pod_gc_sweep_seconds: float = 10.0,
         ec2_client: Any = None,
         ec2_source: str = "auto",
         api_endpoint: str | None = None,
@@ -133,7 +144,6 @@ class SimControllers:
             node_timings=node_timings or NodeTimings(),
             pod_start_seconds=pod_start_seconds,
             pdb_resync_seconds=pdb_resync_seconds,
-            pod_gc_sweep_seconds=pod_gc_sweep_seconds,
         )
         if "nodes" in chosen and ec2_client is None and ec2_endpoint is None:
             raise ValueError("the nodes controller needs ec2_endpoint (moto's URL) or ec2_client")
@@ -185,12 +195,16 @@ class SimControllers:
                 api_endpoint=self.api_endpoint,
                 api_ca_pem=self.api_ca_pem,
             )
+        if "noexecute" in s.enabled:
+            built["noexecute"] = NoExecuteTaints(self.store, informer)
+        if "tainteviction" in s.enabled:
+            built["tainteviction"] = TaintEviction(self.store, informer, s.timescale)
         if "scheduler" in s.enabled:
             built["scheduler"] = Scheduler(self.store, informer)
         if "kubelet" in s.enabled:
             built["kubelet"] = Kubelets(self.store, informer, s.timescale, s.pod_start_seconds)
         if "podgc" in s.enabled:
-            built["podgc"] = PodGC(self.store, informer, s.pod_gc_sweep_seconds)
+            built["podgc"] = PodGC(self.store, informer, s.timescale)
         if "replicasets" in s.enabled:
             built["replicasets"] = ReplicaSetController(self.store, informer)
         if "deployments" in s.enabled:
@@ -298,7 +312,9 @@ class SimControllers:
         if (kubelet := self.controllers.get("kubelet")) is not None:
             out["kubelet"] = {"started": kubelet.started}
         if (gc := self.controllers.get("podgc")) is not None:
-            out["podgc"] = {"deleted": gc.deleted}
+            out["podgc"] = {"deleted": gc.deleted, "quarantined": len(gc.quarantined)}
+        if (eviction := self.controllers.get("tainteviction")) is not None:
+            out["tainteviction"] = {"deleted": eviction.deleted, "scheduled": len(eviction.scheduled)}
         if (karpenter := self.controllers.get("karpenter")) is not None:
             out["karpenter"] = karpenter.status()
         return out

@@ -9,6 +9,8 @@ aws/karpenter-provider-aws) and not from karpflow's, so that it can judge karpfl
                     crash cleanup of `karpenter.sh/disrupted`
     nodeclaims.py   the NodeClaim lifecycle: finalizer, launch, registration, initialization,
                     liveness, and the NodeClaim's own termination
+    conditions.py   status conditions as operatorpkg sets them (Ready from Launched, Registered,
+                    Initialized)
     launch.py       what a NodeClaim is launched on, and how (offerings, AMI, tags)
     userdata.py     the bootstrap user data per AMI family
     termination.py  node termination: drain through the Eviction API, instance, finalizer

@@ -22,7 +22,8 @@ finalizer), as Karpenter's code does it, paraphrased:
   drains them, termination.py); then terminate the instance, `InstanceTerminating=True`, until EC2
   says it is gone; then remove the finalizer.
 
-Delays are Karpenter's, scaled by the simulator's TimeScale.
+Conditions are set as Karpenter's operatorpkg sets them (conditions.py): Ready follows Launched,
+Registered and Initialized. Delays are Karpenter's, scaled by the simulator's TimeScale.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from api import constants as k
 from api.duration import parse_duration
 from sim.apiserver.errors import NotFound
+from sim.controllers.karpenter.conditions import initialize, set_condition
 from sim.controllers.karpenter.launch import (
     choices,
     image_for,
@@ -88,29 +90,6 @@ def condition(claim: Obj, kind: str) -> Obj | None:
 
 def is_true(claim: Obj, kind: str) -> bool:
     return (condition(claim, kind) or {}).get("status") == "True"
-
-
-def set_condition(status: Obj, kind: str, value: str, reason: str, message: str = "") -> bool:
-    """Set one condition on a status in place; the transition time moves only when the value does."""
-    conditions = status.setdefault("conditions", [])
-    for cond in conditions:
-        if cond.get("type") == kind:
-            if (cond.get("status"), cond.get("reason"), cond.get("message")) == (value, reason, message):
-                return False
-            if cond.get("status") != value:
-                cond["lastTransitionTime"] = now_rfc3339()
-            cond.update(status=value, reason=reason, message=message)
-            return True
-    conditions.append(
-        {
-            "type": kind,
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now_rfc3339(),
-        }
-    )
-    return True
 
 
 def provider_id_of(obj: Obj) -> str:
@@ -177,6 +156,7 @@ class NodeClaimLifecycle:
         if k.TERMINATION_FINALIZER not in (claim["metadata"].get("finalizers") or ()):
             self._meta(claim, _add_finalizer)
             return
+        self.update_status(claim, initialize)  # Launched, Registered, Initialized, Ready: Unknown
         if not is_true(claim, "Launched"):
             if not self._liveness(claim):
                 self._start_launch(claim)

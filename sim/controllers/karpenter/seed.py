@@ -13,6 +13,7 @@ from typing import Any
 
 from api import constants as k
 from sim.apiserver.store import Store
+from sim.controllers.karpenter.conditions import initialize, set_condition
 
 Obj = dict[str, Any]
 # Labels of the kubelet's own, or of registration and initialization: not the NodeClaim's.
@@ -36,14 +37,14 @@ def _claim_name(pool: str, node: Obj) -> str:
     return f"{pool}-{suffix}"
 
 
-def _condition(kind: str, status: str, at: str) -> Obj:
-    return {
-        "type": kind,
-        "status": status,
-        "reason": kind if status == "True" else "Unknown",
-        "message": "",
-        "lastTransitionTime": at,
-    }
+def _conditions(initialized: bool, at: str) -> list[Obj]:
+    """What Karpenter's lifecycle had written by now: launched and registered, maybe initialized,
+    and Ready following them (conditions.py)."""
+    status: Obj = {}
+    initialize(status, at=at)
+    for kind in ("Launched", "Registered", *(("Initialized",) if initialized else ())):
+        set_condition(status, kind, "True", kind, at=at)
+    return list(status["conditions"])
 
 
 def nodeclaim_for(node: Obj, pool: Obj, image_id: str | None) -> Obj:
@@ -102,11 +103,7 @@ def nodeclaim_for(node: Obj, pool: Obj, image_id: str | None) -> Obj:
             **({"imageID": image_id} if image_id else {}),
             "capacity": dict(status.get("capacity") or {}),
             "allocatable": dict(status.get("allocatable") or {}),
-            "conditions": [
-                _condition("Launched", "True", at),
-                _condition("Registered", "True", at),
-                _condition("Initialized", "True" if initialized else "Unknown", at),
-            ],
+            "conditions": _conditions(initialized, at),
         },
     }
 

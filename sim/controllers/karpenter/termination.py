@@ -43,12 +43,12 @@ import aiohttp
 
 from api import constants as k
 from sim.apiserver.errors import NotFound
+from sim.controllers.karpenter.conditions import set_condition
 from sim.controllers.karpenter.nodeclaims import (
     condition,
     instance_id_of,
     parse_time,
     provider_id_of,
-    set_condition,
 )
 from sim.controllers.predicates import node_ready, tolerated
 from sim.invariants import is_protected

@@ -133,6 +133,12 @@ async def test_a_drift_replacement_beside_karpenter(karpflow):
     assert new["metadata"]["labels"]["team"] == "shop"  # Karpenter synced the NodeClaim's labels
     (claim,) = nodeclaims(karpflow).values()
     assert claim["metadata"]["annotations"][REPLACEMENT_FOR_ANNOTATION].split("/")[3] == "Drifted"
+    # Ready follows Launched, Registered and Initialized, as operatorpkg's ConditionSet derives it.
+    conditions = {c["type"]: c for c in claim["status"]["conditions"]}
+    assert [conditions[t]["status"] for t in ("Launched", "Registered", "Initialized")] == ["True"] * 3
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "Ready")
+    header, row = kubectl(karpflow.stack, "get", "nodeclaims").splitlines()
+    assert dict(zip(header.split(), row.split(), strict=True))["READY"] == "True"
     # The candidate's Events say what replaces it and that it waits for it, as on the direct path.
     listed = json.loads(kubectl(karpflow.stack, "get", "events", "-A", "-o", "json"))["items"]
     on_node = {e["reason"]: e["message"] for e in listed if e["involvedObject"]["name"] == DRIFTING.name}

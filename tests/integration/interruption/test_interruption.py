@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -479,3 +481,48 @@ async def test_a_rebalance_replacement_counts_a_notready_node_against_the_budget
         await karpflow.eventually(lambda: _async(w.interruptions.counters["deleted"] == 1), within=20)
     assert await runs_of(karpflow, rebalance_id(karpflow, instance)) == 0
     assert A.name in await karpflow.nodes()
+
+
+KARPFLOW = Path(sys.executable).parent / "karpflow"
+
+
+@pytest.mark.sim_stack(scenario=WORLD, secure=False)
+async def test_karpflow_sim_interrupt_sends_what_ec2_and_aws_health_send(karpflow, queue):
+    """`karpflow sim interrupt NODE --kind ...` puts the event on EventBridge; the queue's rules
+    deliver it and the worker reads it as it reads AWS's (docs/interruption.md)."""
+    instance = await instance_of(karpflow, A.name)
+
+    async def interrupt(kind: str, *more: str) -> str:
+        sim = ["sim", "--url", karpflow.stack.kube_url, "--kubeconfig", str(karpflow.stack.kubeconfig_path)]
+        done = await karpflow.run(str(KARPFLOW), *sim, "interrupt", A.name, "--kind", kind, *more)
+        return done.stdout
+
+    async with karpflow.worker(interruption_queue=queue.name, interruption_wait=1) as w:
+        said = await interrupt("health")
+        assert f"Sent the health event for {instance} (node {A.name}) through EventBridge" in said, said
+        await karpflow.eventually(
+            lambda: _async(w.interruptions.counters.get("kind:Unknown") == 1 and queue.depth() == 0),
+            within=30,
+            what=lambda: f"the AWS Health issue read and deleted, {w.interruptions.counters}",
+        )
+        assert not w.interruptions.counters.get("acted")  # nobody acts on an issue
+        # Straight onto the queue, as a rule would have delivered it.
+        said = await interrupt("rebalance", "--queue", queue.url)
+        assert f"to {queue.url}" in said, said
+        await karpflow.eventually(
+            lambda: _async(w.interruptions.counters.get("kind:RebalanceRecommendation") == 1),
+            within=30,
+            what=lambda: f"the rebalance recommendation read, {w.interruptions.counters}",
+        )
+        await interrupt("spot")
+
+        async def spot_started() -> bool:
+            return await runs_of(karpflow, spot_id(karpflow, instance)) == 1
+
+        await karpflow.eventually(spot_started, within=30, what=lambda: str(w.interruptions.counters))
+        assert w.interruptions.counters["kind:SpotInterruption"] == 1
+    refused = await karpflow.run(
+        str(KARPFLOW), "sim", "--url", karpflow.stack.kube_url, "interrupt", "no-such-node", "--kind", "spot",
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "404" in refused.stderr, refused.stderr

@@ -65,8 +65,21 @@ def test_the_crds_answer_and_refuse_what_their_schema_says(sim_stack, tmp_path):
         "maintenancewindow.karpflow.dev/pause-default created",
         "nodedisruptionbudget.karpflow.dev/one-at-a-time created",
     ]
-    assert "pause-default" in kubectl(sim_stack, "get", "mw")
-    assert "one-at-a-time" in kubectl(sim_stack, "get", "ndb")
+    # The CRDs' additionalPrinterColumns, as kube-apiserver's table convertor prints them.
+    windows, budgets = kubectl(sim_stack, "get", "mw,ndb").strip().split("\n\n")
+    header, row = windows.splitlines()
+    assert header.split() == ["NAME", "ACTIONS", "SCHEDULES", "AGE"]
+    assert row.split()[:2] == [
+        "maintenancewindow.karpflow.dev/pause-default",
+        '["Emptiness","Consolidation","Expiration"]',
+    ]
+    assert len(row.split()) == 3  # no schedule: an empty cell, then the age
+    header, row = budgets.splitlines()
+    assert header.split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "AGE"]
+    assert row.split()[:2] == ["nodedisruptionbudget.karpflow.dev/one-at-a-time", "1"]
+    explained = kubectl(sim_stack, "explain", "maintenancewindow.spec")
+    assert "Which disruption actions the window blocks" in explained
+    assert "What the window blocks. Interruption is never blocked" in explained
     result = subprocess.run(
         ["kubectl", "--kubeconfig", str(sim_stack.kubeconfig_path), "apply", "-f", "-"],
         input=PAUSE.replace("[Emptiness, Consolidation, Expiration]", "[Consolidaton]").replace(

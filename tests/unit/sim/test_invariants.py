@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -171,6 +172,31 @@ def test_pods_lost_with_their_node_violate_the_budget(checker):
     checker.observe("DELETED", node("n1", "i-1"))
     checker.observe("DELETED", pods[0])
     assert [v.details["cause"] for v in checker.check().violations] == ["node-gone"]
+
+
+def test_pods_the_pod_gc_marks_failed_are_lost_with_their_node(checker):
+    """PodGC (pkg/controller/podgc/gc_controller.go) marks an orphaned pod Failed with a
+    DisruptionTarget condition before it force-deletes it: the loss is judged at the mark, not
+    skipped as the deletion of a finished pod."""
+    pods = seed(checker, minAvailable=3)
+    checker.observe("DELETED", node("n1", "i-1"))
+    failed = copy.deepcopy(pods[0])
+    failed["status"]["phase"] = "Failed"
+    failed["status"]["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}
+    )
+    checker.observe("MODIFIED", failed)
+    checker.observe("DELETED", failed)
+    assert [v.details["cause"] for v in checker.check().violations] == ["node-gone"]
+
+
+def test_a_pod_that_finishes_is_no_loss(checker):
+    pods = seed(checker, minAvailable=3)
+    done = copy.deepcopy(pods[0])
+    done["status"]["phase"] = "Succeeded"
+    checker.observe("MODIFIED", done)
+    checker.observe("DELETED", done)
+    assert checker.check().ok
 
 
 def test_pods_lost_with_an_instance_ec2_took_are_not_judged(checker):

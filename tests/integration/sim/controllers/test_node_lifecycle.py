@@ -95,7 +95,15 @@ def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_clust
         lambda: (n := cluster.node_of(instance_id)) is not None and node_ready(n) == "Unknown" and n,
         what="the node to turn NotReady",
     )
-    assert ("node.kubernetes.io/unreachable", "NoExecute") in taint_keys(node)
+    assert ("node.kubernetes.io/unreachable", "NoSchedule") in taint_keys(node)
+    # The node lifecycle controller follows the condition with its NoExecute taint.
+    wait_for(
+        lambda: (
+            (n := cluster.node_of(instance_id)) is not None
+            and ("node.kubernetes.io/unreachable", "NoExecute") in taint_keys(n)
+        ),
+        what="the unreachable NoExecute taint",
+    )
     wait_for(lambda: cluster.node_of(instance_id) is None, what="the node to be deleted")
 
 
@@ -171,10 +179,19 @@ def test_never_ready_instances_register_but_stay_not_ready(sim_cluster):
     node = sim_cluster.node_of(broken)
     assert node_ready(node) == "False"
     assert ("node.kubernetes.io/not-ready", "NoSchedule") in taint_keys(node)
-    # Lifting the fault lets the kubelet recover.
+    # Ready=False: the node lifecycle controller's NoExecute taint too (doNoExecuteTaintingPass).
+    wait_for(
+        lambda: ("node.kubernetes.io/not-ready", "NoExecute") in taint_keys(sim_cluster.node_of(broken)),
+        what="the not-ready NoExecute taint",
+    )
+    # Lifting the fault lets the kubelet recover, and the controller takes its taint back.
     sim_cluster.faults.clear()
     wait_for(
         lambda: node_ready(sim_cluster.node_of(broken)) == "True", what="recovery once the fault is lifted"
+    )
+    wait_for(
+        lambda: not [e for _, e in taint_keys(sim_cluster.node_of(broken)) if e == "NoExecute"],
+        what="the NoExecute taint removed",
     )
 
 

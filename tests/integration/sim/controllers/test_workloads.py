@@ -272,3 +272,93 @@ def test_pdb_status_follows_pod_health(sim_cluster):
     status = wait_for(lambda: (s := pdb_status()).current_healthy == 3 and s, what="3 healthy")
     assert status.disruptions_allowed == 1
     assert {c.type: c.status for c in status.conditions}["DisruptionAllowed"] == "True"
+
+
+def daemonset(name, namespace="kube-system"):
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "a", "image": "agent:1"}]},
+            },
+        },
+    }
+
+
+def test_a_node_being_deleted_keeps_its_daemon_pods_until_it_is_gone(sim_cluster_factory):
+    """NodeShouldRunDaemonPod (pkg/controller/daemon/daemon_controller.go) reads no deletionTimestamp:
+    a finalizer holding a deleted node keeps its daemon pods; once the Node is gone they are the pod
+    GC's (pkg/controller/podgc/gc_controller.go: marked Failed, DisruptionTarget, then deleted)."""
+    from sim.controllers.nodes import NodeTimings
+
+    cluster = sim_cluster_factory(NodeTimings(delete=0))
+    [first] = cluster.launch("m5.large")
+    ready_nodes(cluster, 1)
+    name = cluster.node_of(first).metadata.name
+    cluster.apps.create_namespaced_daemon_set("kube-system", daemonset("agent"))
+    (agent,) = wait_for(lambda: running(pods_of(cluster, "agent", "kube-system")), what="the agent")
+    cluster.core.patch_node(name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    cluster.core.delete_node(name)
+    # The controller has seen the deletion once it has placed an agent on a node launched after it.
+    [second] = cluster.launch("m5.large")
+    wait_for(lambda: len(running(pods_of(cluster, "agent", "kube-system"))) == 2, what="a second agent")
+    kept = cluster.core.read_namespaced_pod(agent.metadata.name, "kube-system")
+    assert kept.metadata.uid == agent.metadata.uid and kept.metadata.deletion_timestamp is None
+    assert cluster.core.read_node(name).metadata.deletion_timestamp is not None
+
+    cluster.core.patch_node(name, {"metadata": {"finalizers": None}})
+    wait_for(lambda: cluster.node_of(first) is None, what="the node to go")
+    wait_for(
+        lambda: (
+            agent.metadata.name not in {p.metadata.name for p in pods_of(cluster, "agent", "kube-system")}
+        ),
+        what="the pod GC to collect the agent of the gone node",
+    )
+    assert [p.spec.node_name for p in pods_of(cluster, "agent", "kube-system")] == [
+        cluster.node_of(second).metadata.name
+    ]
+
+
+def test_an_unreachable_node_loses_its_pods_after_their_toleration_seconds(sim_cluster_factory):
+    """The node lifecycle controller taints an unreachable node NoExecute
+    (pkg/controller/nodelifecycle/node_lifecycle_controller.go) and the taint manager deletes each pod
+    when its tolerationSeconds run out (pkg/controller/tainteviction/taint_eviction.go): the 300 s
+    DefaultTolerationSeconds default, 10 s where a pod says so, never for a daemon pod."""
+    from sim.controllers.nodes import NodeTimings
+
+    cluster = sim_cluster_factory(NodeTimings(delete=0))
+    [instance] = cluster.launch("m5.large")
+    ready_nodes(cluster, 1)
+    name = cluster.node_of(instance).metadata.name
+    cluster.core.patch_node(name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    cluster.apps.create_namespaced_daemon_set("kube-system", daemonset("agent"))
+    brief = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+              "tolerationSeconds": 10}]  # fmt: skip
+    cluster.apps.create_namespaced_deployment(NS, deployment("brief", 1, cpu="10m", tolerations=brief))
+    cluster.apps.create_namespaced_deployment(NS, deployment("patient", 1, cpu="10m"))
+    for app, ns in (("agent", "kube-system"), ("brief", NS), ("patient", NS)):
+        wait_for(lambda app=app, ns=ns: running(pods_of(cluster, app, ns)), what=f"{app} running")
+    (patient,) = running(pods_of(cluster, "patient"))
+    assert {(t.key, t.toleration_seconds) for t in patient.spec.tolerations} >= {
+        ("node.kubernetes.io/unreachable", 300)
+    }
+
+    cluster.ec2.terminate_instances(
+        InstanceIds=[instance]
+    )  # the kubelet goes silent; a finalizer holds the node
+
+    def evicted(app):
+        """Its pod on the node is Terminating, or already gone."""
+        on_node = [p for p in pods_of(cluster, app) if p.spec.node_name == name]
+        return all(p.metadata.deletion_timestamp for p in on_node)
+
+    wait_for(lambda: evicted("brief"), what="the 10 s toleration to run out")
+    node = cluster.core.read_node(name)
+    assert ("node.kubernetes.io/unreachable", "NoExecute") in {(t.key, t.effect) for t in node.spec.taints}
+    wait_for(lambda: evicted("patient"), timeout=20, what="the 300 s default toleration to run out")
+    (agent,) = [p for p in pods_of(cluster, "agent", "kube-system") if p.spec.node_name == name]
+    assert agent.metadata.deletion_timestamp is None  # daemon pods tolerate unreachable for ever

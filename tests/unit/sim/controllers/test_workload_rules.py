@@ -33,6 +33,21 @@ def test_should_run_distinguishes_new_pods_from_existing_ones():
     assert should_run(tolerant, daemon_tolerations(tolerant), disrupted) == (True, True)
 
 
+def test_a_node_being_deleted_keeps_its_daemon_pods():
+    """NodeShouldRunDaemonPod (pkg/controller/daemon/daemon_controller.go) reads the node's name,
+    affinity and taints only: a finalizer holding `kubectl delete node` changes none of them."""
+    spec = {"nodeSelector": {"role": "worker"}}
+    deleting = node({"role": "worker"})
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    deleting["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+    assert should_run(spec, daemon_tolerations(spec), deleting) == (True, True)
+
+
+def test_a_template_naming_another_node_runs_nowhere_else():
+    spec = {"nodeName": "n2"}
+    assert should_run(spec, daemon_tolerations(spec), node()) == (False, False)
+
+
 def test_daemon_pods_pin_to_their_node_and_keep_preferences():
     preferred = [{"weight": 1, "preference": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}]
     spec = {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}}

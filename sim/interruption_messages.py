@@ -1,0 +1,118 @@
+"""The EventBridge events EC2 and AWS Health send about an instance, as `karpflow sim interrupt`
+sends them (docs/interruption.md; what karpflow reads: api/interruption_events.py; Karpenter's
+parsers: aws/karpenter-provider-aws pkg/controllers/interruption/messages/).
+
+    entry("spot", "i-0abc", region="us-west-2")      # a PutEvents entry, for EventBridge
+    envelope("spot", "i-0abc", region="us-west-2")   # the body a rule delivers to the SQS queue
+
+Kinds:
+    spot              aws.ec2 "EC2 Spot Instance Interruption Warning", instance-action terminate
+    rebalance         aws.ec2 "EC2 Instance Rebalance Recommendation"
+    stopping          aws.ec2 "EC2 Instance State-change Notification", state stopping
+    scheduled-change  aws.health "AWS Health Event", service EC2, category scheduledChange
+                      (instance retirement), the instance among its affected entities
+    health            aws.health "AWS Health Event", service EC2, category issue (a degraded
+                      instance store): what neither Karpenter nor karpflow acts on
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
+
+Kind = Literal["spot", "rebalance", "scheduled-change", "stopping", "health"]
+KINDS: tuple[str, ...] = get_args(Kind)
+ACCOUNT = "123456789012"  # moto's default account
+HEALTH_CODES = {
+    "scheduled-change": ("scheduledChange", "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"),
+    "health": ("issue", "AWS_EC2_INSTANCE_STORE_DRIVE_PERFORMANCE_DEGRADED"),
+}
+
+
+def _stamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _health_detail(kind: str, instance_id: str, region: str, when: datetime) -> dict[str, Any]:
+    category, code = HEALTH_CODES[kind]
+    start = when + timedelta(days=14) if category == "scheduledChange" else when
+    return {
+        "eventArn": f"arn:aws:health:{region}::event/EC2/{code}/{code}_{uuid.uuid4().hex[:12].upper()}",
+        "service": "EC2",
+        "eventScopeCode": "ACCOUNT_SPECIFIC",
+        "eventTypeCode": code,
+        "eventTypeCategory": category,
+        "eventRegion": region,
+        "startTime": start.strftime("%a, %d %b %Y %H:%M:%S GMT"),
+        "statusCode": "upcoming" if category == "scheduledChange" else "open",
+        "eventDescription": [{"language": "en_US", "latestDescription": f"{code} for {instance_id}"}],
+        "affectedEntities": [{"entityValue": instance_id}],
+        "affectedAccount": ACCOUNT,
+    }
+
+
+def source_and_detail(
+    kind: str, instance_id: str, region: str, when: datetime
+) -> tuple[str, str, dict[str, Any]]:
+    """(source, detail-type, detail) of the event `kind` about `instance_id`."""
+    if kind == "spot":
+        return (
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            {
+                "instance-id": instance_id,
+                "instance-action": "terminate",
+            },
+        )
+    if kind == "rebalance":
+        return "aws.ec2", "EC2 Instance Rebalance Recommendation", {"instance-id": instance_id}
+    if kind == "stopping":
+        return (
+            "aws.ec2",
+            "EC2 Instance State-change Notification",
+            {
+                "instance-id": instance_id,
+                "state": "stopping",
+            },
+        )
+    if kind in HEALTH_CODES:
+        return "aws.health", "AWS Health Event", _health_detail(kind, instance_id, region, when)
+    raise ValueError(f"unknown interruption kind {kind!r}; choose from {', '.join(KINDS)}")
+
+
+def instance_arn(instance_id: str, region: str) -> str:
+    return f"arn:aws:ec2:{region}:{ACCOUNT}:instance/{instance_id}"
+
+
+def entry(kind: str, instance_id: str, *, region: str, when: datetime | None = None) -> dict[str, Any]:
+    """The PutEvents entry that makes EventBridge deliver the event to the queue's rules."""
+    when = when or datetime.now(UTC)
+    source, detail_type, detail = source_and_detail(kind, instance_id, region, when)
+    return {
+        "Source": source,
+        "DetailType": detail_type,
+        "Detail": json.dumps(detail),
+        "Resources": [instance_arn(instance_id, region)],
+        "Time": when,
+    }
+
+
+def envelope(kind: str, instance_id: str, *, region: str, when: datetime | None = None) -> str:
+    """The message body an EventBridge rule delivers to SQS (version 0 envelope)."""
+    when = when or datetime.now(UTC)
+    source, detail_type, detail = source_and_detail(kind, instance_id, region, when)
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": source,
+            "account": ACCOUNT,
+            "time": _stamp(when),
+            "region": region,
+            "resources": [instance_arn(instance_id, region)],
+            "detail": detail,
+        }
+    )
