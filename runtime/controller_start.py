@@ -8,6 +8,14 @@ workers leave those alone. Any other end (FAILED, TERMINATED, TIMED_OUT) or no c
 an accident: every worker's supervision starts it again, idempotently (one id per cluster, and
 USE_EXISTING when two workers start it at once). `karpflow controller start` starts it whatever
 the last run's end, which undoes a stop.
+
+A bug in the controller's workflow code does not fail its run: the controller lists no
+`failure_exception_types`, so its workflow task fails and is retried until a worker with fixed
+code runs it, which then carries on with the run's state (pauses, backoffs, unavailable offerings).
+A failed run would be started again by this supervision with none of that state: a pause an
+operator set would be silently lifted. A controller that retries starts nothing, which is safe, but
+shows nothing either: the supervision logs a warning while its workflow task keeps failing
+(docs/workflow-changes.md, "When a workflow fails").
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from runtime.settings import WorkerSettings
 log = logging.getLogger("karpflow.controller")
 
 RUNNING = frozenset({WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW})
+# A workflow task attempt from which the supervision says the controller is stuck (one failure may be a
+# worker that died mid-task; several in a row are code that cannot run its history).
+STUCK_TASK_ATTEMPT = 3
 # Ends an operator chose: the supervision must not undo them.
 STOPPED_ON_PURPOSE = frozenset({WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED})
 
@@ -57,6 +68,12 @@ class ControllerCheck:
 
     status: WorkflowExecutionStatus | None  # the latest run's, before any start; None: never ran
     started_run: str | None = None  # the run it started, if it did
+    task_attempt: int = 0  # the running controller's pending workflow task's attempt (0: none pending)
+
+    @property
+    def stuck(self) -> bool:
+        """Running, but its workflow task keeps failing (a bug, or code its history does not match)."""
+        return self.status in RUNNING and self.task_attempt >= STUCK_TASK_ATTEMPT
 
     @property
     def stopped(self) -> bool:
@@ -64,22 +81,27 @@ class ControllerCheck:
 
 
 async def latest_status(client: Client, cluster: str) -> WorkflowExecutionStatus | None:
+    return (await _latest(client, cluster)).status
+
+
+async def _latest(client: Client, cluster: str) -> ControllerCheck:
     try:
         described = await client.get_workflow_handle(controller_workflow_id(cluster)).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            return None
+            return ControllerCheck(None)
         raise
-    return described.status
+    pending = described.raw_description.pending_workflow_task  # attempt 0 when none is pending
+    return ControllerCheck(described.status, task_attempt=pending.attempt)
 
 
 async def ensure_controller(client: Client, settings: WorkerSettings) -> ControllerCheck:
     """Start the controller if it is missing or ended by accident; leave a running or a stopped one."""
-    status = await latest_status(client, settings.cluster_name)
-    if status in RUNNING or status in STOPPED_ON_PURPOSE:
-        return ControllerCheck(status)
+    latest = await _latest(client, settings.cluster_name)
+    if latest.status in RUNNING or latest.status in STOPPED_ON_PURPOSE:
+        return latest
     handle = await start_controller(client, settings)
-    return ControllerCheck(status, handle.result_run_id)
+    return ControllerCheck(latest.status, handle.result_run_id)
 
 
 async def supervise_controller(client: Client, settings: WorkerSettings, every: float) -> None:
@@ -99,6 +121,15 @@ async def supervise_controller(client: Client, settings: WorkerSettings, every: 
                 controller_workflow_id(settings.cluster_name),
                 ended,
                 check.started_run,
+            )
+        if check.stuck:
+            log.warning(
+                "controller %s is running but its workflow task has failed %d times in a row (a bug in "
+                "this version's workflow code, or code its history does not match): it starts nothing "
+                "until a worker with fixed code runs it, and then carries on where it was; the "
+                "worker log has the error",
+                controller_workflow_id(settings.cluster_name),
+                check.task_attempt - 1,
             )
         if check.stopped and not said_stopped:
             log.info(

@@ -103,7 +103,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.workflow_summaries import awaiting_approval_details, short_node
     from workflows.events import awaiting_approval
-    from workflows.failures import activity_cause, describe
+    from workflows.failures import WORKFLOW_BUGS, activity_cause, describe, is_bad_deploy
     from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
     from workflows.termination import TerminationWorkflow
     from workflows.workflow_metrics import count_rollback, record_phase
@@ -154,7 +154,10 @@ def _nodes(names: list[str]) -> str:
     return short_node(names[0]) if len(names) == 1 else f"{len(names)} nodes"
 
 
-@workflow.defn(name="DisruptionWorkflow")
+# A bug in this code fails the run (after its compensation, when it came before the handover) rather
+# than its workflow task for ever: a command is planned again, and a run that holds its candidates,
+# budgets and claims while it retries helps nobody (docs/workflow-changes.md, "When a workflow fails").
+@workflow.defn(name="DisruptionWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class DisruptionWorkflow:
     def __init__(self) -> None:
         self._status = DisruptionStatus()
@@ -173,6 +176,7 @@ class DisruptionWorkflow:
         self._lean = False
         self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
         self._handed_over = False  # the candidates' terminations have been started
+        self._rolling_back = False  # the compensation has begun (a bug in it must not start it again)
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)
 
     @workflow.query
@@ -274,7 +278,7 @@ class DisruptionWorkflow:
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         self._begin(command)
         if not command.voluntary:
-            await self._run_forceful(command)
+            await self._undone_on_bug(self._run_forceful(command))
             return self._finish()
         gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
         if gated and not await self._approved(command):
@@ -287,8 +291,24 @@ class DisruptionWorkflow:
         except BaseException as err:
             await self._roll_back(err)  # 4 (re-raises)
             raise
-        await self._terminate_candidates(command)  # 5
+        await self._undone_on_bug(self._terminate_candidates(command))  # 5
         return self._finish()
+
+    async def _undone_on_bug(self, step: Awaitable[None]) -> None:
+        """A bug in workflow code (WORKFLOW_BUGS) fails the run. Before the candidates are handed to
+        their terminations, the compensation runs first, so a failed command leaves nothing behind;
+        after, the terminations go on and the run says it failed. (The older code failed its workflow
+        task for ever there: no history holds commands after such a bug, so this needs no patch.)"""
+        try:
+            await step
+        except WORKFLOW_BUGS as err:
+            if not (self._handed_over or self._rolling_back):
+                await self._roll_back(err)  # raises DisruptionFailed, quoting the bug
+            self._status.message = f"failed in workflow code: {describe(err)}"
+            self._status.phase = "Failed"  # not _set_phase: the bug may be in what it calls
+            self._upsert(sa.PHASE.value_set("Failed"))
+            self._publish()
+            raise
 
     async def _run_forceful(self, command: DisruptionInput) -> None:
         try:
@@ -333,7 +353,7 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
-            if is_cancelled_exception(err):
+            if is_cancelled_exception(err) or is_bad_deploy(err):
                 raise
             problems: list[str] = []
             discarded = await self._discard_unready(problems)
@@ -476,7 +496,7 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
-            if is_cancelled_exception(err):
+            if is_cancelled_exception(err) or is_bad_deploy(err):
                 raise
             self._note_registration(replacement, err)
             replacement.message = self._replacement_failure(
@@ -707,7 +727,11 @@ class DisruptionWorkflow:
     # -- 4. compensation --------------------------------------------------------------------------
 
     async def _roll_back(self, err: BaseException) -> None:
-        """Undo steps 1-3. Activities started here run even when the workflow was cancelled."""
+        """Undo steps 1-3. Activities started here run even when the workflow was cancelled. Not for
+        a bad deploy (the caller re-raises it): its workflow task fails, and is retried."""
+        if is_bad_deploy(err):
+            return
+        self._rolling_back = True
         cancelled = is_cancelled_exception(err)
         failure = "canceled" if cancelled else self._failure_text(err)
         self._set_phase("RollingBack")
@@ -746,6 +770,8 @@ class DisruptionWorkflow:
             done, _ = await through_cancellation(step)
             return done
         except Exception as err:
+            if is_bad_deploy(err):
+                raise
             problems.append(f"{what}: {describe(err)}")
             return None
 
@@ -795,7 +821,7 @@ class DisruptionWorkflow:
         outcomes = await asyncio.gather(*(self._discard(i) for i in doomed), return_exceptions=True)
         for instance, outcome in zip(doomed, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                if is_cancelled_exception(outcome):
+                if is_cancelled_exception(outcome) or is_bad_deploy(outcome):
                     raise outcome  # _compensate runs the step again; discarding is idempotent
                 problems.append(f"instance {instance.instance_id}: {describe(outcome)}")
         return sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))

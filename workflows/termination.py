@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.workflow_summaries import short_node
     from workflows.events import record_event
-    from workflows.failures import describe
+    from workflows.failures import WORKFLOW_BUGS, describe, is_bad_deploy
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
     from workflows.workflow_metrics import record_phase
 
@@ -93,7 +93,11 @@ GATE_LONGEST_WAIT = timedelta(minutes=1)
 GATE_WAITS_PER_RUN = 1000
 
 
-@workflow.defn(name="TerminationWorkflow")
+# A bug in this code fails the run, as a failed step does (with its FailedTermination Event, once its
+# first step ran): the node-deletion watcher starts a failed termination again while its node is
+# deleting (30 s doubling to 10 min), so a deploy of fixed code takes it over. A NondeterminismError
+# only fails the workflow task (docs/workflow-changes.md, "When a workflow fails").
+@workflow.defn(name="TerminationWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class TerminationWorkflow:
     def __init__(self) -> None:
         self._status = TerminationStatus()
@@ -192,8 +196,10 @@ class TerminationWorkflow:
             # 5. Let the API server delete the node.
             await self._remove_finalizer(target)
         except BaseException as err:
-            if isinstance(err, workflow.ContinueAsNewError):
-                raise  # a long wait for the operator controls goes on in a new run
+            if isinstance(err, workflow.ContinueAsNewError | GeneratorExit) or is_bad_deploy(err):
+                # A long wait for the operator controls goes on in a new run; a run evicted from the
+                # worker's cache is not over; a bad deploy retries its workflow task until fixed.
+                raise
             failure = self._fail(err)
             if failure is None:
                 raise  # cancelled

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,9 +21,18 @@ from temporalio import workflow
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
+from api import node_reasons
+from api.controller_io import UPDATE_PAUSE, ControllerInput, ControllerStatus
 from api.rollout_io import RolloutInput
+from api.workflow_ids import controller_workflow_id
 from api.workflow_io import DisruptionInput, ReplacementSpec, TerminationInput
+from runtime.controller_start import ensure_controller
+from runtime.settings import WorkerSettings
 from tests.unit.workflows.conftest import Harness
+from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixture
+    ControllerHarness,
+    controller_harness_fixture,
+)
 from workflows import workflow_metrics
 from workflows.disruption import DisruptionWorkflow
 from workflows.failures import describe, where
@@ -264,3 +274,54 @@ async def test_a_nondeterminism_in_a_disruption_is_not_rolled_back(
     broken.fixed = True
     status = await asyncio.wait_for(handle.result(), 30)
     assert status.phase == "Succeeded"
+
+
+# -- the controller: a bug retries its task, and the fixed code carries on with its state ----------
+
+
+async def test_a_bug_in_the_controller_keeps_it_running_and_the_fix_carries_on_with_its_pauses(
+    controller_harness: ControllerHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller lists no failure types: a failed run would be started again by the workers'
+    supervision with none of its state, an operator's pause silently lifted. Its workflow task
+    retries instead, the supervision says it is stuck, and the fixed code goes on, pause and all."""
+    harness = controller_harness
+    settings = WorkerSettings(cluster_name=f"stuck-{uuid.uuid4().hex[:6]}", task_queue=harness.task_queue)
+    handle = await harness.client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(cluster=settings.cluster_name, task_queue=harness.task_queue, interval_seconds=0.05),
+        id=controller_workflow_id(settings.cluster_name),
+        task_queue=harness.task_queue,
+    )
+    try:
+        await handle.execute_update(UPDATE_PAUSE, {"scope": "nodepool", "nodepool": "gpu", "by": "ops"})
+        real = node_reasons.waiting
+        broken = True
+
+        def waiting(reasons: dict[str, str]) -> list[str]:
+            if broken:
+                raise KeyError("a bug in the pass")
+            return real(reasons)
+
+        monkeypatch.setattr(node_reasons, "waiting", waiting)
+        check = await ensure_controller(harness.client, settings)
+        for _ in range(200):
+            if check.stuck:
+                break
+            await asyncio.sleep(0.1)
+            check = await ensure_controller(harness.client, settings)
+        assert check.stuck and check.started_run is None  # running, not started again
+        assert "a bug in the pass" in (await task_failures(handle))[0]
+
+        broken = False  # the fixed code is deployed
+        passes = harness.controller.requests
+        count = len(passes)
+        for _ in range(200):
+            if len(passes) > count + 2:
+                break
+            await asyncio.sleep(0.05)
+        status = await handle.query("status", result_type=ControllerStatus)
+        assert [p.key for p in status.pauses] == ["nodepool/gpu"]
+        assert not (await ensure_controller(harness.client, settings)).stuck
+    finally:
+        await handle.terminate("test over")
