@@ -34,10 +34,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy, TypedSearchAttributes
+from temporalio.common import RawValue, TypedSearchAttributes
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -46,7 +46,6 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import NON_RETRYABLE_TYPES
     from api import node_reasons
     from api import search_attributes as sa
     from api.controller_io import (
@@ -75,17 +74,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.workflow_io import InvalidInput, parse_input
     from workflows.failures import one_line
+    from workflows.options import PASS_HEARTBEAT, PASS_RETRY, PASS_STEP, PASS_TIMEOUT
     from workflows.workflow_metrics import count_decision
 
-PASS_TIMEOUT = timedelta(minutes=5)
-PASS_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
-# Planning heartbeats (activities/planning.py): a pass lost with its worker is retried within this.
-PASS_HEARTBEAT = timedelta(seconds=30)
 # Visibility lists a started workflow within seconds (Elasticsearch refreshes each second); its nodes
 # are held out of planning until then, and at most this long.
 HOLD_AT_MOST = timedelta(minutes=2)
@@ -101,8 +92,26 @@ PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
 
 
+# No failure_exception_types, on purpose: a bug in this code fails the workflow task, which is retried
+# until fixed code runs it and carries on with the run's state. A failed run would be started again by
+# the workers' supervision without its pauses, backoffs and unavailable offerings; a controller that
+# retries starts nothing, and the supervision warns (runtime/controller_start.py; docs/workflow-changes.md,
+# "When a workflow fails").
 @workflow.defn(name="ControllerWorkflow")
 class ControllerWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "plan_pass",
+        "untaint_orphans",
+        "sync_nodepool_finalizers",
+        "apply_annotations",
+        "sync_operator_controls",
+        "apply_taints",
+        "validate_commands",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ("DisruptionWorkflow",)
+
     @workflow.init
     def __init__(self, *args: Any) -> None:
         self._status = ControllerStatus()
@@ -363,7 +372,7 @@ class ControllerWorkflow:
                     "apply_taints",
                     result.taints,
                     result_type=int,
-                    start_to_close_timeout=timedelta(seconds=30),
+                    start_to_close_timeout=PASS_STEP,
                     retry_policy=PASS_RETRY,
                     summary=f"leaving taints: {_count(result.taints, 'change')}",
                 )
@@ -447,7 +456,7 @@ class ControllerWorkflow:
         arg: Any,
         result_type: type,
         *,
-        start_to_close_timeout: timedelta = timedelta(seconds=30),
+        start_to_close_timeout: timedelta | None = None,
         heartbeat_timeout: timedelta | None = None,
         summary: str | None = None,
     ) -> Any:
@@ -458,7 +467,7 @@ class ControllerWorkflow:
                 activity,
                 arg,
                 result_type=result_type,
-                start_to_close_timeout=start_to_close_timeout,
+                start_to_close_timeout=start_to_close_timeout or PASS_STEP,
                 heartbeat_timeout=heartbeat_timeout,
                 retry_policy=PASS_RETRY,
                 summary=summary,

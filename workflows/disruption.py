@@ -47,7 +47,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -104,7 +104,13 @@ with workflow.unsafe.imports_passed_through():
     from api.workflow_summaries import awaiting_approval_details, short_node
     from workflows.events import awaiting_approval
     from workflows.failures import WORKFLOW_BUGS, activity_cause, describe, is_bad_deploy
-    from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
+    from workflows.options import (
+        API_CALL,
+        API_RETRY,
+        INSTANCE_TERMINATE,
+        INSTANCE_TERMINATE_HEARTBEAT,
+        WAIT_RETRY,
+    )
     from workflows.termination import TerminationWorkflow
     from workflows.workflow_metrics import count_rollback, record_phase
 
@@ -159,6 +165,26 @@ def _nodes(names: list[str]) -> str:
 # budgets and claims while it retries helps nobody (docs/workflow-changes.md, "When a workflow fails").
 @workflow.defn(name="DisruptionWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class DisruptionWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "record_event",
+        "taint_disrupted",
+        "resolve_replacement",
+        "launch_instance",
+        "await_node_registered",
+        "await_node_initialized",
+        "await_node_ready",
+        "create_nodeclaim",
+        "await_nodeclaim",
+        "untaint_disrupted",
+        "find_command_instances",
+        "terminate_instance",
+        "release_node",
+        "delete_nodeclaims",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ("TerminationWorkflow",)
+
     def __init__(self) -> None:
         self._status = DisruptionStatus()
         self._unavailable: dict[str, UnavailableOffering] = {}
@@ -278,7 +304,7 @@ class DisruptionWorkflow:
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         self._begin(command)
         if not command.voluntary:
-            await self._undone_on_bug(self._run_forceful(command))
+            await self._ending(self._run_forceful(command))
             return self._finish()
         gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
         if gated and not await self._approved(command):
@@ -291,16 +317,19 @@ class DisruptionWorkflow:
         except BaseException as err:
             await self._roll_back(err)  # 4 (re-raises)
             raise
-        await self._undone_on_bug(self._terminate_candidates(command))  # 5
+        await self._ending(self._terminate_candidates(command))  # 5
         return self._finish()
 
-    async def _undone_on_bug(self, step: Awaitable[None]) -> None:
-        """A bug in workflow code (WORKFLOW_BUGS) fails the run. Before the candidates are handed to
-        their terminations, the compensation runs first, so a failed command leaves nothing behind;
-        after, the terminations go on and the run says it failed. (The older code failed its workflow
-        task for ever there: no history holds commands after such a bug, so this needs no patch.)"""
+    async def _ending(self, step: Awaitable[T]) -> T:
+        """Run a step of the command so that however it ends, the run's close and its status agree.
+
+        A bug in workflow code (WORKFLOW_BUGS) fails the run. Before the candidates are handed to their
+        terminations, the compensation runs first, so a failed command leaves nothing behind; after,
+        the terminations go on and the run says it failed. (The older code failed its workflow task
+        for ever there: no history holds commands after such a bug, so this needs no patch.)
+        """
         try:
-            await step
+            return await step
         except WORKFLOW_BUGS as err:
             if not (self._handed_over or self._rolling_back):
                 await self._roll_back(err)  # raises DisruptionFailed, quoting the bug
@@ -874,7 +903,7 @@ class DisruptionWorkflow:
         await self._regular(
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=instance.instance_id, node=node),
-            start_to_close_timeout=timedelta(minutes=10),
+            start_to_close_timeout=INSTANCE_TERMINATE,
             heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
             summary=f"roll back: terminate replacement {instance.instance_id}",

@@ -35,3 +35,18 @@ DRAIN_RETRY = RetryPolicy(
 )
 # Terminating an instance heartbeats while it waits for EC2 to report the instance gone.
 INSTANCE_TERMINATE_HEARTBEAT = timedelta(minutes=1)
+# A rollback's terminate of a replacement instance (a termination's own comes with its input).
+INSTANCE_TERMINATE = timedelta(minutes=10)
+
+# The controller's pass: planning heartbeats (activities/planning.py), so a pass lost with its worker is
+# retried within PASS_HEARTBEAT; a failed pass is recorded and the next one runs.
+PASS_TIMEOUT = timedelta(minutes=5)
+PASS_HEARTBEAT = timedelta(seconds=30)
+PASS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# The pass's own short steps (crash cleanup, annotations, finalizers, controls, leaving taints).
+PASS_STEP = timedelta(seconds=30)

@@ -21,7 +21,7 @@ only a refused start (no such NodePool, bad input) fails it, before anything is 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -50,6 +50,15 @@ with workflow.unsafe.imports_passed_through():
 # (docs/workflow-changes.md, "When a workflow fails").
 @workflow.defn(name="RolloutWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class RolloutWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "mark_rollout_nodes",
+        "rollout_remaining",
+        "unmark_rollout_nodes",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self) -> None:
         self._status = RolloutStatus()
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -103,6 +103,22 @@ GATE_WAITS_PER_RUN = 1000
 # only fails the workflow task (docs/workflow-changes.md, "When a workflow fails").
 @workflow.defn(name="TerminationWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class TerminationWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "begin_termination",
+        "await_karpenter_termination",
+        "describe_instance",
+        "termination_gate",
+        "taint_for_termination",
+        "drain_node",
+        "await_volumes_detached",
+        "terminate_instance",
+        "remove_finalizer",
+        "record_event",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self) -> None:
         self._status = TerminationStatus()
         self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)

@@ -46,8 +46,16 @@ from api.activity_io import (
     UntaintRequest,
     VolumeRequest,
 )
-from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
+from api.controller_io import (
+    ControlsUpkeep,
+    PassRequest,
+    PassResult,
+    PlannedCommand,
+    ValidateRequest,
+    Verdict,
+)
 from api.event_reasons import RecordEventRequest
+from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
 from api.workflow_io import Offering
 from tests.unit.workflows.fault_injection import FaultInjector
 
@@ -105,6 +113,12 @@ class FakeCluster:
         self.deletion_times: dict[str, datetime] = {}  # node -> its deletionTimestamp
         self.deadline_annotations: dict[str, datetime] = {}  # node -> its termination deadline annotation
         self.drains: list[tuple[DrainRequest, datetime]] = []  # each drain's request, and when it began
+        self.pass_extras: dict[str, Any] = {}  # what every controller pass finds besides its commands
+        self.planned_every_pass: list[PlannedCommand] = []  # planned again by every pass
+        self.commands_valid = True  # validate_commands' verdict
+        self.volumes_attached_once = False  # the first look at a node's volumes finds one attached
+        self.rollout_marks: dict[str, list[str | None]] = {}  # uid -> [name, the rollout marking it]
+        self.rollout_replaces = False  # each poll finds one more marked node gone (replaced)
 
     async def now(self) -> datetime:
         """The time as the workflows see it: on the time-skipping server, its clock (set `clock`)."""
@@ -131,6 +145,9 @@ class FakeCluster:
         for name in sorted(self.nodeclaims):
             if name not in self.deleted_nodeclaims and name not in self.ready:
                 found.setdefault("nodeclaim", []).append(name)
+        for name, mark in sorted(self.rollout_marks.values(), key=lambda entry: str(entry[0])):
+            if mark is not None:
+                found.setdefault("mark", []).append(f"{name} (by {mark})")
         return found
 
     def names(self) -> list[str]:
@@ -163,7 +180,13 @@ class FakeCluster:
             self.validate_commands,
             self.untaint_orphans,
             self.apply_annotations,
+            self.sync_nodepool_finalizers,
+            self.sync_operator_controls,
+            self.apply_taints,
             self.record_event,
+            self.mark_rollout_nodes,
+            self.rollout_remaining,
+            self.unmark_rollout_nodes,
         ]
 
     @activity.defn(name="record_event")
@@ -180,15 +203,72 @@ class FakeCluster:
         await self.faults.enter("plan_pass")
         self.calls.append(("plan_pass", None))
         self.pass_requests.append(request)
-        commands, self.planned = self.planned, []
+        commands, self.planned = self.planned or list(self.planned_every_pass), []
         in_flight = self.visible.pop(0) if self.visible else []
-        return PassResult(at=datetime.now(UTC), commands=commands, nodes=len(self.nodes), in_flight=in_flight)
+        return PassResult(
+            at=datetime.now(UTC),
+            commands=commands,
+            nodes=len(self.nodes),
+            in_flight=in_flight,
+            **self.pass_extras,
+        )
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
         await self.faults.enter("validate_commands")
         self.calls.append(("validate_commands", [c.workflow_id for c in request.commands]))
-        return [Verdict(workflow_id=c.workflow_id, valid=True, command=c) for c in request.commands]
+        return [
+            Verdict(workflow_id=c.workflow_id, valid=True, command=c)
+            if self.commands_valid
+            else Verdict(workflow_id=c.workflow_id, valid=False, reason="no longer valid")
+            for c in request.commands
+        ]
+
+    @activity.defn(name="sync_nodepool_finalizers")
+    async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:
+        await self.faults.enter("sync_nodepool_finalizers")
+        self.calls.append(("sync_nodepool_finalizers", changes))
+        return len(changes)
+
+    @activity.defn(name="sync_operator_controls")
+    async def sync_operator_controls(self, upkeep: ControlsUpkeep) -> int:
+        await self.faults.enter("sync_operator_controls")
+        self.calls.append(("sync_operator_controls", upkeep))
+        return upkeep.stale_claims
+
+    @activity.defn(name="apply_taints")
+    async def apply_taints(self, changes: list[dict[str, Any]]) -> int:
+        await self.faults.enter("apply_taints")
+        self.calls.append(("apply_taints", changes))
+        return len(changes)
+
+    # -- `karpflow rollout` -----------------------------------------------------------------------
+
+    @activity.defn(name="mark_rollout_nodes")
+    async def mark_rollout_nodes(self, request: MarkRequest) -> list[RolloutNode]:
+        await self.faults.enter("mark_rollout_nodes")
+        self.calls.append(("mark_rollout_nodes", request.rollout_id))
+        for entry in self.rollout_marks.values():
+            entry[1] = entry[1] or request.rollout_id
+        return [RolloutNode(name=n, uid=u) for u, (n, _) in sorted(self.rollout_marks.items())]
+
+    @activity.defn(name="rollout_remaining")
+    async def rollout_remaining(self, request: RemainingRequest) -> list[RolloutNode]:
+        await self.faults.enter("rollout_remaining")
+        self.calls.append(("rollout_remaining", len(request.nodes)))
+        if self.rollout_replaces and self.rollout_marks:
+            self.rollout_marks.pop(sorted(self.rollout_marks)[0])  # the planner replaced one (it went)
+        return [n for n in request.nodes if n.uid in self.rollout_marks]
+
+    @activity.defn(name="unmark_rollout_nodes")
+    async def unmark_rollout_nodes(self, request: UnmarkRequest) -> int:
+        await self.faults.enter("unmark_rollout_nodes")
+        self.calls.append(("unmark_rollout_nodes", request.rollout_id))
+        changed = 0
+        for entry in self.rollout_marks.values():
+            if entry[1] == request.rollout_id:
+                entry[1], changed = None, changed + 1
+        return changed
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
@@ -440,7 +520,8 @@ class FakeCluster:
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
         await self.faults.enter("await_volumes_detached")
         self.calls.append(("await_volumes_detached", request.node))
-        return True
+        # Something still attached at the first look (wait False): the termination waits for it.
+        return request.wait or not self.volumes_attached_once
 
     @activity.defn(name="describe_instance")
     async def describe_instance(self, request: InstanceRequest) -> InstanceState:
@@ -500,6 +581,8 @@ class FakeCluster:
         if self.karpenter_never_initializes and request.until == "Initialized":
             await self._wait_forever({"nodeclaim": request.name, "waiting_for": "Initialized=Unknown"})
         spec = self.nodeclaims[request.name].spec
+        if request.until == "Initialized":
+            self.ready.add(request.name)
         return NodeClaimState(
             name=request.name,
             uid=request.uid,
@@ -522,6 +605,11 @@ class FakeCluster:
     async def await_karpenter_termination(self, request: HandoverWait) -> str:
         await self.faults.enter("await_karpenter_termination")
         self.calls.append(("await_karpenter_termination", request.nodeclaim))
+        self.removed.add(request.node)  # Karpenter drained it and removed its finalizer
+        if request.nodeclaim:
+            self.terminated.append(f"i-{request.node}")  # and ended the instance of its NodeClaim
+        self.taints.pop(request.node, None)
+        self.claims.pop(request.node, None)
         return f"Karpenter drained and terminated node {request.node}"
 
 
