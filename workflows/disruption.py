@@ -126,6 +126,11 @@ PATCH_LEAN_HISTORY = "disruption-lean-history"
 # On the lean path beside Karpenter: one wait for each NodeClaim to be Initialized, not three waits
 # (Launched, Registered, Initialized): 47 events to 36. Asked only on that path.
 PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
+# Issue 30 (the fault matrix), each asked only on the path it changes:
+# a cancel no step turned into a phase closes the run in phase Canceled (an upsert before the close);
+PATCH_CANCELED_PHASE = "disruption-canceled-phase"
+# a rollback whose listing of the command's instances fails still terminates the ones it knows.
+PATCH_DISCARD_KNOWN_INSTANCES = "disruption-discard-known-instances"
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected"})
 # Updates of a command that waits for approval (DisruptionInput.approval).
@@ -307,7 +312,7 @@ class DisruptionWorkflow:
             await self._ending(self._run_forceful(command))
             return self._finish()
         gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
-        if gated and not await self._approved(command):
+        if gated and not await self._ending(self._approved(command)):
             return self._status  # rejected, or no decision in time: nothing changed
         try:
             await self._taint_candidates(command)  # 1
@@ -327,7 +332,11 @@ class DisruptionWorkflow:
         terminations, the compensation runs first, so a failed command leaves nothing behind; after,
         the terminations go on and the run says it failed. (The older code failed its workflow task
         for ever there: no history holds commands after such a bug, so this needs no patch.)
-        """
+
+        A cancel that no step turned into a phase (one while awaiting approval, or while a spot
+        interruption's replacement launched beside its terminations) closes the run in phase Canceled,
+        not in the phase it was cancelled in (behind PATCH_CANCELED_PHASE: the older code closed
+        without the upsert)."""
         try:
             return await step
         except WORKFLOW_BUGS as err:
@@ -337,6 +346,18 @@ class DisruptionWorkflow:
             self._status.phase = "Failed"  # not _set_phase: the bug may be in what it calls
             self._upsert(sa.PHASE.value_set("Failed"))
             self._publish()
+            raise
+        except BaseException as err:
+            if (
+                is_cancelled_exception(err)
+                and self._status.phase not in CLOSING_PHASES
+                and workflow.patched(PATCH_CANCELED_PHASE)
+            ):
+                if self._handed_over:
+                    self._status.message = HANDED_OVER
+                elif self._awaiting_approval:
+                    self._status.message = "canceled while awaiting approval; nothing changed"
+                self._set_phase("Canceled")
             raise
 
     async def _run_forceful(self, command: DisruptionInput) -> None:
@@ -832,13 +853,21 @@ class DisruptionWorkflow:
             return await self._delete_nodeclaims()
         # Ask EC2 as well as workflow state: a launch may have completed after the workflow stopped
         # waiting for it, and EC2's tag filter may not list an instance launched a moment ago.
-        instances = await self._call(
-            EC2Activities.find_command_instances,
-            self._status.command_id,
-            start_to_close_timeout=API_CALL,
-            retry_policy=API_RETRY,
-            summary="roll back: find the instances this command launched",
-        )
+        try:
+            instances = await self._call(
+                EC2Activities.find_command_instances,
+                self._status.command_id,
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary="roll back: find the instances this command launched",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err) or not workflow.patched(PATCH_DISCARD_KNOWN_INSTANCES):
+                raise
+            # EC2 cannot list them now: terminate what workflow state knows (before, nothing was, and
+            # a launched replacement was left running), and say the listing failed.
+            problems.append(f"listing this command's instances: {describe(err)}")
+            instances = []
         listed = {instance.instance_id for instance in instances}
         instances += [
             self._known_instance(r)
@@ -938,8 +967,10 @@ class DisruptionWorkflow:
                     await handle
                     candidate.termination = "Succeeded"
                 except ChildWorkflowError as err:
-                    if is_cancelled_exception(err):  # this workflow was cancelled; the child goes on
-                        raise
+                    if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                        raise  # this workflow was cancelled; the child goes on
+                    # The termination failed, or was cancelled or terminated from outside (issue 30:
+                    # a child's own cancel read as this workflow's, which then said Canceled).
                     candidate.termination = "Failed"
                     candidate.message = describe(err)
         except BaseException as err:

@@ -90,6 +90,8 @@ PATCH_CONTROLS_GATE = "termination-waits-for-controls"
 # before a wait, the NodePool folded into that upsert. Taken at the start of a run: a run begun on the
 # older code keeps its command sequence to the end.
 PATCH_LEAN_HISTORY = "termination-lean-history"
+# Issue 30: a cancel that comes while a failure's Event is recorded leaves the run Failed (asked then).
+PATCH_FAILED_THROUGH_CANCEL = "termination-failure-through-cancel"
 Result = TypeVar("Result")
 GATE_FIRST_WAIT = timedelta(seconds=5)
 GATE_LONGEST_WAIT = timedelta(minutes=1)
@@ -230,13 +232,19 @@ class TerminationWorkflow:
             if failure is None:
                 raise  # cancelled
             if self._lean or workflow.patched(PATCH_FAILURE_EVENT):
-                await record_event(
-                    "Node",
-                    request.node,
-                    Reason.FAILED_TERMINATION,
-                    self._status.message,
-                    uid=self._status.uid or request.uid,
-                )
+                try:
+                    await record_event(
+                        "Node",
+                        request.node,
+                        Reason.FAILED_TERMINATION,
+                        self._status.message,
+                        uid=self._status.uid or request.uid,
+                    )
+                except BaseException as cancel:
+                    # A cancel while the failure is recorded changes nothing: the termination had failed,
+                    # and closes Failed, as its status says (the older code closed it Canceled).
+                    if not (is_cancelled_exception(cancel) and workflow.patched(PATCH_FAILED_THROUGH_CANCEL)):
+                        raise
                 # The failure quotes its cause: "Activity task failed" alone says nothing.
                 raise failure from err
             raise
