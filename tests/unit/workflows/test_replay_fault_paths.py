@@ -27,15 +27,17 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 from api.workflow_io import Approval, DisruptionInput, ReplacementSpec, TerminationInput
 from tests.unit.workflows.conftest import Harness
 from tests.unit.workflows.fault_injection import Fault
-from tests.unit.workflows.test_replay import HISTORIES, RECORD, _load, _patches, _save, _settle
-
-BEFORE = (
-    "disruption-approval-canceled-before-issue-30",
-    "disruption-listing-failed-before-issue-30",
-    "termination-event-canceled-before-issue-30",
-    "disruption-child-canceled-before-issue-30",
+from tests.unit.workflows.test_replay import (
+    FAULT_PATH_CHANGES,
+    HISTORIES,
+    RECORD,
+    _load,
+    _patches,
+    _save,
+    _settle,
 )
-AFTER = tuple(name.removesuffix("-before-issue-30") for name in BEFORE)
+
+BEFORE = tuple(f"{name}-before-issue-30" for name in FAULT_PATH_CHANGES)
 
 
 async def _phase(handle: WorkflowHandle[Any, Any], phase: str) -> None:
