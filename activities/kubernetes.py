@@ -846,7 +846,9 @@ class KubernetesActivities:
     async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
         """Make sure the node is deleting (with the finalizer first, so the instance cannot leak), and stamp
         the drain deadline = deletion time + terminationGracePeriod as an annotation everyone can see.
-        An annotation already present is never moved (interruption may have set it to now).
+        An annotation already present is never moved (interruption may have set it to now). With
+        `defer_deadline` (a termination with a gate) nothing is stamped here: `termination_gate` stamps
+        it when the drain may begin, and only an annotation already there is returned.
 
         Pinning: with `uid` (or `provider_id`) given, a node of the name that is another node (the
         name was reused after the pinned one went) is not touched: the pinned node is gone, and its
@@ -876,7 +878,10 @@ class KubernetesActivities:
                 node = await self.kube.find_node(name)
                 if node is None or another_node(node, uid) is not None:
                     return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
-            deadline = await self._deadline(node, request, pool)
+            if request.defer_deadline and nodeclaim is None:
+                deadline = annotated_deadline(node)  # the gate starts the drain's clock
+            else:
+                deadline = await self._deadline(node, request, pool)
             pods = await self.kube.pods_on_node(name)
         except guards.Refused as err:
             raise guards.refusal(err) from None
@@ -959,12 +964,17 @@ class KubernetesActivities:
         await self.kube.request("DELETE", f"{NODES}/{quote(name, safe='')}", body=body)
 
     async def _deadline(
-        self, node: Json, request: BeginTerminationRequest, pool: Json | None
+        self,
+        node: Json,
+        request: BeginTerminationRequest,
+        pool: Json | None,
+        since: datetime | None = None,
     ) -> datetime | None:
-        """The drain deadline: the node's annotation if it has one, else deletion time + grace period;
-        the request's deadline when earlier (never later: nobody's deadline is postponed)."""
+        """The drain deadline: the node's annotation if it has one, else deletion time (or `since`, when
+        later: the moment the drain may begin) + grace period; the request's deadline when earlier
+        (never later: nobody's deadline is postponed)."""
         existing = annotated_deadline(node)
-        deadline = existing if existing is not None else self._grace_deadline(node, request, pool)
+        deadline = existing if existing is not None else self._grace_deadline(node, request, pool, since)
         if request.deadline is not None:
             deadline = request.deadline if deadline is None else min(deadline, request.deadline)
         if deadline is None:
@@ -980,10 +990,10 @@ class KubernetesActivities:
         return stamped
 
     def _grace_deadline(
-        self, node: Json, request: BeginTerminationRequest, pool: Json | None
+        self, node: Json, request: BeginTerminationRequest, pool: Json | None, since: datetime | None = None
     ) -> datetime | None:
-        """Deletion time + terminationGracePeriod (the request's, else the NodePool's, as the planner and
-        the guards read it: api.nodepool_reader); None without one."""
+        """Deletion time (or `since`, when later) + terminationGracePeriod (the request's, else the
+        NodePool's, as the planner and the guards read it: api.nodepool_reader); None without one."""
         grace = request.termination_grace_period
         pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
         if grace is None and pool_name:
@@ -991,7 +1001,7 @@ class KubernetesActivities:
         if grace is None:
             return None
         deleted = parse_time(node["metadata"].get("deletionTimestamp")) or datetime.now(UTC)
-        return deleted + grace
+        return max(deleted, since) + grace if since is not None else deleted + grace
 
     def _pool_grace(self, node: str, pool_name: str, raw: Json | None) -> timedelta | None:
         """The NodePool's terminationGracePeriod for karpflow (karpflow.dev/termination-grace-period,
@@ -1020,17 +1030,51 @@ class KubernetesActivities:
         (activities/controls_gate.py `hold`: unreadable, they hold it too), and a `kubectl delete
         node` (and any reason that claims budgets: activities/guards.py `claims_budgets`) needs a
         NodeDisruptionBudget claim.
-        When it must wait, the node gets an Event saying for what; the workflow asks again later."""
+        When it must wait, the node gets an Event saying for what; the workflow asks again later.
+
+        When it says go to a termination that asks (`stamp_deadline`), the drain may begin: its clock
+        starts now. The deadline is stamped then, now + terminationGracePeriod, or an annotation
+        already on the node, or the request's hard deadline, whichever is earliest: a wait here never
+        spends the drain's grace period, and nobody's deadline is postponed (issue 30)."""
+        gate, node = await self._gate(request)
+        if not (gate.go and request.stamp_deadline and node is not None):
+            return gate
+        name = request.node
+        timing = BeginTerminationRequest(
+            node=name,
+            uid=request.uid,
+            reason=request.reason,
+            termination_grace_period=request.termination_grace_period,
+            deadline=request.deadline,
+        )
+        try:
+            pool_name = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
+            pool = await self._nodepool_or_none(pool_name) if pool_name else None
+            deadline = await self._deadline(node, timing, pool, since=datetime.now(UTC))
+        except Exception as err:
+            raise classify_kube(err, f"stamping the drain deadline of node {name}") from None
+        return gate.model_copy(update={"deadline": deadline})
+
+    async def _nodepool_or_none(self, name: str) -> Json | None:
+        try:
+            return await self.kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name)
+        except Exception as err:
+            if not_found(err):
+                return None
+            raise
+
+    async def _gate(self, request: TerminationGateRequest) -> tuple[TerminationGate, Json | None]:
+        """termination_gate's answer, with the node it read (None when it is gone)."""
         name = request.node
         try:
             node = await self.kube.find_node(name)
             if node is None or another_node(node, request.uid) is not None:
-                return TerminationGate(go=True, message="the node is gone")
+                return TerminationGate(go=True, message="the node is gone"), None
             holder = (node["metadata"].get("annotations") or {}).get(guards.OWNER_ANNOTATION)
             if has_taint(node, self.taint_key) and holder:
                 # Held by a command (ours, or the one that started this termination): it passed the
                 # controls when it tainted; or by this termination itself before a continue-as-new.
-                return TerminationGate(go=True, message=f"held by {holder}")
+                return TerminationGate(go=True, message=f"held by {holder}"), node
             found = await guards.windows(self.kube)
             now = datetime.now(UTC)
             action = guards.window_action(request.reason, request.holder, node)
@@ -1041,28 +1085,30 @@ class KubernetesActivities:
                         node, ", ".join(block.windows), block.action, block.ends()
                     )
                 )
-                return TerminationGate(
+                gate = TerminationGate(
                     go=False,
                     waiting_for=f"MaintenanceWindow {', '.join(block.windows)}",
                     message=block.message(),
                 )
+                return gate, node
             if self.controls is not None and (
                 held := await self.controls.hold(self.kube, request.reason, request.holder, node, now)
             ):
-                return TerminationGate(go=False, waiting_for=held[0], message=held[1])
+                return TerminationGate(go=False, waiting_for=held[0], message=held[1]), node
             if not guards.claims_budgets(request.reason, node):
-                return TerminationGate(go=True)
+                return TerminationGate(go=True), node
             denied = await budget_claims.claim(self.kube, [node], request.holder, request.reason, now)
         except Exception as err:
             raise classify_kube(err, f"checking the controls for the termination of node {name}") from None
         if denied is None:
-            return TerminationGate(go=True)
+            return TerminationGate(go=True), node
         await events.recorder_for(self.kube).record(
             events.disruption_waiting_ndb(node, denied.budget, denied.unavailable, denied.allowed)
         )
-        return TerminationGate(
+        gate = TerminationGate(
             go=False, waiting_for=f"NodeDisruptionBudget {denied.budget}", message=denied.message
         )
+        return gate, node
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:

@@ -61,12 +61,27 @@ class TerminationGateRequest(BaseModel):
     reason: str
     holder: str = Field(description="the termination's `<workflow id>@<first run id>`: the claim's holder")
     command_id: str | None = Field(default=None, description="the disruption that started it, if any")
+    # When the gate opens the drain may begin, and its clock starts: the deadline is stamped then
+    # (docs/workflow-changes.md, "When the drain's clock starts"). A termination of older code sends
+    # neither; its begin_termination stamped the deadline.
+    stamp_deadline: bool = Field(
+        default=False, description="on go: stamp the drain deadline (now + terminationGracePeriod)"
+    )
+    termination_grace_period: GoDuration | None = Field(
+        default=None, description="overrides the NodePool's terminationGracePeriod"
+    )
+    deadline: datetime | None = Field(
+        default=None, description="a hard deadline (a spot interruption's): never postponed"
+    )
 
 
 class TerminationGate(BaseModel):
     go: bool
     waiting_for: str = Field(default="", description="'MaintenanceWindow X' or 'NodeDisruptionBudget Y'")
     message: str = ""
+    deadline: datetime | None = Field(
+        default=None, description="on go with stamp_deadline: the drain deadline now on the node"
+    )
 
 
 class TaintRequest(BaseModel):
@@ -280,6 +295,11 @@ class BeginTerminationRequest(BaseModel):
     provider_id: str | None = None
     termination_grace_period: GoDuration | None = None
     deadline: datetime | None = Field(default=None, description="a hard deadline, e.g. a spot interruption's")
+    defer_deadline: bool = Field(
+        default=False,
+        description="stamp no deadline here: the termination's gate stamps it when the drain may begin "
+        "(an annotation already on the node is still read)",
+    )
 
 
 class NodeInfo(BaseModel):

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-RolloutPhase = Literal["Marking", "Rolling", "Succeeded", "Canceling", "Canceled"]
+RolloutPhase = Literal["Marking", "Rolling", "Succeeded", "Canceling", "Canceled", "Failed"]
 
 # A label key (optional DNS prefix) and value as Kubernetes accepts them; anything else would make
 # the activity's label selector mean something else (a comma or `!` in it).

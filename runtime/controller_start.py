@@ -14,6 +14,14 @@ over the last one's state (its pauses first, and its backoffs and unavailable of
 stopped run's result (ControllerStopped.state, readable without a worker), else from the ended run's
 `state` query (Temporal replays a closed run's history on a worker to answer it). What was carried,
 or why nothing could be, is said (`karpflow controller start` prints it; the workers log it).
+
+A bug in the controller's workflow code does not fail its run: the controller lists no
+`failure_exception_types`, so its workflow task fails and is retried until a worker with fixed
+code runs it, which then carries on with the run's state (pauses, backoffs, unavailable offerings).
+A failed run would be started again by this supervision with none of that state: a pause an
+operator set would be silently lifted. A controller that retries starts nothing, which is safe, but
+shows nothing either: the supervision logs a warning while its workflow task keeps failing
+(docs/workflow-changes.md, "When a workflow fails").
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from runtime.settings import WorkerSettings
 log = logging.getLogger("karpflow.controller")
 
 RUNNING = frozenset({WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW})
+# A workflow task attempt from which the supervision says the controller is stuck (one failure may be a
+# worker that died mid-task; several in a row are code that cannot run its history).
+STUCK_TASK_ATTEMPT = 3
 # Ends an operator chose: the supervision must not undo them.
 STOPPED_ON_PURPOSE = frozenset({WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED})
 
@@ -129,6 +140,12 @@ class ControllerCheck:
     status: WorkflowExecutionStatus | None  # the latest run's, before any start; None: never ran
     started_run: str | None = None  # the run it started, if it did
     carry_problem: str = ""  # not started: the ended run's state could not be read yet
+    task_attempt: int = 0  # the running controller's pending workflow task's attempt (0: none pending)
+
+    @property
+    def stuck(self) -> bool:
+        """Running, but its workflow task keeps failing (a bug, or code its history does not match)."""
+        return self.status in RUNNING and self.task_attempt >= STUCK_TASK_ATTEMPT
 
     @property
     def stopped(self) -> bool:
@@ -136,13 +153,18 @@ class ControllerCheck:
 
 
 async def latest_status(client: Client, cluster: str) -> WorkflowExecutionStatus | None:
+    return (await _latest(client, cluster)).status
+
+
+async def _latest(client: Client, cluster: str) -> ControllerCheck:
     try:
         described = await client.get_workflow_handle(controller_workflow_id(cluster)).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            return None
+            return ControllerCheck(None)
         raise
-    return described.status
+    pending = described.raw_description.pending_workflow_task  # attempt 0 when none is pending
+    return ControllerCheck(described.status, task_attempt=pending.attempt)
 
 
 async def ensure_controller(
@@ -151,16 +173,16 @@ async def ensure_controller(
     """Start the controller if it is missing or ended by accident; leave a running or a stopped one.
     A run whose state cannot be read is started again without it only with `start_without_state`
     (the supervision tries a few times first: a pause must not be lost to a passing fault)."""
-    status = await latest_status(client, settings.cluster_name)
-    if status in RUNNING or status in STOPPED_ON_PURPOSE:
-        return ControllerCheck(status)
+    latest = await _latest(client, settings.cluster_name)
+    if latest.status in RUNNING or latest.status in STOPPED_ON_PURPOSE:
+        return latest
     carried = await carried_state(client, settings.cluster_name)
     if carried.problem and not start_without_state:
-        return ControllerCheck(status, carry_problem=carried.problem)
+        return ControllerCheck(latest.status, carry_problem=carried.problem)
     handle, carried = await start_controller(client, settings, carried)
     if carried.problem or (carried.state is not None and carried.state.pauses):
         log.warning("controller %s: %s", handle.id, carried.describe())
-    return ControllerCheck(status, handle.result_run_id)
+    return ControllerCheck(latest.status, handle.result_run_id)
 
 
 async def supervise_controller(client: Client, settings: WorkerSettings, every: float) -> None:
@@ -196,6 +218,15 @@ async def supervise_controller(client: Client, settings: WorkerSettings, every: 
                 controller_workflow_id(settings.cluster_name),
                 ended,
                 check.started_run,
+            )
+        if check.stuck:
+            log.warning(
+                "controller %s is running but its workflow task has failed %d times in a row (a bug in "
+                "this version's workflow code, or code its history does not match): it starts nothing "
+                "until a worker with fixed code runs it, and then carries on where it was; the "
+                "worker log has the error",
+                controller_workflow_id(settings.cluster_name),
+                check.task_attempt - 1,
             )
         if check.stopped and not said_stopped:
             log.info(

@@ -36,10 +36,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -48,7 +48,6 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import NON_RETRYABLE_TYPES
     from api import node_reasons
     from api import search_attributes as sa
     from api.controller_io import (
@@ -80,17 +79,15 @@ with workflow.unsafe.imports_passed_through():
     from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
     from api.workflow_io import InvalidInput, parse_input
     from workflows.failures import one_line
+    from workflows.options import (
+        GARBAGE_COLLECTION_TIMEOUT,
+        PASS_HEARTBEAT,
+        PASS_RETRY,
+        PASS_STEP,
+        PASS_TIMEOUT,
+    )
     from workflows.workflow_metrics import count_decision
 
-PASS_TIMEOUT = timedelta(minutes=5)
-PASS_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
-)
-# Planning heartbeats (activities/planning.py): a pass lost with its worker is retried within this.
-PASS_HEARTBEAT = timedelta(seconds=30)
 # Visibility lists a started workflow within seconds (Elasticsearch refreshes each second); its nodes
 # are held out of planning until then, and at most this long.
 HOLD_AT_MOST = timedelta(minutes=2)
@@ -105,12 +102,29 @@ PATCH_COUNT_FAILURES_ONCE = "controller-count-failures-once"
 PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
 PATCH_GARBAGE_COLLECTION = "controller-garbage-collection"
-# A collection waits on EC2 for each instance it terminates (ten at a time); it heartbeats.
-GARBAGE_COLLECTION_TIMEOUT = timedelta(minutes=10)
 
 
+# No failure_exception_types, on purpose: a bug in this code fails the workflow task, which is retried
+# until fixed code runs it and carries on with the run's state. A failed run would be started again by
+# the workers' supervision without its pauses, backoffs and unavailable offerings; a controller that
+# retries starts nothing, and the supervision warns (runtime/controller_start.py; docs/workflow-changes.md,
+# "When a workflow fails").
 @workflow.defn(name="ControllerWorkflow")
 class ControllerWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "plan_pass",
+        "untaint_orphans",
+        "sync_nodepool_finalizers",
+        "apply_annotations",
+        "sync_operator_controls",
+        "apply_taints",
+        "collect_garbage",
+        "validate_commands",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ("DisruptionWorkflow",)
+
     @workflow.init
     def __init__(self, *args: Any) -> None:
         self._status = ControllerStatus()
@@ -390,7 +404,7 @@ class ControllerWorkflow:
                     "apply_taints",
                     result.taints,
                     result_type=int,
-                    start_to_close_timeout=timedelta(seconds=30),
+                    start_to_close_timeout=PASS_STEP,
                     retry_policy=PASS_RETRY,
                     summary=f"leaving taints: {_count(result.taints, 'change')}",
                 )
@@ -507,7 +521,7 @@ class ControllerWorkflow:
         arg: Any,
         result_type: type,
         *,
-        start_to_close_timeout: timedelta = timedelta(seconds=30),
+        start_to_close_timeout: timedelta | None = None,
         heartbeat_timeout: timedelta | None = None,
         summary: str | None = None,
     ) -> Any:
@@ -518,7 +532,7 @@ class ControllerWorkflow:
                 activity,
                 arg,
                 result_type=result_type,
-                start_to_close_timeout=start_to_close_timeout,
+                start_to_close_timeout=start_to_close_timeout or PASS_STEP,
                 heartbeat_timeout=heartbeat_timeout,
                 retry_policy=PASS_RETRY,
                 summary=summary,

@@ -47,7 +47,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -106,8 +106,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.workflow_summaries import awaiting_approval_details, short_node
     from workflows.events import awaiting_approval
-    from workflows.failures import activity_cause, describe
-    from workflows.options import API_CALL, API_RETRY, CHECK_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
+    from workflows.failures import WORKFLOW_BUGS, activity_cause, describe, is_bad_deploy
+    from workflows.options import (
+        API_CALL,
+        API_RETRY,
+        CHECK_RETRY,
+        INSTANCE_TERMINATE,
+        INSTANCE_TERMINATE_HEARTBEAT,
+        WAIT_RETRY,
+    )
     from workflows.termination import TerminationWorkflow
     from workflows.workflow_metrics import count_rollback, record_phase
 
@@ -127,6 +134,11 @@ PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
 # its way: that replacement is discarded as on a cancellation (before: its wait was cancelled and
 # its instance left running). Asked only on that path, which a run of the older code ended without.
 PATCH_DISCARD_ON_TERMINATION_FAILURE = "forceful-deadline-discard-on-failure"
+# Issue 30 (the fault matrix), each asked only on the path it changes:
+# a cancel no step turned into a phase closes the run in phase Canceled (an upsert before the close);
+PATCH_CANCELED_PHASE = "disruption-canceled-phase"
+# a rollback whose listing of the command's instances fails still terminates the ones it knows.
+PATCH_DISCARD_KNOWN_INSTANCES = "disruption-discard-known-instances"
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected", "Invalidated"})
 # A command that waits for approval is judged again now and then while it waits, and when the wait
@@ -164,8 +176,32 @@ def _nodes(names: list[str]) -> str:
     return short_node(names[0]) if len(names) == 1 else f"{len(names)} nodes"
 
 
-@workflow.defn(name="DisruptionWorkflow")
+# A bug in this code fails the run (after its compensation, when it came before the handover) rather
+# than its workflow task for ever: a command is planned again, and a run that holds its candidates,
+# budgets and claims while it retries helps nobody (docs/workflow-changes.md, "When a workflow fails").
+@workflow.defn(name="DisruptionWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class DisruptionWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "record_event",
+        "check_waiting_command",
+        "taint_disrupted",
+        "resolve_replacement",
+        "launch_instance",
+        "await_node_registered",
+        "await_node_initialized",
+        "await_node_ready",
+        "create_nodeclaim",
+        "await_nodeclaim",
+        "untaint_disrupted",
+        "find_command_instances",
+        "terminate_instance",
+        "release_node",
+        "delete_nodeclaims",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ("TerminationWorkflow",)
+
     def __init__(self) -> None:
         self._status = DisruptionStatus()
         self._unavailable: dict[str, UnavailableOffering] = {}
@@ -184,6 +220,7 @@ class DisruptionWorkflow:
         self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
         self._handed_over = False  # the candidates' terminations have been started
         self._check_problem = ""  # why the last check of a waiting command could not be made
+        self._rolling_back = False  # the compensation has begun (a bug in it must not start it again)
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)
 
     @workflow.query
@@ -383,11 +420,11 @@ class DisruptionWorkflow:
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         self._begin(command)
         if not command.voluntary:
-            await self._run_forceful(command)
+            await self._ending(self._run_forceful(command))
             return self._finish()
         gated = command.approval is not None and (self._lean or workflow.patched(PATCH_APPROVAL_GATE))
         if gated:
-            approved = await self._approved(command)
+            approved = await self._ending(self._approved(command))
             if approved is None:
                 return self._status  # rejected, no decision in time, or no longer valid: nothing changed
             command = approved
@@ -399,8 +436,43 @@ class DisruptionWorkflow:
         except BaseException as err:
             await self._roll_back(err)  # 4 (re-raises)
             raise
-        await self._terminate_candidates(command)  # 5
+        await self._ending(self._terminate_candidates(command))  # 5
         return self._finish()
+
+    async def _ending(self, step: Awaitable[T]) -> T:
+        """Run a step of the command so that however it ends, the run's close and its status agree.
+
+        A bug in workflow code (WORKFLOW_BUGS) fails the run. Before the candidates are handed to their
+        terminations, the compensation runs first, so a failed command leaves nothing behind; after,
+        the terminations go on and the run says it failed. (The older code failed its workflow task
+        for ever there: no history holds commands after such a bug, so this needs no patch.)
+
+        A cancel that no step turned into a phase (one while awaiting approval, or while a spot
+        interruption's replacement launched beside its terminations) closes the run in phase Canceled,
+        not in the phase it was cancelled in (behind PATCH_CANCELED_PHASE: the older code closed
+        without the upsert)."""
+        try:
+            return await step
+        except WORKFLOW_BUGS as err:
+            if not (self._handed_over or self._rolling_back):
+                await self._roll_back(err)  # raises DisruptionFailed, quoting the bug
+            self._status.message = f"failed in workflow code: {describe(err)}"
+            self._status.phase = "Failed"  # not _set_phase: the bug may be in what it calls
+            self._upsert(sa.PHASE.value_set("Failed"))
+            self._publish()
+            raise
+        except BaseException as err:
+            if (
+                is_cancelled_exception(err)
+                and self._status.phase not in CLOSING_PHASES
+                and workflow.patched(PATCH_CANCELED_PHASE)
+            ):
+                if self._handed_over:
+                    self._status.message = HANDED_OVER
+                elif self._awaiting_approval:
+                    self._status.message = "canceled while awaiting approval; nothing changed"
+                self._set_phase("Canceled")
+            raise
 
     async def _run_forceful(self, command: DisruptionInput) -> None:
         try:
@@ -454,7 +526,7 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
-            if is_cancelled_exception(err):
+            if is_cancelled_exception(err) or is_bad_deploy(err):
                 raise
             problems: list[str] = []
             discarded = await self._discard_unready(problems)
@@ -597,7 +669,7 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
-            if is_cancelled_exception(err):
+            if is_cancelled_exception(err) or is_bad_deploy(err):
                 raise
             self._note_registration(replacement, err)
             replacement.message = self._replacement_failure(
@@ -828,7 +900,11 @@ class DisruptionWorkflow:
     # -- 4. compensation --------------------------------------------------------------------------
 
     async def _roll_back(self, err: BaseException) -> None:
-        """Undo steps 1-3. Activities started here run even when the workflow was cancelled."""
+        """Undo steps 1-3. Activities started here run even when the workflow was cancelled. Not for
+        a bad deploy (the caller re-raises it): its workflow task fails, and is retried."""
+        if is_bad_deploy(err):
+            return
+        self._rolling_back = True
         cancelled = is_cancelled_exception(err)
         failure = "canceled" if cancelled else self._failure_text(err)
         self._set_phase("RollingBack")
@@ -867,6 +943,8 @@ class DisruptionWorkflow:
             done, _ = await through_cancellation(step)
             return done
         except Exception as err:
+            if is_bad_deploy(err):
+                raise
             problems.append(f"{what}: {describe(err)}")
             return None
 
@@ -900,13 +978,21 @@ class DisruptionWorkflow:
             return await self._delete_nodeclaims()
         # Ask EC2 as well as workflow state: a launch may have completed after the workflow stopped
         # waiting for it, and EC2's tag filter may not list an instance launched a moment ago.
-        instances = await self._call(
-            EC2Activities.find_command_instances,
-            self._status.command_id,
-            start_to_close_timeout=API_CALL,
-            retry_policy=API_RETRY,
-            summary="roll back: find the instances this command launched",
-        )
+        try:
+            instances = await self._call(
+                EC2Activities.find_command_instances,
+                self._status.command_id,
+                start_to_close_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary="roll back: find the instances this command launched",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err) or not workflow.patched(PATCH_DISCARD_KNOWN_INSTANCES):
+                raise
+            # EC2 cannot list them now: terminate what workflow state knows (before, nothing was, and
+            # a launched replacement was left running), and say the listing failed.
+            problems.append(f"listing this command's instances: {describe(err)}")
+            instances = []
         listed = {instance.instance_id for instance in instances}
         instances += [
             self._known_instance(r)
@@ -918,7 +1004,7 @@ class DisruptionWorkflow:
         outcomes = await asyncio.gather(*(self._discard(i) for i in doomed), return_exceptions=True)
         for instance, outcome in zip(doomed, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                if is_cancelled_exception(outcome):
+                if is_cancelled_exception(outcome) or is_bad_deploy(outcome):
                     raise outcome  # _compensate runs the step again; discarding is idempotent
                 problems.append(f"instance {instance.instance_id}: {describe(outcome)}")
         return sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))
@@ -971,7 +1057,7 @@ class DisruptionWorkflow:
         await self._regular(
             EC2Activities.terminate_instance,
             InstanceRequest(instance_id=instance.instance_id, node=node),
-            start_to_close_timeout=timedelta(minutes=10),
+            start_to_close_timeout=INSTANCE_TERMINATE,
             heartbeat_timeout=INSTANCE_TERMINATE_HEARTBEAT,
             retry_policy=API_RETRY,
             summary=f"roll back: terminate replacement {instance.instance_id}",
@@ -1006,8 +1092,10 @@ class DisruptionWorkflow:
                     await handle
                     candidate.termination = "Succeeded"
                 except ChildWorkflowError as err:
-                    if is_cancelled_exception(err):  # this workflow was cancelled; the child goes on
-                        raise
+                    if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                        raise  # this workflow was cancelled; the child goes on
+                    # The termination failed, or was cancelled or terminated from outside (issue 30:
+                    # a child's own cancel read as this workflow's, which then said Canceled).
                     candidate.termination = "Failed"
                     candidate.message = describe(err)
         except BaseException as err:

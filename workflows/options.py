@@ -43,3 +43,20 @@ CHECK_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
+# A rollback's terminate of a replacement instance (a termination's own comes with its input).
+INSTANCE_TERMINATE = timedelta(minutes=10)
+
+# The controller's pass: planning heartbeats (activities/planning.py), so a pass lost with its worker is
+# retried within PASS_HEARTBEAT; a failed pass is recorded and the next one runs.
+PASS_TIMEOUT = timedelta(minutes=5)
+PASS_HEARTBEAT = timedelta(seconds=30)
+PASS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
+# A garbage collection waits on EC2 for each instance it terminates (ten at a time); it heartbeats.
+GARBAGE_COLLECTION_TIMEOUT = timedelta(minutes=10)
+# The pass's own short steps (crash cleanup, annotations, finalizers, controls, leaving taints).
+PASS_STEP = timedelta(seconds=30)

@@ -21,7 +21,7 @@ only a refused start (no such NodePool, bad input) fails it, before anything is 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -41,12 +41,24 @@ with workflow.unsafe.imports_passed_through():
         UnmarkRequest,
     )
     from api.workflow_io import InvalidInput, parse_input
-    from workflows.failures import describe
+    from workflows.failures import WORKFLOW_BUGS, describe
     from workflows.options import API_CALL, API_RETRY
 
 
-@workflow.defn(name="RolloutWorkflow")
+# A bug in this code fails the run after taking its marks off (a failed rollout must not go on
+# replacing nodes that nothing follows); a NondeterminismError only fails the workflow task
+# (docs/workflow-changes.md, "When a workflow fails").
+@workflow.defn(name="RolloutWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class RolloutWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "mark_rollout_nodes",
+        "rollout_remaining",
+        "unmark_rollout_nodes",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self) -> None:
         self._status = RolloutStatus()
 
@@ -88,6 +100,11 @@ class RolloutWorkflow:
                 await workflow.sleep(request.poll_interval)
             workflow.continue_as_new(request.model_copy(update={"nodes": nodes}))
         except BaseException as err:
+            if isinstance(err, WORKFLOW_BUGS):
+                # The older code failed its workflow task for ever here: no history holds commands
+                # after such a bug, so taking the marks off needs no patch.
+                await self._unmark_after_bug(request, rollout_id, describe(err))
+                raise
             if not is_cancelled_exception(err):
                 raise
             await self._unmark(request, rollout_id)
@@ -170,6 +187,24 @@ class RolloutWorkflow:
         except ActivityError as err:
             self._status.message = f"cancelled; taking the marks off failed: {describe(err)}"
         self._set_phase("Canceled")
+
+    async def _unmark_after_bug(self, request: RolloutInput, rollout_id: str, bug: str) -> None:
+        """A bug failed the run: the marks come off first, and the status and Phase say Failed."""
+        try:
+            changed = await workflow.execute_activity_method(
+                RolloutActivities.unmark_rollout_nodes,
+                UnmarkRequest(rollout_id=rollout_id, nodepool=request.nodepool, nodes=request.nodes),
+                start_to_close_timeout=API_CALL,
+                heartbeat_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary="take the rollout's marks off",
+            )
+            undone = f"the marks of {changed} node(s) taken off"
+        except ActivityError as err:
+            undone = f"taking the marks off failed: {describe(err)}"
+        self._status.message = f"failed in workflow code ({bug}); {undone}"
+        self._status.phase = "Failed"
+        workflow.upsert_search_attributes([sa.PHASE.value_set("Failed")])
 
     def _show(self, nodes: list[RolloutNode]) -> None:
         names = [n.name for n in nodes]

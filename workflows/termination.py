@@ -6,15 +6,19 @@ watcher), all with that id. It is pinned to one node: the UID given, else the on
 start; every step acts on that node only, so a node that reuses the name later (EKS names nodes by
 their private IP) is never drained, tainted or released by it. The runbook (karpenter-behavior.md §5):
 
-0. Begin: make sure the node is deleting, with the `karpenter.sh/termination` finalizer on it, and
-   stamp the deadline (deletion time + terminationGracePeriod). If the node is NotReady and its
-   instance is already gone, just release the finalizer.
+0. Begin: make sure the node is deleting, with the `karpenter.sh/termination` finalizer on it. If
+   the node is NotReady and its instance is already gone, just release the finalizer.
 0b. Wait for the operator's controls (behind the `termination-waits-for-controls` patch): a node
    its command does not already hold (`kubectl delete node`, a termination started by hand) waits
    while a MaintenanceWindow blocks its action, and until its NodeDisruptionBudgets have room, which
    it claims (activity `termination_gate`; the node gets an Event saying why it waits). A durable
    timer loop, 5 s doubling to 1 min; after `GATE_WAITS_PER_RUN` waits the run continues as new,
    so a wait of days keeps its history small. Interruption and NodePool deletion never wait.
+   When the gate opens the drain may begin, and the gate stamps the deadline: now +
+   terminationGracePeriod, or an earlier annotation or hard deadline (issue 30: Karpenter counts
+   from the deletion, but karpflow's gate is its own, and a wait must not spend the drain's grace
+   period). Runs of the older code, and older histories, stamped it in step 0 (deletion time +
+   terminationGracePeriod).
 1. Taint `karpenter.sh/disrupted:NoSchedule`, label exclude-from-external-load-balancers; a node no
    command holds records this termination as its holder, with its reason.
 2. Drain in four tiers through the Eviction API (one heartbeating activity; PDBs respected until
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
@@ -74,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.workflow_summaries import short_node
     from workflows.events import record_event
-    from workflows.failures import describe
+    from workflows.failures import WORKFLOW_BUGS, describe, is_bad_deploy
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
     from workflows.workflow_metrics import record_phase
 
@@ -86,6 +90,8 @@ PATCH_CONTROLS_GATE = "termination-waits-for-controls"
 # before a wait, the NodePool folded into that upsert. Taken at the start of a run: a run begun on the
 # older code keeps its command sequence to the end.
 PATCH_LEAN_HISTORY = "termination-lean-history"
+# Issue 30: a cancel that comes while a failure's Event is recorded leaves the run Failed (asked then).
+PATCH_FAILED_THROUGH_CANCEL = "termination-failure-through-cancel"
 Result = TypeVar("Result")
 GATE_FIRST_WAIT = timedelta(seconds=5)
 GATE_LONGEST_WAIT = timedelta(minutes=1)
@@ -93,8 +99,28 @@ GATE_LONGEST_WAIT = timedelta(minutes=1)
 GATE_WAITS_PER_RUN = 1000
 
 
-@workflow.defn(name="TerminationWorkflow")
+# A bug in this code fails the run, as a failed step does (with its FailedTermination Event, once its
+# first step ran): the node-deletion watcher starts a failed termination again while its node is
+# deleting (30 s doubling to 10 min), so a deploy of fixed code takes it over. A NondeterminismError
+# only fails the workflow task (docs/workflow-changes.md, "When a workflow fails").
+@workflow.defn(name="TerminationWorkflow", failure_exception_types=WORKFLOW_BUGS)
 class TerminationWorkflow:
+    # Every activity it calls and every child it starts, in runbook order: the fault matrix's cells
+    # (tests/unit/workflows/test_fault_matrix.py checks the lists against this module's code).
+    ACTIVITIES: ClassVar[tuple[str, ...]] = (
+        "begin_termination",
+        "await_karpenter_termination",
+        "describe_instance",
+        "termination_gate",
+        "taint_for_termination",
+        "drain_node",
+        "await_volumes_detached",
+        "terminate_instance",
+        "remove_finalizer",
+        "record_event",
+    )
+    CHILDREN: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self) -> None:
         self._status = TerminationStatus()
         self._phase_started: datetime | None = None  # for the phase durations (workflow_metrics)
@@ -144,8 +170,11 @@ class TerminationWorkflow:
                     provider_id=request.provider_id,
                     termination_grace_period=request.termination_grace_period,
                     deadline=request.deadline,
+                    # The lean path asks the gate, which stamps the deadline once the drain may begin.
+                    defer_deadline=self._lean,
                 ),
-                summary=f"delete {short} ({request.reason}) and stamp its deadline",
+                summary=f"delete {short} ({request.reason})"
+                + ("" if self._lean else " and stamp its deadline"),
                 local=bool(request.uid),
             )
             self._record(node)
@@ -162,7 +191,10 @@ class TerminationWorkflow:
             # 0b. MaintenanceWindows and NodeDisruptionBudgets, for what no command checked already.
             # (The lean path includes the older patches' steps without paying their markers.)
             if self._lean or workflow.patched(PATCH_CONTROLS_GATE):
-                await self._wait_for_controls(request, target)
+                opened = await self._wait_for_controls(request, target)
+                if opened is not None:  # the clock started when the gate opened (issue 30)
+                    node = node.model_copy(update={"deadline": opened})
+                    self._status.deadline = opened
 
             # 1. Nothing new lands here; load balancers let go.
             self._set_phase("Tainting")
@@ -195,19 +227,27 @@ class TerminationWorkflow:
             # 5. Let the API server delete the node.
             await self._remove_finalizer(target)
         except BaseException as err:
-            if isinstance(err, workflow.ContinueAsNewError):
-                raise  # a long wait for the operator controls goes on in a new run
+            if isinstance(err, workflow.ContinueAsNewError | GeneratorExit) or is_bad_deploy(err):
+                # A long wait for the operator controls goes on in a new run; a run evicted from the
+                # worker's cache is not over; a bad deploy retries its workflow task until fixed.
+                raise
             failure = self._fail(err)
             if failure is None:
                 raise  # cancelled
             if self._lean or workflow.patched(PATCH_FAILURE_EVENT):
-                await record_event(
-                    "Node",
-                    request.node,
-                    Reason.FAILED_TERMINATION,
-                    self._status.message,
-                    uid=self._status.uid or request.uid,
-                )
+                try:
+                    await record_event(
+                        "Node",
+                        request.node,
+                        Reason.FAILED_TERMINATION,
+                        self._status.message,
+                        uid=self._status.uid or request.uid,
+                    )
+                except BaseException as cancel:
+                    # A cancel while the failure is recorded changes nothing: the termination had failed,
+                    # and closes Failed, as its status says (the older code closed it Canceled).
+                    if not (is_cancelled_exception(cancel) and workflow.patched(PATCH_FAILED_THROUGH_CANCEL)):
+                        raise
                 # The failure quotes its cause: "Activity task failed" alone says nothing.
                 raise failure from err
             raise
@@ -221,13 +261,21 @@ class TerminationWorkflow:
         info = workflow.info()
         return f"{info.workflow_id}@{info.first_execution_run_id}"
 
-    async def _wait_for_controls(self, request: TerminationInput, target: NodeRef) -> None:
+    async def _wait_for_controls(self, request: TerminationInput, target: NodeRef) -> datetime | None:
+        """Wait until the gate lets the node go; the drain deadline it stamped then (None: none, or a
+        run of the older activity, whose begin_termination stamped it). The drain's clock starts when
+        the gate opens, not at the deletion: a wait for a window or a budget is not drain time, and a
+        deadline it pushed into the past would delete every pod at once (docs/workflow-changes.md,
+        "When the drain's clock starts"). A hard deadline (the input's) is never postponed."""
         gate_request = TerminationGateRequest(
             node=target.node,
             uid=target.uid,
             reason=request.reason,
             holder=self._holder(),
             command_id=request.command_id,
+            stamp_deadline=self._lean,
+            termination_grace_period=request.termination_grace_period,
+            deadline=request.deadline,
         )
         delay = GATE_FIRST_WAIT
         for _ in range(GATE_WAITS_PER_RUN):
@@ -238,7 +286,7 @@ class TerminationWorkflow:
             )
             if gate.go:
                 self._status.waiting_for = ""
-                return
+                return gate.deadline
             if self._status.phase != "Waiting" or self._status.waiting_for != gate.waiting_for:
                 workflow.logger.info("node %s waits: %s", target.node, gate.message)
             self._status.waiting_for, self._status.message = gate.waiting_for, gate.message

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from api.activity_io import BeginTerminationRequest, DrainRequest, TaintRequest
+from api.activity_io import BeginTerminationRequest, DrainRequest, TaintRequest, TerminationGateRequest
 from api.constants import TERMINATION_TIMESTAMP_ANNOTATION
 from kube.times import parse_time
 
@@ -71,3 +71,61 @@ async def test_a_termination_deadline_is_never_moved_later(world):
         TaintRequest(nodes=["n1"], command_id="x@r", reason="Expired", deadline=soon + timedelta(hours=2)),
     )
     assert claimed.ok and later.deadline == stamped(world, "n1") == soon.replace(microsecond=0)
+
+
+async def test_a_gated_termination_starts_its_drain_clock_when_the_gate_opens(world):
+    """Issue 30 item 2: begin_termination with `defer_deadline` deletes the node and stamps nothing;
+    the gate that lets it go stamps now + terminationGracePeriod, so however long the gate waited the
+    drain has its whole grace period. A gate asked again keeps the stamp (never moved)."""
+    world.nodepool(termination_grace_period="1h")
+    world.node("n1")
+    acts, env = world.activities(), ActivityEnvironment()
+    began = await env.run(
+        acts.begin_termination, BeginTerminationRequest(node="n1", reason="Manual", defer_deadline=True)
+    )
+    assert began.found and began.deadline is None and stamped(world, "n1") is None
+    assert world.get_node("n1")["metadata"].get("deletionTimestamp")
+
+    ask = TerminationGateRequest(node="n1", uid=began.uid, reason="Manual", holder="t@r", stamp_deadline=True)
+    opened = await env.run(acts.termination_gate, ask)
+    assert opened.go and opened.deadline is not None
+    assert opened.deadline == stamped(world, "n1")
+    assert timedelta(minutes=59) < opened.deadline - datetime.now(UTC) <= timedelta(hours=1)
+    again = await env.run(acts.termination_gate, ask)
+    assert again.deadline == opened.deadline
+
+
+async def test_the_gate_never_postpones_an_earlier_or_a_hard_deadline(world):
+    world.nodepool(termination_grace_period="1h")
+    world.node("n1")
+    world.node("n2")
+    acts, env = world.activities(), ActivityEnvironment()
+    soon = datetime.now(UTC) + timedelta(minutes=2)
+    # n1: a spot warning brought its deadline forward while its termination waited at the gate.
+    await env.run(
+        acts.begin_termination, BeginTerminationRequest(node="n1", reason="Manual", defer_deadline=True)
+    )
+    (claimed,) = await env.run(
+        acts.taint_disrupted,
+        TaintRequest(
+            nodes=["n1"], command_id="interruption/prod/i-1/spot@r", reason="Interrupted", deadline=soon
+        ),
+    )
+    assert claimed.ok
+    opened = await env.run(
+        acts.termination_gate,
+        TerminationGateRequest(node="n1", reason="Manual", holder="t@r", stamp_deadline=True),
+    )
+    assert opened.go and opened.deadline == stamped(world, "n1") == soon.replace(microsecond=0)
+    # n2: the termination's own hard deadline (an interruption's time) is the earlier one.
+    await env.run(
+        acts.begin_termination,
+        BeginTerminationRequest(node="n2", reason="Interrupted", deadline=soon, defer_deadline=True),
+    )
+    opened = await env.run(
+        acts.termination_gate,
+        TerminationGateRequest(
+            node="n2", reason="Interrupted", holder="t2@r", stamp_deadline=True, deadline=soon
+        ),
+    )
+    assert opened.go and opened.deadline == stamped(world, "n2") == soon.replace(microsecond=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,10 +48,19 @@ from api.activity_io import (
     WaitingCommandCheck,
     WaitingCommandVerdict,
 )
-from api.controller_io import PassRequest, PassResult, PlannedCommand, ValidateRequest, Verdict
+from api.controller_io import (
+    ControlsUpkeep,
+    PassRequest,
+    PassResult,
+    PlannedCommand,
+    ValidateRequest,
+    Verdict,
+)
 from api.event_reasons import RecordEventRequest
 from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
+from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
 from api.workflow_io import Offering
+from tests.unit.workflows.fault_injection import FaultInjector
 
 
 class FakeCluster:
@@ -99,6 +109,54 @@ class FakeCluster:
         # Empty: the plan holds and approval is still asked for.
         self.waiting_verdicts: list[WaitingCommandVerdict | None] = []
         self._ids = itertools.count(1)
+        self.faults = FaultInjector()
+        # What the activities leave in the cluster, for the fault matrix's "nothing left behind":
+        self.taints: dict[str, str] = {}  # node -> the holder of its disrupted taint
+        self.finalized: set[str] = set()  # nodes deleting, held by karpflow's finalizer
+        self.removed: set[str] = set()  # nodes the API server removed once their finalizer went
+        self.claims: dict[str, set[str]] = {}  # node -> holders of its NodeDisruptionBudget claims
+        self.ready: set[str] = set()  # replacement instances (and NodeClaims) that initialized
+        self.released: set[str] = set()  # replacement instances whose node was released
+        self.clock: Callable[[], Awaitable[datetime]] | None = None  # the test server's time, if set
+        self.deletion_times: dict[str, datetime] = {}  # node -> its deletionTimestamp
+        self.deadline_annotations: dict[str, datetime] = {}  # node -> its termination deadline annotation
+        self.drains: list[tuple[DrainRequest, datetime]] = []  # each drain's request, and when it began
+        self.pass_extras: dict[str, Any] = {}  # what every controller pass finds besides its commands
+        self.planned_every_pass: list[PlannedCommand] = []  # planned again by every pass
+        self.commands_valid = True  # validate_commands' verdict
+        self.volumes_attached_once = False  # the first look at a node's volumes finds one attached
+        self.rollout_marks: dict[str, list[str | None]] = {}  # uid -> [name, the rollout marking it]
+        self.rollout_replaces = False  # each poll finds one more marked node gone (replaced)
+
+    async def now(self) -> datetime:
+        """The time as the workflows see it: on the time-skipping server, its clock (set `clock`)."""
+        return await self.clock() if self.clock is not None else datetime.now(UTC)
+
+    def leftovers(self, nodes: Iterable[str]) -> dict[str, list[str]]:
+        """What these candidate nodes, and every replacement, still hold: kind -> what. A taint, a
+        finalizer (the node deleting, its termination unfinished), a budget claim, an instance that
+        nothing will terminate (a candidate's whose node is gone, a replacement that never became a
+        node) or a NodeClaim that never initialized."""
+        found: dict[str, list[str]] = {}
+        for node in sorted(nodes):
+            if node in self.taints:
+                found.setdefault("taint", []).append(f"{node} (held by {self.taints[node]})")
+            if node in self.finalized and node not in self.removed:
+                found.setdefault("finalizer", []).append(node)
+            if self.claims.get(node):
+                found.setdefault("claim", []).append(f"{node} by {sorted(self.claims[node])}")
+            if node in self.removed and f"i-{node}" not in self.terminated:
+                found.setdefault("instance", []).append(f"i-{node} of removed node {node}")
+        for instance_id in sorted(self.instances):
+            if instance_id not in self.ready:
+                found.setdefault("instance", []).append(f"replacement {instance_id} never initialized")
+        for name in sorted(self.nodeclaims):
+            if name not in self.deleted_nodeclaims and name not in self.ready:
+                found.setdefault("nodeclaim", []).append(name)
+        for name, mark in sorted(self.rollout_marks.values(), key=lambda entry: str(entry[0])):
+            if mark is not None:
+                found.setdefault("mark", []).append(f"{name} (by {mark})")
+        return found
 
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
@@ -131,12 +189,19 @@ class FakeCluster:
             self.untaint_orphans,
             self.apply_annotations,
             self.collect_garbage,
+            self.sync_nodepool_finalizers,
+            self.sync_operator_controls,
+            self.apply_taints,
             self.record_event,
             self.check_waiting_command,
+            self.mark_rollout_nodes,
+            self.rollout_remaining,
+            self.unmark_rollout_nodes,
         ]
 
     @activity.defn(name="record_event")
     async def record_event(self, request: RecordEventRequest) -> str:
+        await self.faults.enter("record_event")
         self.calls.append(("record_event", request))
         self.events.append(request)
         return "created"
@@ -145,30 +210,92 @@ class FakeCluster:
 
     @activity.defn(name="plan_pass")
     async def plan_pass(self, request: PassRequest) -> PassResult:
+        await self.faults.enter("plan_pass")
         self.calls.append(("plan_pass", None))
         self.pass_requests.append(request)
-        commands, self.planned = self.planned, []
+        commands, self.planned = self.planned or list(self.planned_every_pass), []
         in_flight = self.visible.pop(0) if self.visible else []
-        return PassResult(at=datetime.now(UTC), commands=commands, nodes=len(self.nodes), in_flight=in_flight)
+        return PassResult(
+            at=datetime.now(UTC),
+            commands=commands,
+            nodes=len(self.nodes),
+            in_flight=in_flight,
+            **self.pass_extras,
+        )
 
     @activity.defn(name="validate_commands")
     async def validate_commands(self, request: ValidateRequest) -> list[Verdict]:
+        await self.faults.enter("validate_commands")
         self.calls.append(("validate_commands", [c.workflow_id for c in request.commands]))
-        return [Verdict(workflow_id=c.workflow_id, valid=True, command=c) for c in request.commands]
+        return [
+            Verdict(workflow_id=c.workflow_id, valid=True, command=c)
+            if self.commands_valid
+            else Verdict(workflow_id=c.workflow_id, valid=False, reason="no longer valid")
+            for c in request.commands
+        ]
+
+    @activity.defn(name="sync_nodepool_finalizers")
+    async def sync_nodepool_finalizers(self, changes: dict[str, bool]) -> int:
+        await self.faults.enter("sync_nodepool_finalizers")
+        self.calls.append(("sync_nodepool_finalizers", changes))
+        return len(changes)
+
+    @activity.defn(name="sync_operator_controls")
+    async def sync_operator_controls(self, upkeep: ControlsUpkeep) -> int:
+        await self.faults.enter("sync_operator_controls")
+        self.calls.append(("sync_operator_controls", upkeep))
+        return upkeep.stale_claims
+
+    @activity.defn(name="apply_taints")
+    async def apply_taints(self, changes: list[dict[str, Any]]) -> int:
+        await self.faults.enter("apply_taints")
+        self.calls.append(("apply_taints", changes))
+        return len(changes)
+
+    # -- `karpflow rollout` -----------------------------------------------------------------------
+
+    @activity.defn(name="mark_rollout_nodes")
+    async def mark_rollout_nodes(self, request: MarkRequest) -> list[RolloutNode]:
+        await self.faults.enter("mark_rollout_nodes")
+        self.calls.append(("mark_rollout_nodes", request.rollout_id))
+        for entry in self.rollout_marks.values():
+            entry[1] = entry[1] or request.rollout_id
+        return [RolloutNode(name=n, uid=u) for u, (n, _) in sorted(self.rollout_marks.items())]
+
+    @activity.defn(name="rollout_remaining")
+    async def rollout_remaining(self, request: RemainingRequest) -> list[RolloutNode]:
+        await self.faults.enter("rollout_remaining")
+        self.calls.append(("rollout_remaining", len(request.nodes)))
+        if self.rollout_replaces and self.rollout_marks:
+            self.rollout_marks.pop(sorted(self.rollout_marks)[0])  # the planner replaced one (it went)
+        return [n for n in request.nodes if n.uid in self.rollout_marks]
+
+    @activity.defn(name="unmark_rollout_nodes")
+    async def unmark_rollout_nodes(self, request: UnmarkRequest) -> int:
+        await self.faults.enter("unmark_rollout_nodes")
+        self.calls.append(("unmark_rollout_nodes", request.rollout_id))
+        changed = 0
+        for entry in self.rollout_marks.values():
+            if entry[1] == request.rollout_id:
+                entry[1], changed = None, changed + 1
+        return changed
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
+        await self.faults.enter("untaint_orphans")
         self.calls.append(("untaint_orphans", nodes))
         return nodes
 
     @activity.defn(name="apply_annotations")
     async def apply_annotations(self, changes: list[dict[str, Any]]) -> int:
+        await self.faults.enter("apply_annotations")
         self.calls.append(("apply_annotations", changes))
         return len(changes)
 
     @activity.defn(name="collect_garbage")
     async def collect_garbage(self, request: GarbageCollectionRequest) -> GarbageCollectionResult:
         self.calls.append(("collect_garbage", None))
+        await self.faults.enter("collect_garbage")
         return GarbageCollectionResult(at=datetime.now(UTC))
 
     @staticmethod
@@ -181,9 +308,10 @@ class FakeCluster:
 
     @activity.defn(name="taint_disrupted")
     async def taint_disrupted(self, request: TaintRequest) -> list[CandidateNode]:
+        await self.faults.enter("taint_disrupted")
         self.calls.append(("taint_disrupted", request.nodes))
         await asyncio.sleep(self.taint_seconds)
-        return [
+        results = [
             CandidateNode(
                 node=n,
                 ok=True,
@@ -203,6 +331,12 @@ class FakeCluster:
             )
             for n in request.nodes
         ]
+        for result in results:
+            if result.ok:
+                self.taints[result.node] = request.command_id
+                if request.reason in CLAIMING_REASONS:
+                    self.claims.setdefault(result.node, set()).add(request.command_id)
+        return results
 
     @staticmethod
     def uid(node: str) -> str:
@@ -210,13 +344,24 @@ class FakeCluster:
 
     @activity.defn(name="untaint_disrupted")
     async def untaint_disrupted(self, request: UntaintRequest) -> list[str]:
+        await self.faults.enter("untaint_disrupted")
         self.calls.append(("untaint_disrupted", request.nodes))
         self.requests.setdefault("untaint_disrupted", []).append(request)
         await asyncio.sleep(self.untaint_seconds)
-        return [n for n in request.nodes if n in self.nodes]
+        released = []
+        for n in request.nodes:
+            if n not in self.nodes or n in self.finalized:
+                continue  # gone, or deleting: its termination owns it
+            if self.taints.get(n, request.command_id) != request.command_id:
+                continue  # another command's
+            self.taints.pop(n, None)
+            self.claims.get(n, set()).discard(request.command_id)
+            released.append(n)
+        return released
 
     @activity.defn(name="resolve_replacement")
     async def resolve_replacement(self, request: ResolveRequest) -> LaunchTemplate:
+        await self.faults.enter("resolve_replacement")
         self.calls.append(("resolve_replacement", request.index))
         if self.resolve_bug:
             raise KeyError("amiSelectorTerms")  # a bug, not a classified error: retryable by default
@@ -231,6 +376,7 @@ class FakeCluster:
 
     @activity.defn(name="launch_instance")
     async def launch_instance(self, request: LaunchRequest) -> LaunchedInstance:
+        await self.faults.enter("launch_instance")
         self.calls.append(("launch_instance", request.offering.key))
         self.requests.setdefault("launch_instance", []).append(request)
         await asyncio.sleep(self.launch_seconds.get(request.index, 0.0))
@@ -252,6 +398,7 @@ class FakeCluster:
 
     @activity.defn(name="find_command_instances")
     async def find_command_instances(self, command_id: str) -> list[LaunchedInstance]:
+        await self.faults.enter("find_command_instances")
         self.calls.append(("find_command_instances", command_id))
         return [
             instance
@@ -261,6 +408,10 @@ class FakeCluster:
 
     @activity.defn(name="await_node_registered")
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
+        await self.faults.enter("await_node_registered")
+        return await self._registered(request)
+
+    async def _registered(self, request: RegistrationRequest) -> RegisteredNode:
         self.calls.append(("await_node_registered", request.instance.instance_id))
         self.requests.setdefault("await_node_registered", []).append(request)
         if self.never_registers:
@@ -271,6 +422,10 @@ class FakeCluster:
 
     @activity.defn(name="await_node_initialized")
     async def await_node_initialized(self, request: InitializationRequest) -> None:
+        await self.faults.enter("await_node_initialized")
+        await self._initialized(request)
+
+    async def _initialized(self, request: InitializationRequest) -> None:
         self.calls.append(("await_node_initialized", request.node))
         self.requests.setdefault("await_node_initialized", []).append(request)
         if self.never_initializes:
@@ -278,25 +433,30 @@ class FakeCluster:
 
     @activity.defn(name="await_node_ready")
     async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
+        await self.faults.enter("await_node_ready")
         # The two steps it joins, recorded under their own names as the real activity runs them.
-        registered = await self.await_node_registered(request)
-        await self.await_node_initialized(
+        registered = await self._registered(request)
+        await self._initialized(
             InitializationRequest(
                 node=registered.node,
                 startup_taints=request.template.startup_taints,
                 candidates=request.candidates,
             )
         )
+        self.ready.add(request.instance.instance_id)
         return registered
 
     @activity.defn(name="release_node")
     async def release_node(self, request: DiscardRequest) -> None:
+        await self.faults.enter("release_node")
         self.calls.append(("release_node", request.instance_id))
+        self.released.add(request.instance_id)
 
     # -- termination --------------------------------------------------------------------------------
 
     @activity.defn(name="begin_termination")
     async def begin_termination(self, request: BeginTerminationRequest) -> NodeInfo:
+        await self.faults.enter("begin_termination")
         self.calls.append(("begin_termination", request.node))
         self.termination_deadlines[request.node] = request.deadline
         if request.node not in self.nodes:
@@ -304,8 +464,16 @@ class FakeCluster:
             return NodeInfo(
                 node=request.node, found=False, provider_id=request.provider_id, instance_id=instance
             )
-        now = datetime.now(UTC)
-        grace = request.termination_grace_period if request.termination_grace_period is not None else self.tgp
+        now = await self.now()
+        self.finalized.add(request.node)
+        deletion = self.deletion_times.setdefault(request.node, now)
+        deadline = self.deadline_annotations.get(request.node)
+        if not getattr(request, "defer_deadline", False) and deadline is None:
+            # The older contract: the deadline counts from the deletion, stamped here.
+            grace = self._grace(request.termination_grace_period)
+            deadline = _earliest(deletion + grace if grace is not None else None, request.deadline)
+            if deadline is not None:
+                self.deadline_annotations[request.node] = deadline
         return NodeInfo(
             pods=self.pods_on.get(request.node),
             node=request.node,
@@ -315,27 +483,46 @@ class FakeCluster:
             provider_id=f"aws:///zone-a/i-{request.node}",
             instance_id=f"i-{request.node}",
             nodepool="default",
-            deletion_timestamp=now,
-            deadline=now + grace if grace is not None else None,
+            deletion_timestamp=deletion,
+            deadline=deadline,
             handed_over=self.karpenter_coexistence,
             nodeclaim=f"claim-{request.node}" if self.karpenter_coexistence else None,
         )
 
     @activity.defn(name="termination_gate")
     async def termination_gate(self, request: TerminationGateRequest) -> TerminationGate:
+        await self.faults.enter("termination_gate")
         self.calls.append(("termination_gate", request.node))
-        if self.gate_waits > 0:
+        self.requests.setdefault("termination_gate", []).append(request)
+        held = request.node in self.taints  # a command's (or this termination's) own: checked already
+        if not held and request.reason in CLAIMING_REASONS:
+            self.claims.setdefault(request.node, set()).add(request.holder)
+        if self.gate_waits > 0 and not held:
             self.gate_waits -= 1
             return TerminationGate(
                 go=False,
                 waiting_for="NodeDisruptionBudget ingress",
                 message="NodeDisruptionBudget ingress allows 1 unavailable",
             )
-        return TerminationGate(go=True)
+        deadline = None
+        if getattr(request, "stamp_deadline", False):
+            # The drain may begin now: its clock starts here (an annotation already there stays).
+            deadline = self.deadline_annotations.get(request.node)
+            if deadline is None:
+                grace = self._grace(request.termination_grace_period)
+                now = await self.now()
+                deadline = _earliest(now + grace if grace is not None else None, request.deadline)
+                if deadline is not None:
+                    self.deadline_annotations[request.node] = deadline
+        return TerminationGate(go=True, deadline=deadline)
+
+    def _grace(self, requested: timedelta | None) -> timedelta | None:
+        return requested if requested is not None else self.tgp
 
     @activity.defn(name="check_waiting_command")
     async def check_waiting_command(self, request: WaitingCommandCheck) -> WaitingCommandVerdict:
         self.calls.append(("check_waiting_command", list(request.nodes)))
+        await self.faults.enter("check_waiting_command")
         self.requests.setdefault("check_waiting_command", []).append(request)
         if not self.waiting_verdicts:
             return WaitingCommandVerdict(valid=True, nodes=list(request.nodes), approval_required=True)
@@ -346,12 +533,17 @@ class FakeCluster:
 
     @activity.defn(name="taint_for_termination")
     async def taint_for_termination(self, node: str | NodeRef) -> None:
+        await self.faults.enter("taint_for_termination")
         self.calls.append(("taint_for_termination", node.node if isinstance(node, NodeRef) else node))
-        self.termination_taints.append(node if isinstance(node, NodeRef) else NodeRef(node=node))
+        ref = node if isinstance(node, NodeRef) else NodeRef(node=node)
+        self.termination_taints.append(ref)
+        self.taints.setdefault(ref.node, ref.holder or "")
 
     @activity.defn(name="drain_node")
     async def drain_node(self, request: DrainRequest) -> DrainResult:
+        await self.faults.enter("drain_node")
         self.calls.append(("drain_node", request.node))
+        self.drains.append((request, await self.now()))
         if self.drain_failures > 0:
             self.drain_failures -= 1
             raise ApplicationError("eviction refused: too many requests", type=errors.THROTTLED)
@@ -361,11 +553,14 @@ class FakeCluster:
 
     @activity.defn(name="await_volumes_detached")
     async def await_volumes_detached(self, request: VolumeRequest) -> bool:
+        await self.faults.enter("await_volumes_detached")
         self.calls.append(("await_volumes_detached", request.node))
-        return True
+        # Something still attached at the first look (wait False): the termination waits for it.
+        return request.wait or not self.volumes_attached_once
 
     @activity.defn(name="describe_instance")
     async def describe_instance(self, request: InstanceRequest) -> InstanceState:
+        await self.faults.enter("describe_instance")
         self.calls.append(("describe_instance", request.instance_id))
         return InstanceState(
             instance_id=request.instance_id,
@@ -376,6 +571,7 @@ class FakeCluster:
 
     @activity.defn(name="terminate_instance")
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
+        await self.faults.enter("terminate_instance")
         self.calls.append(("terminate_instance", request.instance_id))
         await asyncio.sleep(self.terminate_seconds)
         if not self.owned or request.instance_id in self.refused_terminations:
@@ -390,18 +586,26 @@ class FakeCluster:
 
     @activity.defn(name="remove_finalizer")
     async def remove_finalizer(self, node: str | NodeRef) -> None:
-        self.calls.append(("remove_finalizer", node.node if isinstance(node, NodeRef) else node))
+        await self.faults.enter("remove_finalizer")
+        name = node.node if isinstance(node, NodeRef) else node
+        self.calls.append(("remove_finalizer", name))
+        if name in self.finalized:
+            self.removed.add(name)
+        self.taints.pop(name, None)
+        self.claims.pop(name, None)
 
     # -- beside Karpenter -----------------------------------------------------------------------------
 
     @activity.defn(name="create_nodeclaim")
     async def create_nodeclaim(self, request: NodeClaimRequest) -> NodeClaimState:
+        await self.faults.enter("create_nodeclaim")
         self.calls.append(("create_nodeclaim", request.name))
         self.nodeclaims[request.name] = request
         return NodeClaimState(name=request.name, uid=f"uid-{request.name}")
 
     @activity.defn(name="await_nodeclaim")
     async def await_nodeclaim(self, request: NodeClaimWait) -> NodeClaimState:
+        await self.faults.enter("await_nodeclaim")
         self.calls.append(("await_nodeclaim", f"{request.name}:{request.until}"))
         if self.karpenter_gives_up:
             raise ApplicationError(
@@ -412,6 +616,8 @@ class FakeCluster:
         if self.karpenter_never_initializes and request.until == "Initialized":
             await self._wait_forever({"nodeclaim": request.name, "waiting_for": "Initialized=Unknown"})
         spec = self.nodeclaims[request.name].spec
+        if request.until == "Initialized":
+            self.ready.add(request.name)
         return NodeClaimState(
             name=request.name,
             uid=request.uid,
@@ -424,6 +630,7 @@ class FakeCluster:
 
     @activity.defn(name="delete_nodeclaims")
     async def delete_nodeclaims(self, request: NodeClaimDeletion) -> list[str]:
+        await self.faults.enter("delete_nodeclaims")
         self.calls.append(("delete_nodeclaims", request.names))
         deleted = [name for name in request.names if name in self.nodeclaims]
         self.deleted_nodeclaims += deleted
@@ -431,5 +638,20 @@ class FakeCluster:
 
     @activity.defn(name="await_karpenter_termination")
     async def await_karpenter_termination(self, request: HandoverWait) -> str:
+        await self.faults.enter("await_karpenter_termination")
         self.calls.append(("await_karpenter_termination", request.nodeclaim))
+        self.removed.add(request.node)  # Karpenter drained it and removed its finalizer
+        if request.nodeclaim:
+            self.terminated.append(f"i-{request.node}")  # and ended the instance of its NodeClaim
+        self.taints.pop(request.node, None)
+        self.claims.pop(request.node, None)
         return f"Karpenter drained and terminated node {request.node}"
+
+
+# Reasons whose terminations and taints claim NodeDisruptionBudgets (activities/guards.py `claims_budgets`).
+CLAIMING_REASONS = frozenset({"Underutilized", "Empty", "Drifted", "Unhealthy", "Manual"})
+
+
+def _earliest(*deadlines: datetime | None) -> datetime | None:
+    given = [d for d in deadlines if d is not None]
+    return min(given) if given else None

@@ -152,6 +152,31 @@ def test_force_deletion_never_uses_zero_grace_and_ignores_tiers_and_do_not_disru
     assert sorted((p.name, g) for p, g in plan(pods, past, NOW).force_delete) == [("ds", 1), ("held", 1)]
 
 
+def test_a_deadline_already_past_when_the_drain_begins_deletes_every_pod_in_its_first_look():
+    """Issue 30 item 2: what a drain does when it begins with its deadline behind it (as it did after
+    a gate wait longer than the grace period): nothing is evicted, every waited-for pod of every tier
+    is deleted at once with one second of grace, do-not-disrupt and PDB-guarded ones included. This is
+    Karpenter's rule at the deadline, so the fix is in when the deadline is stamped (the gate,
+    activities/kubernetes.py `termination_gate`), not here."""
+    past = NOW - timedelta(minutes=5)
+    pods = [
+        pod("web-1", labels={"app": "web"}),  # a PDB guards it: eviction would wait
+        pod("web-2", labels={"app": "web"}),
+        pod("trainer", annotations={"karpenter.sh/do-not-disrupt": "true"}, grace=3600),
+        pod("agent", ds=True),
+        pod("dns", critical=True),
+    ]
+    current = plan(pods, past, NOW)
+    assert current.evict == []
+    assert sorted((p.name, g) for p, g in current.force_delete) == [
+        ("agent", 1),
+        ("dns", 1),
+        ("trainer", 1),
+        ("web-1", 1),
+        ("web-2", 1),
+    ]
+
+
 def test_a_pod_terminating_past_the_deadline_is_deleted_again_sooner():
     deadline = NOW + timedelta(seconds=10)
     late = pod("late", deleted=NOW + timedelta(seconds=25))

@@ -905,7 +905,13 @@ def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
     )
     assert _activities(HISTORIES / "disruption-lean-approved.json")[0] == "record_event"
     for older in HISTORIES.glob("disruption-*.json"):
-        if older.stem not in {*LEAN_HISTORIES, *ONE_WAIT_HISTORIES, FORCEFUL_FAILED, FORCEFUL_FAILED_BEFORE}:
+        if older.stem not in {
+            *LEAN_HISTORIES,
+            *ONE_WAIT_HISTORIES,
+            *FAULT_PATH_HISTORIES,
+            FORCEFUL_FAILED,
+            FORCEFUL_FAILED_BEFORE,
+        }:
             assert PATCH_LEAN_HISTORY not in _patches(_load(older)), older.stem
 
 
@@ -913,6 +919,16 @@ def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
 
 ONE_WAIT_HISTORIES = ("disruption-nodeclaim-one-wait", "disruption-nodeclaim-one-wait-rollback")
 EXPECTED.update(ONE_WAIT_HISTORIES)
+# The paths the fault matrix changed (issue 30), recorded on the lean path before and after the change:
+# test_replay_fault_paths.py records them and checks which side of each patch each takes.
+FAULT_PATH_CHANGES = (
+    "disruption-approval-canceled",
+    "disruption-listing-failed",
+    "termination-event-canceled",
+    "disruption-child-canceled",
+)
+FAULT_PATH_HISTORIES = (*FAULT_PATH_CHANGES, *(f"{name}-before-issue-30" for name in FAULT_PATH_CHANGES))
+EXPECTED.update(FAULT_PATH_HISTORIES)
 
 
 @pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")

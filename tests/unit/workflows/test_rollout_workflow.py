@@ -226,3 +226,22 @@ async def test_a_cancel_while_a_poll_runs_ends_it_canceled_with_the_marks_off(ro
         await asyncio.wait_for(handle.result(), timeout=20)
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
     assert set(rollouts.nodes.marks().values()) == {None}
+
+
+async def test_a_bug_in_the_rollout_fails_it_after_taking_its_marks_off(rollouts, monkeypatch):
+    """Issue 30: a bug in the rollout's code (here: building its poll's request raises) fails the
+    run, visibly, once its marks are off; before, its workflow task failed for ever and the marked
+    nodes went on being replaced with nothing following them."""
+    from api import rollout_io
+
+    def broken(**_: object) -> None:
+        raise TypeError("RemainingRequest() got an unexpected keyword argument")
+
+    monkeypatch.setattr(rollout_io, "RemainingRequest", broken)
+    handle = await rollouts.start()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await asyncio.wait_for(handle.result(), 20)
+    assert "unexpected keyword argument" in str(failure.value.cause)
+    assert set(rollouts.nodes.marks().values()) == {None}
+    status = await handle.query("status", result_type=RolloutStatus)
+    assert status.phase == "Failed" and "the marks of 4 node(s) taken off" in status.message

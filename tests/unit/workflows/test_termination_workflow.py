@@ -176,3 +176,43 @@ async def test_a_start_without_input_fails_the_workflow_at_once(harness):
         await asyncio.wait_for(handle.result(), 10)
     assert "no input given" in failure.value.cause.message
     assert harness.cluster.calls == []
+
+
+# -- issue 30 item 2: a gate wait does not spend the drain's deadline ---------------------------------
+
+
+async def test_a_gate_wait_longer_than_the_grace_period_leaves_the_drain_its_grace_period(
+    harness, time_skipping_env
+):
+    """A `kubectl delete node` waits ~3 minutes for its NodeDisruptionBudget with a grace period of
+    2: the drain's clock starts when the gate lets it go, so the drain begins with its two minutes
+    ahead (before: the deadline was stamped at the deletion and had passed, and the drain would
+    have deleted every pod at once, do-not-disrupt and PDBs included)."""
+    harness.cluster.clock = time_skipping_env.get_current_time
+    harness.cluster.gate_waits = 6  # 5 + 10 + 20 + 40 + 60 + 60 s
+    node = a_node(harness)
+    deleted = await time_skipping_env.get_current_time()
+    request = TerminationInput(node=node, reason="Manual", termination_grace_period=timedelta(minutes=2))
+    status = await (await terminate(harness, request)).result()
+
+    ((drain, began),) = harness.cluster.drains
+    assert began - deleted >= timedelta(minutes=3)  # the gate did wait longer than the grace period
+    assert drain.deadline is not None and drain.deadline > began
+    assert drain.deadline - began >= timedelta(minutes=2) - timedelta(seconds=5)
+    assert status.deadline == drain.deadline == harness.cluster.deadline_annotations[node]
+
+
+async def test_a_hard_deadline_is_never_postponed_by_the_gate(harness, time_skipping_env):
+    """A deadline given in the input (a spot interruption's time) is when every pod must be gone:
+    whatever the gate waited, the drain keeps it."""
+    harness.cluster.clock = time_skipping_env.get_current_time
+    harness.cluster.gate_waits = 6
+    node = a_node(harness)
+    hard = await time_skipping_env.get_current_time() + timedelta(minutes=1)
+    request = TerminationInput(
+        node=node, reason="Manual", termination_grace_period=timedelta(hours=1), deadline=hard
+    )
+    await (await terminate(harness, request)).result()
+
+    ((drain, _),) = harness.cluster.drains
+    assert drain.deadline == hard
