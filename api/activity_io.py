@@ -144,6 +144,11 @@ class LaunchRequest(BaseModel):
         default_factory=list, description="the nodes it replaces: each gets a DisruptionLaunching Event"
     )
     reason: str = Field(default="", description="the command's reason, for that Event")
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="launches of this replacement that failed and were terminated before (a new ClientToken)",
+    )
 
 
 class LaunchedInstance(BaseModel):

@@ -26,7 +26,11 @@ follow the same steps, but the candidates go whatever happens: a replacement tha
 and the candidates are terminated anyway. Karpenter leaves their capacity to its provisioner, and
 their pods wait Pending meanwhile; here the replacements are bought ahead. They are waited for at
 most `replacement_ready` before the drain starts, or, with a `termination_deadline` (a spot
-interruption's two minutes), launched while the candidates drain at once.
+interruption's two minutes), launched while the candidates drain at once. Standalone, nothing else
+would provide for the displaced pods, so a replacement whose instance ends or whose node vanishes
+after the launch is terminated, its offering remembered as unavailable, and the next offering
+launched (PATCH_FORCEFUL_RELAUNCH: at most MAX_LAUNCHES, within the deadline); the status says
+which launches failed and why, and, when none is left, that the command went without.
 
 Beside Karpenter (--karpenter-coexistence; the resolved template says so), a replacement is a NodeClaim
 karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
@@ -64,7 +68,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
-    from activities.errors import INSUFFICIENT_CAPACITY, OFFERING_ERRORS
+    from activities.errors import INSUFFICIENT_CAPACITY, NOT_FOUND, OFFERING_ERRORS
     from activities.kubernetes import KubernetesActivities
     from activities.nodeclaims import NodeClaimActivities
     from api import search_attributes as sa
@@ -120,6 +124,13 @@ PATCH_LEAN_HISTORY = "disruption-lean-history"
 # On the lean path beside Karpenter: one wait for each NodeClaim to be Initialized, not three waits
 # (Launched, Registered, Initialized): 47 events to 36. Asked only on that path.
 PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
+# Issue 30: a forceful command whose replacement failed after its launch (the instance ended, its node
+# vanished) discards it and launches again with another offering. Asked only at that failure.
+PATCH_FORCEFUL_RELAUNCH = "disruption-forceful-relaunch"
+# A forceful replacement is launched at most this often (the first launch and its relaunches), and
+# launched again only with this much of its deadline left: bounded, however often instances end.
+MAX_LAUNCHES = 3
+RELAUNCH_MIN_TIME_LEFT = timedelta(seconds=30)
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected"})
 # Updates of a command that waits for approval (DisruptionInput.approval).
@@ -174,6 +185,9 @@ class DisruptionWorkflow:
         self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
         self._handed_over = False  # the candidates' terminations have been started
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)
+        # Forceful commands: per replacement index, the launches that failed and were discarded before
+        # the one in flight ("<offering>: <why>"; PATCH_FORCEFUL_RELAUNCH).
+        self._failed_launches: dict[int, list[str]] = {}
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -449,7 +463,7 @@ class DisruptionWorkflow:
             if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
                 self._set_phase("WaitingForReplacements")
             if self._lean:
-                await self._await_ready(replacement, instance, template, deadline, command)
+                await self._await_ready_or_relaunch(replacement, instance, spec, template, deadline, command)
                 return
 
             registered = await self._regular(
@@ -482,8 +496,86 @@ class DisruptionWorkflow:
             replacement.message = self._replacement_failure(
                 replacement, err, command.timeouts.replacement_ready
             )
+            if earlier := self._failed_launches.get(index):
+                replacement.message += (
+                    f" (after {len(earlier)} earlier launch(es) failed and were terminated: "
+                    f"{'; '.join(earlier)})"
+                )
             replacement.state = "Failed"
             raise ReplacementFailed(replacement.message) from err
+
+    async def _await_ready_or_relaunch(
+        self,
+        replacement: ReplacementStatus,
+        instance: LaunchedInstance,
+        spec: ReplacementSpec,
+        template: LaunchTemplate,
+        deadline: datetime,
+        command: DisruptionInput,
+    ) -> None:
+        """Wait for the replacement; in a forceful command, one whose instance ended or whose node
+        vanished (the wait fails at once, NotFound) is terminated, its offering remembered as
+        unavailable, and another launched: the candidates' pods need the capacity, and standalone
+        nothing else provides it (beside Karpenter its provisioner does). Bounded by MAX_LAUNCHES and
+        the replacement's deadline; a wait that used the deadline up (never registered, never
+        initialized) leaves no time for another launch, and fails as before."""
+        index = replacement.index
+        while True:
+            try:
+                await self._await_ready(replacement, instance, template, deadline, command)
+                if failed := self._failed_launches.get(index):
+                    offering = replacement.offering.key if replacement.offering else "?"
+                    replacement.message = (
+                        f"initialized on launch {len(failed) + 1} ({offering}); "
+                        f"terminated before: {'; '.join(failed)}"
+                    )
+                return
+            except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+                raise
+            except BaseException as err:
+                if not self._may_relaunch(command, replacement, err, deadline):
+                    raise
+                # Asked only here: a run of the older code that failed at this point has no marker and
+                # goes on as it did (discarded later, without a relaunch).
+                if not workflow.patched(PATCH_FORCEFUL_RELAUNCH):
+                    raise
+                self._note_registration(replacement, err)
+                failure = self._failure_text(err)
+                offering = instance.offering
+                self._failed_launches.setdefault(index, []).append(
+                    f"{offering.key} ({instance.instance_id}) failed while {replacement.state}: {failure}"
+                )
+                self._mark_unavailable(offering, f"replacement instance failed: {failure}", command)
+                workflow.logger.warning(
+                    "replacement %s: %s failed while %s (%s); terminating it and launching another offering",
+                    index,
+                    instance.instance_id,
+                    replacement.state,
+                    failure,
+                )
+                await self._discard(instance)  # before the next launch: nothing of it is left behind
+                self._stop_if_cancelled()
+                # The next launch is the replacement now; the earlier one is named in _failed_launches.
+                replacement.state, replacement.node = "Launching", None
+                replacement.instance_id, replacement.offering = None, None
+                instance = await self._launch(
+                    command, index, spec, template, deadline, attempt=len(self._failed_launches[index])
+                )
+                replacement.state = "Launched"
+
+    def _may_relaunch(
+        self, command: DisruptionInput, replacement: ReplacementStatus, err: BaseException, deadline: datetime
+    ) -> bool:
+        """A forceful replacement that failed for a reason another launch can fix: its instance ended or
+        its node disappeared (NotFound), with launches and time left, and no sibling failed."""
+        if command.voluntary or self._stopping or is_cancelled_exception(err):
+            return False
+        cause = activity_cause(err)
+        if not (isinstance(cause, ApplicationError) and cause.type == NOT_FOUND):
+            return False
+        if len(self._failed_launches.get(replacement.index, [])) + 1 >= MAX_LAUNCHES:
+            return False
+        return deadline - workflow.now() >= RELAUNCH_MIN_TIME_LEFT
 
     async def _await_ready(
         self,
@@ -604,8 +696,10 @@ class DisruptionWorkflow:
         spec: ReplacementSpec,
         template: LaunchTemplate,
         deadline: datetime,
+        attempt: int = 0,
     ) -> LaunchedInstance:
-        """Try the offerings in order; capacity errors move on to the next and are remembered."""
+        """Try the offerings in order; capacity errors move on to the next and are remembered.
+        `attempt`: how many launches of this replacement failed before (a relaunch's ClientToken)."""
         tried: list[str] = []
         for offering in spec.offering_order(template.zones):
             if self._is_unavailable(offering):
@@ -621,6 +715,7 @@ class DisruptionWorkflow:
                         template=template,
                         candidates=self._pinned(),
                         reason=command.reason,
+                        attempt=attempt,
                     ),
                     start_to_close_timeout=API_CALL,
                     schedule_to_close_timeout=self._time_left(deadline),
@@ -1098,11 +1193,19 @@ class DisruptionWorkflow:
         return describe(err)
 
     def _finish(self) -> DisruptionStatus:
-        replaced = [r.node for r in self._status.replacements if r.node]
+        # Only what initialized replaced anything: a discarded replacement's node is gone.
+        replaced = [r.node for r in self._status.replacements if r.node and r.state == "Initialized"]
         terminated = [c for c in self._status.candidates if c.termination != "NotStarted"]
         self._status.message = f"disrupted {len(terminated)} node(s)" + (
             f", replaced by {', '.join(replaced)}" if replaced else ""
         )
+        relaunched = [
+            f"replacement {index}: {'; '.join(failed)}"
+            for index, failed in sorted(self._failed_launches.items())
+            if self._status.replacements[index].state == "Initialized"
+        ]
+        if relaunched:
+            self._status.message += f"; launched again after failed launches ({'; '.join(relaunched)})"
         if self._replacement_problem:
             self._status.message += f"; without replacements: {self._replacement_problem}"
         self._set_phase("Succeeded")

@@ -59,6 +59,9 @@ class FakeCluster:
         self.ice: set[str] = set()  # offering keys out of capacity
         self.never_registers = False
         self.never_initializes = False
+        # Offering keys whose instances end before their node registers (EC2 takes them while they
+        # boot): await_node_ready fails at once, as the real one does (`_refuse_if_instance_ended`).
+        self.ends_before_registering: set[str] = set()
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
         self.commands: dict[str, str] = {}  # instance id -> the command id it was launched for
         self.listing_lags = False  # EC2's tag index has not caught up: listings miss new instances
@@ -241,6 +244,14 @@ class FakeCluster:
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
         self.calls.append(("await_node_registered", request.instance.instance_id))
         self.requests.setdefault("await_node_registered", []).append(request)
+        if request.instance.offering.key in self.ends_before_registering:
+            self.instances.pop(request.instance.instance_id, None)
+            raise ApplicationError(
+                f"replacement instance {request.instance.instance_id} is terminated: "
+                "its node will never register",
+                type=errors.NOT_FOUND,
+                non_retryable=True,
+            )
         if self.never_registers:
             await self._wait_forever(
                 {"waiting_for": f"a Node with providerID {request.instance.provider_id}"}

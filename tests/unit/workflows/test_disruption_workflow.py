@@ -440,3 +440,95 @@ async def test_a_disruption_evicted_from_the_cache_is_not_a_failed_replacement(t
 
     assert not [line for line in ignored if "Replacement" in line or "GeneratorExit" in line], ignored
     assert "terminate_instance" not in cluster.names()  # no rollback ran for an eviction
+
+
+# -- issue 30: a forceful replacement whose instance ends is launched again --------------------------
+
+
+def expired(nodes: list[str], instance_types: list[str], **fields: object) -> DisruptionInput:
+    spec = ReplacementSpec(nodepool="default", instance_types=instance_types, zones=["zone-a"])
+    return DisruptionInput(reason="Expired", nodes=nodes, replacements=[spec], **fields)
+
+
+def launched_ids(harness) -> list[str]:
+    return [r.instance.instance_id for r in harness.cluster.requests.get("await_node_registered", [])]
+
+
+async def test_a_forceful_replacement_whose_instance_ends_is_launched_again_with_another_offering(harness):
+    """Seed 4242 of the chaos run: the spot node's replacement ended while it booted, the node was
+    drained anyway, and nothing provided for its pods. Now the ended instance is terminated, its
+    offering remembered as unavailable, and the next offering launched and waited for."""
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, ["m5.large", "m5.xlarge"]))).result()
+
+    assert status.phase == "Succeeded"
+    [replacement] = status.replacements
+    assert replacement.state == "Initialized" and replacement.offering.key == "m5.xlarge/zone-a/on-demand"
+    first, second = launched_ids(harness)
+    assert replacement.instance_id == second
+    assert first in harness.cluster.terminated and ("release_node", first) in harness.cluster.calls
+    assert [u.offering for u in status.unavailable_offerings] == ["m5.large/zone-a/on-demand"]
+    assert "replacement instance failed" in status.unavailable_offerings[0].error
+    assert "launched again after failed launches" in status.message and first in status.message
+    assert "without replacements" not in status.message
+    assert f"replaced by node-{second}" in status.message
+    calls = harness.cluster.names()
+    assert calls.index("terminate_instance") < len(calls) - 1 - calls[::-1].index("launch_instance")
+    relaunch = harness.cluster.requests["launch_instance"][-1]
+    assert relaunch.attempt == 1 and harness.cluster.requests["launch_instance"][0].attempt == 0
+    # The drain came after the relaunched replacement was ready, and nothing launched is left over.
+    assert calls.index("begin_termination") > len(calls) - 1 - calls[::-1].index("await_node_initialized")
+    assert set(harness.cluster.instances) == {second}
+
+
+async def test_relaunches_are_bounded_and_every_failed_launch_is_terminated(harness):
+    types = ["m5.large", "m5.xlarge", "c5.large", "c5.xlarge", "r5.large"]
+    harness.cluster.ends_before_registering.update(f"{t}/zone-a/on-demand" for t in types)
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, types))).result()
+
+    launches = launched_ids(harness)
+    assert len(launches) == 3  # MAX_LAUNCHES, though two offerings were left
+    assert sorted(harness.cluster.terminated) == sorted([*launches, f"i-{candidates[0]}"])
+    assert not harness.cluster.instances  # no replacement leaked
+    assert [c.termination for c in status.candidates] == ["Succeeded"]
+    assert "without replacements" in status.message and "after 2 earlier launch(es) failed" in status.message
+    assert all(i in status.message for i in launches)
+
+
+async def test_a_relaunch_that_finds_no_offering_left_says_so(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    harness.cluster.ice.add("m5.xlarge/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, ["m5.large", "m5.xlarge"]))).result()
+
+    [first] = launched_ids(harness)
+    assert harness.cluster.terminated == [first, f"i-{candidates[0]}"]
+    assert "without replacements" in status.message and "no offering could be launched" in status.message
+    assert "m5.large/zone-a/on-demand: skipped, replacement instance failed" in status.message
+    assert status.replacements[0].state == "Failed"
+
+
+async def test_a_voluntary_replacement_whose_instance_ends_still_rolls_back(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    assert len(launched_ids(harness)) == 1
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+
+
+async def test_a_spot_deadline_command_relaunches_while_its_candidates_drain(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert status.replacements[0].offering.key == "m5.xlarge/zone-a/on-demand"
+    assert [c.termination for c in status.candidates] == ["Succeeded"]

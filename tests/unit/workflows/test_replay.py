@@ -797,8 +797,13 @@ LEAN_HISTORIES = (
     "disruption-lean-approved",
     "disruption-lean-nodeclaim",
     "disruption-lean-nodeclaim-rollback",
+    # A forceful command whose replacement ended, recorded before issue 30's relaunch (never re-record).
+    "disruption-lean-forceful-ended-before-issue-30",
 )
 EXPECTED.update(LEAN_HISTORIES)
+# Issue 30, behind disruption-forceful-relaunch as well (test_replay_relaunch.py).
+RELAUNCH_HISTORIES = ("disruption-lean-forceful-relaunch",)
+EXPECTED.update(RELAUNCH_HISTORIES)
 # The steps that stay regular activities on the lean path: the taint (its completion is where a
 # cancellation is seen before a launch), the waits, which heartbeat, the approval gate's Event.
 LEAN_REGULAR = {
@@ -905,7 +910,7 @@ def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
     )
     assert _activities(HISTORIES / "disruption-lean-approved.json")[0] == "record_event"
     for older in HISTORIES.glob("disruption-*.json"):
-        if older.stem not in LEAN_HISTORIES and older.stem not in ONE_WAIT_HISTORIES:
+        if older.stem not in (*LEAN_HISTORIES, *ONE_WAIT_HISTORIES, *RELAUNCH_HISTORIES):
             assert PATCH_LEAN_HISTORY not in _patches(_load(older)), older.stem
 
 

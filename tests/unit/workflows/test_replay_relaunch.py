@@ -1,0 +1,111 @@
+"""Issue 30: a forceful command whose replacement's instance ends launches again (another offering),
+behind `disruption-forceful-relaunch`; the runs of the code before it must still replay.
+
+    KARPFLOW_RECORD_HISTORIES=1 .venv/bin/pytest tests/unit/workflows/test_replay_relaunch.py -k record
+
+records `disruption-lean-forceful-relaunch`. `disruption-lean-forceful-ended-before-issue-30` was
+recorded by the same test on the code before the patch (commit c255679) and is never re-recorded: a
+forceful command whose replacement ended, which the older code discarded and went on without.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import temporalio.workflow
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from api.workflow_io import DisruptionInput, ReplacementSpec
+from tests.unit.workflows.test_replay import (
+    HISTORIES,
+    RECORD,
+    _activities,
+    _child_ids,
+    _events,
+    _load,
+    _patches,
+    _save,
+    _settle,
+)
+from worker import WORKFLOWS
+from workflows.disruption import PATCH_FORCEFUL_RELAUNCH, PATCH_LEAN_HISTORY
+
+RELAUNCH = "disruption-lean-forceful-relaunch"
+BEFORE = "disruption-lean-forceful-ended-before-issue-30"
+ENDED = "m5.large/zone-a/on-demand"
+
+
+def _expired(node: str) -> DisruptionInput:
+    spec = ReplacementSpec(nodepool="default", instance_types=["m5.large", "m5.xlarge"], zones=["zone-a"])
+    return DisruptionInput(reason="Expired", nodes=[node], replacements=[spec])
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_forceful_relaunch_history(harness):
+    cluster = harness.cluster
+    cluster.nodes.add("r1")
+    cluster.ends_before_registering.add(ENDED)
+    command = _expired("r1")
+    command.node_uids = {"r1": cluster.uid("r1")}
+    handle = await harness.client.start_workflow(
+        "DisruptionWorkflow",
+        command,
+        id=f"disruption/replay/{harness.id(RELAUNCH)}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save(RELAUNCH, handle)
+
+
+def _launches(path: Path) -> list[str]:
+    """The offerings the local `launch_instance` calls of a history launched, in order."""
+    found = []
+    for event in _events(path):
+        marker = event.get("markerRecordedEventAttributes")
+        if not marker or marker["markerName"] != "core_local_activity":
+            continue
+        data = json.loads(base64.b64decode(marker["details"]["data"]["payloads"][0]["data"]))
+        if data["activity_type"] == "launch_instance":
+            result = marker["details"]["result"]["payloads"][0]["data"]
+            found.append(json.loads(base64.b64decode(result))["offering"]["instance_type"])
+    return found
+
+
+def test_the_relaunch_history_takes_its_patch_and_the_older_one_does_not():
+    relaunch, before = HISTORIES / f"{RELAUNCH}.json", HISTORIES / f"{BEFORE}.json"
+    assert _patches(_load(relaunch)) == {PATCH_LEAN_HISTORY, PATCH_FORCEFUL_RELAUNCH}
+    assert _patches(_load(before)) == {PATCH_LEAN_HISTORY}
+    # The ended m5.large is terminated, then m5.xlarge launched and waited for; then the candidate goes.
+    assert _launches(relaunch) == ["m5.large", "m5.xlarge"]
+    assert _activities(relaunch) == [
+        "taint_disrupted",
+        "await_node_ready",
+        "terminate_instance",
+        "await_node_ready",
+    ]
+    assert _launches(before) == ["m5.large"]
+    for path in (relaunch, before):
+        assert _child_ids(path) == ["termination/fake/r1/uid-r1"]
+
+
+async def test_a_run_of_the_older_code_replays_and_would_not_with_the_relaunch_forced(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """What the patch is for: the command recorded before it discarded its ended replacement and went
+    on; forcing the relaunch on that history breaks its replay."""
+    history = _load(HISTORIES / f"{BEFORE}.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    await replayer.replay_workflow(_load(HISTORIES / f"{RELAUNCH}.json"))
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id in (PATCH_LEAN_HISTORY, PATCH_FORCEFUL_RELAUNCH),
+    )
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
