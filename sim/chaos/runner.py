@@ -39,6 +39,7 @@ from sim.chaos.world import World, build_world
 from sim.interruption_queue import MOTO_KEYS, ensure_interruption_queue
 from sim.invariants import InvariantBounds, nodes_in_flight
 from sim.stack import SimStack
+from workflows.options import INSTANCE_TERMINATE_HEARTBEAT
 
 log = logging.getLogger(__name__)
 PRIMARY, SECOND = "a", "b"
@@ -59,12 +60,16 @@ class ChaosConfig(BaseModel):
 def chaos_bounds(scale: float) -> InvariantBounds:
     """The checker's bounds for a run with workers killed every few seconds: a transient may last a few
     recoveries (a lost activity comes back after its 30 s heartbeat timeout), in wall seconds turned
-    into the simulated seconds the checker counts. What lasts past them, or to the end, is a finding."""
+    into the simulated seconds the checker counts. What lasts past them, or to the end, is a finding.
+    A Node outlives its instance while the termination waits for EC2 to say terminated, an activity
+    with a longer heartbeat timeout (INSTANCE_TERMINATE_HEARTBEAT, 60 s): two kills during that wait
+    cost two minutes (seed 4242 took 124 s), so the orphan bound is three of its recoveries."""
+    orphan = max(120.0, 3 * INSTANCE_TERMINATE_HEARTBEAT.total_seconds())
     return InvariantBounds(
         replacement=120 / scale,
         registration=120 / scale,
         node_gone=60 / scale,
-        orphan_node=120 / scale,
+        orphan_node=orphan / scale,
         disrupted_taint=60 / scale,
     )
 
