@@ -43,7 +43,7 @@ def where(err: BaseException) -> list[str]:
         if isinstance(err, ActivityError):
             places.append(f"activity {err.activity_type}")
         elif isinstance(err, ChildWorkflowError):
-            places.append(f"{err.workflow_type} {err.id}")
+            places.append(f"{err.workflow_type} {err.workflow_id}")
         err = getattr(err, "cause", None)  # type: ignore[assignment]
     return places
 
