@@ -22,9 +22,15 @@ API_RETRY = RetryPolicy(
     maximum_attempts=API_ATTEMPTS,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
-# Waits (for a replacement to register or initialize) retry like API calls; they are bounded by the
-# caller's deadline (schedule_to_close), not by attempts.
-WAIT_RETRY = API_RETRY
+# Waits (for a replacement to register or initialize) retry like API calls, but are bounded by the
+# caller's deadline (schedule_to_close), not by attempts: a wait polls the API for minutes, and
+# API_ATTEMPTS passing errors (a 500 on a GET, a dead worker's heartbeat timeout) would otherwise end
+# it long before its deadline (chaos seed 4242: an interruption's replacement given up that way).
+WAIT_RETRY = RetryPolicy(
+    initial_interval=API_RETRY.initial_interval,
+    maximum_interval=API_RETRY.maximum_interval,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
 # A drain attempt is long and heartbeats; a retry resumes from the cluster's state, so back off further.
 # Unbounded on purpose: a drain blocked by PDBs waits as Karpenter's does, until the node's
 # terminationGracePeriod deadline (a timer in the drain) forces it.

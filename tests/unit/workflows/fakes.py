@@ -62,6 +62,7 @@ class FakeCluster:
         # Offering keys whose instances end before their node registers (EC2 takes them while they
         # boot): await_node_ready fails at once, as the real one does (`_refuse_if_instance_ended`).
         self.ends_before_registering: set[str] = set()
+        self.wait_errors = 0  # await_node_ready attempts that fail on a passing API error (500) first
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
         self.commands: dict[str, str] = {}  # instance id -> the command id it was launched for
         self.listing_lags = False  # EC2's tag index has not caught up: listings miss new instances
@@ -267,6 +268,10 @@ class FakeCluster:
 
     @activity.defn(name="await_node_ready")
     async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
+        if self.wait_errors > 0:
+            self.wait_errors -= 1
+            self.calls.append(("await_node_ready", "ServerError"))
+            raise ApplicationError("Kubernetes API 500: etcd timeout", type=errors.SERVER_ERROR)
         # The two steps it joins, recorded under their own names as the real activity runs them.
         registered = await self.await_node_registered(request)
         await self.await_node_initialized(

@@ -532,3 +532,15 @@ async def test_a_spot_deadline_command_relaunches_while_its_candidates_drain(har
     assert [r.state for r in status.replacements] == ["Initialized"]
     assert status.replacements[0].offering.key == "m5.xlarge/zone-a/on-demand"
     assert [c.termination for c in status.candidates] == ["Succeeded"]
+
+
+async def test_a_wait_outlasts_more_passing_errors_than_an_api_call_may(harness):
+    """Seed 4242 again: an interruption's replacement wait failed for good after ten 500s on its GETs,
+    minutes before its deadline. A wait is bounded by its deadline, not by attempts."""
+    from workflows.options import API_ATTEMPTS
+
+    harness.cluster.wait_errors = API_ATTEMPTS + 2
+    status = await (await start(harness, expired(nodes(harness, 1), ["m5.large"]))).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert ("await_node_ready", "ServerError") in harness.cluster.calls and harness.cluster.wait_errors == 0
