@@ -30,7 +30,9 @@ interruption's two minutes), launched while the candidates drain at once. Standa
 would provide for the displaced pods, so a replacement whose instance ends or whose node vanishes
 after the launch is terminated, its offering remembered as unavailable, and the next offering
 launched (PATCH_FORCEFUL_RELAUNCH: at most MAX_LAUNCHES, within the deadline); the status says
-which launches failed and why, and, when none is left, that the command went without.
+which launches failed and why, and, when none is left, that the command went without. With a
+termination deadline, a candidate whose termination fails does not cut its replacements short: the
+drained pods need them (PATCH_REPLACEMENTS_OUTLIVE).
 
 Beside Karpenter (--karpenter-coexistence; the resolved template says so), a replacement is a NodeClaim
 karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
@@ -129,6 +131,10 @@ PATCH_NODECLAIM_ONE_WAIT = "disruption-nodeclaim-one-wait"
 PATCH_FORCEFUL_RELAUNCH = "disruption-forceful-relaunch"
 # A forceful replacement is launched at most this often (the first launch and its relaunches), and
 # launched again only with this much of its deadline left: bounded, however often instances end.
+# Issue 30: in a forceful command with a termination deadline (a spot interruption), a candidate's
+# termination that fails no longer cancels the replacements launched beside the drain (the drained
+# pods still need them). Asked only when a termination failed while a replacement was in flight.
+PATCH_REPLACEMENTS_OUTLIVE = "forceful-replacements-outlive-failed-terminations"
 MAX_LAUNCHES = 3
 RELAUNCH_MIN_TIME_LEFT = timedelta(seconds=30)
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
@@ -328,10 +334,18 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
+            cancelled = is_cancelled_exception(err)
+            if not cancelled and not replacing.done() and workflow.patched(PATCH_REPLACEMENTS_OUTLIVE):
+                # A candidate's termination failed after its drain began: its pods need the capacity
+                # all the same. The replacements go on (best effort: they discard what fails).
+                try:
+                    await workflow.wait([replacing])
+                except asyncio.CancelledError:
+                    cancelled = True
             if not replacing.done():
                 replacing.cancel()
                 await asyncio.gather(replacing, return_exceptions=True)
-            if is_cancelled_exception(err):  # the terminations go on; replacements not yet up go
+            if cancelled:  # the terminations go on; replacements not yet up go
                 await self._discard_unready([])
             raise
 

@@ -62,6 +62,8 @@ class FakeCluster:
         # Offering keys whose instances end before their node registers (EC2 takes them while they
         # boot): await_node_ready fails at once, as the real one does (`_refuse_if_instance_ended`).
         self.ends_before_registering: set[str] = set()
+        self.not_owned: set[str] = set()  # instance ids terminate_instance refuses (their tag is gone)
+        self.register_seconds = 0.0  # a replacement that takes this long to register
         self.wait_errors = 0  # await_node_ready attempts that fail on a passing API error (500) first
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
         self.commands: dict[str, str] = {}  # instance id -> the command id it was launched for
@@ -253,6 +255,9 @@ class FakeCluster:
                 type=errors.NOT_FOUND,
                 non_retryable=True,
             )
+        for _ in range(int(self.register_seconds * 20)):
+            activity.heartbeat({"waiting_for": "registration"})
+            await asyncio.sleep(0.05)
         if self.never_registers:
             await self._wait_forever(
                 {"waiting_for": f"a Node with providerID {request.instance.provider_id}"}
@@ -361,7 +366,7 @@ class FakeCluster:
     async def terminate_instance(self, request: InstanceRequest) -> InstanceState:
         self.calls.append(("terminate_instance", request.instance_id))
         await asyncio.sleep(self.terminate_seconds)
-        if not self.owned:
+        if not self.owned or request.instance_id in self.not_owned:
             raise ApplicationError(
                 f"refusing to terminate instance {request.instance_id}: not owned",
                 type=errors.NOT_OWNED,

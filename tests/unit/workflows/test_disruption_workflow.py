@@ -544,3 +544,23 @@ async def test_a_wait_outlasts_more_passing_errors_than_an_api_call_may(harness)
 
     assert [r.state for r in status.replacements] == ["Initialized"]
     assert ("await_node_ready", "ServerError") in harness.cluster.calls and harness.cluster.wait_errors == 0
+
+
+async def test_a_spot_candidate_whose_termination_fails_still_gets_its_replacement(harness):
+    """The chaos run's ownership fault on a spot node: karpflow refuses to terminate the instance, the
+    termination fails after the drain began, and the command fails; the replacement launched beside
+    the drain used to be cancelled (and left running, unwaited). The drained pods need it: it goes on."""
+    candidates = nodes(harness, 1)
+    harness.cluster.not_owned.add(f"i-{candidates[0]}")
+    harness.cluster.register_seconds = 1.0  # still registering when the termination fails
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    handle = await start(harness, forceful(candidates, reason="Interrupted", termination_deadline=deadline))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert "NotOwned" in failure.value.cause.message
+    status = await handle.query(DisruptionWorkflow.status)
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert [c.termination for c in status.candidates] == ["Failed"]
+    calls = harness.cluster.names()
+    assert calls.index("terminate_instance") < calls.index("await_node_initialized")

@@ -797,12 +797,14 @@ LEAN_HISTORIES = (
     "disruption-lean-approved",
     "disruption-lean-nodeclaim",
     "disruption-lean-nodeclaim-rollback",
-    # A forceful command whose replacement ended, recorded before issue 30's relaunch (never re-record).
+    # Forceful commands recorded before issue 30 (never re-record): a replacement that ended, and a
+    # spot candidate whose termination failed while its replacement was still waited for.
     "disruption-lean-forceful-ended-before-issue-30",
+    "disruption-lean-spot-termination-refused-before-issue-30",
 )
 EXPECTED.update(LEAN_HISTORIES)
-# Issue 30, behind disruption-forceful-relaunch as well (test_replay_relaunch.py).
-RELAUNCH_HISTORIES = ("disruption-lean-forceful-relaunch",)
+# Issue 30, behind its patches as well (test_replay_relaunch.py).
+RELAUNCH_HISTORIES = ("disruption-lean-forceful-relaunch", "disruption-lean-spot-termination-refused")
 EXPECTED.update(RELAUNCH_HISTORIES)
 # The steps that stay regular activities on the lean path: the taint (its completion is where a
 # cancellation is seen before a launch), the waits, which heartbeat, the approval gate's Event.

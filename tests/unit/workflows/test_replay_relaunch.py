@@ -1,17 +1,24 @@
-"""Issue 30: a forceful command whose replacement's instance ends launches again (another offering),
-behind `disruption-forceful-relaunch`; the runs of the code before it must still replay.
+"""Issue 30's two changes to forceful commands, each behind its patch; the runs of the code before
+them must still replay:
+
+- `disruption-forceful-relaunch`: a replacement whose instance ended is terminated and launched again
+  (another offering);
+- `forceful-replacements-outlive-failed-terminations`: with a termination deadline (a spot
+  interruption), a candidate's failed termination no longer cancels the replacement being waited for.
 
     KARPFLOW_RECORD_HISTORIES=1 .venv/bin/pytest tests/unit/workflows/test_replay_relaunch.py -k record
 
-records `disruption-lean-forceful-relaunch`. `disruption-lean-forceful-ended-before-issue-30` was
-recorded by the same test on the code before the patch (commit c255679) and is never re-recorded: a
-forceful command whose replacement ended, which the older code discarded and went on without.
+records `disruption-lean-forceful-relaunch` and `disruption-lean-spot-termination-refused`. The
+`...-before-issue-30` histories were recorded by the same tests on the code before each patch and are
+never re-recorded: the ended replacement discarded without a relaunch, and the replacement's wait
+cancelled when the candidate's termination failed.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,7 +40,7 @@ from tests.unit.workflows.test_replay import (
     _settle,
 )
 from worker import WORKFLOWS
-from workflows.disruption import PATCH_FORCEFUL_RELAUNCH, PATCH_LEAN_HISTORY
+from workflows.disruption import PATCH_FORCEFUL_RELAUNCH, PATCH_LEAN_HISTORY, PATCH_REPLACEMENTS_OUTLIVE
 
 RELAUNCH = "disruption-lean-forceful-relaunch"
 BEFORE = "disruption-lean-forceful-ended-before-issue-30"
@@ -60,6 +67,38 @@ async def test_record_forceful_relaunch_history(harness):
     )
     await _settle(handle)
     await _save(RELAUNCH, handle)
+
+
+SPOT_REFUSED = "disruption-lean-spot-termination-refused"
+SPOT_REFUSED_BEFORE = "disruption-lean-spot-termination-refused-before-issue-30"
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_spot_termination_refused_history(harness):
+    """A spot interruption whose candidate's termination fails (its instance lost its ownership tag)
+    while the replacement still launches."""
+    cluster = harness.cluster
+    cluster.nodes.add("s1")
+    cluster.not_owned.add("i-s1")
+    cluster.never_registers = True  # still waited for when the termination fails
+    spec = ReplacementSpec(nodepool="default", instance_types=["m5.large"], zones=["zone-a"])
+    command = DisruptionInput(
+        reason="Interrupted",
+        nodes=["s1"],
+        node_uids={"s1": cluster.uid("s1")},
+        replacements=[spec],
+        termination_deadline=datetime.now(UTC) + timedelta(minutes=2),
+    )
+    # The test server does not skip time while an activity runs: a short wait keeps this fast.
+    command.timeouts.replacement_ready = timedelta(seconds=2)
+    handle = await harness.client.start_workflow(
+        "DisruptionWorkflow",
+        command,
+        id=f"interruption/replay/{harness.id(SPOT_REFUSED)}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save(SPOT_REFUSED, handle)
 
 
 def _launches(path: Path) -> list[str]:
@@ -106,6 +145,34 @@ async def test_a_run_of_the_older_code_replays_and_would_not_with_the_relaunch_f
         temporalio.workflow,
         "patched",
         lambda patch_id: patch_id in (PATCH_LEAN_HISTORY, PATCH_FORCEFUL_RELAUNCH),
+    )
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
+
+
+def test_the_spot_history_waits_for_its_replacement_behind_its_patch():
+    after, before = HISTORIES / f"{SPOT_REFUSED}.json", HISTORIES / f"{SPOT_REFUSED_BEFORE}.json"
+    assert _patches(_load(after)) == {PATCH_LEAN_HISTORY, PATCH_REPLACEMENTS_OUTLIVE}
+    assert _patches(_load(before)) == {PATCH_LEAN_HISTORY}
+    # After: the wait runs to its end and what did not initialize is terminated. Before: the wait was
+    # cancelled and the launched instance left behind.
+    assert _activities(after) == ["taint_disrupted", "await_node_ready", "terminate_instance"]
+    assert _activities(before) == ["taint_disrupted", "await_node_ready"]
+    kinds = [e["eventType"] for e in _events(before)]
+    assert "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED" in kinds
+
+
+async def test_a_spot_run_of_the_older_code_replays_and_would_not_with_the_wait_forced(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    history = _load(HISTORIES / f"{SPOT_REFUSED_BEFORE}.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    await replayer.replay_workflow(_load(HISTORIES / f"{SPOT_REFUSED}.json"))
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id in (PATCH_LEAN_HISTORY, PATCH_REPLACEMENTS_OUTLIVE),
     )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
