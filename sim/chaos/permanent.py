@@ -32,7 +32,7 @@ from typing import Any
 from api import constants as k
 from sim.apiserver.errors import ApiError
 from sim.apiserver.faults import FaultRule
-from sim.chaos.actions import Effects, _instance_of, _tainted
+from sim.chaos.actions import Effects, _instance_of, _instances, _tainted
 from sim.stack import SimStack
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,8 @@ class OwnershipRemoved(PermanentFault):
         nodes = self.stack.store.list("nodes").items
         deleting = [n for n in nodes if n["metadata"].get("deletionTimestamp") and _instance_of(n)]
         held = [n for n in nodes if _tainted(n) and _instance_of(n)]
+        live = {i["InstanceId"] for i in _instances(self.stack)}
         for group in (deleting, held):
-            live = {i for i in _live_instances(self.stack)}
             choices = sorted(
                 (n["metadata"]["name"], _instance_of(n) or "") for n in group if _instance_of(n) in live
             )
@@ -245,12 +245,6 @@ class NodeClaimHeld(PermanentFault):
         what = "was held deleting" if deleting else "was not deleted"
         self.seen.append(f"nodeclaim-held: NodeClaim {self.nodeclaim} {what} until its finalizer went")
         self.effects.note(self.kind + "-lifted", f"finalizer {HOLD_FINALIZER} off NodeClaim {self.nodeclaim}")
-
-
-def _live_instances(stack: SimStack) -> set[str]:
-    from sim.chaos.actions import _instances
-
-    return {i["InstanceId"] for i in _instances(stack)}
 
 
 def _instance_state(stack: SimStack, instance_id: str) -> str:
