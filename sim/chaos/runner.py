@@ -514,6 +514,15 @@ class ChaosRun:
 async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
     run = ChaosRun(config, say)
     failed = True
+    # What the harness and the simulator (its controllers, the simulated Karpenter) log, beside the
+    # workers' logs: a failed run is read from these.
+    (run.state_dir / "logs").mkdir(exist_ok=True)
+    sim_log = logging.FileHandler(run.state_dir / "logs" / "sim.log")
+    sim_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    sim_logger = logging.getLogger("sim")
+    sim_logger.addHandler(sim_log)
+    if sim_logger.getEffectiveLevel() > logging.INFO:
+        sim_logger.setLevel(logging.INFO)
     try:
         await run.start()
         await run.fault_phase()
@@ -524,6 +533,8 @@ async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> 
         failed = not run.report.ok
     finally:
         await run.stop()
+        sim_logger.removeHandler(sim_log)
+        sim_log.close()
         if not failed and not config.keep_state and config.state_dir is None:
             shutil.rmtree(run.state_dir, ignore_errors=True)
     for line in run.report.lines():
