@@ -641,7 +641,11 @@ class KubernetesActivities:
         polls = 0
         what = f"replacement instance {instance.instance_id} ({instance.provider_id})"
         said = False
-        look_at_ec2 = time.monotonic() + self.instance_check_seconds
+        # A first attempt gives EC2 time to list the new instance; a retry (a passing error, a dead
+        # worker) looks at once: else every attempt cut short before the first look starts the clock
+        # again, and an instance that ended is not noticed for minutes (chaos seed 1: three).
+        retried = activity.in_activity() and activity.info().attempt > 1
+        look_at_ec2 = time.monotonic() + (0.0 if retried else self.instance_check_seconds)
         while True:
             try:
                 node = await self._node_for(

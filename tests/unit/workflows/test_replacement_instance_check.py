@@ -123,3 +123,30 @@ async def test_a_bug_in_the_ownership_check_fails_the_wait_at_once():
     assert calls == 1
     assert failed.value.type == errors.INVALID and failed.value.non_retryable
     assert "TypeError" in failed.value.message and INSTANCE in failed.value.message
+
+
+@pytest.mark.parametrize(("attempt", "looked"), [(1, 0), (2, 1)])
+async def test_a_retried_wait_looks_at_ec2_at_once(attempt: int, looked: int):
+    """Chaos seed 1: every attempt of the wait was cut short (429s, killed workers) before its first
+    look at EC2, 30 s in, so an instance that ended was noticed three minutes late. A retry looks
+    first thing; a first attempt still gives EC2 its time."""
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    ec2 = ScriptedEC2("terminated")
+    activities, request = waiting_for(EC2Activities(ec2, "prod").ownership)
+    activities.instance_check_seconds = 30.0
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt)
+    wait = asyncio.ensure_future(env.run(activities.await_node_registered, request))
+    await asyncio.sleep(0.3)
+    assert ec2.calls == looked
+    if looked:
+        with pytest.raises(ApplicationError) as ended:
+            await wait
+        assert ended.value.type == errors.NOT_FOUND
+    else:
+        env.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wait
