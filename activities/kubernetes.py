@@ -47,9 +47,11 @@ from api.constants import (
     AWS_GROUP,
     AWS_VERSION,
     CAPACITY_TYPE_LABEL,
+    DISRUPTION_TAINT_KEYS,
     DO_NOT_SYNC_TAINTS_LABEL,
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
+    HOLDER_ANNOTATION,
     HOLDER_REASON_ANNOTATION,
     INITIALIZED_LABEL,
     KARPENTER_GROUP,
@@ -214,6 +216,19 @@ def initialization_blockers(node: Json, startup_taints: list[TaintSpec]) -> list
         if has_taint(node, key):
             blockers.append(f"taint {key}")
     return blockers
+
+
+def replacement_leaving(node: Json) -> str | None:
+    """Why a replacement's node will not be capacity although it may be Ready (None: it will be):
+    it is being deleted, or a disruption holds it (a spot interruption of a node still booting, say).
+    A command that counted it would drain its candidates onto a node that is going away."""
+    if node["metadata"].get("deletionTimestamp"):
+        return "is being deleted"
+    for taint in _taints(node):
+        if taint.get("key") in DISRUPTION_TAINT_KEYS:
+            holder = (node["metadata"].get("annotations") or {}).get(HOLDER_ANNOTATION)
+            return f"carries {taint.get('key')}" + (f" (held by {holder})" if holder else "")
+    return None
 
 
 def _merge_taints(*groups: list[Any]) -> list[TaintSpec]:
@@ -730,6 +745,8 @@ class KubernetesActivities:
                 raise classify_kube(err, f"reading node {request.node}") from None
             if node is None:
                 raise permanent(f"node {request.node} disappeared before it initialized", errors.NOT_FOUND)
+            if leaving := replacement_leaving(node):
+                raise permanent(f"node {request.node} {leaving}: it will not be capacity", errors.NOT_FOUND)
             blockers = initialization_blockers(node, request.startup_taints)
             if not blockers:
                 try:
