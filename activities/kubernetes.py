@@ -776,7 +776,7 @@ class KubernetesActivities:
         an earlier attempt registered a node and no Node has the instance's providerID now, that node
         is gone (its instance vanished, someone deleted it): the retry fails at once, naming it, so
         the workflow rolls back instead of waiting out the replacement's deadline."""
-        await self._refuse_if_registered_node_gone(request.instance)
+        await self._refuse_if_registered_node_gone(request.instance, request.registered_node)
         registered = await self.await_node_registered(request)
         # Before the first wait: a worker that dies now leaves the node's name to the retry.
         _heartbeat({"node": registered.node, "waiting_for": "initialization"})
@@ -798,12 +798,16 @@ class KubernetesActivities:
             ) from None
         return registered
 
-    async def _refuse_if_registered_node_gone(self, instance: LaunchedInstance) -> None:
-        if not activity.in_activity() or activity.info().is_local:
-            return
-        beats = activity.info().heartbeat_details
-        last = beats[0] if beats else None
-        node = last.get("node") if isinstance(last, dict) else None
+    async def _refuse_if_registered_node_gone(
+        self, instance: LaunchedInstance, known: str | None = None
+    ) -> None:
+        """The node an earlier attempt registered (its heartbeat), or the caller knows (`known`), must
+        still have the instance's providerID."""
+        node: Any = known
+        if not node and activity.in_activity() and not activity.info().is_local:
+            beats = activity.info().heartbeat_details
+            last = beats[0] if beats else None
+            node = last.get("node") if isinstance(last, dict) else None
         if not isinstance(node, str) or not node:
             return
         try:

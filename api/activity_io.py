@@ -172,6 +172,10 @@ class RegistrationRequest(BaseModel):
     template: LaunchTemplate
     poll_interval_seconds: float | None = None
     candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
+    registered_node: str | None = Field(
+        default=None,
+        description="a look again at a replacement that registered as this node: gone is NotFound at once",
+    )
 
 
 class RegisteredNode(BaseModel):

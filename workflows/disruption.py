@@ -32,7 +32,9 @@ after the launch is terminated, its offering remembered as unavailable, and the 
 launched (PATCH_FORCEFUL_RELAUNCH: at most MAX_LAUNCHES, within the deadline); the status says
 which launches failed and why, and, when none is left, that the command went without. With a
 termination deadline, a candidate whose termination fails does not cut its replacements short: the
-drained pods need them (PATCH_REPLACEMENTS_OUTLIVE).
+drained pods need them (PATCH_REPLACEMENTS_OUTLIVE); once the terminations are done, each
+initialized replacement is looked at again, and one gone already is launched again
+(PATCH_RECHECK_AFTER_DRAIN).
 
 Beside Karpenter (--karpenter-coexistence; the resolved template says so), a replacement is a NodeClaim
 karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
@@ -110,7 +112,14 @@ with workflow.unsafe.imports_passed_through():
     from api.workflow_summaries import awaiting_approval_details, short_node
     from workflows.events import awaiting_approval
     from workflows.failures import activity_cause, describe
-    from workflows.options import API_CALL, API_RETRY, INSTANCE_TERMINATE_HEARTBEAT, WAIT_RETRY
+    from workflows.options import (
+        API_CALL,
+        API_RETRY,
+        INSTANCE_TERMINATE_HEARTBEAT,
+        LOOK_AGAIN_CALL,
+        LOOK_AGAIN_RETRY,
+        WAIT_RETRY,
+    )
     from workflows.termination import TerminationWorkflow
     from workflows.workflow_metrics import count_rollback, record_phase
 
@@ -135,6 +144,11 @@ PATCH_FORCEFUL_RELAUNCH = "disruption-forceful-relaunch"
 # termination that fails no longer cancels the replacements launched beside the drain (the drained
 # pods still need them). Asked only when a termination failed while a replacement was in flight.
 PATCH_REPLACEMENTS_OUTLIVE = "forceful-replacements-outlive-failed-terminations"
+# Issue 30: with a termination deadline the candidates drain while their replacements come up; a
+# replacement that initialized may go again before the drained pods land on it (a spot reclaim of
+# the new node). Once the terminations are done each one is looked at again, and one gone is
+# launched again. Asked only on that path, after a replacement initialized.
+PATCH_RECHECK_AFTER_DRAIN = "forceful-replacements-rechecked-after-the-drain"
 MAX_LAUNCHES = 3
 RELAUNCH_MIN_TIME_LEFT = timedelta(seconds=30)
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
@@ -194,6 +208,7 @@ class DisruptionWorkflow:
         # Forceful commands: per replacement index, the launches that failed and were discarded before
         # the one in flight ("<offering>: <why>"; PATCH_FORCEFUL_RELAUNCH).
         self._failed_launches: dict[int, list[str]] = {}
+        self._templates: dict[int, LaunchTemplate] = {}  # each replacement's, as resolved
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -335,7 +350,8 @@ class DisruptionWorkflow:
             raise
         except BaseException as err:
             cancelled = is_cancelled_exception(err)
-            if not cancelled and not replacing.done() and workflow.patched(PATCH_REPLACEMENTS_OUTLIVE):
+            outlive = not cancelled and self._handed_over and not replacing.done()
+            if outlive and workflow.patched(PATCH_REPLACEMENTS_OUTLIVE):
                 # A candidate's termination failed after its drain began: its pods need the capacity
                 # all the same. The replacements go on (best effort: they discard what fails).
                 try:
@@ -358,6 +374,7 @@ class DisruptionWorkflow:
             await workflow.wait_condition(lambda: self._handed_over)
         try:
             await self._provide_replacements(command)
+            await self._recheck_after_drain(command)
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
@@ -372,6 +389,50 @@ class DisruptionWorkflow:
             workflow.logger.warning(
                 "forceful command goes on without its replacements: %s", self._replacement_problem
             )
+
+    async def _recheck_after_drain(self, command: DisruptionInput) -> None:
+        """With a termination deadline, once every candidate's termination has closed (its pods are
+        displaced by then), look again at each initialized replacement: one whose node is gone or
+        going (a spot reclaim of the new node) is launched again, as `_await_ready_or_relaunch` does
+        for one that ended before it initialized. A look that fails otherwise changes nothing."""
+        initialized = [r for r in self._status.replacements if r.state == "Initialized" and r.node]
+        if not (self._lean and command.termination_deadline is not None and initialized):
+            return
+        await workflow.wait_condition(
+            lambda: (
+                self._handed_over
+                and all(
+                    c.termination not in ("NotStarted", "Running")
+                    for c in self._status.candidates
+                    if c.tainted
+                )
+            )
+        )
+        if not workflow.patched(PATCH_RECHECK_AFTER_DRAIN):
+            return
+        deadline = workflow.now() + command.timeouts.replacement_ready
+        for replacement in initialized:
+            spec, template = command.replacements[replacement.index], self._templates[replacement.index]
+            instance = self._known_instance(replacement)
+            try:
+                await self._call(
+                    KubernetesActivities.await_node_ready,
+                    RegistrationRequest(
+                        instance=instance, template=template, registered_node=replacement.node
+                    ),
+                    start_to_close_timeout=LOOK_AGAIN_CALL,
+                    retry_policy=LOOK_AGAIN_RETRY,
+                    summary=f"is replacement {short_node(replacement.node or '')} still there?",
+                )
+                continue
+            except ActivityError as err:
+                if not self._may_relaunch(command, replacement, err, deadline):
+                    workflow.logger.info("replacement %s: not looked at again: %s", replacement.index, err)
+                    continue
+                replacement.state = "Registered"  # what the relaunch discards: the node, then the instance
+                await self._await_ready_or_relaunch(
+                    replacement, instance, spec, template, deadline, command, gone=err
+                )
 
     async def _discard_unready(self, problems: list[str]) -> int | None:
         """Terminate the replacement instances that did not initialize (see `_discard_replacements`)."""
@@ -469,6 +530,7 @@ class DisruptionWorkflow:
                 retry_policy=API_RETRY,
                 summary=f"replacement {index}: read NodePool {spec.nodepool} and its EC2NodeClass",
             )
+            self._templates[index] = template
             if template.via_nodeclaim and (self._lean or workflow.patched(PATCH_NODECLAIM_REPLACEMENTS)):
                 await self._provide_by_nodeclaim(replacement, spec, template, deadline, command)
                 return
@@ -526,6 +588,7 @@ class DisruptionWorkflow:
         template: LaunchTemplate,
         deadline: datetime,
         command: DisruptionInput,
+        gone: BaseException | None = None,
     ) -> None:
         """Wait for the replacement; in a forceful command, one whose instance ended or whose node
         vanished (the wait fails at once, NotFound) is terminated, its offering remembered as
@@ -535,47 +598,51 @@ class DisruptionWorkflow:
         initialized) leaves no time for another launch, and fails as before."""
         index = replacement.index
         while True:
-            try:
-                await self._await_ready(replacement, instance, template, deadline, command)
-                if failed := self._failed_launches.get(index):
-                    offering = replacement.offering.key if replacement.offering else "?"
-                    replacement.message = (
-                        f"initialized on launch {len(failed) + 1} ({offering}); "
-                        f"terminated before: {'; '.join(failed)}"
-                    )
-                return
-            except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
-                raise
-            except BaseException as err:
-                if not self._may_relaunch(command, replacement, err, deadline):
+            if gone is None:
+                try:
+                    await self._await_ready(replacement, instance, template, deadline, command)
+                    if failed := self._failed_launches.get(index):
+                        offering = replacement.offering.key if replacement.offering else "?"
+                        replacement.message = (
+                            f"initialized on launch {len(failed) + 1} ({offering}); "
+                            f"terminated before: {'; '.join(failed)}"
+                        )
+                    return
+                except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
                     raise
-                # Asked only here: a run of the older code that failed at this point has no marker and
-                # goes on as it did (discarded later, without a relaunch).
-                if not workflow.patched(PATCH_FORCEFUL_RELAUNCH):
-                    raise
-                self._note_registration(replacement, err)
-                failure = self._failure_text(err)
-                offering = instance.offering
-                self._failed_launches.setdefault(index, []).append(
-                    f"{offering.key} ({instance.instance_id}) failed while {replacement.state}: {failure}"
-                )
-                self._mark_unavailable(offering, f"replacement instance failed: {failure}", command)
-                workflow.logger.warning(
-                    "replacement %s: %s failed while %s (%s); terminating it and launching another offering",
-                    index,
-                    instance.instance_id,
-                    replacement.state,
-                    failure,
-                )
-                await self._discard(instance)  # before the next launch: nothing of it is left behind
-                self._stop_if_cancelled()
-                # The next launch is the replacement now; the earlier one is named in _failed_launches.
-                replacement.state, replacement.node = "Launching", None
-                replacement.instance_id, replacement.offering = None, None
-                instance = await self._launch(
-                    command, index, spec, template, deadline, attempt=len(self._failed_launches[index])
-                )
-                replacement.state = "Launched"
+                except BaseException as err:
+                    if not self._may_relaunch(command, replacement, err, deadline):
+                        raise
+                    # Asked only here: a run of the older code that failed at this point has no marker
+                    # and goes on as it did (discarded later, without a relaunch).
+                    if not workflow.patched(PATCH_FORCEFUL_RELAUNCH):
+                        raise
+                    gone = err
+            err, gone = gone, None
+            assert err is not None
+            self._note_registration(replacement, err)
+            failure = self._failure_text(err)
+            offering = instance.offering
+            self._failed_launches.setdefault(index, []).append(
+                f"{offering.key} ({instance.instance_id}) failed while {replacement.state}: {failure}"
+            )
+            self._mark_unavailable(offering, f"replacement instance failed: {failure}", command)
+            workflow.logger.warning(
+                "replacement %s: %s failed while %s (%s); terminating it and launching another offering",
+                index,
+                instance.instance_id,
+                replacement.state,
+                failure,
+            )
+            await self._discard(instance)  # before the next launch: nothing of it is left behind
+            self._stop_if_cancelled()
+            # The next launch is the replacement now; the earlier one is named in _failed_launches.
+            replacement.state, replacement.node = "Launching", None
+            replacement.instance_id, replacement.offering = None, None
+            instance = await self._launch(
+                command, index, spec, template, deadline, attempt=len(self._failed_launches[index])
+            )
+            replacement.state = "Launched"
 
     def _may_relaunch(
         self, command: DisruptionInput, replacement: ReplacementStatus, err: BaseException, deadline: datetime

@@ -41,3 +41,13 @@ DRAIN_RETRY = RetryPolicy(
 )
 # Terminating an instance heartbeats while it waits for EC2 to report the instance gone.
 INSTANCE_TERMINATE_HEARTBEAT = timedelta(minutes=1)
+
+# A look again at a replacement that initialized (is it still there?): short, a few attempts; a node
+# that is there but not Ready just now is not waited for.
+LOOK_AGAIN_CALL = timedelta(seconds=20)
+LOOK_AGAIN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=3,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)

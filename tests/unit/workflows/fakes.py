@@ -63,6 +63,9 @@ class FakeCluster:
         # boot): await_node_ready fails at once, as the real one does (`_refuse_if_instance_ended`).
         self.ends_before_registering: set[str] = set()
         self.not_owned: set[str] = set()  # instance ids terminate_instance refuses (their tag is gone)
+        # A look again at an initialized replacement (`registered_node`) finds its node gone: EC2
+        # reclaimed the new spot node before the drained pods landed on it.
+        self.lose_initialized_replacements = False
         self.register_seconds = 0.0  # a replacement that takes this long to register
         self.wait_errors = 0  # await_node_ready attempts that fail on a passing API error (500) first
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
@@ -273,6 +276,18 @@ class FakeCluster:
 
     @activity.defn(name="await_node_ready")
     async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
+        if request.registered_node is not None:
+            self.calls.append(("look_again", request.registered_node))
+            if self.lose_initialized_replacements:
+                self.instances.pop(request.instance.instance_id, None)
+                raise ApplicationError(
+                    f"node {request.registered_node} of replacement instance {request.instance.instance_id} "
+                    "disappeared after it registered",
+                    {"node": request.registered_node},
+                    type=errors.NOT_FOUND,
+                    non_retryable=True,
+                )
+            return RegisteredNode(node=request.registered_node)
         if self.wait_errors > 0:
             self.wait_errors -= 1
             self.calls.append(("await_node_ready", "ServerError"))

@@ -564,3 +564,37 @@ async def test_a_spot_candidate_whose_termination_fails_still_gets_its_replaceme
     assert [c.termination for c in status.candidates] == ["Failed"]
     calls = harness.cluster.names()
     assert calls.index("terminate_instance") < calls.index("await_node_initialized")
+
+
+async def test_a_spot_replacement_lost_before_the_drain_ends_is_launched_again(harness):
+    """Chaos seed 1: the batch node's spot replacement initialized, then EC2 reclaimed it while the
+    candidate's evictions were still denied; the pods, evicted later, found no batch node. Once the
+    terminations are done the replacement is looked at again, and one gone is launched again."""
+    harness.cluster.lose_initialized_replacements = True
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    [replacement] = status.replacements
+    assert replacement.state == "Initialized" and replacement.offering.key == "m5.xlarge/zone-a/on-demand"
+    first, second = launched_ids(harness)
+    assert first in harness.cluster.terminated and set(harness.cluster.instances) == {second}
+    calls = harness.cluster.names()
+    assert calls.index("begin_termination") < calls.index("look_again")
+    assert "launched again after failed launches" in status.message and first in status.message
+
+
+async def test_a_spot_replacement_still_there_after_the_drain_is_kept(harness):
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.offering.key for r in status.replacements] == ["m5.large/zone-a/on-demand"]
+    assert (
+        len(launched_ids(harness)) == 1
+        and ("look_again", status.replacements[0].node) in harness.cluster.calls
+    )

@@ -804,7 +804,11 @@ LEAN_HISTORIES = (
 )
 EXPECTED.update(LEAN_HISTORIES)
 # Issue 30, behind its patches as well (test_replay_relaunch.py).
-RELAUNCH_HISTORIES = ("disruption-lean-forceful-relaunch", "disruption-lean-spot-termination-refused")
+RELAUNCH_HISTORIES = (
+    "disruption-lean-forceful-relaunch",
+    "disruption-lean-spot-termination-refused",
+    "disruption-lean-spot-replacement-lost",
+)
 EXPECTED.update(RELAUNCH_HISTORIES)
 # The steps that stay regular activities on the lean path: the taint (its completion is where a
 # cancellation is seen before a launch), the waits, which heartbeat, the approval gate's Event.

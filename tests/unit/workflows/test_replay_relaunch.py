@@ -40,7 +40,12 @@ from tests.unit.workflows.test_replay import (
     _settle,
 )
 from worker import WORKFLOWS
-from workflows.disruption import PATCH_FORCEFUL_RELAUNCH, PATCH_LEAN_HISTORY, PATCH_REPLACEMENTS_OUTLIVE
+from workflows.disruption import (
+    PATCH_FORCEFUL_RELAUNCH,
+    PATCH_LEAN_HISTORY,
+    PATCH_RECHECK_AFTER_DRAIN,
+    PATCH_REPLACEMENTS_OUTLIVE,
+)
 
 RELAUNCH = "disruption-lean-forceful-relaunch"
 BEFORE = "disruption-lean-forceful-ended-before-issue-30"
@@ -99,6 +104,33 @@ async def test_record_spot_termination_refused_history(harness):
     )
     await _settle(handle)
     await _save(SPOT_REFUSED, handle)
+
+
+SPOT_LOST = "disruption-lean-spot-replacement-lost"
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_spot_replacement_lost_history(harness):
+    """A spot interruption whose replacement initialized and was gone when the drain ended."""
+    cluster = harness.cluster
+    cluster.nodes.add("s2")
+    cluster.lose_initialized_replacements = True
+    spec = ReplacementSpec(nodepool="default", instance_types=["m5.large", "m5.xlarge"], zones=["zone-a"])
+    command = DisruptionInput(
+        reason="Interrupted",
+        nodes=["s2"],
+        node_uids={"s2": cluster.uid("s2")},
+        replacements=[spec],
+        termination_deadline=datetime.now(UTC) + timedelta(minutes=2),
+    )
+    handle = await harness.client.start_workflow(
+        "DisruptionWorkflow",
+        command,
+        id=f"interruption/replay/{harness.id(SPOT_LOST)}",
+        task_queue=harness.task_queue,
+    )
+    await _settle(handle)
+    await _save(SPOT_LOST, handle)
 
 
 def _launches(path: Path) -> list[str]:
@@ -173,6 +205,36 @@ async def test_a_spot_run_of_the_older_code_replays_and_would_not_with_the_wait_
         temporalio.workflow,
         "patched",
         lambda patch_id: patch_id in (PATCH_LEAN_HISTORY, PATCH_REPLACEMENTS_OUTLIVE),
+    )
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(history)
+
+
+def test_the_lost_spot_replacement_is_launched_again_behind_its_patch():
+    lost = HISTORIES / f"{SPOT_LOST}.json"
+    assert _patches(_load(lost)) == {PATCH_LEAN_HISTORY, PATCH_RECHECK_AFTER_DRAIN}
+    assert _launches(lost) == ["m5.large", "m5.xlarge"]
+    assert _activities(lost) == [
+        "taint_disrupted",
+        "await_node_ready",
+        "terminate_instance",
+        "await_node_ready",
+    ]
+
+
+async def test_a_spot_run_of_the_older_code_would_not_replay_with_the_look_again_forced(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """disruption-lean-forceful-deadline (issue 21) reaches the point where the look again is asked,
+    with a replacement initialized: it replays on the old side, and breaks with the patch forced."""
+    history = _load(HISTORIES / "disruption-lean-forceful-deadline.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    await replayer.replay_workflow(_load(HISTORIES / f"{SPOT_LOST}.json"))
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id in (PATCH_LEAN_HISTORY, PATCH_RECHECK_AFTER_DRAIN),
     )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
