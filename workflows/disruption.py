@@ -395,7 +395,10 @@ class DisruptionWorkflow:
         displaced by then), look again at each initialized replacement: one whose node is gone or
         going (a spot reclaim of the new node) is launched again, as `_await_ready_or_relaunch` does
         for one that ended before it initialized. A look that fails otherwise changes nothing."""
-        initialized = [r for r in self._status.replacements if r.state == "Initialized" and r.node]
+        # Beside Karpenter a replacement is a NodeClaim, and a node gone is its provisioner's to replace.
+        initialized = [
+            r for r in self._status.replacements if r.state == "Initialized" and r.node and not r.nodeclaim
+        ]
         if not (self._lean and command.termination_deadline is not None and initialized):
             return
         await workflow.wait_condition(
@@ -649,7 +652,7 @@ class DisruptionWorkflow:
     ) -> bool:
         """A forceful replacement that failed for a reason another launch can fix: its instance ended or
         its node disappeared (NotFound), with launches and time left, and no sibling failed."""
-        if command.voluntary or self._stopping or is_cancelled_exception(err):
+        if command.voluntary or self._stopping or replacement.nodeclaim or is_cancelled_exception(err):
             return False
         cause = activity_cause(err)
         if not (isinstance(cause, ApplicationError) and cause.type == NOT_FOUND):

@@ -598,3 +598,21 @@ async def test_a_spot_replacement_still_there_after_the_drain_is_kept(harness):
         len(launched_ids(harness)) == 1
         and ("look_again", status.replacements[0].node) in harness.cluster.calls
     )
+
+
+async def test_beside_karpenter_a_lost_spot_replacement_is_left_to_its_provisioner(harness):
+    """The chaos run beside Karpenter: the look again found the NodeClaim's node gone and launched an
+    EC2 instance of karpflow's own, which Karpenter garbage-collected. Beside Karpenter karpflow
+    launches no instance: a NodeClaim replacement is not looked at again."""
+    harness.cluster.karpenter_coexistence = True
+    harness.cluster.lose_initialized_replacements = True
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"] and status.replacements[0].nodeclaim
+    calls = harness.cluster.names()
+    assert "launch_instance" not in calls and "look_again" not in calls
+    assert harness.cluster.terminated == [f"i-{candidates[0]}"]  # the candidate's, after Karpenter's drain
