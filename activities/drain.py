@@ -3,6 +3,10 @@ is left to wait for (the rules are kube/drain_rules.py).
 
 Evictions go with a UID precondition; 429 and the multi-PDB 500 back off and retry; 404 and 409 mean
 the pod is gone or replaced; pods past the deadline are deleted with the time left as their grace.
+A 400 backs off and retries too: it is what an admission webhook that denies the eviction answers
+(kube-apiserver's webhook errors raise a denial below 400 to 400), and such a policy lifts; Karpenter's
+eviction queue retries every error but 404 and 409 the same way. 401, 403 and 422 fail the drain:
+no retry can fix missing rights or a request the API cannot read.
 
 What operators see, as Karpenter shows it: an `Evicted` Event on each evicted pod, `Disrupted` on
 each pod deleted at the deadline, `FailedDraining` on the node while PDBs hold pods back (one
@@ -244,7 +248,7 @@ class Drainer:
     def _raise_if_permanent(err: KubeError, what: str) -> None:
         if err.status in (401, 403):
             raise permanent(f"{what}: Kubernetes API {err.status}: {err.message}", FORBIDDEN)
-        if err.status in (400, 422):
+        if err.status == 422:
             raise permanent(f"{what}: Kubernetes API {err.status}: {err.message}", INVALID)
 
 

@@ -65,9 +65,12 @@ EKS_CLUSTER_NAME_TAG = "eks:eks-cluster-name"
 TAG_KEY_MAX = 128
 
 
-def client_token(command_id: str, index: int, offering: Offering) -> str:
-    """Stable per (command, replacement, offering); EC2 allows at most 64 ASCII characters."""
-    return hashlib.sha256(f"{command_id}\x00{index}\x00{offering.key}".encode()).hexdigest()[:64]
+def client_token(command_id: str, index: int, offering: Offering, attempt: int = 0) -> str:
+    """Stable per (command, replacement, offering, attempt); EC2 allows at most 64 ASCII characters.
+    A relaunch after a failed launch of the same offering needs its own token: EC2 answers a token it
+    has seen with the earlier (terminated) instance. The first attempt keeps the token it always had."""
+    seed = f"{command_id}\x00{index}\x00{offering.key}" + (f"\x00{attempt}" if attempt else "")
+    return hashlib.sha256(seed.encode()).hexdigest()[:64]
 
 
 def launch_tags(cluster: str, request: LaunchRequest) -> dict[str, str]:
@@ -311,7 +314,7 @@ class EC2Activities:
             "MinCount": 1,
             "MaxCount": 1,
             "SubnetId": subnet,
-            "ClientToken": client_token(request.command_id, request.index, offering),
+            "ClientToken": client_token(request.command_id, request.index, offering, request.attempt),
             "TagSpecifications": [
                 {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
                 *(

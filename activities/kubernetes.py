@@ -48,9 +48,11 @@ from api.constants import (
     AWS_GROUP,
     AWS_VERSION,
     CAPACITY_TYPE_LABEL,
+    DISRUPTION_TAINT_KEYS,
     DO_NOT_SYNC_TAINTS_LABEL,
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
+    HOLDER_ANNOTATION,
     HOLDER_REASON_ANNOTATION,
     INITIALIZED_LABEL,
     KARPENTER_GROUP,
@@ -215,6 +217,19 @@ def initialization_blockers(node: Json, startup_taints: list[TaintSpec]) -> list
         if has_taint(node, key):
             blockers.append(f"taint {key}")
     return blockers
+
+
+def replacement_leaving(node: Json) -> str | None:
+    """Why a replacement's node will not be capacity although it may be Ready (None: it will be):
+    it is being deleted, or a disruption holds it (a spot interruption of a node still booting, say).
+    A command that counted it would drain its candidates onto a node that is going away."""
+    if node["metadata"].get("deletionTimestamp"):
+        return "is being deleted"
+    for taint in _taints(node):
+        if taint.get("key") in DISRUPTION_TAINT_KEYS:
+            holder = (node["metadata"].get("annotations") or {}).get(HOLDER_ANNOTATION)
+            return f"carries {taint.get('key')}" + (f" (held by {holder})" if holder else "")
+    return None
 
 
 def _merge_taints(*groups: list[Any]) -> list[TaintSpec]:
@@ -652,7 +667,11 @@ class KubernetesActivities:
         polls = 0
         what = f"replacement instance {instance.instance_id} ({instance.provider_id})"
         said = False
-        look_at_ec2 = time.monotonic() + self.instance_check_seconds
+        # A first attempt gives EC2 time to list the new instance; a retry (a passing error, a dead
+        # worker) looks at once: else every attempt cut short before the first look starts the clock
+        # again, and an instance that ended is not noticed for minutes (chaos seed 1: three).
+        retried = activity.in_activity() and activity.info().attempt > 1
+        look_at_ec2 = time.monotonic() + (0.0 if retried else self.instance_check_seconds)
         while True:
             try:
                 node = await self._node_for(
@@ -740,6 +759,8 @@ class KubernetesActivities:
                 raise classify_kube(err, f"reading node {request.node}") from None
             if node is None:
                 raise permanent(f"node {request.node} disappeared before it initialized", errors.NOT_FOUND)
+            if leaving := replacement_leaving(node):
+                raise permanent(f"node {request.node} {leaving}: it will not be capacity", errors.NOT_FOUND)
             blockers = initialization_blockers(node, request.startup_taints)
             if not blockers:
                 try:
@@ -769,7 +790,7 @@ class KubernetesActivities:
         an earlier attempt registered a node and no Node has the instance's providerID now, that node
         is gone (its instance vanished, someone deleted it): the retry fails at once, naming it, so
         the workflow rolls back instead of waiting out the replacement's deadline."""
-        await self._refuse_if_registered_node_gone(request.instance)
+        await self._refuse_if_registered_node_gone(request.instance, request.registered_node)
         registered = await self.await_node_registered(request)
         # Before the first wait: a worker that dies now leaves the node's name to the retry.
         _heartbeat({"node": registered.node, "waiting_for": "initialization"})
@@ -791,12 +812,16 @@ class KubernetesActivities:
             ) from None
         return registered
 
-    async def _refuse_if_registered_node_gone(self, instance: LaunchedInstance) -> None:
-        if not activity.in_activity() or activity.info().is_local:
-            return
-        beats = activity.info().heartbeat_details
-        last = beats[0] if beats else None
-        node = last.get("node") if isinstance(last, dict) else None
+    async def _refuse_if_registered_node_gone(
+        self, instance: LaunchedInstance, known: str | None = None
+    ) -> None:
+        """The node an earlier attempt registered (its heartbeat), or the caller knows (`known`), must
+        still have the instance's providerID."""
+        node: Any = known
+        if not node and activity.in_activity() and not activity.info().is_local:
+            beats = activity.info().heartbeat_details
+            last = beats[0] if beats else None
+            node = last.get("node") if isinstance(last, dict) else None
         if not isinstance(node, str) or not node:
             return
         try:

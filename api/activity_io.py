@@ -182,6 +182,11 @@ class LaunchRequest(BaseModel):
         default_factory=list, description="the nodes it replaces: each gets a DisruptionLaunching Event"
     )
     reason: str = Field(default="", description="the command's reason, for that Event")
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="launches of this replacement that failed and were terminated before (a new ClientToken)",
+    )
 
 
 class LaunchedInstance(BaseModel):
@@ -205,6 +210,10 @@ class RegistrationRequest(BaseModel):
     template: LaunchTemplate
     poll_interval_seconds: float | None = None
     candidates: list[NodeRef] = Field(default_factory=list, description=_WAITING)
+    registered_node: str | None = Field(
+        default=None,
+        description="a look again at a replacement that registered as this node: gone is NotFound at once",
+    )
 
 
 class RegisteredNode(BaseModel):

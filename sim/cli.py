@@ -432,6 +432,15 @@ def load(ctx: click.Context, scenario: Path) -> None:
 @click.option(
     "--keep-state", is_flag=True, help="Keep the state directory (logs, Temporal database) after a clean run."
 )
+@click.option(
+    "--karpenter", is_flag=True, help="Coexistence: karpflow beside the simulated Karpenter (its NodeClaims)."
+)
+@click.option(
+    "--permanent-faults/--no-permanent-faults",
+    default=True,
+    show_default=True,
+    help="Evictions denied, an ownership tag removed (beside Karpenter: a NodeClaim held) for a while.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON at the end.")
 def chaos(
     seed: int,
@@ -441,11 +450,14 @@ def chaos(
     converge_within: float,
     run_dir: Path | None,
     keep_state: bool,
+    karpenter: bool,
+    permanent_faults: bool,
     as_json: bool,
 ) -> None:
     """Run karpflow's controller on a generated cluster of its own stack while injecting faults
     (killed workers, a Temporal restart, API and EC2 errors, vanished instances, spot interruptions,
-    churn), then check convergence and every invariant (sim/chaos/). The seed replays a run."""
+    churn, and for a while evictions denied, an ownership tag removed or a NodeClaim held), then check
+    convergence and every invariant (sim/chaos/). The seed replays a run."""
     import asyncio
 
     from sim.chaos.runner import ChaosConfig, run_chaos
@@ -459,6 +471,8 @@ def chaos(
         converge_within=converge_within,
         state_dir=run_dir,
         keep_state=keep_state,
+        karpenter=karpenter,
+        permanent_faults=permanent_faults,
     )
     try:
         report = asyncio.run(

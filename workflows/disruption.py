@@ -26,7 +26,15 @@ follow the same steps, but the candidates go whatever happens: a replacement tha
 and the candidates are terminated anyway. Karpenter leaves their capacity to its provisioner, and
 their pods wait Pending meanwhile; here the replacements are bought ahead. They are waited for at
 most `replacement_ready` before the drain starts, or, with a `termination_deadline` (a spot
-interruption's two minutes), launched while the candidates drain at once.
+interruption's two minutes), launched while the candidates drain at once. Standalone, nothing else
+would provide for the displaced pods, so a replacement whose instance ends or whose node vanishes
+after the launch is terminated, its offering remembered as unavailable, and the next offering
+launched (PATCH_FORCEFUL_RELAUNCH: at most MAX_LAUNCHES, within the deadline); the status says
+which launches failed and why, and, when none is left, that the command went without. With a
+termination deadline, a candidate whose termination fails does not cut its replacements short: the
+drained pods need them (PATCH_REPLACEMENTS_OUTLIVE); once the terminations are done, each
+initialized replacement is looked at again, and one gone already is launched again
+(PATCH_RECHECK_AFTER_DRAIN).
 
 Beside Karpenter (--karpenter-coexistence; the resolved template says so), a replacement is a NodeClaim
 karpflow creates and Karpenter launches, registers and initializes (step 3 reads its conditions); the
@@ -64,7 +72,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.ec2 import EC2Activities
-    from activities.errors import INSUFFICIENT_CAPACITY, OFFERING_ERRORS
+    from activities.errors import INSUFFICIENT_CAPACITY, NOT_FOUND, OFFERING_ERRORS
     from activities.kubernetes import KubernetesActivities
     from activities.nodeclaims import NodeClaimActivities
     from activities.waiting_commands import WaitingCommandActivities
@@ -113,6 +121,8 @@ with workflow.unsafe.imports_passed_through():
         CHECK_RETRY,
         INSTANCE_TERMINATE,
         INSTANCE_TERMINATE_HEARTBEAT,
+        LOOK_AGAIN_CALL,
+        LOOK_AGAIN_RETRY,
         WAIT_RETRY,
     )
     from workflows.termination import TerminationWorkflow
@@ -139,6 +149,22 @@ PATCH_DISCARD_ON_TERMINATION_FAILURE = "forceful-deadline-discard-on-failure"
 PATCH_CANCELED_PHASE = "disruption-canceled-phase"
 # a rollback whose listing of the command's instances fails still terminates the ones it knows.
 PATCH_DISCARD_KNOWN_INSTANCES = "disruption-discard-known-instances"
+# Issue 30: a forceful command whose replacement failed after its launch (the instance ended, its node
+# vanished) discards it and launches again with another offering. Asked only at that failure.
+PATCH_FORCEFUL_RELAUNCH = "disruption-forceful-relaunch"
+# A forceful replacement is launched at most this often (the first launch and its relaunches), and
+# launched again only with this much of its deadline left: bounded, however often instances end.
+# Issue 30: in a forceful command with a termination deadline (a spot interruption), a candidate's
+# termination that fails no longer cancels the replacements launched beside the drain (the drained
+# pods still need them). Asked only when a termination failed while a replacement was in flight.
+PATCH_REPLACEMENTS_OUTLIVE = "forceful-replacements-outlive-failed-terminations"
+# Issue 30: with a termination deadline the candidates drain while their replacements come up; a
+# replacement that initialized may go again before the drained pods land on it (a spot reclaim of
+# the new node). Once the terminations are done each one is looked at again, and one gone is
+# launched again. Asked only on that path, after a replacement initialized.
+PATCH_RECHECK_AFTER_DRAIN = "forceful-replacements-rechecked-after-the-drain"
+MAX_LAUNCHES = 3
+RELAUNCH_MIN_TIME_LEFT = timedelta(seconds=30)
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
 CLOSING_PHASES = frozenset({"Succeeded", "RolledBack", "Failed", "Canceled", "Rejected", "Invalidated"})
 # A command that waits for approval is judged again now and then while it waits, and when the wait
@@ -222,6 +248,10 @@ class DisruptionWorkflow:
         self._check_problem = ""  # why the last check of a waiting command could not be made
         self._rolling_back = False  # the compensation has begun (a bug in it must not start it again)
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)
+        # Forceful commands: per replacement index, the launches that failed and were discarded before
+        # the one in flight ("<offering>: <why>"; PATCH_FORCEFUL_RELAUNCH).
+        self._failed_launches: dict[int, list[str]] = {}
+        self._templates: dict[int, LaunchTemplate] = {}  # each replacement's, as resolved
 
     @workflow.query
     def status(self) -> DisruptionStatus:
@@ -498,11 +528,21 @@ class DisruptionWorkflow:
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
+            cancelled = is_cancelled_exception(err)
+            outlive = not cancelled and self._handed_over and not replacing.done()
+            if outlive and workflow.patched(PATCH_REPLACEMENTS_OUTLIVE):
+                # A candidate's termination failed after its drain began: its pods need the capacity
+                # all the same. The replacements go on (best effort: they discard what fails). Asked
+                # before PATCH_DISCARD_ON_TERMINATION_FAILURE, which only runs recorded before it reach.
+                try:
+                    await workflow.wait([replacing])
+                except asyncio.CancelledError:
+                    cancelled = True
             interrupted = not replacing.done()
             if interrupted:
                 replacing.cancel()
                 await asyncio.gather(replacing, return_exceptions=True)
-            if is_cancelled_exception(err):  # the terminations go on; replacements not yet up go
+            if cancelled:  # the terminations go on; replacements not yet up go
                 await self._discard_unready([])
             elif interrupted and workflow.patched(PATCH_DISCARD_ON_TERMINATION_FAILURE):
                 # The terminations failed while a replacement was on its way: its wait is cancelled
@@ -523,6 +563,7 @@ class DisruptionWorkflow:
             await workflow.wait_condition(lambda: self._handed_over)
         try:
             await self._provide_replacements(command)
+            await self._recheck_after_drain(command)
         except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
             raise
         except BaseException as err:
@@ -537,6 +578,53 @@ class DisruptionWorkflow:
             workflow.logger.warning(
                 "forceful command goes on without its replacements: %s", self._replacement_problem
             )
+
+    async def _recheck_after_drain(self, command: DisruptionInput) -> None:
+        """With a termination deadline, once every candidate's termination has closed (its pods are
+        displaced by then), look again at each initialized replacement: one whose node is gone or
+        going (a spot reclaim of the new node) is launched again, as `_await_ready_or_relaunch` does
+        for one that ended before it initialized. A look that fails otherwise changes nothing."""
+        # Beside Karpenter a replacement is a NodeClaim, and a node gone is its provisioner's to replace.
+        initialized = [
+            r for r in self._status.replacements if r.state == "Initialized" and r.node and not r.nodeclaim
+        ]
+        if not (self._lean and command.termination_deadline is not None and initialized):
+            return
+        await workflow.wait_condition(
+            lambda: (
+                self._handed_over
+                and all(
+                    c.termination not in ("NotStarted", "Running")
+                    for c in self._status.candidates
+                    if c.tainted
+                )
+            )
+        )
+        if not workflow.patched(PATCH_RECHECK_AFTER_DRAIN):
+            return
+        deadline = workflow.now() + command.timeouts.replacement_ready
+        for replacement in initialized:
+            spec, template = command.replacements[replacement.index], self._templates[replacement.index]
+            instance = self._known_instance(replacement)
+            try:
+                await self._call(
+                    KubernetesActivities.await_node_ready,
+                    RegistrationRequest(
+                        instance=instance, template=template, registered_node=replacement.node
+                    ),
+                    start_to_close_timeout=LOOK_AGAIN_CALL,
+                    retry_policy=LOOK_AGAIN_RETRY,
+                    summary=f"is replacement {short_node(replacement.node or '')} still there?",
+                )
+                continue
+            except ActivityError as err:
+                if not self._may_relaunch(command, replacement, err, deadline):
+                    workflow.logger.info("replacement %s: not looked at again: %s", replacement.index, err)
+                    continue
+                replacement.state = "Registered"  # what the relaunch discards: the node, then the instance
+                await self._await_ready_or_relaunch(
+                    replacement, instance, spec, template, deadline, command, gone=err
+                )
 
     async def _discard_unready(self, problems: list[str]) -> int | None:
         """Terminate the replacement instances that did not initialize (see `_discard_replacements`)."""
@@ -634,6 +722,7 @@ class DisruptionWorkflow:
                 retry_policy=API_RETRY,
                 summary=f"replacement {index}: read NodePool {spec.nodepool} and its EC2NodeClass",
             )
+            self._templates[index] = template
             if template.via_nodeclaim and (self._lean or workflow.patched(PATCH_NODECLAIM_REPLACEMENTS)):
                 await self._provide_by_nodeclaim(replacement, spec, template, deadline, command)
                 return
@@ -642,7 +731,7 @@ class DisruptionWorkflow:
             if all(r.state not in ("Pending", "Launching") for r in self._status.replacements):
                 self._set_phase("WaitingForReplacements")
             if self._lean:
-                await self._await_ready(replacement, instance, template, deadline, command)
+                await self._await_ready_or_relaunch(replacement, instance, spec, template, deadline, command)
                 return
 
             registered = await self._regular(
@@ -675,8 +764,91 @@ class DisruptionWorkflow:
             replacement.message = self._replacement_failure(
                 replacement, err, command.timeouts.replacement_ready
             )
+            if earlier := self._failed_launches.get(index):
+                replacement.message += (
+                    f" (after {len(earlier)} earlier launch(es) failed and were terminated: "
+                    f"{'; '.join(earlier)})"
+                )
             replacement.state = "Failed"
             raise ReplacementFailed(replacement.message) from err
+
+    async def _await_ready_or_relaunch(
+        self,
+        replacement: ReplacementStatus,
+        instance: LaunchedInstance,
+        spec: ReplacementSpec,
+        template: LaunchTemplate,
+        deadline: datetime,
+        command: DisruptionInput,
+        gone: BaseException | None = None,
+    ) -> None:
+        """Wait for the replacement; in a forceful command, one whose instance ended or whose node
+        vanished (the wait fails at once, NotFound) is terminated, its offering remembered as
+        unavailable, and another launched: the candidates' pods need the capacity, and standalone
+        nothing else provides it (beside Karpenter its provisioner does). Bounded by MAX_LAUNCHES and
+        the replacement's deadline; a wait that used the deadline up (never registered, never
+        initialized) leaves no time for another launch, and fails as before."""
+        index = replacement.index
+        while True:
+            if gone is None:
+                try:
+                    await self._await_ready(replacement, instance, template, deadline, command)
+                    if failed := self._failed_launches.get(index):
+                        last = replacement.offering.key if replacement.offering else "?"
+                        replacement.message = (
+                            f"initialized on launch {len(failed) + 1} ({last}); "
+                            f"terminated before: {'; '.join(failed)}"
+                        )
+                    return
+                except GeneratorExit:  # evicted from the worker's cache: not a failure, nothing to undo
+                    raise
+                except BaseException as err:
+                    if not self._may_relaunch(command, replacement, err, deadline):
+                        raise
+                    # Asked only here: a run of the older code that failed at this point has no marker
+                    # and goes on as it did (discarded later, without a relaunch).
+                    if not workflow.patched(PATCH_FORCEFUL_RELAUNCH):
+                        raise
+                    gone = err
+            ended, gone = gone, None
+            assert ended is not None
+            self._note_registration(replacement, ended)
+            failure = self._failure_text(ended)
+            launched = instance.offering
+            self._failed_launches.setdefault(index, []).append(
+                f"{launched.key} ({instance.instance_id}) failed while {replacement.state}: {failure}"
+            )
+            self._mark_unavailable(launched, f"replacement instance failed: {failure}", command)
+            workflow.logger.warning(
+                "replacement %s: %s failed while %s (%s); terminating it and launching another offering",
+                index,
+                instance.instance_id,
+                replacement.state,
+                failure,
+            )
+            await self._discard(instance)  # before the next launch: nothing of it is left behind
+            self._stop_if_cancelled()
+            # The next launch is the replacement now; the earlier one is named in _failed_launches.
+            replacement.state, replacement.node = "Launching", None
+            replacement.instance_id, replacement.offering = None, None
+            instance = await self._launch(
+                command, index, spec, template, deadline, attempt=len(self._failed_launches[index])
+            )
+            replacement.state = "Launched"
+
+    def _may_relaunch(
+        self, command: DisruptionInput, replacement: ReplacementStatus, err: BaseException, deadline: datetime
+    ) -> bool:
+        """A forceful replacement that failed for a reason another launch can fix: its instance ended or
+        its node disappeared (NotFound), with launches and time left, and no sibling failed."""
+        if command.voluntary or self._stopping or replacement.nodeclaim or is_cancelled_exception(err):
+            return False
+        cause = activity_cause(err)
+        if not (isinstance(cause, ApplicationError) and cause.type == NOT_FOUND):
+            return False
+        if len(self._failed_launches.get(replacement.index, [])) + 1 >= MAX_LAUNCHES:
+            return False
+        return deadline - workflow.now() >= RELAUNCH_MIN_TIME_LEFT
 
     async def _await_ready(
         self,
@@ -797,8 +969,10 @@ class DisruptionWorkflow:
         spec: ReplacementSpec,
         template: LaunchTemplate,
         deadline: datetime,
+        attempt: int = 0,
     ) -> LaunchedInstance:
-        """Try the offerings in order; capacity errors move on to the next and are remembered."""
+        """Try the offerings in order; capacity errors move on to the next and are remembered.
+        `attempt`: how many launches of this replacement failed before (a relaunch's ClientToken)."""
         tried: list[str] = []
         for offering in spec.offering_order(template.zones):
             if self._is_unavailable(offering):
@@ -814,6 +988,7 @@ class DisruptionWorkflow:
                         template=template,
                         candidates=self._pinned(),
                         reason=command.reason,
+                        attempt=attempt,
                     ),
                     start_to_close_timeout=API_CALL,
                     schedule_to_close_timeout=self._time_left(deadline),
@@ -1309,11 +1484,19 @@ class DisruptionWorkflow:
         return describe(err)
 
     def _finish(self) -> DisruptionStatus:
-        replaced = [r.node for r in self._status.replacements if r.node]
+        # Only what initialized replaced anything: a discarded replacement's node is gone.
+        replaced = [r.node for r in self._status.replacements if r.node and r.state == "Initialized"]
         terminated = [c for c in self._status.candidates if c.termination != "NotStarted"]
         self._status.message = f"disrupted {len(terminated)} node(s)" + (
             f", replaced by {', '.join(replaced)}" if replaced else ""
         )
+        relaunched = [
+            f"replacement {index}: {'; '.join(failed)}"
+            for index, failed in sorted(self._failed_launches.items())
+            if self._status.replacements[index].state == "Initialized"
+        ]
+        if relaunched:
+            self._status.message += f"; launched again after failed launches ({'; '.join(relaunched)})"
         if self._replacement_problem:
             self._status.message += f"; without replacements: {self._replacement_problem}"
         self._set_phase("Succeeded")

@@ -22,9 +22,15 @@ API_RETRY = RetryPolicy(
     maximum_attempts=API_ATTEMPTS,
     non_retryable_error_types=list(NON_RETRYABLE_TYPES),
 )
-# Waits (for a replacement to register or initialize) retry like API calls; they are bounded by the
-# caller's deadline (schedule_to_close), not by attempts.
-WAIT_RETRY = API_RETRY
+# Waits (for a replacement to register or initialize) retry like API calls, but are bounded by the
+# caller's deadline (schedule_to_close), not by attempts: a wait polls the API for minutes, and
+# API_ATTEMPTS passing errors (a 500 on a GET, a dead worker's heartbeat timeout) would otherwise end
+# it long before its deadline (chaos seed 4242: an interruption's replacement given up that way).
+WAIT_RETRY = RetryPolicy(
+    initial_interval=API_RETRY.initial_interval,
+    maximum_interval=API_RETRY.maximum_interval,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)
 # A drain attempt is long and heartbeats; a retry resumes from the cluster's state, so back off further.
 # Unbounded on purpose: a drain blocked by PDBs waits as Karpenter's does, until the node's
 # terminationGracePeriod deadline (a timer in the drain) forces it.
@@ -60,3 +66,13 @@ PASS_RETRY = RetryPolicy(
 GARBAGE_COLLECTION_TIMEOUT = timedelta(minutes=10)
 # The pass's own short steps (crash cleanup, annotations, finalizers, controls, leaving taints).
 PASS_STEP = timedelta(seconds=30)
+
+# A look again at a replacement that initialized (is it still there?): short, a few attempts; a node
+# that is there but not Ready just now is not waited for.
+LOOK_AGAIN_CALL = timedelta(seconds=20)
+LOOK_AGAIN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=3,
+    non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+)

@@ -12,7 +12,16 @@ queue in moto, and `karpflow worker` processes; then, for the fault phase, injec
   watches cut, 410 on re-watch; EC2 throttling, InsufficientInstanceCapacity on some offerings,
   replacements that do not become Ready while the faults last;
 - discrete events (actions.py): instances that vanish without notice, spot interruptions with
-  duplicated and reordered rebalance/warning messages, workload churn, a NodePool edit (drift).
+  duplicated and reordered rebalance/warning messages, workload churn, a NodePool edit (drift);
+- permanent faults (permanent.py), each for a hold of its own, each with its own expectation:
+  evictions denied (400) for a while, the ownership tag taken off the instance of a node karpflow
+  is terminating (karpflow refuses; the tag comes back), and beside Karpenter a NodeClaim whose
+  deletion a foreign finalizer holds.
+
+With `karpenter=True` (`--karpenter`) the stack runs the simulated Karpenter
+(sim/controllers/karpenter/) and the workers run in coexistence mode: replacements are NodeClaims,
+terminations are handed to Karpenter, and convergence also asks that no NodeClaim is left deleting
+or without its node.
 
 Then it lifts the faults and waits until the cluster converges: the controller's status is quiet,
 no workflow but the controller runs, no node carries the disrupted taint, every instance has its

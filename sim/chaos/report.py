@@ -8,7 +8,9 @@ from pydantic import BaseModel, Field
 
 from sim.invariants import Invariant
 
-INVARIANTS: tuple[str, ...] = get_args(Invariant)
+# What a permanent fault's own expectation found (sim/chaos/permanent.py), beside the checker's.
+PERMANENT_INVARIANT = "permanent-fault"
+INVARIANTS: tuple[str, ...] = (*get_args(Invariant), PERMANENT_INVARIANT)
 
 
 class CommandCounts(BaseModel):
@@ -32,6 +34,7 @@ class ChaosReport(BaseModel):
     minutes: float
     time_scale: float
     nodes: int  # what --nodes asked for (the seed and this give the world)
+    karpenter: bool = False  # beside the simulated Karpenter (coexistence mode)
     cluster_nodes: int = 0  # what the world has
     cluster: str
     state_dir: str
@@ -44,6 +47,7 @@ class ChaosReport(BaseModel):
     invariants: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(INVARIANTS, 0))
     violations: list[str] = Field(default_factory=list)
     worker_exits: list[str] = Field(default_factory=list)  # workers that died without being killed
+    permanent_faults: list[str] = Field(default_factory=list)  # what each permanent fault saw, or found
     controller_passes: int = 0
     controller_runs: int = 0
     observed: dict[str, int] = Field(default_factory=dict)
@@ -58,13 +62,17 @@ class ChaosReport(BaseModel):
         )
 
     def replay_command(self) -> str:
-        return f"karpflow sim chaos --seed {self.seed} --minutes {self.minutes:g} --nodes {self.nodes}"
+        beside = " --karpenter" if self.karpenter else ""
+        return (
+            f"karpflow sim chaos --seed {self.seed} --minutes {self.minutes:g} --nodes {self.nodes}{beside}"
+        )
 
     def lines(self) -> list[str]:
         c = self.commands
         out = [
             f"chaos run: seed {self.seed}, {self.minutes:g} min of faults, {self.cluster_nodes} nodes, "
-            f"time scale {self.time_scale:g}, cluster {self.cluster}",
+            f"time scale {self.time_scale:g}, cluster {self.cluster}"
+            + (", beside Karpenter" if self.karpenter else ""),
             f"commands: {c.started} started, {c.completed} completed, {c.rolled_back} rolled back, "
             f"{c.failed} failed, {c.canceled} canceled, {c.terminated} terminated, {c.running} running"
             + (f" (by reason: {_pairs(c.by_reason)})" if c.by_reason else ""),
@@ -78,6 +86,7 @@ class ChaosReport(BaseModel):
                 else f"NOT converged: {'; '.join(self.not_converged)}"
             ),
         ]
+        out += [f"permanent fault: {line}" for line in self.permanent_faults]
         out += [f"violation: {v}" for v in self.violations]
         out += [f"worker died on its own: {e}" for e in self.worker_exits]
         out += [f"failed workflow: {f}" for f in c.failures]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import shutil
 import tempfile
 import time
@@ -32,13 +33,16 @@ from api.workflow_ids import controller_workflow_id
 from sim.chaos import actions
 from sim.chaos.actions import Effects
 from sim.chaos.faults import ContinuousFaults
+from sim.chaos.permanent import FAULTS as PERMANENT_FAULTS
+from sim.chaos.permanent import EvictionsDenied, PermanentFault
 from sim.chaos.processes import TemporalServer, Workers
-from sim.chaos.report import INVARIANTS, ChaosReport, CommandCounts
+from sim.chaos.report import INVARIANTS, PERMANENT_INVARIANT, ChaosReport, CommandCounts
 from sim.chaos.schedule import ChaosEvent, ScheduleSpec, build_schedule
 from sim.chaos.world import World, build_world
 from sim.interruption_queue import MOTO_KEYS, ensure_interruption_queue
 from sim.invariants import InvariantBounds, nodes_in_flight
 from sim.stack import SimStack
+from workflows.options import INSTANCE_TERMINATE_HEARTBEAT
 
 log = logging.getLogger(__name__)
 PRIMARY, SECOND = "a", "b"
@@ -54,26 +58,41 @@ class ChaosConfig(BaseModel):
     ec2_throttle: float = Field(default=0.10, ge=0, le=1)
     state_dir: Path | None = None
     keep_state: bool = False
+    permanent_faults: bool = Field(
+        default=True, description="evictions denied, a tag removed, a NodeClaim held"
+    )
+    karpenter: bool = Field(
+        default=False,
+        description="coexistence: karpflow beside the simulated Karpenter (sim/controllers/karpenter/)",
+    )
 
 
 def chaos_bounds(scale: float) -> InvariantBounds:
     """The checker's bounds for a run with workers killed every few seconds: a transient may last a few
     recoveries (a lost activity comes back after its 30 s heartbeat timeout), in wall seconds turned
-    into the simulated seconds the checker counts. What lasts past them, or to the end, is a finding."""
+    into the simulated seconds the checker counts. What lasts past them, or to the end, is a finding.
+    A Node outlives its instance while the termination waits for EC2 to say terminated, an activity
+    with a longer heartbeat timeout (INSTANCE_TERMINATE_HEARTBEAT, 60 s): two kills during that wait
+    cost two minutes (seed 4242 took 124 s), so the orphan bound is three of its recoveries."""
+    orphan = max(120.0, 3 * INSTANCE_TERMINATE_HEARTBEAT.total_seconds())
     return InvariantBounds(
         replacement=120 / scale,
         registration=120 / scale,
         node_gone=60 / scale,
-        orphan_node=120 / scale,
+        orphan_node=orphan / scale,
         disrupted_taint=60 / scale,
     )
 
 
-def worker_env(stack: SimStack, temporal: TemporalServer, queue_url: str, scale: float) -> dict[str, str]:
-    """A worker configured only through its environment, at the simulator's pace."""
+def worker_env(
+    stack: SimStack, temporal: TemporalServer, queue_url: str, scale: float, karpenter: bool = False
+) -> dict[str, str]:
+    """A worker configured only through its environment, at the simulator's pace; beside Karpenter in
+    its coexistence mode (docs/running-beside-karpenter.md)."""
     env = stack.client_env()
     env.pop("KUBECONFIG", None)
     return {
+        **({"KARPFLOW_KARPENTER_COEXISTENCE": "true"} if karpenter else {}),
         **env,
         "KARPFLOW_TEMPORAL_ADDRESS": temporal.address,
         "KARPFLOW_KUBE_API_SERVER": stack.kube_url,
@@ -128,6 +147,7 @@ class ChaosRun:
         self.client: Client | None = None
         self.effects = Effects()
         self.faults: ContinuousFaults | None = None
+        self.permanent: list[PermanentFault] = []
         self.tasks: list[asyncio.Task[Any]] = []
         self.restarts: dict[str, asyncio.Task[Any]] = {}
         self.second_wanted = False
@@ -136,6 +156,7 @@ class ChaosRun:
             minutes=config.minutes,
             time_scale=config.time_scale,
             nodes=config.nodes,
+            karpenter=config.karpenter,
             cluster_nodes=len(self.world.nodes),
             cluster=self.cluster,
             state_dir=str(self.state_dir),
@@ -153,6 +174,7 @@ class ChaosRun:
             cluster_name=self.cluster,
             scenario=self.world.scenario,
             invariant_bounds=chaos_bounds(c.time_scale),
+            karpenter=c.karpenter,
         )
         await asyncio.to_thread(self.stack.start)
         stack = self.stack
@@ -167,7 +189,9 @@ class ChaosRun:
         self.tasks.append(asyncio.create_task(self.in_flight.run(), name="in-flight"))
         logs = self.state_dir / "logs"
         logs.mkdir(exist_ok=True)
-        self.workers = Workers(worker_env(stack, self.temporal, self.queue_url, c.time_scale), logs)
+        self.workers = Workers(
+            worker_env(stack, self.temporal, self.queue_url, c.time_scale, karpenter=c.karpenter), logs
+        )
         self.workers.start(PRIMARY)
         status = await self._until(self._first_pass, 90, "the controller's first pass")
         self.say(f"controller running: first pass saw {status.last_pass_nodes} nodes")
@@ -212,7 +236,9 @@ class ChaosRun:
         c = self.config
         assert self.stack is not None and self.workers is not None
         seconds = c.minutes * 60
-        schedule = build_schedule(c.seed, ScheduleSpec(seconds=seconds))
+        schedule = build_schedule(
+            c.seed, ScheduleSpec(seconds=seconds, permanent=c.permanent_faults, karpenter=c.karpenter)
+        )
         self.faults = ContinuousFaults(
             self.stack, c.seed, api_error_rate=c.api_error_rate, ec2_throttle=c.ec2_throttle
         )
@@ -290,6 +316,18 @@ class ChaosRun:
             actions.churn(self.stack, rng, self.effects)
         elif event.kind == "drift-nodepool":
             actions.drift_nodepool(self.stack, rng, self.effects)
+        elif event.kind in PERMANENT_FAULTS:
+            fault = PERMANENT_FAULTS[event.kind](self.stack, self.effects)
+            self.permanent.append(fault)
+            # Started and held in a task of its own: finding its target may take a while.
+            self.effects.pending.append(asyncio.create_task(self._hold(fault, rng), name=event.kind))
+
+    async def _hold(self, fault: PermanentFault, rng: random.Random) -> None:
+        """A permanent fault for its hold (wall seconds from its generator), unless the phase ends first."""
+        hold = rng.uniform(15.0, 35.0) if isinstance(fault, EvictionsDenied) else rng.uniform(25.0, 45.0)
+        if await fault.start(rng):
+            await asyncio.sleep(hold)
+            fault.lift()
 
     async def _restart(self, name: str, after: float) -> None:
         await asyncio.sleep(after)
@@ -300,6 +338,8 @@ class ChaosRun:
 
     def faults_off(self) -> None:
         assert self.faults is not None and self.workers is not None
+        for fault in self.permanent:  # before the API faults are cleared: a rule counts what it fired
+            fault.lift()
         self.faults.off()
         for task in self.restarts.values():
             task.cancel()
@@ -358,6 +398,18 @@ class ChaosRun:
         orphans = [n["metadata"]["name"] for n in nodes if actions._instance_of(n) not in live]
         if orphans:
             problems.append(f"nodes without an instance: {', '.join(orphans)}")
+        if self.config.karpenter:
+            # Beside Karpenter a NodeClaim is its node's record: none may be left deleting or nodeless.
+            claims = self.stack.store.list("nodeclaims").items
+            named = {n["metadata"]["name"] for n in nodes}
+            stuck = sorted(
+                c["metadata"]["name"]
+                for c in claims
+                if c["metadata"].get("deletionTimestamp")
+                or (c.get("status") or {}).get("nodeName") not in named
+            )
+            if stuck:
+                problems.append(f"NodeClaims deleting or without their node: {', '.join(stuck)}")
         return problems
 
     async def converge(self) -> None:
@@ -389,13 +441,18 @@ class ChaosRun:
         counts = dict.fromkeys(INVARIANTS, 0)
         for violation in report.violations:
             counts[violation.invariant] += 1
-        self.report.invariants = counts
         self.report.violations = [f"{v.invariant}: {v.subject}: {v.message}" for v in report.violations]
         self.report.observed = dict(report.observed)
+        self.report.commands = await self.commands()
+        for fault in self.permanent:
+            findings = fault.findings(self.report.commands.failures)
+            self.report.violations += findings
+            self.report.permanent_faults += [*fault.notes(), *findings]
+            counts[PERMANENT_INVARIANT] += len(findings)
+        self.report.invariants = counts
         faults = Counter(self.faults.counts())
         faults.update(self.effects.counts)
         self.report.faults = {kind: n for kind, n in faults.items() if n}
-        self.report.commands = await self.commands()
         status = await self.controller_status()
         self.report.controller_passes = status.passes if status is not None else 0
         assert self.client is not None
@@ -457,6 +514,15 @@ class ChaosRun:
 async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
     run = ChaosRun(config, say)
     failed = True
+    # What the harness and the simulator (its controllers, the simulated Karpenter) log, beside the
+    # workers' logs: a failed run is read from these.
+    (run.state_dir / "logs").mkdir(exist_ok=True)
+    sim_log = logging.FileHandler(run.state_dir / "logs" / "sim.log")
+    sim_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    sim_logger = logging.getLogger("sim")
+    sim_logger.addHandler(sim_log)
+    if sim_logger.getEffectiveLevel() > logging.INFO:
+        sim_logger.setLevel(logging.INFO)
     try:
         await run.start()
         await run.fault_phase()
@@ -467,6 +533,8 @@ async def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> 
         failed = not run.report.ok
     finally:
         await run.stop()
+        sim_logger.removeHandler(sim_log)
+        sim_log.close()
         if not failed and not config.keep_state and config.state_dir is None:
             shutil.rmtree(run.state_dir, ignore_errors=True)
     for line in run.report.lines():

@@ -2,9 +2,10 @@
 
 The continuous faults (Kubernetes API errors and latency, cut watches and 410s on re-watch, EC2
 throttling, capacity errors and never-ready instance types) are on for the whole fault phase; the
-timeline holds the discrete ones. Which node or pod an event picks is decided when it runs, from the
-live cluster and a random generator of its own seeded from the run's seed and the event's index
-(`ChaosEvent.rng`), so the same seed draws the same choices from the same state.
+timeline holds the discrete ones, and when the permanent faults start (permanent.py). Which node
+or pod an event picks is decided when it runs, from the live cluster and a random generator of its
+own seeded from the run's seed and the event's index (`ChaosEvent.rng`), so the same seed draws the
+same choices from the same state.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ EventKind = Literal[
     "spot-interruption",
     "churn",
     "drift-nodepool",
+    # Permanent faults (permanent.py): each lifts itself after its hold, or when the phase ends.
+    "deny-evictions",
+    "remove-ownership-tag",
+    "hold-nodeclaim",
 ]
+# The permanent faults' events come after the others in index (their own generator too), so a seed
+# draws the same timeline and choices for the other faults as before they existed.
+PERMANENT_INDEX = 10_000
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,8 @@ class ScheduleSpec:
     interruptions_per_minute: float = 1.5
     churn_every: float = 4.0  # seconds between workload changes
     temporal_restart_every: float = 300.0  # at least one, mid-run
+    permanent: bool = True  # the faults that make steps fail for good while they last
+    karpenter: bool = False  # beside the simulated Karpenter: its NodeClaims, not karpflow's instances
 
 
 def _times(rng: random.Random, count: int, start: float, end: float, gap: float) -> list[float]:
@@ -84,4 +94,26 @@ def build_schedule(seed: int, spec: ScheduleSpec) -> list[ChaosEvent]:
     drafts += [(at, "churn") for at in _times(rng, churns, 0.0, 0.95 * total, 0.5)]
     drafts.append((rng.uniform(0.2, 0.5) * total, "drift-nodepool"))
     drafts.sort(key=lambda draft: draft[0])
-    return [ChaosEvent(at=round(at, 3), kind=kind, index=i, seed=seed) for i, (at, kind) in enumerate(drafts)]
+    events = [
+        ChaosEvent(at=round(at, 3), kind=kind, index=i, seed=seed) for i, (at, kind) in enumerate(drafts)
+    ]
+    if spec.permanent:
+        events += _permanent(seed, spec)
+    return sorted(events, key=lambda event: (event.at, event.index))
+
+
+def _permanent(seed: int, spec: ScheduleSpec) -> list[ChaosEvent]:
+    """One of each permanent fault, early enough that its hold ends and its retries run in the phase.
+    Standalone the ownership tag goes; beside Karpenter (which terminates the instances) a NodeClaim
+    is held instead."""
+    rng = random.Random(f"{seed}/permanent")
+    total = spec.seconds
+    drafts: list[tuple[float, EventKind]] = [(rng.uniform(0.15, 0.5) * total, "deny-evictions")]
+    if spec.karpenter:
+        drafts.append((rng.uniform(0.2, 0.6) * total, "hold-nodeclaim"))
+    else:
+        drafts.append((rng.uniform(0.3, 0.6) * total, "remove-ownership-tag"))
+    return [
+        ChaosEvent(at=round(at, 3), kind=kind, index=PERMANENT_INDEX + i, seed=seed)
+        for i, (at, kind) in enumerate(drafts)
+    ]

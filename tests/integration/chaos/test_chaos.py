@@ -23,6 +23,8 @@ ALWAYS = (
     "instance-vanished",
     "sqs-spot-warning",
     "sqs-rebalance",
+    # A permanent fault (sim/chaos/permanent.py): every eviction denied for a while.
+    "evictions-denied",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-from sim.chaos.schedule import ScheduleSpec, build_schedule
+from sim.chaos.schedule import PERMANENT_INDEX, ScheduleSpec, build_schedule
 from sim.chaos.world import build_world
 
 
@@ -59,3 +59,16 @@ def test_the_world_has_work_for_every_method_and_every_stubborn_pod():
         if o["kind"] == "Pod" and o["metadata"]["name"].startswith("stubborn")
     ]
     assert stubborn and all(p["spec"]["terminationGracePeriodSeconds"] == 600 for p in stubborn)
+
+
+def test_the_permanent_faults_come_once_each_without_changing_the_other_faults():
+    spec = ScheduleSpec(seconds=240)
+    events = build_schedule(4242, spec)
+    others = [e for e in events if e.index < PERMANENT_INDEX]
+    assert others == build_schedule(4242, ScheduleSpec(seconds=240, permanent=False))
+    permanent = Counter(e.kind for e in events if e.index >= PERMANENT_INDEX)
+    assert permanent == {"deny-evictions": 1, "remove-ownership-tag": 1}
+    beside = Counter(e.kind for e in build_schedule(4242, ScheduleSpec(seconds=240, karpenter=True)))
+    assert beside["hold-nodeclaim"] == 1 and beside["remove-ownership-tag"] == 0
+    assert [e.at for e in events] == sorted(e.at for e in events)
+    assert all(0.15 * 240 <= e.at <= 0.6 * 240 for e in events if e.index >= PERMANENT_INDEX)

@@ -73,6 +73,15 @@ class FakeCluster:
         self.ice: set[str] = set()  # offering keys out of capacity
         self.never_registers = False
         self.never_initializes = False
+        # Offering keys whose instances end before their node registers (EC2 takes them while they
+        # boot): await_node_ready fails at once, as the real one does (`_refuse_if_instance_ended`).
+        self.ends_before_registering: set[str] = set()
+        self.not_owned: set[str] = set()  # instance ids terminate_instance refuses (their tag is gone)
+        # A look again at an initialized replacement (`registered_node`) finds its node gone: EC2
+        # reclaimed the new spot node before the drained pods landed on it.
+        self.lose_initialized_replacements = False
+        self.register_seconds = 0.0  # a replacement that takes this long to register
+        self.wait_errors = 0  # await_node_ready attempts that fail on a passing API error (500) first
         self.instances: dict[str, LaunchedInstance] = {}  # live instances by id
         self.commands: dict[str, str] = {}  # instance id -> the command id it was launched for
         self.listing_lags = False  # EC2's tag index has not caught up: listings miss new instances
@@ -414,6 +423,17 @@ class FakeCluster:
     async def _registered(self, request: RegistrationRequest) -> RegisteredNode:
         self.calls.append(("await_node_registered", request.instance.instance_id))
         self.requests.setdefault("await_node_registered", []).append(request)
+        if request.instance.offering.key in self.ends_before_registering:
+            self.instances.pop(request.instance.instance_id, None)
+            raise ApplicationError(
+                f"replacement instance {request.instance.instance_id} is terminated: "
+                "its node will never register",
+                type=errors.NOT_FOUND,
+                non_retryable=True,
+            )
+        for _ in range(int(self.register_seconds * 20)):
+            activity.heartbeat({"waiting_for": "registration"})
+            await asyncio.sleep(0.05)
         if self.never_registers:
             await self._wait_forever(
                 {"waiting_for": f"a Node with providerID {request.instance.provider_id}"}
@@ -434,6 +454,22 @@ class FakeCluster:
     @activity.defn(name="await_node_ready")
     async def await_node_ready(self, request: RegistrationRequest) -> RegisteredNode:
         await self.faults.enter("await_node_ready")
+        if request.registered_node is not None:
+            self.calls.append(("look_again", request.registered_node))
+            if self.lose_initialized_replacements:
+                self.instances.pop(request.instance.instance_id, None)
+                raise ApplicationError(
+                    f"node {request.registered_node} of replacement instance {request.instance.instance_id} "
+                    "disappeared after it registered",
+                    {"node": request.registered_node},
+                    type=errors.NOT_FOUND,
+                    non_retryable=True,
+                )
+            return RegisteredNode(node=request.registered_node)
+        if self.wait_errors > 0:
+            self.wait_errors -= 1
+            self.calls.append(("await_node_ready", "ServerError"))
+            raise ApplicationError("Kubernetes API 500: etcd timeout", type=errors.SERVER_ERROR)
         # The two steps it joins, recorded under their own names as the real activity runs them.
         registered = await self._registered(request)
         await self._initialized(
@@ -574,7 +610,7 @@ class FakeCluster:
         await self.faults.enter("terminate_instance")
         self.calls.append(("terminate_instance", request.instance_id))
         await asyncio.sleep(self.terminate_seconds)
-        if not self.owned or request.instance_id in self.refused_terminations:
+        if not self.owned or request.instance_id in self.refused_terminations | self.not_owned:
             raise ApplicationError(
                 f"refusing to terminate instance {request.instance_id}: not owned",
                 type=errors.NOT_OWNED,

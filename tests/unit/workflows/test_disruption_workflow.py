@@ -395,14 +395,17 @@ async def test_a_termination_deadline_drains_at_once_and_reaches_the_termination
 async def test_a_termination_that_fails_under_a_deadline_discards_the_replacement_still_on_its_way(harness):
     """Issue 30: with a spot deadline the candidates drain while the replacement launches. When their
     termination fails (here: the candidate's instance is refused as not owned) before the replacement
-    is ready, the replacement's wait is cancelled; its instance must be terminated too, as on a
-    cancellation, not left running with no command to own it."""
+    is ready, the replacement is not abandoned: its wait runs to its deadline (the drained pods need
+    the capacity: `forceful-replacements-outlive-failed-terminations`), and one that never comes up is
+    terminated then, not left running with no command to own it."""
     harness.cluster.never_registers = True
     candidates = nodes(harness, 1)
     harness.cluster.refused_terminations.add(f"i-{candidates[0]}")
     deadline = datetime.now(UTC) + timedelta(minutes=2)
     cmd = forceful(candidates, reason="Interrupted", termination_deadline=deadline)
-    cmd.timeouts.replacement_ready = timedelta(hours=1)  # the termination fails long before
+    # The termination fails within a second or two; the wait goes on to this deadline (real seconds:
+    # the waiting activity heartbeats, so the test server cannot skip the time).
+    cmd.timeouts.replacement_ready = timedelta(seconds=8)
     handle = await start(harness, cmd)
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
@@ -415,7 +418,7 @@ async def test_a_termination_that_fails_under_a_deadline_discards_the_replacemen
     assert launched in harness.cluster.terminated and launched not in harness.cluster.instances
     assert ("release_node", launched) in harness.cluster.calls
     assert [r.state for r in status.replacements] == ["Discarded"]
-    assert "terminated 1 replacement instance(s)" in status.message
+    assert "termination failed for" in status.message
 
 
 def test_a_termination_deadline_is_refused_for_a_voluntary_reason():
@@ -481,3 +484,180 @@ async def test_a_disruption_evicted_from_the_cache_is_not_a_failed_replacement(t
 
     assert not [line for line in ignored if "Replacement" in line or "GeneratorExit" in line], ignored
     assert "terminate_instance" not in cluster.names()  # no rollback ran for an eviction
+
+
+# -- issue 30: a forceful replacement whose instance ends is launched again --------------------------
+
+
+def expired(nodes: list[str], instance_types: list[str], **fields: object) -> DisruptionInput:
+    spec = ReplacementSpec(nodepool="default", instance_types=instance_types, zones=["zone-a"])
+    return DisruptionInput(reason="Expired", nodes=nodes, replacements=[spec], **fields)
+
+
+def launched_ids(harness) -> list[str]:
+    return [r.instance.instance_id for r in harness.cluster.requests.get("await_node_registered", [])]
+
+
+async def test_a_forceful_replacement_whose_instance_ends_is_launched_again_with_another_offering(harness):
+    """Seed 4242 of the chaos run: the spot node's replacement ended while it booted, the node was
+    drained anyway, and nothing provided for its pods. Now the ended instance is terminated, its
+    offering remembered as unavailable, and the next offering launched and waited for."""
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, ["m5.large", "m5.xlarge"]))).result()
+
+    assert status.phase == "Succeeded"
+    [replacement] = status.replacements
+    assert replacement.state == "Initialized" and replacement.offering.key == "m5.xlarge/zone-a/on-demand"
+    first, second = launched_ids(harness)
+    assert replacement.instance_id == second
+    assert first in harness.cluster.terminated and ("release_node", first) in harness.cluster.calls
+    assert [u.offering for u in status.unavailable_offerings] == ["m5.large/zone-a/on-demand"]
+    assert "replacement instance failed" in status.unavailable_offerings[0].error
+    assert "launched again after failed launches" in status.message and first in status.message
+    assert "without replacements" not in status.message
+    assert f"replaced by node-{second}" in status.message
+    calls = harness.cluster.names()
+    assert calls.index("terminate_instance") < len(calls) - 1 - calls[::-1].index("launch_instance")
+    relaunch = harness.cluster.requests["launch_instance"][-1]
+    assert relaunch.attempt == 1 and harness.cluster.requests["launch_instance"][0].attempt == 0
+    # The drain came after the relaunched replacement was ready, and nothing launched is left over.
+    assert calls.index("begin_termination") > len(calls) - 1 - calls[::-1].index("await_node_initialized")
+    assert set(harness.cluster.instances) == {second}
+
+
+async def test_relaunches_are_bounded_and_every_failed_launch_is_terminated(harness):
+    types = ["m5.large", "m5.xlarge", "c5.large", "c5.xlarge", "r5.large"]
+    harness.cluster.ends_before_registering.update(f"{t}/zone-a/on-demand" for t in types)
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, types))).result()
+
+    launches = launched_ids(harness)
+    assert len(launches) == 3  # MAX_LAUNCHES, though two offerings were left
+    assert sorted(harness.cluster.terminated) == sorted([*launches, f"i-{candidates[0]}"])
+    assert not harness.cluster.instances  # no replacement leaked
+    assert [c.termination for c in status.candidates] == ["Succeeded"]
+    assert "without replacements" in status.message and "after 2 earlier launch(es) failed" in status.message
+    assert all(i in status.message for i in launches)
+
+
+async def test_a_relaunch_that_finds_no_offering_left_says_so(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    harness.cluster.ice.add("m5.xlarge/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    status = await (await start(harness, expired(candidates, ["m5.large", "m5.xlarge"]))).result()
+
+    [first] = launched_ids(harness)
+    assert harness.cluster.terminated == [first, f"i-{candidates[0]}"]
+    assert "without replacements" in status.message and "no offering could be launched" in status.message
+    assert "m5.large/zone-a/on-demand: skipped, replacement instance failed" in status.message
+    assert status.replacements[0].state == "Failed"
+
+
+async def test_a_voluntary_replacement_whose_instance_ends_still_rolls_back(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    handle = await start(harness, command(candidates))
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    assert len(launched_ids(harness)) == 1
+    assert ("untaint_disrupted", candidates) in harness.cluster.calls
+
+
+async def test_a_spot_deadline_command_relaunches_while_its_candidates_drain(harness):
+    harness.cluster.ends_before_registering.add("m5.large/zone-a/on-demand")
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert status.replacements[0].offering.key == "m5.xlarge/zone-a/on-demand"
+    assert [c.termination for c in status.candidates] == ["Succeeded"]
+
+
+async def test_a_wait_outlasts_more_passing_errors_than_an_api_call_may(harness):
+    """Seed 4242 again: an interruption's replacement wait failed for good after ten 500s on its GETs,
+    minutes before its deadline. A wait is bounded by its deadline, not by attempts."""
+    from workflows.options import API_ATTEMPTS
+
+    harness.cluster.wait_errors = API_ATTEMPTS + 2
+    status = await (await start(harness, expired(nodes(harness, 1), ["m5.large"]))).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert ("await_node_ready", "ServerError") in harness.cluster.calls and harness.cluster.wait_errors == 0
+
+
+async def test_a_spot_candidate_whose_termination_fails_still_gets_its_replacement(harness):
+    """The chaos run's ownership fault on a spot node: karpflow refuses to terminate the instance, the
+    termination fails after the drain began, and the command fails; the replacement launched beside
+    the drain used to be cancelled (and left running, unwaited). The drained pods need it: it goes on."""
+    candidates = nodes(harness, 1)
+    harness.cluster.not_owned.add(f"i-{candidates[0]}")
+    harness.cluster.register_seconds = 1.0  # still registering when the termination fails
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    handle = await start(harness, forceful(candidates, reason="Interrupted", termination_deadline=deadline))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+
+    assert "NotOwned" in failure.value.cause.message
+    status = await handle.query(DisruptionWorkflow.status)
+    assert [r.state for r in status.replacements] == ["Initialized"]
+    assert [c.termination for c in status.candidates] == ["Failed"]
+    calls = harness.cluster.names()
+    assert calls.index("terminate_instance") < calls.index("await_node_initialized")
+
+
+async def test_a_spot_replacement_lost_before_the_drain_ends_is_launched_again(harness):
+    """Chaos seed 1: the batch node's spot replacement initialized, then EC2 reclaimed it while the
+    candidate's evictions were still denied; the pods, evicted later, found no batch node. Once the
+    terminations are done the replacement is looked at again, and one gone is launched again."""
+    harness.cluster.lose_initialized_replacements = True
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    [replacement] = status.replacements
+    assert replacement.state == "Initialized" and replacement.offering.key == "m5.xlarge/zone-a/on-demand"
+    first, second = launched_ids(harness)
+    assert first in harness.cluster.terminated and set(harness.cluster.instances) == {second}
+    calls = harness.cluster.names()
+    assert calls.index("begin_termination") < calls.index("look_again")
+    assert "launched again after failed launches" in status.message and first in status.message
+
+
+async def test_a_spot_replacement_still_there_after_the_drain_is_kept(harness):
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.offering.key for r in status.replacements] == ["m5.large/zone-a/on-demand"]
+    assert (
+        len(launched_ids(harness)) == 1
+        and ("look_again", status.replacements[0].node) in harness.cluster.calls
+    )
+
+
+async def test_beside_karpenter_a_lost_spot_replacement_is_left_to_its_provisioner(harness):
+    """The chaos run beside Karpenter: the look again found the NodeClaim's node gone and launched an
+    EC2 instance of karpflow's own, which Karpenter garbage-collected. Beside Karpenter karpflow
+    launches no instance: a NodeClaim replacement is not looked at again."""
+    harness.cluster.karpenter_coexistence = True
+    harness.cluster.lose_initialized_replacements = True
+    candidates = nodes(harness, 1)
+    deadline = datetime.now(UTC) + timedelta(minutes=2)
+    cmd = expired(candidates, ["m5.large", "m5.xlarge"], termination_deadline=deadline)
+    cmd.reason = "Interrupted"
+    status = await (await start(harness, cmd)).result()
+
+    assert [r.state for r in status.replacements] == ["Initialized"] and status.replacements[0].nodeclaim
+    calls = harness.cluster.names()
+    assert "launch_instance" not in calls and "look_again" not in calls
+    # The candidate's only (Karpenter ends it with its NodeClaim; karpflow's check after is a no-op).
+    assert set(harness.cluster.terminated) == {f"i-{candidates[0]}"}

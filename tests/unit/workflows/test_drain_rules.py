@@ -268,6 +268,39 @@ async def test_the_drain_evicts_one_pod_at_a_time_under_a_pdb_allowing_one():
     assert progress.pods_left == 0 and "default/web-" not in str(progress.blocked)
 
 
+class DenyingApi(FakeApi):
+    """An admission webhook denies the first `denials` evictions (400), then lifts."""
+
+    def __init__(self, pods: list[Pod], denials: int) -> None:
+        super().__init__(pods, allowed=5)
+        self.denials = denials
+
+    async def evict(self, raw: dict[str, Any]) -> None:
+        if self.denials > 0:
+            self.denials -= 1
+            raise KubeError(
+                400, "BadRequest", '{"message": "admission webhook \\"policy\\" denied the request"}'
+            )
+        await super().evict(raw)
+
+
+async def test_evictions_a_webhook_denies_are_retried_until_it_lifts():
+    """Chaos (issue 30): evictions denied with 400 for a while; the drain waits them out, backing off,
+    as Karpenter's eviction queue does, instead of failing the termination."""
+    seen: list[dict[str, str]] = []
+    api = DenyingApi([pod("web", labels={"app": "web"})], denials=3)
+    progress = await Drainer(
+        api,
+        "n",
+        None,
+        poll_interval=0.001,
+        clock=lambda: NOW,
+        on_progress=lambda p: seen.append(dict(p.blocked)),
+    ).run()
+    assert progress.evicted == 1 and api.evictions == ["web"] and api.denials == 0
+    assert any("HTTP 400" in reason for blocked in seen for reason in blocked.values())
+
+
 async def test_the_drain_moves_to_the_next_tier_only_when_the_first_is_gone():
     api = FakeApi([pod("web", labels={"app": "web"}), pod("agent", ds=True)], allowed=5, terminating_rounds=3)
     await Drainer(api, "n", None, poll_interval=0.001, clock=lambda: NOW).run()

@@ -130,6 +130,10 @@ def test_the_client_token_is_stable_and_short():
     token = client_token("disruption/default/Drifted/abc", 0, offering)
     assert token == client_token("disruption/default/Drifted/abc", 0, offering) and len(token) <= 64
     assert token != client_token("disruption/default/Drifted/abc", 1, offering)
+    # A relaunch (issue 30) gets a token of its own; the first attempt keeps the one it always had.
+    assert client_token("disruption/default/Drifted/abc", 0, offering, 0) == token
+    relaunch = client_token("disruption/default/Drifted/abc", 0, offering, 1)
+    assert relaunch != token and len(relaunch) <= 64
 
 
 def test_a_tag_too_long_for_ec2_is_refused_with_its_key_named(ec2):

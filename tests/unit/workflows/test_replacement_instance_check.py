@@ -123,3 +123,94 @@ async def test_a_bug_in_the_ownership_check_fails_the_wait_at_once():
     assert calls == 1
     assert failed.value.type == errors.INVALID and failed.value.non_retryable
     assert "TypeError" in failed.value.message and INSTANCE in failed.value.message
+
+
+@pytest.mark.parametrize(("attempt", "looked"), [(1, 0), (2, 1)])
+async def test_a_retried_wait_looks_at_ec2_at_once(attempt: int, looked: int):
+    """Chaos seed 1: every attempt of the wait was cut short (429s, killed workers) before its first
+    look at EC2, 30 s in, so an instance that ended was noticed three minutes late. A retry looks
+    first thing; a first attempt still gives EC2 its time."""
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    ec2 = ScriptedEC2("terminated")
+    activities, request = waiting_for(EC2Activities(ec2, "prod").ownership)
+    activities.instance_check_seconds = 30.0
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=attempt)
+    wait = asyncio.ensure_future(env.run(activities.await_node_registered, request))
+    await asyncio.sleep(0.3)
+    assert ec2.calls == looked
+    if looked:
+        with pytest.raises(ApplicationError) as ended:
+            await wait
+        assert ended.value.type == errors.NOT_FOUND
+    else:
+        env.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wait
+
+
+class OneNode:
+    """The Kubernetes API with the replacement's node in a given shape."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.node = node
+        self.updates = 0
+
+    async def find_node(self, name: str) -> dict[str, Any]:
+        return self.node
+
+    async def update_node(self, name: str, fn: Any) -> dict[str, Any]:
+        self.updates += 1
+        fn(self.node)
+        return self.node
+
+
+@pytest.mark.parametrize(
+    ("node", "why"),
+    [
+        (
+            {
+                "metadata": {
+                    "name": "n",
+                    "annotations": {"karpflow.io/disruption-command": "interruption/c/i-1/spot"},
+                },
+                "spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+            "held by interruption/c/i-1/spot",
+        ),
+        (
+            {
+                "metadata": {"name": "n", "deletionTimestamp": "2026-12-01T21:19:14Z"},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+            "is being deleted",
+        ),
+    ],
+)
+async def test_a_ready_replacement_that_is_going_away_is_not_initialized(node: dict[str, Any], why: str):
+    """Chaos seed 5: a spot interruption took the Drifted batch node's replacement while it booted; it
+    turned Ready in the moment before its deletion, was counted as initialized, and the candidate's
+    pods were drained onto a node that was gone a second later."""
+    from api.activity_io import InitializationRequest
+
+    kube = OneNode(node)
+    activities = KubernetesActivities(kube, poll_interval=0.001)  # type: ignore[arg-type]
+    with pytest.raises(ApplicationError) as leaving:
+        await asyncio.wait_for(activities.await_node_initialized(InitializationRequest(node="n")), 5)
+    assert leaving.value.type == errors.NOT_FOUND and why in leaving.value.message
+    assert kube.updates == 0  # not labelled initialized
+
+    kube = OneNode(
+        {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+    await asyncio.wait_for(
+        KubernetesActivities(kube, poll_interval=0.001).await_node_initialized(  # type: ignore[arg-type]
+            InitializationRequest(node="n")
+        ),
+        5,
+    )
+    assert kube.updates == 1

@@ -797,8 +797,19 @@ LEAN_HISTORIES = (
     "disruption-lean-approved",
     "disruption-lean-nodeclaim",
     "disruption-lean-nodeclaim-rollback",
+    # Forceful commands recorded before issue 30 (never re-record): a replacement that ended, and a
+    # spot candidate whose termination failed while its replacement was still waited for.
+    "disruption-lean-forceful-ended-before-issue-30",
+    "disruption-lean-spot-termination-refused-before-issue-30",
 )
 EXPECTED.update(LEAN_HISTORIES)
+# Issue 30, behind its patches as well (test_replay_relaunch.py).
+RELAUNCH_HISTORIES = (
+    "disruption-lean-forceful-relaunch",
+    "disruption-lean-spot-termination-refused",
+    "disruption-lean-spot-replacement-lost",
+)
+EXPECTED.update(RELAUNCH_HISTORIES)
 # The steps that stay regular activities on the lean path: the taint (its completion is where a
 # cancellation is seen before a launch), the waits, which heartbeat, the approval gate's Event.
 LEAN_REGULAR = {
@@ -911,6 +922,7 @@ def test_the_lean_histories_take_one_patch_and_run_the_short_calls_locally():
             *FAULT_PATH_HISTORIES,
             FORCEFUL_FAILED,
             FORCEFUL_FAILED_BEFORE,
+            *RELAUNCH_HISTORIES,
         }:
             assert PATCH_LEAN_HISTORY not in _patches(_load(older)), older.stem
 
