@@ -47,7 +47,17 @@ log = logging.getLogger(__name__)
 CONTROLLERS = ("nodes", "scheduler", "kubelet", "podgc", "replicasets", "deployments", "daemonsets", "pdb")
 # Off unless named: a simulated Karpenter beside karpflow (sim/controllers/karpenter/).
 OPTIONAL_CONTROLLERS = ("karpenter",)
-INFORMER_RESOURCES = ("nodes", "pods", "replicasets", "deployments", "daemonsets", "poddisruptionbudgets")
+INFORMER_RESOURCES = (
+    "nodes",
+    "pods",
+    "replicasets",
+    "deployments",
+    "daemonsets",
+    "poddisruptionbudgets",
+    # The scheduler's namespaceSelector and default spread selector (sim/controllers/scheduler.py).
+    "namespaces",
+    "services",
+)
 
 
 @dataclass
