@@ -250,6 +250,19 @@ async def test_host_ports_conflict_on_one_node():
     )
 
 
+async def test_host_network_pods_hold_their_container_ports():
+    """API defaulting (pkg/apis/core/v1/defaults.go) gives a hostNetwork pod's ports hostPort =
+    containerPort: two such pods do not share a node."""
+    store = new_store()
+    make_node(store, "a")
+    for name in ("agent-1", "agent-2"):
+        make_pod(store, name, ports=[{"containerPort": 9100}], hostNetwork=True)
+    assert store.get("pods", "agent-1", "default")["spec"]["containers"][0]["ports"] == [
+        {"containerPort": 9100, "hostPort": 9100, "protocol": "TCP"}
+    ]
+    assert await scheduler_for(store).schedule_pass() == 1
+
+
 # --- the node-local filters' reasons (nodeunschedulable, tainttoleration, nodeaffinity, noderesources) ---
 
 
