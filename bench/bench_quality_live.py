@@ -7,7 +7,9 @@ For each strategy a fresh dev stack (sim/devstack.py: Temporal dev server, the s
 kubelets, kube-scheduler and workloads on moto, the worker with its controller) is started on the
 same scenario: `--nodes` nodes of assorted types (m5, c5, r5) in two zones, each 20-40 % used by
 Deployments with PDBs (maxUnavailable 1), two of them running a do-not-disrupt pod. Evicted pods are
-placed by the simulated kube-scheduler, not where the planner's simulation put them. The NodePool
+placed by the simulated kube-scheduler (its default profile: sim/controllers/scheduler.py), not where
+the planner's simulation put them; the stack has no provisioner, so a pod that fits nowhere stays
+Pending (the invariant checker's `pods-lost` after five simulated minutes). The NodePool
 carries `karpflow.dev/consolidation-strategy: Optimal` for the Optimal run. The controller runs with
 a 1 s interval and a 2 s validation wait (Karpenter's 10 s and 15 s would only make the run longer)
 until its status is quiet; then printed: end cost (every node at its own offering) against the

@@ -39,6 +39,7 @@ MODEST: dict[str, list[str]] = {
     "quality": ["--nodes", "50", "--seeds", "1"],
     "quality_live": ["--nodes", "20", "--strategy", "karpenter"],
     "sim_controllers": ["--instances", "300", "--pods", "3000", "--nodes", "150"],
+    "scheduler": ["--pods", "3000", "--nodes", "150"],
     "week": ["--days", "1", "--nodes", "1000"],
     "soak": ["--nodes", "200", "--minutes", "3"],
 }

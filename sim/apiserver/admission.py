@@ -241,6 +241,12 @@ def _default_pod_spec(spec: dict[str, Any]) -> None:
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
             c.setdefault("resources", {})
+            for port in c.get("ports") or []:
+                if isinstance(port, dict):
+                    # pkg/apis/core/v1/defaults.go: TCP, and a host-network pod's ports are its host's.
+                    port.setdefault("protocol", "TCP")
+                    if spec.get("hostNetwork") and not port.get("hostPort"):
+                        port["hostPort"] = port.get("containerPort")
 
 
 def _qos_class(spec: dict[str, Any]) -> str:

@@ -89,7 +89,11 @@ class Selector:
         if self.matches_nothing:
             return False
         labels = labels or {}
-        return all(r.matches(labels) for r in self.requirements)
+        # A loop, not all(generator): this is the simulated scheduler's hot path.
+        for requirement in self.requirements:  # noqa: SIM110
+            if not requirement.matches(labels):
+                return False
+        return True
 
     @property
     def empty(self) -> bool:

@@ -60,7 +60,17 @@ CONTROLLERS = (
 )
 # Off unless named: a simulated Karpenter beside karpflow (sim/controllers/karpenter/).
 OPTIONAL_CONTROLLERS = ("karpenter",)
-INFORMER_RESOURCES = ("nodes", "pods", "replicasets", "deployments", "daemonsets", "poddisruptionbudgets")
+INFORMER_RESOURCES = (
+    "nodes",
+    "pods",
+    "replicasets",
+    "deployments",
+    "daemonsets",
+    "poddisruptionbudgets",
+    # The scheduler's namespaceSelector and default spread selector (sim/controllers/scheduler.py).
+    "namespaces",
+    "services",
+)
 
 
 @dataclass

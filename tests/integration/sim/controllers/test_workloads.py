@@ -181,6 +181,72 @@ def test_scheduling_honours_resources_selectors_affinity_and_taints(sim_cluster)
     )
 
 
+def test_required_anti_affinity_leaves_the_second_replica_pending(sim_cluster):
+    """Two replicas with required hostname anti-affinity, restricted to one node by a nodeSelector:
+    the first runs, the second stays Pending, marked as kube-scheduler marks it (FitError's counted
+    reasons, pkg/scheduler/framework/types.go) through the status subresource the client reads."""
+    sim_cluster.launch("m5.large", labels={"pool": "only"})
+    sim_cluster.launch("m5.large", labels={"pool": "other"})
+    ready_nodes(sim_cluster, 2)
+    by_pool = {n.metadata.labels["pool"]: n.metadata.name for n in sim_cluster.core.list_node().items}
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "solo"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    sim_cluster.apps.create_namespaced_deployment(
+        NS, deployment("solo", 2, nodeSelector={"pool": "only"}, affinity=anti)
+    )
+    wait_for(lambda: len(running(pods_of(sim_cluster, "solo"))) == 1, what="one replica running")
+
+    def pending_condition():
+        waiting = [p for p in pods_of(sim_cluster, "solo") if p.spec.node_name is None]
+        if len(waiting) != 1:
+            return None
+        return next((c for c in waiting[0].status.conditions or [] if c.type == "PodScheduled"), None)
+
+    cond = wait_for(pending_condition, what="the second replica marked unschedulable")
+    assert (cond.status, cond.reason) == ("False", "Unschedulable")
+    assert cond.message == (
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) didn't match pod anti-affinity rules."
+    )
+    assert {p.spec.node_name for p in running(pods_of(sim_cluster, "solo"))} == {by_pool["only"]}
+    # It stays so: another look at the cluster changes nothing.
+    assert [p.spec.node_name for p in pods_of(sim_cluster, "solo")].count(None) == 1
+
+
+def test_zone_spread_constraint_places_replicas_evenly(sim_cluster):
+    """PodTopologySpread DoNotSchedule, maxSkew 1 over two zones whose nodes differ in size: the
+    replicas alternate zones (LeastAllocated alone would fill the big node first)."""
+    subnets = {s["AvailabilityZone"]: s["SubnetId"] for s in sim_cluster.ec2.describe_subnets()["Subnets"]}
+    sim_cluster.launch("m5.large", SubnetId=subnets["us-west-2a"])
+    sim_cluster.launch("m5.4xlarge", SubnetId=subnets["us-west-2b"])
+    ready_nodes(sim_cluster, 2)
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "even"}},
+        }
+    ]
+    sim_cluster.apps.create_namespaced_deployment(
+        NS, deployment("even", 4, cpu="100m", topologySpreadConstraints=spread)
+    )
+    pods = wait_for(lambda: len(r := running(pods_of(sim_cluster, "even"))) == 4 and r, what="4 replicas")
+    zones = {
+        n.metadata.name: n.metadata.labels["topology.kubernetes.io/zone"]
+        for n in sim_cluster.core.list_node().items
+    }
+    per_zone: dict[str, int] = {}
+    for pod in pods:
+        per_zone[zones[pod.spec.node_name]] = per_zone.get(zones[pod.spec.node_name], 0) + 1
+    assert per_zone == {"us-west-2a": 2, "us-west-2b": 2}
+
+
 def unschedulable_count(cluster, app):
     return len([p for p in pods_of(cluster, app) if p.spec.node_name is None])
 

@@ -1,14 +1,11 @@
 from planner.resources import Resources
 from sim.controllers.predicates import (
-    least_allocated_score,
     node_accepts,
     node_selection_matches,
     pod_requests,
     tolerates,
     untolerated_taints,
 )
-
-GIB = 1 << 30
 
 
 def node(name="n1", labels=None, taints=None, ready=True, unschedulable=False):
@@ -93,10 +90,3 @@ def test_pod_requests_follow_the_init_container_rule():
     assert req.memory == (256 + 1024 + 64) << 20
     assert req.pods == 1
     assert pod_requests({}) == Resources(pods=1)
-
-
-def test_least_allocated_prefers_emptier_nodes():
-    alloc = Resources(cpu=4000, memory=8 * GIB, pods=10)
-    empty = least_allocated_score(alloc, Resources())
-    half = least_allocated_score(alloc, Resources(cpu=2000, memory=4 * GIB))
-    assert empty == 1.0 and half == 0.5

@@ -7,7 +7,7 @@ from sim.apiserver.store import Store
 from sim.controllers.informer import Informer
 from sim.controllers.node_objects import ready_condition
 from sim.controllers.predicates import node_accepts, node_allocatable, pod_requests
-from sim.controllers.scheduler import Scheduler
+from sim.controllers.scheduler import RESOURCES, Scheduler
 from sim.timescale import TimeScale
 
 
@@ -44,7 +44,7 @@ def make_pod(store, name, cpu="100m", memory="128Mi", **spec):
 
 
 def scheduler_for(store):
-    informer = Informer(store, ["nodes", "pods"])
+    informer = Informer(store, RESOURCES)
     scheduler = Scheduler(store, informer)
     informer.start()
     return scheduler
