@@ -18,7 +18,9 @@ workflow on the time-skipping server with FakeCluster's activities (fakes.py), d
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from tests.unit.workflows.fault_injection import Fault
 from worker import WORKFLOWS
@@ -558,6 +560,17 @@ def cells() -> list[Cell]:
 
 def workflow_name(workflow: type) -> str:
     return str(workflow.__temporal_workflow_definition.name)  # type: ignore[attr-defined]
+
+
+def workflow_modules(workflow: type) -> list[ModuleType]:
+    """The modules a workflow's code is in: its class's, and those of the parts it inherits from
+    workflows/ (DisruptionWorkflow's mixins: disruption_approval.py, disruption_replacements.py, ...)."""
+    modules = []
+    for cls in workflow.__mro__:
+        module = inspect.getmodule(cls)
+        if module is not None and module.__name__.startswith("workflows.") and module not in modules:
+            modules.append(module)
+    return modules
 
 
 def unreached() -> list[str]:

@@ -61,11 +61,12 @@ from tests.unit.workflows.fault_matrix import (
     SPOT,
     Cell,
     Path,
+    workflow_modules,
     workflow_name,
 )
 from worker import WORKFLOWS
-from workflows import controller, disruption, options, rollout, termination
 from workflows import events as workflow_events
+from workflows import options
 from workflows.disruption import UPDATE_APPROVE
 
 # Without the sandbox: it costs about 70 ms of CPU a cell (each run, each worker's check of the
@@ -116,9 +117,10 @@ SHORT: dict[str, object] = {
 
 def shorten_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The workflows' timeouts and retries, short: in workflows/options.py and workflows/events.py,
-    and in the workflow modules, which bound them when they were imported (without the sandbox
-    nothing imports them again for a run)."""
-    for module in (options, workflow_events, controller, disruption, rollout, termination):
+    and in the workflow modules (a workflow's class's and its parts'), which bound them when they
+    were imported (without the sandbox nothing imports them again for a run)."""
+    workflow_code = [m for w in WORKFLOWS for m in workflow_modules(w)]
+    for module in (options, workflow_events, *workflow_code):
         for name, value in SHORT.items():
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, value)

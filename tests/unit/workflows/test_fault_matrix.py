@@ -7,7 +7,6 @@ cells are checked against."""
 from __future__ import annotations
 
 import ast
-import inspect
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,12 @@ from tests.unit.workflows.fault_matrix import (
     cells,
     markdown,
     unreached,
+    workflow_modules,
     workflow_name,
 )
 from tests.unit.workflows.fault_runner import replay, run_cell, shorten_time
 from worker import WORKFLOWS
+from workflows.disruption import DisruptionWorkflow
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "fault-matrix.md"
@@ -71,15 +72,17 @@ def registered_activities() -> set[str]:
 
 
 def called_by(workflow: type) -> set[str]:
-    """What the workflow's module calls: activity methods of the activity classes, activity names as
-    strings, and `record_event` through workflows/events.py; the child workflows it starts."""
-    module = inspect.getmodule(workflow)
-    assert module is not None and module.__file__
-    tree = ast.parse(Path(module.__file__).read_text())
+    """What the workflow's modules (its class's and its parts') call: activity methods of the
+    activity classes, activity names as strings, and `record_event` through workflows/events.py; the
+    child workflows it starts."""
+    trees = []
+    for module in workflow_modules(workflow):
+        assert module.__file__
+        trees.append(ast.parse(Path(module.__file__).read_text()))
     defined = defined_activities()
     workflows = {workflow_name(w) for w in WORKFLOWS}
     found = set()
-    for node in ast.walk(tree):
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in ACTIVITY_CLASSES:
                 found.add(node.attr)
@@ -98,6 +101,20 @@ def test_each_workflow_declares_what_its_code_calls(workflow: type) -> None:
     declared = set(workflow.ACTIVITIES) | set(workflow.CHILDREN)
     assert len(workflow.ACTIVITIES) == len(set(workflow.ACTIVITIES))
     assert called_by(workflow) == declared
+
+
+def test_a_workflows_code_is_its_module_and_the_parts_it_inherits() -> None:
+    """DisruptionWorkflow's code is spread over the parts it inherits: the check above reads them
+    all, so an activity only a part calls (the approval's check, the compensation's listing) is
+    found, and one a part calls without the list naming it fails the check."""
+    modules = [m.__name__ for m in workflow_modules(DisruptionWorkflow)]
+    assert modules[0] == "workflows.disruption"
+    parts = {
+        "workflows.disruption_approval",
+        "workflows.disruption_replacements",
+        "workflows.disruption_rollback",
+    }
+    assert parts <= set(modules)
 
 
 def test_every_activity_is_registered_and_called_by_a_workflow() -> None:

@@ -54,13 +54,13 @@ from tests.unit.workflows.controller_fakes import (  # noqa: F401 - the fixtures
 )
 from worker import WORKFLOWS
 from workflows.controller import PATCH_BOUNDED_HISTORY, PATCH_COUNT_FAILURES_ONCE, PATCH_OPERATOR_CONTROLS
-from workflows.disruption import (
+from workflows.disruption import UPDATE_APPROVE
+from workflows.disruption_patches import (
     PATCH_APPROVAL_GATE,
     PATCH_LEAN_HISTORY,
     PATCH_NODECLAIM_ONE_WAIT,
     PATCH_NODECLAIM_REPLACEMENTS,
     PATCH_TERMINATION_PER_INCARNATION,
-    UPDATE_APPROVE,
 )
 from workflows.termination import (
     PATCH_CONTROLS_GATE,
@@ -1044,7 +1044,7 @@ async def test_record_forceful_failure_history(harness):
 def test_the_forceful_failure_discards_its_replacement_behind_its_patch():
     """Today's run asks the patch and terminates the replacement it launched; the older run, which
     never asked, left it running, and replays on that side."""
-    from workflows.disruption import PATCH_DISCARD_ON_TERMINATION_FAILURE
+    from workflows.disruption_patches import PATCH_DISCARD_ON_TERMINATION_FAILURE
 
     new = HISTORIES / f"{FORCEFUL_FAILED}.json"
     assert _patches(_load(new)) == {PATCH_LEAN_HISTORY, PATCH_DISCARD_ON_TERMINATION_FAILURE}

@@ -120,7 +120,7 @@ def _closes(history: WorkflowHistory) -> str:
 
 
 def test_the_older_runs_take_the_old_side_and_todays_the_new() -> None:
-    from workflows.disruption import PATCH_CANCELED_PHASE, PATCH_DISCARD_KNOWN_INSTANCES
+    from workflows.disruption_patches import PATCH_CANCELED_PHASE, PATCH_DISCARD_KNOWN_INSTANCES
     from workflows.termination import PATCH_FAILED_THROUGH_CANCEL
 
     issue_30 = {PATCH_CANCELED_PHASE, PATCH_DISCARD_KNOWN_INSTANCES, PATCH_FAILED_THROUGH_CANCEL}

@@ -40,7 +40,7 @@ from tests.unit.workflows.test_replay import (
     _settle,
 )
 from worker import WORKFLOWS
-from workflows.disruption import (
+from workflows.disruption_patches import (
     PATCH_FORCEFUL_RELAUNCH,
     PATCH_LEAN_HISTORY,
     PATCH_RECHECK_AFTER_DRAIN,
