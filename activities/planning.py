@@ -44,7 +44,7 @@ from activities.errors import STALE_VIEW, classify_kube, retryable
 from activities.guards import OWNER_ANNOTATION
 from activities.in_flight import InFlight, read_in_flight
 from activities.instance_descriptions import InstanceDescriptions
-from activities.kubernetes import pinned
+from activities.node_json import pinned
 from activities.recent_starts import recent_disruptions, recent_starts
 from api import node_reasons
 from api import search_attributes as sa
