@@ -5,7 +5,7 @@ ControllerWorkflow's state) and the starts rate budgets count (Temporal visibili
 activities/recent_starts.py). The controller's own passes get them with each pass (PassRequest
 carries the pauses; planning.py reads the starts). Every other way in goes through here:
 
-- the taint of every command (activities/kubernetes.py `_check_controls`): started by the controller,
+- the taint of every command (activities/taints.py `_check_controls`): started by the controller,
   by hand (`karpflow disrupt`, `temporal workflow start`), by a rollout (through the controller's
   drift), approved hours after it was planned, or by the interruption poller's rebalance;
 - the interruption poller, before it starts a rebalance replacement (cluster/interruption.py).

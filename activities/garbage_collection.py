@@ -48,7 +48,7 @@ from activities.garbage_rules import (
     launch_of,
     suspect,
 )
-from activities.kubernetes import drop_finalizer
+from activities.node_json import drop_finalizer
 from api.activity_io import InstanceRequest
 from api.garbage_io import CollectedInstance, GarbageCollectionRequest, GarbageCollectionResult
 from cluster.informer import ClusterCache

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from activities.kubernetes import has_taint, is_ready
+from activities.node_json import has_taint, is_ready
 from api.constants import (
     CLUSTER_TAG_VALUE,
     DISRUPTION_TAINT_KEYS,

@@ -3,7 +3,7 @@
 Karpenter's AWS provider computes them from DescribeInstanceTypes (pkg/providers/instancetype,
 `computeRequirements`) and its offering (zone, zone id, capacity type); the NodeClaim carries them and
 its registration copies them onto the Node. karpflow launches without NodeClaims, so its registration
-writes them itself (activities/kubernetes.py), from what the launch activity read here. Pods that
+writes them itself (activities/node_registration.py), from what the launch activity read here. Pods that
 select `karpenter.k8s.aws/instance-family` and the like then find karpflow's replacements too, as the
 planner's scheduling simulation assumed when it chose them.
 

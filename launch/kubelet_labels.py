@@ -15,7 +15,7 @@ Karpenter's AWS provider leaves such labels out of user data (pkg/providers/amif
 and its registration writes all of the NodeClaim's labels on the Node
 (kubernetes-sigs/karpenter pkg/controllers/nodeclaim/lifecycle/registration.go `syncNode`).
 karpflow keeps what the kubelet accepts in user data, so a node's labels are there from its first
-moment when they can be, and `await_node_registered` (activities/kubernetes.py) writes every
+moment when they can be, and `await_node_registered` (activities/node_registration.py) writes every
 NodePool label, these included, before it removes `karpenter.sh/unregistered`.
 """
 

@@ -8,7 +8,7 @@ is left exactly as the user wrote it.
 
 The NodePool's labels go to the kubelet only where it accepts them (launch/kubelet_labels.py): one
 under `kubernetes.io`/`k8s.io` outside the kubelet's own set would stop it from starting, so those
-wait for registration (activities/kubernetes.py), which writes every NodePool label on the Node.
+wait for registration (activities/node_registration.py), which writes every NodePool label on the Node.
 
 Every family is told the same kubelet settings, as Karpenter tells them: the EC2NodeClass `kubelet`
 (maxPods, podsPerCore, systemReserved, kubeReserved, evictionHard/Soft/SoftGracePeriod/

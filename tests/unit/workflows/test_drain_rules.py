@@ -157,7 +157,7 @@ def test_a_deadline_already_past_when_the_drain_begins_deletes_every_pod_in_its_
     a gate wait longer than the grace period): nothing is evicted, every waited-for pod of every tier
     is deleted at once with one second of grace, do-not-disrupt and PDB-guarded ones included. This is
     Karpenter's rule at the deadline, so the fix is in when the deadline is stamped (the gate,
-    activities/kubernetes.py `termination_gate`), not here."""
+    activities/termination_steps.py `termination_gate`), not here."""
     past = NOW - timedelta(minutes=5)
     pods = [
         pod("web-1", labels={"app": "web"}),  # a PDB guards it: eviction would wait

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import ActivityEnvironment
 
+import activities.controller_housekeeping as housekeeping_module
 import activities.planning as planning_module
 from activities.planning import narrowed
 from api import node_reasons
@@ -22,6 +23,7 @@ from api import search_attributes as sa
 from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
 from api.controller_io import Backoff, PassRequest, PassResult, Pause, ValidateRequest
 from api.workflow_io import Approval
+from kube.times import rfc3339
 from planner.plan import CommandOut
 from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
@@ -340,11 +342,11 @@ def test_upkeep_writes_the_valid_condition_only_when_it_changes_and_finds_stale_
     good["status"] = {"conditions": [{"type": "Valid", "status": "True"}]}
     ndb = b.node_disruption_budget("both", selector=None, max_unavailable=1, min_available=1)
     uid = next(o for o in b.objects if o["kind"] == "Node")["metadata"]["uid"]
-    claim = {"node": "n1", "uid": uid, "holder": "disruption/x@run", "since": planning_module.rfc3339(now)}
-    old = {**claim, "since": planning_module.rfc3339(now - timedelta(minutes=10))}
+    claim = {"node": "n1", "uid": uid, "holder": "disruption/x@run", "since": rfc3339(now)}
+    old = {**claim, "since": rfc3339(now - timedelta(minutes=10))}
     ndb["status"] = {"claims": [claim, {**claim, "node": "gone"}, old]}
 
-    upkeep = planning_module.controls_upkeep(b.objects, [], now)
+    upkeep = housekeeping_module.controls_upkeep(b.objects, [], now)
     assert upkeep is not None
     assert sorted((c.kind, c.name, c.valid) for c in upkeep.conditions) == [
         ("MaintenanceWindow", "broken", False),
@@ -359,7 +361,7 @@ def test_upkeep_writes_the_valid_condition_only_when_it_changes_and_finds_stale_
             {"type": "Valid", "status": "False", "message": message}
         ]
     ndb["status"]["claims"] = [old]
-    assert planning_module.controls_upkeep(b.objects, ["disruption/x"], now) is None
+    assert housekeeping_module.controls_upkeep(b.objects, ["disruption/x"], now) is None
 
 
 @pytest.mark.parametrize(("value", "gated"), [("true", True), ("Drifted", True), ("Empty", False)])

@@ -84,7 +84,7 @@ async def test_a_passing_ec2_failure_is_logged_and_the_wait_goes_on(caplog: pyte
     )
     activities, request = waiting_for(EC2Activities(ec2, "prod").ownership)
     with (
-        caplog.at_level(logging.WARNING, logger="activities.kubernetes"),
+        caplog.at_level(logging.WARNING, logger="activities.node_registration"),
         pytest.raises(ApplicationError) as ended,
     ):
         await asyncio.wait_for(activities.await_node_registered(request), 5)
