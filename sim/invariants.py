@@ -730,8 +730,8 @@ class InvariantChecker:
                 self._record(
                     "pdb-violation",
                     f"pod {pod_key(pod)}",
-                    f"{how} while PodDisruptionBudget {pdb_key} allowed no disruption "
-                    f"({healthy} healthy, {desired} required)",
+                    f"{how} (node {node_name or '?'}) while PodDisruptionBudget {pdb_key} allowed no "
+                    f"disruption ({healthy} healthy, {desired} required)",
                     {"cause": cause, "pdb": pdb_key, "healthy": healthy, "desiredHealthy": desired},
                 )
 

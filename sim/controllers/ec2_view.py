@@ -17,6 +17,10 @@ HTTP and looks for it in this process's moto backend.
   served by this very process (`ThreadedMotoServer`, as the dev stack runs it). Microseconds per
   instance and always current tags. A real kubelet does not call EC2 at all — it simply boots on
   its instance — so reading the state in process changes nothing karpflow can observe.
+
+Both judge ownership once, when an instance first appears: a kubelet already running goes on running
+when someone takes the ownership tag off its instance (the chaos run's `ownership-removed` fault), so
+its Node stays Ready and no NoExecute taint evicts its pods.
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ class MotoInstanceSource:
         self.tag = cluster_tag(cluster_name)
         self.region = region
         self.account_id = account_id or DEFAULT_ACCOUNT_ID
-        self.user_data: dict[str, str | None] = {}  # decoded once per instance
+        # Decoded once per instance; its keys are the cluster's instances listed last time.
+        self.user_data: dict[str, str | None] = {}
 
     def list_instances(self) -> list[dict[str, Any]]:
         from moto.ec2.models import ec2_backends
@@ -134,8 +139,10 @@ class MotoInstanceSource:
         for inst in instances:
             inst_tags = tags[inst.id]
             state = inst.state
-            if inst_tags.get(self.tag) != CLUSTER_TAG_VALUE or state not in LISTED_STATES:
+            if state not in LISTED_STATES:
                 continue
+            if inst_tags.get(self.tag) != CLUSTER_TAG_VALUE and inst.id not in self.user_data:
+                continue  # never the cluster's; one seen before stays (ownership judged once)
             if inst.id not in self.user_data:
                 self.user_data[inst.id] = inst.user_data.decode() if inst.user_data else None
             launched = inst.launch_time

@@ -203,9 +203,12 @@ class TaintEviction:
         del self.scheduled[key]
         at = now_rfc3339()
 
+        node: list[str] = []
+
         def mark(pod: dict[str, Any]) -> None:
             if pod["metadata"].get("uid") == entry.uid:
                 with_condition(pod.setdefault("status", {}), DISRUPTION_TARGET, at)
+                node.append(str((pod.get("spec") or {}).get("nodeName") or "?"))
 
         namespace, name = key
         try:
@@ -217,7 +220,12 @@ class TaintEviction:
             log.debug("taint manager left %s/%s: %s", namespace, name, err)
             return
         self.deleted += 1
-        log.info("taint manager deleted pod %s/%s (NoExecute taint)", namespace, name)
+        log.info(
+            "taint manager deleted pod %s/%s of node %s (NoExecute taint)",
+            namespace,
+            name,
+            node[0] if node else "?",
+        )
 
     # --- loop -----------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from api.constants import TAG_NODEPOOL
+from api.constants import TAG_NODEPOOL, cluster_tag
 from planner.catalog import bundled_catalog
 from sim.controllers.bootstrap import nodeconfig
 from sim.controllers.nodes import NodeTimings
@@ -105,6 +105,24 @@ def test_instance_registers_as_a_ready_node_and_leaves_when_terminated(sim_clust
         what="the unreachable NoExecute taint",
     )
     wait_for(lambda: cluster.node_of(instance_id) is None, what="the node to be deleted")
+
+
+@pytest.mark.parametrize("ec2_source", ["api", "moto"])
+def test_a_kubelet_goes_on_when_the_ownership_tag_is_taken_off_its_instance(sim_cluster_factory, ec2_source):
+    # A real kubelet never reads its instance's tags: the chaos run's ownership-removed fault must
+    # not turn the node NotReady (and have the taint manager evict its pods), with either source.
+    cluster = sim_cluster_factory(ec2_source=ec2_source)
+    cluster.server.store.create("nodepools", nodepool("general"))
+    [instance_id] = cluster.launch("m5.large", tags={TAG_NODEPOOL: "general"})
+    wait_for(
+        lambda: (n := cluster.node_of(instance_id)) is not None and node_ready(n) == "True",
+        what="a Ready node",
+    )
+    cluster.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": cluster_tag(cluster.cluster_name)}])
+    time.sleep(1.5)  # several kubelet heartbeats and node-monitor grace periods at the test's scale
+    node = cluster.node_of(instance_id)
+    assert node is not None and node_ready(node) == "True", node
+    assert not [key for key, effect in taint_keys(node) if key.startswith("node.kubernetes.io/")]
 
 
 def test_a_finalizer_keeps_the_node_until_it_is_removed_and_then_its_pods_go(sim_cluster_factory, tmp_path):
