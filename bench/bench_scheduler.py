@@ -18,6 +18,14 @@ the even share).
 
 It uses only the store and SimControllers, so it runs on an older simulator too: BENCH_SIM_ROOT puts
 that checkout's packages first.
+
+Measured on a 2-core machine (2026-12-02), this scheduler against the earlier one (LeastAllocated
+alone, commit ea2cc55):
+- 100,000 pods, 5,000 nodes: all bound in 31.3 s of CPU (3,198 pods/s), none Pending, no
+  anti-affinity pods sharing a node, largest zone skew 1; the earlier one does not finish that size.
+- 10,000 pods, 500 nodes: 1.98 s (5,062 pods/s) against 1.39 s (7,214 pods/s); both place well.
+- 2,000 pods, 40 nodes: 0 anti-affinity pods sharing a node against 29, zone skew 1 against 2,
+  most pods of a plain workload on one node 2.0x the even share against 3.0x.
 """
 
 from __future__ import annotations
