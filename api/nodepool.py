@@ -73,10 +73,13 @@ class NodeSelectorRequirement(KubeModel):
             raise ValueError(f"requirement {self.key}: operator In needs at least one value")
         if self.operator in ("Exists", "DoesNotExist") and self.values:
             raise ValueError(f"requirement {self.key}: operator {self.operator} takes no values")
+        # Karpenter's CEL rule (pkg/apis/v1/nodepool.go): one non-negative integer for all four.
         if self.operator in ("Gt", "Lt", "Gte", "Lte") and (
-            len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()
+            len(self.values) != 1 or not self.values[0].isdigit()
         ):
-            raise ValueError(f"requirement {self.key}: operator {self.operator} needs one integer value")
+            raise ValueError(
+                f"requirement {self.key}: operator {self.operator} needs one non-negative integer value"
+            )
         return self
 
 
