@@ -92,6 +92,10 @@ class Score:
     def approved(self) -> bool:
         return self.value >= self.threshold
 
+    def verdict(self) -> str:
+        """`default: score 1.67 >= 0.5` (the `karpflow plan` table's score column)."""
+        return f"{self.pool}: score {self.value:.2f} {'>=' if self.approved else 'below'} {self.threshold:g}"
+
     def describe(self) -> str:
         """`score 0.27 below 0.5 (...)` or `score 1.67 >= 0.5 (...)`, as shown by `karpflow plan`."""
         verdict = ">=" if self.approved else "below"

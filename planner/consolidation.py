@@ -386,6 +386,7 @@ def apply_balanced_gate(gate: BalancedGate, proposal: Proposal) -> Proposal:
     if why is not None:
         proposal.command, proposal.why = None, why
     elif scores:
+        command.scores = [s.verdict() for s in scores]
         command.message += f" [{describe_scores(scores)}]"
     return proposal
 

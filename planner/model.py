@@ -310,6 +310,9 @@ class Command:
     # Where the simulation put moved pods that stay on existing nodes (pod key -> node name); the
     # pods for each replacement are in `Replacement.pods`. A prediction: the kube-scheduler decides.
     placements: dict[str, str] = field(default_factory=dict)
+    # consolidationPolicy Balanced: each Balanced source pool's verdict, e.g. "score 1.67 >= 0.5"
+    # (planner/balanced.py); empty when no source pool is Balanced.
+    scores: list[str] = field(default_factory=list)
 
     @property
     def decision(self) -> Literal["delete", "replace"]:

@@ -24,6 +24,7 @@ from planner.catalog import catalog_from_dict
 from planner.consolidation import MultiNodeConsolidation, SingleNodeConsolidation
 from planner.emptiness import Emptiness
 from planner.model import Command
+from planner.plan import command_out, plan
 from planner.scheduling.adapter import simulate
 from planner.why_not import Kind, kind_of
 from tests.unit.planner.sched_fixtures import CATALOG, context, node, nodepool, pod, replicas, snapshot
@@ -262,6 +263,8 @@ def test_an_approved_balanced_move_shows_its_score():
     [command], _ = _run(SingleNodeConsolidation(), snap)
     assert command.decision == "delete"
     assert "[Balanced score " in command.message and ">= 0.5" in command.message
+    [shown] = command_out(command).scores  # the plan table's "Balanced score" column and JSON
+    assert shown.startswith("default: score ") and shown.endswith(">= 0.5")
 
 
 def test_single_node_skips_a_candidate_whose_delete_alone_cannot_pass():
@@ -341,3 +344,13 @@ def test_the_nodepool_model_reads_balanced():
         {"metadata": {"name": "p"}, "spec": {"disruption": {"consolidationPolicy": "Balanced"}}}
     )
     assert pool.spec.disruption.consolidation_policy == "Balanced"
+
+
+def test_karpflow_plan_says_why_a_balanced_node_is_not_consolidated():
+    # The "why not" answer of `karpflow plan` (Plan.blocked) for the rejected move carries its score.
+    result = plan(_crowded_pool("Balanced"), CATALOG)
+    assert result.commands_ == []
+    [why] = [b.reason for b in result.blocked if b.node == "busy"]
+    assert why.startswith("consolidationPolicy Balanced: score 0.") and " below 0.5 " in why
+    [control] = plan(_crowded_pool("WhenEmptyOrUnderutilized"), CATALOG).commands
+    assert control.nodes == ["busy"] and control.scores == []
