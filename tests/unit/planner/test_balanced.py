@@ -354,3 +354,19 @@ def test_karpflow_plan_says_why_a_balanced_node_is_not_consolidated():
     assert why.startswith("consolidationPolicy Balanced: score 0.") and " below 0.5 " in why
     [control] = plan(_crowded_pool("WhenEmptyOrUnderutilized"), CATALOG).commands
     assert control.nodes == ["busy"] and control.scores == []
+
+
+def test_single_node_consolidation_takes_the_best_savings_ratio_first():
+    # consolidation_test.go "should consolidate the node with best savings ratio first" (there the
+    # nodes cost the same, so fewer pods wins either way); here the dearer node has more pods: the
+    # old order (lowest disruption cost first) would delete `cheap`, Karpenter's today deletes `dear`.
+    snap = snapshot(
+        nodepool(),
+        node("base", "m5.4xlarge", pool=None),  # room for every pod, not a candidate
+        node("dear", "m5.2xlarge"),  # $0.384 / (1 + 3)
+        *replicas("d", [("dear", 3)], cpu="100m"),
+        node("cheap", "m5.large"),  # $0.096 / (1 + 1)
+        pod("c", "cheap", cpu="100m"),
+    )
+    [command], _ = _run(SingleNodeConsolidation(), snap)
+    assert command.nodes == ["dear"] and command.decision == "delete"
