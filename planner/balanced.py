@@ -124,6 +124,8 @@ def pool_totals(ctx: PlanContext, pools: Iterable[str]) -> dict[str, PoolTotals]
     """The totals of `pools` over every node of the snapshot labelled with them (candidates or not,
     as Karpenter's computeNodePoolTotals; an unpriced node adds 0 to the cost)."""
     wanted = set(pools)
+    if not wanted:
+        return {}  # no Balanced pool: nothing to score, no walk over the nodes
     cost: dict[str, float] = dict.fromkeys(wanted, 0.0)
     disruption: dict[str, float] = dict.fromkeys(wanted, 0.0)
     for node in ctx.snapshot.nodes.values():
