@@ -5,7 +5,7 @@ Karpenter cannot switch its disruption off except through the NodePool fields ka
 "Karpenter: do nothing" in its spec, and says what karpflow should do in annotations that take
 precedence for karpflow only:
 
-    karpflow.dev/consolidation-policy: WhenEmptyOrUnderutilized   # or WhenEmpty
+    karpflow.dev/consolidation-policy: WhenEmptyOrUnderutilized   # or WhenEmpty, Balanced
     karpflow.dev/consolidate-after: 30s                          # or Never
     karpflow.dev/budgets: '[{"nodes": "10%"}, {"nodes": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]'
     karpflow.dev/expire-after: 720h                              # or Never
@@ -72,7 +72,7 @@ MIN_SAVINGS_FRACTION = PREFIX + "min-savings-fraction"
 # Read by read_savings_floor: a bad value stops only replace-consolidation, not the whole pool.
 SAVINGS_FLOOR_KEYS = frozenset({MIN_SAVINGS_PER_HOUR, MIN_SAVINGS_FRACTION})
 
-POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized")
+POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced")
 KARPENTER_STRATEGY = "Karpenter"
 OPTIMAL_STRATEGY = "Optimal"
 STRATEGIES = (KARPENTER_STRATEGY, OPTIMAL_STRATEGY)
@@ -82,7 +82,7 @@ class NodePoolOverrides(BaseModel):
     """The karpflow.dev/* annotations of one NodePool; None where absent. An invalid duration reads
     as "Never" (for termination_grace_period: no deadline); other invalid values as absent."""
 
-    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] | None = None
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"] | None = None
     consolidate_after: str | None = None
     budgets: list[dict[str, Any]] | None = None
     expire_after: str | None = None

@@ -59,10 +59,11 @@ class Taint(KubeModel):
 
 
 class NodeSelectorRequirement(KubeModel):
-    """A NodePool requirement: `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`, plus minValues."""
+    """A NodePool requirement: `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`, Karpenter's inclusive
+    `Gte`/`Lte` (v1.9), plus minValues."""
 
     key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]
     values: list[str] = Field(default_factory=list)
     min_values: int | None = None
 
@@ -72,10 +73,13 @@ class NodeSelectorRequirement(KubeModel):
             raise ValueError(f"requirement {self.key}: operator In needs at least one value")
         if self.operator in ("Exists", "DoesNotExist") and self.values:
             raise ValueError(f"requirement {self.key}: operator {self.operator} takes no values")
-        if self.operator in ("Gt", "Lt") and (
-            len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()
+        # Karpenter's CEL rule (pkg/apis/v1/nodepool.go): one non-negative integer for all four.
+        if self.operator in ("Gt", "Lt", "Gte", "Lte") and (
+            len(self.values) != 1 or not self.values[0].isdigit()
         ):
-            raise ValueError(f"requirement {self.key}: operator {self.operator} needs one integer value")
+            raise ValueError(
+                f"requirement {self.key}: operator {self.operator} needs one non-negative integer value"
+            )
         return self
 
 
@@ -156,8 +160,12 @@ class Budget(KubeModel):
         return self
 
 
+ConsolidationPolicy = Literal["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"]
+
+
 class Disruption(KubeModel):
-    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmptyOrUnderutilized"
+    # Balanced (Karpenter v1.14): WhenEmptyOrUnderutilized plus a score gate per move (planner/balanced.py).
+    consolidation_policy: ConsolidationPolicy = "WhenEmptyOrUnderutilized"
     consolidate_after: KarpenterDurationOrNever = "0s"
     budgets: list[Budget] = Field(default_factory=lambda: [Budget()], max_length=50)
 

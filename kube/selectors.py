@@ -90,6 +90,10 @@ def selector_matches(
 # --- Node selector requirements (NodePool requirements, node affinity) ------------------------------
 
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+# Karpenter's NodePool/NodeClaim requirements also take the inclusive Gte and Lte (v1.9); Kubernetes
+# node affinity does not, so only `Requirement(..., karpenter=True)` accepts them.
+KARPENTER_OPERATORS = (*NODE_OPERATORS, "Gte", "Lte")
+_BOUNDS = ("Gt", "Lt", "Gte", "Lte")
 
 
 class Requirement:
@@ -97,10 +101,12 @@ class Requirement:
 
     __slots__ = ("key", "operator", "values")
 
-    def __init__(self, key: str, operator: str, values: frozenset[str] = frozenset()) -> None:
-        if operator not in NODE_OPERATORS:
+    def __init__(
+        self, key: str, operator: str, values: frozenset[str] = frozenset(), *, karpenter: bool = False
+    ) -> None:
+        if operator not in (KARPENTER_OPERATORS if karpenter else NODE_OPERATORS):
             raise ValueError(f"requirement {key}: unknown operator {operator!r}")
-        if operator in ("Gt", "Lt"):
+        if operator in _BOUNDS:
             if len(values) != 1:
                 raise ValueError(f"requirement {key}: {operator} needs exactly one integer value")
             try:
@@ -140,7 +146,11 @@ class Requirement:
         except ValueError:
             return False
         bound = int(next(iter(self.values)))
-        return number > bound if op == "Gt" else number < bound
+        if op == "Gt":
+            return number > bound
+        if op == "Lt":
+            return number < bound
+        return number >= bound if op == "Gte" else number <= bound
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return self.matches_value(labels.get(self.key))

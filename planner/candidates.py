@@ -11,7 +11,10 @@ Rules (behaviour notes §1.3, §1.4, §1.6):
   eventual class (drift on a node with a terminationGracePeriod) does not.
 - Consolidation methods additionally need `consolidation_block(ctx, c) is None`.
 - Ordering: ascending disruption cost = sum of pod eviction costs x lifetime remaining, name as the
-  tie-break so plans are deterministic; single-node consolidation interleaves NodePools.
+  tie-break so plans are deterministic (drift, expiration and the other non-consolidation methods);
+  emptiness, multi- and single-node consolidation re-order by savings ratio (price / disruption
+  cost, highest first: planner/balanced.py `sort_by_savings_ratio`, Karpenter's sortCandidates), and
+  single-node consolidation interleaves NodePools.
 """
 
 from __future__ import annotations
@@ -195,9 +198,10 @@ def build_candidates(ctx: PlanContext) -> tuple[list[Candidate], list[Blocked]]:
 
 
 def consolidation_policy_block(candidate: Candidate) -> str | None:
-    """Multi- and single-node consolidation only: the NodePool must allow consolidating used nodes."""
+    """Multi- and single-node consolidation only: the NodePool must allow consolidating used nodes
+    (WhenEmptyOrUnderutilized, or Balanced, whose moves are then scored: planner/balanced.py)."""
     policy = candidate.nodepool.spec.disruption.consolidation_policy
-    if policy != "WhenEmptyOrUnderutilized":
+    if policy not in ("WhenEmptyOrUnderutilized", "Balanced"):
         pool = candidate.pool_name
         return f"nodepool {pool} has consolidationPolicy {policy}: only empty nodes are consolidated"
     return None

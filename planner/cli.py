@@ -396,7 +396,9 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
     )
     if result.commands:
         table = Table(title="Commands", title_justify="left")
-        for column in ("#", "method", "reason", "decision", "nodes", "replacements", "savings/h"):
+        scored = any(command.scores for command in result.commands)  # a Balanced pool's move
+        columns = ("#", "method", "reason", "decision", "nodes", "replacements", "savings/h")
+        for column in (*columns, "Balanced score") if scored else columns:
             table.add_column(column, justify="right" if column in ("#", "savings/h") else "left")
         for index, command in enumerate(result.commands, 1):
             replacements = "\n".join(
@@ -412,6 +414,7 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
                 "\n".join(command.nodes),
                 replacements or "-",
                 "-" if command.method == "expiration" else _money(command.savings_per_hour),
+                *(["\n".join(command.scores) or "-"] if scored else []),
             )
         console.print(table)
     else:

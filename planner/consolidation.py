@@ -10,15 +10,22 @@ their pods go? (`compute_consolidation`, Karpenter's computeConsolidation):
 All-spot candidates may only be deleted unless `spot_to_spot` is on; then the replacement is spot,
 and a single node needs at least 15 cheaper types and launches with the 15 cheapest (§2.5).
 
-- Multi-node binary-searches the longest prefix of the cost-ordered non-empty candidates (at most
+- Multi-node binary-searches the longest prefix of the savings-ratio-ordered non-empty candidates (at most
   100 + 1; empty ones are left to emptiness and its budget) that consolidates, and for replacements
   drops options that are not cheaper than a candidate of the same type
   (`filter_out_same_instance_type`), and the replacement when what is left no longer meets the
   NodePool's minValues.
-- Single-node walks candidates round-robin across NodePools and returns the first valid command.
+- Single-node walks candidates (savings-ratio order) round-robin across NodePools and returns the
+  first valid command.
 - Both spend the Underutilized budget per candidate, stop at their timeout (1 min / 3 min by default,
   measured with `ctx.clock`) and return the best found so far. Validation before execution (§1.7) is
   in `planner.consolidation_validation`.
+
+consolidationPolicy Balanced (planner/balanced.py): a command whose Balanced source pools do not all
+score it at least 1/2 is no command either (single-node tries the next candidate, multi-node a
+shorter prefix), and single-node skips a candidate whose outright delete would already score too
+low; an approved command's message carries its score. Candidates are tried in Karpenter's current
+order, highest savings ratio (price / disruption cost) first.
 
 A replace under the NodePools' savings floor (`karpflow.dev/min-savings-*`, planner/savings_threshold.py)
 is no command either: single-node consolidation tries the next candidate, multi-node a shorter prefix.
@@ -41,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL, REASON_UNDERUTILIZED
+from planner.balanced import BalancedGate, describe_scores, sort_by_savings_ratio
 from planner.candidates import consolidation_block, consolidation_policy_block, round_robin_by_nodepool
 from planner.consolidation_validation import validate_consolidation
 from planner.model import (
@@ -367,6 +375,22 @@ def filter_out_same_instance_type(
     return [o for o in options if o.worst_price < ceiling]
 
 
+def apply_balanced_gate(gate: BalancedGate, proposal: Proposal) -> Proposal:
+    """Drop the command when a Balanced source pool rejects it (Karpenter's ApproveCommand); an
+    approved one says its score in its message."""
+    command = proposal.command
+    if command is None:
+        return proposal
+    scores = gate.scores(command)
+    why = gate.rejection(scores)
+    if why is not None:
+        proposal.command, proposal.why = None, why
+    elif scores:
+        command.scores = [s.verdict() for s in scores]
+        command.message += f" [{describe_scores(scores)}]"
+    return proposal
+
+
 # --- The methods ----------------------------------------------------------------------------------
 
 
@@ -387,7 +411,7 @@ class _Consolidation:
 
 
 class MultiNodeConsolidation(_Consolidation):
-    """Delete or replace as many cost-ordered candidates at once as the simulation allows (§2.2)."""
+    """Delete or replace as many savings-ratio-ordered candidates at once as the simulation allows (§2.2)."""
 
     name = MULTI_NODE_CONSOLIDATION
     consolidation_type = CONSOLIDATION_MULTI
@@ -395,14 +419,17 @@ class MultiNodeConsolidation(_Consolidation):
     def __init__(self) -> None:
         self.timed_out = False
         self.probes = 0
+        self.gate: BalancedGate | None = None
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        candidates = sort_by_savings_ratio(candidates)
         if ctx.options.max_replacements > 1 and not ctx.options.spot_to_spot:
             candidates = spot_last(candidates)
         usable = self.usable(ctx, candidates, budgets)
         self.timed_out, self.probes = False, 0
         if len(usable) < 2:
             return []
+        self.gate = BalancedGate(ctx, usable)
         prepared = snapshot_simulation(ctx)
         timeout = ctx.options.multi_node_timeout.total_seconds()
         start = ctx.clock()
@@ -449,8 +476,10 @@ class MultiNodeConsolidation(_Consolidation):
             ctx, prefix, method=self.name, prepared=prepared, max_replacements=ctx.options.max_replacements
         )
         command = proposal.command
-        if command is None or not command.replacements:
+        if command is None:
             return proposal
+        if not command.replacements:
+            return apply_balanced_gate(self.gate, proposal) if self.gate is not None else proposal
         filtered = [filter_out_same_instance_type(options, prefix) for options in proposal.options]
         if not all(filtered):
             proposal.command = None
@@ -468,7 +497,7 @@ class MultiNodeConsolidation(_Consolidation):
                 replacement.instance_types = [t for t in replacement.instance_types if t.name in kept]
             proposal.options = filtered
             command.message = describe(command)
-        return proposal
+        return apply_balanced_gate(self.gate, proposal) if self.gate is not None else proposal
 
     @staticmethod
     def min_values_missing(
@@ -498,8 +527,11 @@ class SingleNodeConsolidation(_Consolidation):
         self.probes = 0
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
-        ordered = round_robin_by_nodepool(candidates, ctx.options.single_node_priority_pools)
+        ordered = round_robin_by_nodepool(
+            sort_by_savings_ratio(candidates), ctx.options.single_node_priority_pools
+        )
         self.timed_out, self.unreached_pools, self.probes = False, [], 0
+        gate = BalancedGate(ctx, ordered)
         prepared = snapshot_simulation(ctx) if ordered else None
         timeout = ctx.options.single_node_timeout.total_seconds()
         start = ctx.clock()
@@ -518,7 +550,14 @@ class SingleNodeConsolidation(_Consolidation):
                 # Left to emptiness: its own budget reason (Empty) must not be bypassed here.
                 ctx.explain(candidate.name, self.name, "empty: left to emptiness")
                 continue
+            best_case = gate.can_pass(candidate)
+            if best_case is not None:
+                # Karpenter's CanPassThreshold: even deleting it outright scores too low.
+                why = f"consolidationPolicy Balanced: even deleting it, {best_case.describe()}"
+                ctx.explain(candidate.name, self.name, why)
+                continue
             proposal = compute_consolidation(ctx, [candidate], method=self.name, prepared=prepared)
+            proposal = apply_balanced_gate(gate, proposal)
             self.probes += 1
             if proposal.command is None:
                 ctx.explain(candidate.name, self.name, proposal.why)

@@ -142,7 +142,7 @@ def _is_well_known(key: str) -> bool:
 def requirements_drift(ctx: PlanContext, node: Node, pool: NodePool) -> str | None:
     labels = node_labels_with_catalog(ctx, node)
     for raw in pool.spec.template.spec.requirements:
-        requirement = Requirement(raw.key, raw.operator, frozenset(raw.values))
+        requirement = Requirement(raw.key, raw.operator, frozenset(raw.values), karpenter=True)
         value = labels.get(raw.key)
         if value is None and _is_well_known(raw.key):
             continue  # unknown, not wrong

@@ -2,13 +2,16 @@
 
 Empty = no reschedulable pods (DaemonSet and mirror pods do not count; terminating StatefulSet pods
 do). The pool's consolidateAfter must not be Never and the node must be Consolidatable. Works for
-both consolidation policies. Reason `Empty`, graceful class; validated after the 15 s delay by
-`validate`, which keeps the subset of nodes still valid (the command fails only if none remain).
+every consolidation policy (Balanced never scores an empty delete, as in Karpenter). Reason
+`Empty`, graceful class; validated after the 15 s delay by `validate`, which keeps the subset of
+nodes still valid (the command fails only if none remain). Empty is still "no reschedulable pods",
+not Karpenter's current "no pod with a positive eviction cost": see docs/karpenter-versions.md.
 """
 
 from __future__ import annotations
 
 from api.constants import REASON_EMPTY
+from planner.balanced import sort_by_savings_ratio
 from planner.budgets import build_budget_map
 from planner.candidates import build_candidates, consolidation_block
 from planner.model import (
@@ -40,7 +43,9 @@ class Emptiness:
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
         chosen = []
-        for candidate in candidates:
+        # Karpenter's Emptiness sorts with the consolidation order (savings ratio, highest first), so a
+        # tight budget deletes the dearest empty nodes first.
+        for candidate in sort_by_savings_ratio(candidates):
             if budgets.take(candidate.pool_name):
                 chosen.append(candidate)
             else:

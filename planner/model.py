@@ -7,7 +7,8 @@ How a pass works (`planner.plan.plan`):
 2. For each `Method` in order (emptiness, drift, Optimal consolidation for the NodePools that opt in,
    multi-node, single-node consolidation):
    - the candidates the method may touch are those passing `method.should_disrupt(ctx, c)` (and the
-     class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost;
+     class rule: graceful methods skip candidates with `pod_block`), sorted by disruption cost
+     (emptiness and consolidation re-order them by savings ratio: planner/balanced.py);
    - `budgets.build_budget_map(ctx, method.reason)` gives the per-pool allowance;
    - `method.compute(ctx, candidates, budget_map)` returns commands, spending the budget with
      `budget_map.take(pool, reason)` for every candidate it puts in a command;
@@ -310,6 +311,9 @@ class Command:
     # Where the simulation put moved pods that stay on existing nodes (pod key -> node name); the
     # pods for each replacement are in `Replacement.pods`. A prediction: the kube-scheduler decides.
     placements: dict[str, str] = field(default_factory=dict)
+    # consolidationPolicy Balanced: each Balanced source pool's verdict, e.g. "score 1.67 >= 0.5"
+    # (planner/balanced.py); empty when no source pool is Balanced.
+    scores: list[str] = field(default_factory=list)
 
     @property
     def decision(self) -> Literal["delete", "replace"]:

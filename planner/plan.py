@@ -115,6 +115,11 @@ class CommandOut(_Out):
     disruption_class: str
     pods: int = Field(description="reschedulable pods that move")
     message: str = ""
+    scores: list[str] = Field(
+        default_factory=list,
+        description="consolidationPolicy Balanced: each Balanced source pool's score of the move "
+        'and the threshold it met ("default: score 1.67 >= 0.5"); empty for other policies',
+    )
     placements: dict[str, str] = Field(
         default_factory=dict,
         description="Optimal moves: pod -> the node that stays it is planned onto (the validation "
@@ -550,6 +555,7 @@ def command_out(command: Command) -> CommandOut:
         disruption_class=str(command.disruption_class),
         pods=sum(len(c.reschedulable_pods) for c in command.candidates),
         message=command.message,
+        scores=list(command.scores),
         placements=dict(command.placements) if planned else {},
     )
 

@@ -1,7 +1,9 @@
 """OptimalConsolidation: the Method that plans toward the cheapest fleet (planner/optimal/__init__.py).
 
 It takes the consolidation candidates of NodePools whose strategy is Optimal (annotation
-`karpflow.dev/consolidation-strategy: Optimal`, or `PlanOptions.consolidation_strategy` for all).
+`karpflow.dev/consolidation-strategy: Optimal`, or `PlanOptions.consolidation_strategy` for all),
+except pools with consolidationPolicy Balanced: those are always consolidated by Karpenter's
+methods, where each move is scored (`uses_optimal`).
 
 Without a plan held on the nodes, it solves the target fleet, lays it out node by node, checks the
 whole of it in the simulation, and starts a plan when that saves: its leaving nodes get the plan's
@@ -136,6 +138,11 @@ def _strategy(annotations: tuple[tuple[str, str], ...]) -> str | None:
 
 
 def uses_optimal(ctx: PlanContext, pool: NodePool) -> bool:
+    if pool.spec.disruption.consolidation_policy == "Balanced":
+        # A plan's moves are chosen for the fleet they lead to, not one by one, and a step that
+        # launches first saves nothing alone: Karpenter's per-move score has no honest meaning here.
+        # Balanced pools stay with Karpenter's methods, which score every move (planner/balanced.py).
+        return False
     if ctx.options.consolidation_strategy is not None:
         return ctx.options.consolidation_strategy == OPTIMAL_STRATEGY
     own = tuple(sorted((k, v) for k, v in pool.metadata.annotations.items() if k.startswith("karpflow.dev/")))

@@ -38,7 +38,7 @@ The rooms:
 - `adapter.py`: the planner's entry (`simulate`, `SnapshotSimulation`): snapshot objects to the
   simulator's inputs and its answers back to planner.model's `SchedulingResult`;
 - `inputs.py`, `requirements.py`: the simulator's own pod, node and NodePool forms, and the
-  requirement algebra (In/NotIn/Exists/Gt/Lt, merges, label matching);
+  requirement algebra (In/NotIn/Exists/Gt/Lt/Gte/Lte, merges, label matching);
 - `simulator.py`: `Simulator`, the probe loop (background placement, forks, pod order, placement),
   and a small read-only view (signatures, node and NodePool admission, instance types) for planners
   that reason about the whole fleet at once (planner/optimal/), whose planned destination for a pod

@@ -1,7 +1,8 @@
 """Node-selector requirements as value sets, for the scheduling simulation.
 
 One `Req` is what a label key may be: a finite set (`In`), everything but a set (`NotIn`, `Exists`),
-integer bounds (`Gt`/`Lt`), and whether the label may be absent altogether. The same object answers
+integer bounds (`Gt`/`Lt`, and Karpenter's inclusive `Gte`/`Lte` of v1.9, held as the exclusive
+bound one step further out), and whether the label may be absent altogether. The same object answers
 two questions:
 
 - does an existing node's label satisfy it (Kubernetes matching: `NotIn` and `DoesNotExist` accept
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
-OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
+GTE, LTE = "Gte", "Lte"  # Karpenter v1.9 (NodePool/NodeClaim requirements only; not in Kubernetes)
+OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT, GTE, LTE)
 
 
 def _as_int(value: str) -> int | None:
@@ -69,17 +71,21 @@ class Req:
             return cls(key, frozenset(), complement=True, allow_absent=False, min_values=min_values)
         if operator == DOES_NOT_EXIST:
             return cls(key, frozenset(), complement=False, allow_absent=True)
-        if operator in (GT, LT):
+        if operator in (GT, LT, GTE, LTE):
             if len(vals) != 1 or _as_int(next(iter(vals))) is None:
                 raise ValueError(f"requirement {key}: operator {operator} needs exactly one integer value")
             bound = int(next(iter(vals)))
+            # On integers `Gte N` is `Gt N-1` and `Lte N` is `Lt N+1` (Karpenter canonicalises the
+            # other way round, pkg/scheduling/requirement.go; the sets are the same).
+            lower = bound if operator == GT else bound - 1 if operator == GTE else None
+            upper = bound if operator == LT else bound + 1 if operator == LTE else None
             return cls(
                 key,
                 frozenset(),
                 complement=True,
                 allow_absent=False,
-                gt=bound if operator == GT else None,
-                lt=bound if operator == LT else None,
+                gt=lower,
+                lt=upper,
                 min_values=min_values,
             )
         raise ValueError(f"requirement {key}: unknown operator {operator!r} (expected one of {OPERATORS})")

@@ -444,7 +444,7 @@ def _two_pool_cluster(budget_p2: str = "100%"):
         pod("fill", "base", cpu="6"),
         node("a1", "c5.xlarge", pool="p1"),
         pod("stuck", "a1", cpu="3600m"),  # fits nowhere, and nothing cheaper than c5.xlarge holds it
-        node("a2", pool="p1"),
+        node("a2", "m5.large", pool="p1"),
         pod("small", "a2", cpu="500m"),
         node("b1", pool="p2"),
         replicas("pair", [("b1", 2)], cpu="500m"),
@@ -452,7 +452,8 @@ def _two_pool_cluster(budget_p2: str = "100%"):
 
 
 def test_single_node_interleaves_candidates_across_nodepools():
-    # Cost order is a1, a2, b1; round-robin across pools makes it a1, b1, a2: b1 is chosen.
+    # Savings-ratio order (price / (1 + pods)) is a1 (0.085), b1 (0.064), a2 (0.048); within p1 it is
+    # a1, a2, and round-robin across pools makes it a1, b1, a2: b1 is chosen.
     [command], ctx = single(_two_pool_cluster())
     assert command.nodes == ["b1"] and command.decision == "delete"
     assert "a1" in ctx.explanations

@@ -128,3 +128,12 @@ def test_a_bad_approval_timeout_is_named_and_reads_as_the_default(value: str, pr
     overrides, problems = read_overrides({"karpflow.dev/approval-timeout": value})
     assert overrides.approval_timeout is None  # the default (24h) where a command still waits
     assert len(problems) == 1 and problem in problems[0] and "read as the default, 24h" in problems[0]
+
+
+def test_the_policy_annotation_takes_balanced():
+    # Karpenter v1.14's third policy is accepted beside Karpenter too (planner/balanced.py scores it).
+    b = cluster({**KARPFLOW_ON, "karpflow.dev/consolidation-policy": "Balanced"})
+    assert b.snapshot().nodepools["default"].spec.disruption.consolidation_policy == "Balanced"
+    result = run(b)
+    assert result.problems == []
+    assert {c.reason: c.nodes for c in result.commands}["Empty"] == ["empty"]  # empty: every policy

@@ -144,6 +144,17 @@ def test_the_strategy_option_applies_to_every_pool():
     assert forced_off.target_fleet is None
 
 
+def test_a_balanced_pool_is_left_to_karpenters_scored_methods_even_when_optimal():
+    # karpflow's choice (docs/karpenter-versions.md): Optimal plans a fleet, not scored moves, so a
+    # Balanced pool never takes the Optimal strategy and each of its moves is scored.
+    b = fragmented()
+    b.objects[0]["spec"]["disruption"]["consolidationPolicy"] = "Balanced"
+    for options in (PlanOptions(), PlanOptions(consolidation_strategy="Optimal")):
+        result = plan(b.snapshot(), b.catalog, options)
+        assert result.target_fleet is None and not optimal_commands(result)
+        assert "[Balanced score " in result.commands_[0].message
+
+
 def test_a_planned_command_validates_on_the_same_cluster_and_not_once_a_node_is_protected():
     b = fragmented()
     snapshot = b.snapshot()
