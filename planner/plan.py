@@ -4,7 +4,8 @@ The order of a pass (behaviour notes §1.1, §1.2, §7.1):
 1. Expiration (forceful, outside the budgeted loop): every node past its expireAfter gets a command;
    those nodes then count as disrupting and are not candidates for anything else.
 2. Candidates are built once (filters, pod blocks, disruption cost, Consolidatable time).
-3. Methods in order: emptiness, drift, multi-node consolidation, single-node consolidation. Each gets
+3. Methods in order: emptiness, static drift (static NodePools, planner/static_drift.py), drift,
+   multi-node consolidation, single-node consolidation. Each gets
    the candidates its class allows and `should_disrupt` accepts, in disruption-cost order, and a fresh
    budget map for its reason. The first method that returns commands ends the pass, unless
    `options.all_methods` (then every method runs, and nodes chosen by one are in flight for the next).
@@ -71,6 +72,7 @@ from planner.repair import (
 )
 from planner.savings_threshold import floor_problems
 from planner.snapshot import Snapshot
+from planner.static_drift import STATIC_DRIFT, StaticDrift
 
 
 class _Out(BaseModel):
@@ -241,9 +243,10 @@ class Plan(_Out):
 
 
 def default_methods() -> list[Method]:
-    """Emptiness, drift, Optimal consolidation (NodePools that opt in), then the consolidation methods
-    of planner/consolidation.py when present (for every pool, Optimal ones when it found nothing)."""
-    methods: list[Method] = [Emptiness(), Drift(), OptimalConsolidation()]
+    """Emptiness, StaticDrift (static NodePools), drift, Optimal consolidation (NodePools that opt in),
+    then the consolidation methods of planner/consolidation.py when present (for every pool, Optimal
+    ones when it found nothing)."""
+    methods: list[Method] = [Emptiness(), StaticDrift(), Drift(), OptimalConsolidation()]
     module = _optional_module("planner.consolidation")
     if module is not None:
         for name in ("MultiNodeConsolidation", "SingleNodeConsolidation"):
@@ -292,7 +295,7 @@ def plan(
     )
     methods = list(methods) if methods is not None else default_methods()
     if not options.drift:
-        methods = [m for m in methods if m.name != DRIFT]
+        methods = [m for m in methods if m.name not in (DRIFT, STATIC_DRIFT)]
 
     budgets_at_start = budget_report(ctx)
     # Forceful methods first, outside the budgets; their nodes then count as disrupting.
@@ -486,7 +489,11 @@ def _blocked_out(
         elif details:
             # A drifted node (a rollout's too) is waiting for drift: what holds drift back (a budget,
             # a rate, a window) says more than another method's "not empty" or "consolidation off".
-            drifted = [d for d in details if d.method == DRIFT] if candidate.drift is not None else []
+            drifted = (
+                [d for d in details if d.method in (DRIFT, STATIC_DRIFT)]
+                if candidate.drift is not None
+                else []
+            )
             reason = (drifted or details)[0].reason
         elif ended_by is not None:
             # A method that would take it later is held off by a window or a budget: that lasts, so it
