@@ -38,6 +38,8 @@ from planner.catalog import Catalog
 from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
+from planner.limits import reserve as reserve_limits
+from planner.limits import within_limits
 from planner.model import (
     DRIFT,
     EMPTINESS,
@@ -307,6 +309,7 @@ def plan(
     )
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
+        reserve_limits(ctx, command)  # forceful: they go, and their replacements take the pools' room
 
     candidates, blocked = build_candidates(ctx)
     # The Optimal plan held on the nodes (planner/optimal/held.py): Karpenter's methods leave it alone.
@@ -322,6 +325,13 @@ def plan(
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
         produced = _worth_the_churn(ctx, method, produced)
+        # Every replacement within its NodePool's spec.limits (planner/limits.py), the Optimal
+        # strategy's too; StaticDrift reserves limits.nodes itself, as Karpenter's does.
+        if method.name == STATIC_DRIFT:
+            for command in produced:
+                reserve_limits(ctx, command)
+        else:
+            produced = within_limits(ctx, method.name, produced)
         produced = admit(ctx, method.name, produced, ledger)
         evaluations.append(
             MethodEvaluation(
