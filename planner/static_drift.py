@@ -45,6 +45,8 @@ from planner.scheduling.requirements import Req
 from planner.scheduling.state import LAUNCH_PRECEDENCE
 
 STATIC_DRIFT = "static-drift"
+# Karpenter truncates a NodeClaim's options to its cheapest 60 (scheduling.MaxInstanceTypes).
+MAX_INSTANCE_TYPES = 60
 
 
 def node_limit(pool: NodePool) -> int | None:
@@ -134,7 +136,7 @@ def template_replacement(ctx: PlanContext, pool: NodePool) -> Replacement | None
     capacity_type = next(ct for ct in (*LAUNCH_PRECEDENCE, *sorted(capacity_types)) if ct in capacity_types)
     return Replacement(
         nodepool=pool.name,
-        instance_types=[it for _, _, it in sorted(types, key=lambda t: (t[0], t[1]))],
+        instance_types=[it for _, _, it in sorted(types, key=lambda t: (t[0], t[1]))][:MAX_INSTANCE_TYPES],
         capacity_type=capacity_type,
         zones=sorted(zones),
     )

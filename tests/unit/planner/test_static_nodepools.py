@@ -251,3 +251,12 @@ def test_an_invalid_limit_reads_as_zero_and_is_reported():
     )
     assert pool.spec.limits == {"nodes": "0", "cpu": "4"}
     assert problems and "spec.limits.nodes" in problems[0]
+
+
+def test_a_repaired_static_node_is_replaced_one_for_one():
+    # Karpenter's node repair deletes the NodeClaim (no static case) and its static provisioning
+    # controller launches a node of the template in its place.
+    b = static_cluster(4, replicas=5, drifted=False)
+    b.node("sick", pool="static", ready=False, ready_for=timedelta(minutes=31))
+    (command,) = run(b).commands
+    assert command.method == "repair" and [r.nodepool for r in command.replacements] == ["static"]
