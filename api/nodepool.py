@@ -186,11 +186,19 @@ class NodePoolSpec(KubeModel):
     disruption: Disruption = Field(default_factory=Disruption)
     limits: dict[str, str] = Field(default_factory=dict)
     weight: int | None = None
+    # Karpenter v1.8 static NodePool: a fixed node count. Never emptied or consolidated; drift is
+    # StaticDrift (planner/static_drift.py). api/nodepool_reader.py reads an invalid value as 0.
+    replicas: int | None = Field(default=None, ge=0)
 
     @field_validator("limits", mode="before")
     @classmethod
     def _limits_as_strings(cls, value: Any) -> Any:
         return {k: str(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    @property
+    def is_static(self) -> bool:
+        """Karpenter's IsStatic: `replicas` is set (pkg/utils/nodepool/nodepool.go)."""
+        return self.replicas is not None
 
 
 class NodePool(KubeModel):

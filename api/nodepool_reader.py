@@ -6,6 +6,9 @@ again).
 - an invalid expireAfter or consolidateAfter reads as Never, an invalid terminationGracePeriod as
   unset (no drain deadline: PDBs and do-not-disrupt are waited for, never a deadline in the past);
 - an invalid budget is dropped;
+- an invalid `spec.replicas` (Karpenter v1.8 static pools) reads as 0: the pool is static, so it is
+  never consolidated, and StaticDrift waits while it has more nodes than 0 (planner/static_drift.py);
+- an invalid `spec.limits` quantity reads as 0: no replacement may launch into the pool;
 - each is a problem, and the planner fails the pool closed for voluntary disruption until it is
   fixed, as Karpenter does for an invalid budget.
 
@@ -23,6 +26,7 @@ from pydantic import ValidationError
 from api.duration import NEVER, DurationError, karpenter_duration, parse_optional_duration
 from api.karpflow_overrides import apply_disruption_overrides, overrides_of
 from api.nodepool import Budget, NodePool, pydantic_message
+from api.quantity import QuantityError, millicores, to_int
 
 # The durations read fail closed: (section, field, "Never" allowed, the reading of an invalid value
 # (None: as if unset), what that reading does).
@@ -93,7 +97,42 @@ def read_nodepool(raw: Mapping[str, Any]) -> tuple[NodePool, list[str]]:
                 problems.append(f"spec.disruption.budgets[{index}]: {pydantic_message(err)}")
         if len(kept) != len(disruption["budgets"]):
             raw = _with(raw, ("spec", "disruption"), "budgets", kept)
+    raw = _read_capacity_settings(raw, problems)
     return NodePool.model_validate(raw), problems
+
+
+def _read_capacity_settings(raw: Mapping[str, Any], problems: list[str]) -> Mapping[str, Any]:
+    """`spec.replicas` and `spec.limits` read fail closed: an invalid replica count as 0 (a static pool
+    that is never consolidated and whose drift waits), an invalid limit as 0 (nothing launches)."""
+    spec = _section(raw, ("spec",))
+    if spec is None:
+        return raw
+    replicas = spec.get("replicas")
+    if "replicas" in spec and replicas is None:
+        raw = _with(raw, ("spec",), "replicas", None)
+    elif replicas is not None and (type(replicas) is not int or replicas < 0):
+        problems.append(
+            f"spec.replicas: {replicas!r} is not a count of nodes (read as 0: the pool is static, never "
+            "consolidated, and its drift waits)"
+        )
+        raw = _with(raw, ("spec",), "replicas", 0)
+    limits = spec.get("limits")
+    if isinstance(limits, Mapping):
+        read: dict[str, Any] = {}
+        for name, value in limits.items():
+            try:
+                if isinstance(value, bool):
+                    raise QuantityError(f"{value!r} is not a quantity")
+                amount = millicores(value) if name == "cpu" else to_int(value)
+                if amount < 0:
+                    raise QuantityError(f"{value!r} is negative")
+                read[name] = value
+            except (QuantityError, TypeError, ValueError) as err:
+                problems.append(f"spec.limits.{name}: {err} (read as 0: no replacement launches into it)")
+                read[name] = "0"
+        if read != dict(limits):
+            raw = _with(raw, ("spec",), "limits", read)
+    return raw
 
 
 def _valid(value: str | None) -> timedelta | None:

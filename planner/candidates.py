@@ -9,7 +9,8 @@ Rules (behaviour notes §1.3, §1.4, §1.6):
 - Pod-level blocks (an active do-not-disrupt pod, a PDB that allows no disruption, a pod under two
   PDBs) are recorded on the candidate as `pod_block`: graceful methods skip such candidates, the
   eventual class (drift on a node with a terminationGracePeriod) does not.
-- Consolidation methods additionally need `consolidation_block(ctx, c) is None`.
+- Consolidation methods additionally need `consolidation_block(ctx, c) is None`; a static NodePool's
+  node (`spec.replicas`, Karpenter v1.8) never passes it.
 - Ordering: ascending disruption cost = sum of pod eviction costs x lifetime remaining, name as the
   tie-break so plans are deterministic (drift, expiration and the other non-consolidation methods);
   emptiness, multi- and single-node consolidation re-order by savings ratio (price / disruption
@@ -32,6 +33,7 @@ from planner.pass_cache import NodePods, node_pods
 from planner.snapshot import Node, Snapshot
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STATIC_NEVER_CONSOLIDATED = "static NodePool: never consolidated"
 
 
 # --- Per-node facts -------------------------------------------------------------------------------
@@ -211,6 +213,10 @@ def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
     """The consolidation-only filter (emptiness, multi- and single-node; §1.3). None: may consolidate."""
     node, pool = candidate.node, candidate.nodepool
     disruption = pool.spec.disruption
+    if pool.spec.is_static:
+        # Karpenter's Emptiness and consolidation ShouldDisrupt (pkg/controllers/disruption/emptiness.go,
+        # consolidation.go): a static pool's node count is the user's, its drift is StaticDrift's.
+        return STATIC_NEVER_CONSOLIDATED
     if disruption.consolidate_after_delta is None:
         return f"consolidation is disabled for nodepool {pool.name} (consolidateAfter: Never)"
     if node.do_not_consolidate:

@@ -27,6 +27,7 @@ condition: a rollout is drift the operator asked for, with every control drift h
 Acting (`Drift` method): eventual class, budget reason Drifted, no validation delay. Empty drifted
 nodes first, then oldest drifted first; for the first candidate within budget whose pods can all be
 placed, one command with the new nodes the simulation needs (none: a plain delete). One per pass.
+A static NodePool's drifted nodes are left to StaticDrift (planner/static_drift.py).
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ class Drift:
 
     def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
         candidate.drift = drift_status(ctx, candidate.node, candidate.nodepool)
-        return candidate.drift is not None
+        # A static pool's drifted node is StaticDrift's (Karpenter drift.go ShouldDisrupt).
+        return candidate.drift is not None and not candidate.nodepool.spec.is_static
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
         ordered = sorted(candidates, key=_drift_order)

@@ -14,6 +14,9 @@ marks it `karpflow.io/expiration-deferred`. Once the window allows, the nodes so
 at once: they are paced by the NodePool's budgets that name no reason (reason Expired) and by the
 NodeDisruptionBudgets selecting them, like a voluntary method (the lead's decision for issue 19). An
 expired node no window ever deferred stays forceful, as in Karpenter v1.
+A static NodePool's nodes expire too (Karpenter's expiration has no static case); the replacement is
+one node of the pool's template, as its static provisioning controller would launch, within
+`limits.nodes` (planner/static_drift.py `static_replica`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from planner.candidates import make_candidate, node_created, node_expire_after
 from planner.model import EXPIRATION, Command, DisruptionClass, PlanContext
 from planner.operator_controls import ndb_ledger, window_block
 from planner.snapshot import Node
+from planner.static_drift import static_replica
 
 
 def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
@@ -64,7 +68,12 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
         candidate = make_candidate(ctx, node, pool)
         message = f"expired at {when:%Y-%m-%dT%H:%M:%SZ} (expireAfter {format_duration(expire_after)})"
         replacements = []
-        if not candidate.is_empty and ctx.simulate is not None:
+        if pool.spec.is_static:
+            # Karpenter's static provisioning controller restores the count (planner/static_drift.py).
+            replica, why = static_replica(ctx, pool)
+            replacements = [replica] if replica is not None else []
+            message += "; its replica is launched first" if replica is not None else f"; {why}"
+        elif not candidate.is_empty and ctx.simulate is not None:
             # Nodes expiring earlier in this pass are gone for this simulation too.
             replacements = ctx.simulate(ctx, [candidate]).new_nodes
             if replacements:

@@ -4,7 +4,8 @@ The order of a pass (behaviour notes §1.1, §1.2, §7.1):
 1. Expiration (forceful, outside the budgeted loop): every node past its expireAfter gets a command;
    those nodes then count as disrupting and are not candidates for anything else.
 2. Candidates are built once (filters, pod blocks, disruption cost, Consolidatable time).
-3. Methods in order: emptiness, drift, multi-node consolidation, single-node consolidation. Each gets
+3. Methods in order: emptiness, static drift (static NodePools, planner/static_drift.py), drift,
+   multi-node consolidation, single-node consolidation. Each gets
    the candidates its class allows and `should_disrupt` accepts, in disruption-cost order, and a fresh
    budget map for its reason. The first method that returns commands ends the pass, unless
    `options.all_methods` (then every method runs, and nodes chosen by one are in flight for the next).
@@ -37,6 +38,8 @@ from planner.catalog import Catalog
 from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
+from planner.limits import reserve as reserve_limits
+from planner.limits import within_limits
 from planner.model import (
     DRIFT,
     EMPTINESS,
@@ -71,6 +74,7 @@ from planner.repair import (
 )
 from planner.savings_threshold import floor_problems
 from planner.snapshot import Snapshot
+from planner.static_drift import STATIC_DRIFT, StaticDrift
 
 
 class _Out(BaseModel):
@@ -246,9 +250,10 @@ class Plan(_Out):
 
 
 def default_methods() -> list[Method]:
-    """Emptiness, drift, Optimal consolidation (NodePools that opt in), then the consolidation methods
-    of planner/consolidation.py when present (for every pool, Optimal ones when it found nothing)."""
-    methods: list[Method] = [Emptiness(), Drift(), OptimalConsolidation()]
+    """Emptiness, StaticDrift (static NodePools), drift, Optimal consolidation (NodePools that opt in),
+    then the consolidation methods of planner/consolidation.py when present (for every pool, Optimal
+    ones when it found nothing)."""
+    methods: list[Method] = [Emptiness(), StaticDrift(), Drift(), OptimalConsolidation()]
     module = _optional_module("planner.consolidation")
     if module is not None:
         for name in ("MultiNodeConsolidation", "SingleNodeConsolidation"):
@@ -297,7 +302,7 @@ def plan(
     )
     methods = list(methods) if methods is not None else default_methods()
     if not options.drift:
-        methods = [m for m in methods if m.name != DRIFT]
+        methods = [m for m in methods if m.name not in (DRIFT, STATIC_DRIFT)]
 
     budgets_at_start = budget_report(ctx)
     # Forceful methods first, outside the budgets; their nodes then count as disrupting.
@@ -309,6 +314,7 @@ def plan(
     )
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
+        reserve_limits(ctx, command)  # forceful: they go, and their replacements take the pools' room
 
     candidates, blocked = build_candidates(ctx)
     # The Optimal plan held on the nodes (planner/optimal/held.py): Karpenter's methods leave it alone.
@@ -324,6 +330,13 @@ def plan(
         budget_map = build_budget_map(ctx, method.reason)
         produced = method.compute(ctx, sort_by_disruption_cost(eligible), budget_map)
         produced = _worth_the_churn(ctx, method, produced)
+        # Every replacement within its NodePool's spec.limits (planner/limits.py), the Optimal
+        # strategy's too; StaticDrift reserves limits.nodes itself, as Karpenter's does.
+        if method.name == STATIC_DRIFT:
+            for command in produced:
+                reserve_limits(ctx, command)
+        else:
+            produced = within_limits(ctx, method.name, produced)
         produced = admit(ctx, method.name, produced, ledger)
         evaluations.append(
             MethodEvaluation(
@@ -491,7 +504,11 @@ def _blocked_out(
         elif details:
             # A drifted node (a rollout's too) is waiting for drift: what holds drift back (a budget,
             # a rate, a window) says more than another method's "not empty" or "consolidation off".
-            drifted = [d for d in details if d.method == DRIFT] if candidate.drift is not None else []
+            drifted = (
+                [d for d in details if d.method in (DRIFT, STATIC_DRIFT)]
+                if candidate.drift is not None
+                else []
+            )
             reason = (drifted or details)[0].reason
         elif ended_by is not None:
             # A method that would take it later is held off by a window or a budget: that lasts, so it

@@ -38,6 +38,7 @@ from planner.candidates import make_candidate
 from planner.model import Command, DisruptionClass, PlanContext
 from planner.operator_controls import window_block
 from planner.snapshot import Node
+from planner.static_drift import static_replica
 
 REPAIR = "repair"
 LIVENESS = "liveness"
@@ -69,7 +70,12 @@ def unhealthy_allowed(pool_size: int, share: float) -> int:
 
 def _with_replacements(ctx: PlanContext, command: Command) -> Command:
     candidate = command.candidates[0]
-    if not candidate.is_empty and ctx.simulate is not None:
+    if candidate.nodepool.spec.is_static:
+        # A static pool's node is replaced by a node of its template, as Karpenter's static
+        # provisioning controller restores the count (planner/static_drift.py `static_replica`).
+        replica, _ = static_replica(ctx, candidate.nodepool)
+        command.replacements = [replica] if replica is not None else []
+    elif not candidate.is_empty and ctx.simulate is not None:
         command.replacements = ctx.simulate(ctx, [candidate]).new_nodes
     ctx.marked_for_deletion.add(candidate.name)
     return command

@@ -40,6 +40,8 @@ class Kind(StrEnum):
     NO_CHEAPER_PLACEMENT = "NoCheaperPlacement"  # nothing cheaper, pods fit nowhere, under the floor
     TOO_MANY_UNHEALTHY = "TooManyUnhealthy"  # node repair holds off
     NOT_CHOSEN = "NotChosen"  # eligible, but another command ends the pass: next pass
+    STATIC_NODEPOOL = "StaticNodePool"  # never consolidated; its drift waits while over its replicas
+    LIMITS = "Limits"  # the NodePool's spec.limits (nodes or resources) leave no room for a replacement
     OTHER = "Other"
 
 
@@ -56,6 +58,8 @@ _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
         (Kind.DO_NOT_DISRUPT, r"\bdo-not-(disrupt|evict|consolidate)\b"),
         (Kind.POD_DISRUPTION_BUDGET, r"\bpdbs?\b"),
         (Kind.TOO_MANY_UNHEALTHY, r"\bunhealthy \(more than\b"),
+        (Kind.STATIC_NODEPOOL, r"static NodePool: never consolidated|over its \d+ replicas"),
+        (Kind.LIMITS, r"\blimits\.nodes \S+ leaves no room|\bspec\.limits\b"),
         (Kind.BUDGET, r"\bbudget\b"),
         (Kind.CONSOLIDATE_AFTER, r"\bnot consolidatable until\b"),
         (Kind.CONSOLIDATION_POLICY, r"consolidationPolicy|consolidation is disabled"),
@@ -106,6 +110,9 @@ EVENTS: dict[Kind, EventChoice | None] = {
     Kind.NO_CHEAPER_PLACEMENT: EventChoice(Reason.UNCONSOLIDATABLE),
     Kind.TOO_MANY_UNHEALTHY: EventChoice(Reason.NODE_REPAIR_BLOCKED),
     Kind.NOT_CHOSEN: None,
+    # Karpenter skips a static pool's node without an Event (emptiness.go, consolidation.go ShouldDisrupt).
+    Kind.STATIC_NODEPOOL: None,
+    Kind.LIMITS: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
     Kind.OTHER: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
 }
 

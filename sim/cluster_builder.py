@@ -94,6 +94,8 @@ class ClusterBuilder:
         taints: list[dict[str, Any]] | None = None,
         nodeclass: str = "default",
         weight: int | None = None,
+        replicas: int | None = None,
+        limits: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         template_spec: dict[str, Any] = {
             "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass},
@@ -117,6 +119,10 @@ class ClusterBuilder:
             spec["disruption"]["budgets"] = budgets
         if weight is not None:
             spec["weight"] = weight
+        if replicas is not None:  # a static NodePool (Karpenter v1.8)
+            spec["replicas"] = replicas
+        if limits is not None:
+            spec["limits"] = dict(limits)
         return self.add(
             {
                 "apiVersion": "karpenter.sh/v1",

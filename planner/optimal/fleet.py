@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from api.constants import CAPACITY_TYPE_LABEL, ZONE_LABEL
+from planner.limits import PoolLimit, pool_limit_rows
 from planner.model import Candidate, PlanContext
 from planner.scheduling.adapter import SnapshotSimulation
 from planner.scheduling.requirements import Reqs
@@ -85,6 +86,8 @@ class FleetProblem:
     rooms: list[Room]
     options: list[LaunchOption]
     prepared: SnapshotSimulation
+    # NodePool spec.limits over the kept nodes and the launches (planner/limits.py), Karpenter's rule
+    limits: list[PoolLimit] = field(default_factory=list)
 
     @property
     def movable(self) -> list[Room]:
@@ -151,7 +154,8 @@ def build_problem(
         rooms.append(room)
 
     options = _launch_options(prepared, groups, dims)
-    return FleetProblem(dims, [names[i] for i in dims], groups, rooms, options, prepared)
+    limits = pool_limit_rows(ctx, movable, [(o.pool, o.instance_type) for o in options])
+    return FleetProblem(dims, [names[i] for i in dims], groups, rooms, options, prepared, limits)
 
 
 def _launch_options(

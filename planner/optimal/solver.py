@@ -16,6 +16,7 @@ pooled per class of nodes admitting the same pods) or onto the new nodes of an o
     s.t. sum x_g. + sum_i pods_gi y_i = pods_g                       (every pod has a place)
          sum_g x_gi req_gd <= free_id y_i      (per kept node; pooled: per class, fixed room added)
          sum_g x_go req_gd <= alloc_od n_o                           (new nodes, per resource)
+         sum_{i in p} cap_id y_i + sum_{o in p} cap_od n_o <= limit_pd - fixed_pd   (spec.limits)
 `churn` prices a moved pod at a share of the fleet's fluid optimum spread over its pods
 (`PlanOptions.optimal_churn_share`): a node is only removed when that saves more than its pods'
 churn. A held plan re-solves this with its removals fixed (only the launches are free, and room is
@@ -316,6 +317,7 @@ def solve_target(
     for group in problem.groups:
         stays = [(keep_cols[node], float(len(pods))) for node, pods in group.per_node.items()]
         m.row([*flows[group.index], *stays], group.count, group.count)
+    _limit_rows(m, problem, keep_cols, option_cols)
     start = None
     if fixed is None:
         start = [0.0] * len(m.cost)
@@ -343,6 +345,25 @@ def solve_target(
         if o in launches
     }
     return target
+
+
+def _limit_rows(
+    m: _Model, problem: FleetProblem, keep_cols: dict[str, int], option_cols: dict[int, int]
+) -> None:
+    """NodePool spec.limits: kept capacity plus launched capacity within what the pool's other nodes
+    leave (planner/limits.py `PoolLimit`); a pool over its limits already launches nothing."""
+    for limit in problem.limits:
+        launches = [(option_cols[o], v) for o, v in limit.options.items() if o in option_cols and v]
+        if limit.launches_only:
+            if launches:
+                m.row(launches, -math.inf, 0.0)
+            continue
+        kept = [(keep_cols[n], v) for n, v in limit.nodes.items() if n in keep_cols and v]
+        if kept or launches:
+            # Bytes of memory are ~1e10: scaled, so the row is as well conditioned as the others.
+            scale = max([abs(limit.bound), 1.0, *(v for _, v in kept), *(v for _, v in launches)])
+            terms = [(col, v / scale) for col, v in (*kept, *launches)]
+            m.row(terms, -math.inf, limit.bound / scale)
 
 
 def _room_rows(

@@ -323,11 +323,12 @@ class SnapshotSimulation:
         self.simulator = Simulator(
             nodes,
             bound,
-            # A pool whose EC2NodeClass is missing or not Ready launches nothing.
+            # A pool whose EC2NodeClass is missing or not Ready launches nothing; nor does a static
+            # pool: Karpenter's scheduler leaves them out (provisioner.go NewScheduler, IsStatic).
             [
                 nodepool_from_api(p)
                 for p in snapshot.nodepools.values()
-                if snapshot.nodeclass_problem(p) is None
+                if snapshot.nodeclass_problem(p) is None and not p.spec.is_static
             ],
             [sim_instance_type(it) for it in catalog],
             daemonsets,

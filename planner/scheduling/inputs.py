@@ -26,6 +26,8 @@ from planner.scheduling.requirements import Req, Reqs, freeze
 
 CPU, MEMORY, PODS, EPHEMERAL = "cpu", "memory", "pods", "ephemeral-storage"
 CORE_RESOURCES = (CPU, MEMORY, PODS, EPHEMERAL)
+# Karpenter's resources.Node (pkg/utils/resources/resources.go): `limits.nodes` caps a pool's node count.
+NODES_RESOURCE = "nodes"
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 # Resources as sorted (name, amount) pairs: cpu in millicores, the rest in whole units.

@@ -135,7 +135,7 @@ class NewNodes(SimulatorState):
         excluded = frozenset(
             it.name
             for it in pool.types
-            if not vec_fits(self._vec_dict(it.capacity or it.allocatable), remaining)
+            if not vec_fits(self._capacity_vec(it.capacity or it.allocatable), remaining)
         )
         probe.excluded[pool.pool.name] = (remaining, excluded)
         return excluded

@@ -154,7 +154,7 @@ class NodePoolTypes(SimulatorState):
                 TypeEntry(
                     it.name,
                     alloc,
-                    self._vec_dict(it.capacity or it.allocatable),
+                    self._capacity_vec(it.capacity or it.allocatable),
                     min(o.price for o in offers),
                     worst,
                     it.labels,

@@ -12,6 +12,7 @@ from kube.selectors import Taint, first_untolerated
 from planner.scheduling.existing_nodes import ExistingNodes
 from planner.scheduling.inputs import (
     CORE_RESOURCES,
+    NODES_RESOURCE,
     BoundPod,
     HostPort,
     PodAffinityTerm,
@@ -115,6 +116,10 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             names.update(n.allocatable)
         for it in instance_types:
             names.update(it.allocatable)
+        # `limits.nodes` (Karpenter v1.11) counts a node as one "nodes" of capacity (state/statenode.go
+        # Capacity); the resource exists only when some pool limits it.
+        if any(NODES_RESOURCE in p.limits for p in nodepools):
+            names.add(NODES_RESOURCE)
         self._res_names = list(CORE_RESOURCES) + sorted(names - set(CORE_RESOURCES))
         self._res_index = {n: i for i, n in enumerate(self._res_names)}
         self._zero = (0,) * len(self._res_names)
@@ -162,7 +167,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 )
             )
             self.node_index[n.name] = idx
-        self._node_capacity = {n.name: self._vec_dict(n.capacity or n.allocatable) for n in live}
+        self._node_capacity = {n.name: self._capacity_vec(n.capacity or n.allocatable) for n in live}
         self._reclassify()
 
         # Bound pods by (namespace, labels): topology groups count over these, not over 100k pods.
@@ -261,6 +266,14 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             if i is not None:
                 out[i] = value
         return tuple(out)
+
+    def _capacity_vec(self, resources: dict[str, int]) -> Vec:
+        """A node's or an instance type's capacity, counting itself as one node when `nodes` is limited."""
+        vec = self._vec_dict(resources)
+        i = self._res_index.get(NODES_RESOURCE)
+        if i is None:
+            return vec
+        return (*vec[:i], 1, *vec[i + 1 :])
 
     def describe_vec(self, vec: Vec) -> dict[str, int]:
         return {n: v for n, v in zip(self._res_names, vec, strict=True) if v}

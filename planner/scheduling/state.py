@@ -323,6 +323,9 @@ class SimulatorState:
         def _vec_dict(self, resources: dict[str, int]) -> Vec: ...
 
         @abstractmethod
+        def _capacity_vec(self, resources: dict[str, int]) -> Vec: ...
+
+        @abstractmethod
         def describe_vec(self, vec: Vec) -> dict[str, int]: ...
 
         @abstractmethod

@@ -1,0 +1,248 @@
+"""Static NodePools (Karpenter v1.8 `spec.replicas`): StaticDrift, node counts, `limits.nodes` headroom.
+
+A static pool holds a fixed number of nodes. Karpenter never empties or consolidates it
+(planner/candidates.py `consolidation_block`), never launches dynamic capacity into it
+(planner/scheduling/adapter.py), and replaces its drifted nodes by StaticDrift
+(pkg/controllers/disruption/staticdrift.go), which runs after Emptiness and before Drift:
+
+- per pool, nothing while the Drifted budget allows 0;
+- nothing while the pool holds more nodes than its replicas (a scale-down, or a replacement still in
+  flight, must finish first);
+- at most min(budget, drifted candidates) commands, and no more than `limits.nodes` leaves room for:
+  each replacement launches before its node goes, so a pool at its node limit waits (Karpenter's
+  NodePoolState.ReserveNodeCount: limit - (active + deleting + pending disruption));
+- each command replaces one node by one node of the pool's template (not a simulation: the count is
+  the user's), eventual class, reason Drifted; several commands in one pass, as Karpenter does.
+
+Expiration still applies to static pools (Karpenter's nodeclaim/expiration controller has no static
+case; its static provisioning controller then restores the count): planner/expiration.py replaces an
+expired static node one for one when `limits.nodes` leaves room.
+
+The count is Karpenter's NodeClaims of the pool: every node of the pool (deleting ones too), the
+NodeClaims without a node yet, and, because karpflow's own launches are invisible until they
+register, one more for each node a command holds (its replacement may be on its way). Counting one
+too many only makes StaticDrift wait a pass longer.
+"""
+
+from __future__ import annotations
+
+from api.constants import CAPACITY_TYPE_LABEL, REASON_DRIFTED, ZONE_LABEL
+from api.nodepool import NodePool
+from api.quantity import QuantityError, to_int
+from planner.catalog import InstanceType
+from planner.drift import drift_status
+from planner.model import (
+    BudgetMap,
+    Candidate,
+    Command,
+    DisruptionClass,
+    PlanContext,
+    Replacement,
+    ValidationResult,
+)
+from planner.scheduling.inputs import NODES_RESOURCE
+from planner.scheduling.requirements import Req
+from planner.scheduling.state import LAUNCH_PRECEDENCE
+
+STATIC_DRIFT = "static-drift"
+# Karpenter truncates a NodeClaim's options to its cheapest 60 (scheduling.MaxInstanceTypes).
+MAX_INSTANCE_TYPES = 60
+
+
+def node_limit(pool: NodePool) -> int | None:
+    """The pool's `limits.nodes`; None when it has none (api/nodepool_reader.py read a bad one as 0)."""
+    raw = pool.spec.limits.get(NODES_RESOURCE)
+    if raw is None:
+        return None
+    try:
+        return max(to_int(raw), 0)
+    except QuantityError:
+        return 0
+
+
+def static_node_counts(ctx: PlanContext, pool_name: str) -> tuple[int, int]:
+    """Karpenter's NodeClaims of the pool (see the module doc): (active + pending disruption, deleting)."""
+    snapshot = ctx.snapshot
+    linked = set()
+    live = deleting = 0
+    for node in snapshot.nodes.values():
+        if node.nodepool != pool_name:
+            continue
+        if node.nodeclaim is not None:
+            linked.add(node.nodeclaim.name)
+        if node.is_deleting:
+            deleting += 1
+            continue
+        live += 1
+        if node.has_disrupted_taint:
+            live += 1  # its replacement, which may not have registered yet
+    for claim in snapshot.nodeclaims.values():
+        if claim.nodepool == pool_name and claim.name not in linked and claim.name not in snapshot.nodes:
+            if claim.deletion_timestamp is not None:
+                deleting += 1
+            else:
+                live += 1
+    return live, deleting
+
+
+def static_node_count(ctx: PlanContext, pool_name: str) -> int:
+    """Every NodeClaim of the pool, deleting ones too: what `limits.nodes` is counted against."""
+    live, deleting = static_node_counts(ctx, pool_name)
+    return live + deleting
+
+
+def node_headroom(ctx: PlanContext, pool: NodePool, reserved: int = 0) -> int | None:
+    """How many more nodes `limits.nodes` lets the pool launch now (None: no node limit)."""
+    limit = node_limit(pool)
+    if limit is None:
+        return None
+    return max(limit - static_node_count(ctx, pool.name) - reserved, 0)
+
+
+def template_replacement(ctx: PlanContext, pool: NodePool) -> Replacement | None:
+    """One node of the pool's template (Karpenter's NewNodeClaimTemplate): every catalog type and
+    offering its requirements and labels allow, cheapest first. None: the template allows none."""
+    if ctx.snapshot.nodeclass_problem(pool) is not None:
+        return None
+    template = pool.spec.template
+    reqs = [Req.of(r.key, r.operator, r.values) for r in template.spec.requirements]
+    reqs += [Req.equals(key, value) for key, value in template.metadata.labels.items()]
+    by_key: dict[str, Req] = {}
+    for req in reqs:
+        by_key[req.key] = by_key[req.key].intersect(req) if req.key in by_key else req
+    zone_req = by_key.pop(ZONE_LABEL, None)
+    ct_req = by_key.pop(CAPACITY_TYPE_LABEL, None)
+    types: list[tuple[float, str, InstanceType]] = []
+    zones: set[str] = set()
+    capacity_types: set[str] = set()
+    for it in ctx.catalog:
+        labels = it.labels
+        if any(key in labels and not req.matches(labels[key]) for key, req in by_key.items()):
+            continue
+        offers = [
+            o
+            for o in it.offerings
+            if o.available
+            and (zone_req is None or zone_req.has(o.zone))
+            and (ct_req is None or ct_req.has(o.capacity_type))
+        ]
+        if not offers:
+            continue
+        types.append((min(o.price for o in offers), it.name, it))
+        zones.update(o.zone for o in offers)
+        capacity_types.update(o.capacity_type for o in offers)
+    if not types:
+        return None
+    capacity_type = next(ct for ct in (*LAUNCH_PRECEDENCE, *sorted(capacity_types)) if ct in capacity_types)
+    return Replacement(
+        nodepool=pool.name,
+        instance_types=[it for _, _, it in sorted(types, key=lambda t: (t[0], t[1]))][:MAX_INSTANCE_TYPES],
+        capacity_type=capacity_type,
+        zones=sorted(zones),
+    )
+
+
+def static_replica(ctx: PlanContext, pool: NodePool) -> tuple[Replacement | None, str]:
+    """The node that restores a static pool's count when one of its nodes is deleted (expiration), as
+    Karpenter's static provisioning controller launches it: only while the pool would be below its
+    replicas, within `limits.nodes` (the leaving node still counts until it is gone). Several in one
+    pass reserve their room (`ctx.memo`). (None, why) when none launches."""
+    reserved: dict[str, int] = ctx.memo.setdefault(_RESERVED, {})
+    live, _ = static_node_counts(ctx, pool.name)
+    taken = reserved.get(pool.name, 0)
+    if live - 1 + taken >= (pool.spec.replicas or 0):
+        return None, f"the pool keeps its {pool.spec.replicas} replicas without a new node"
+    headroom = node_headroom(ctx, pool, taken)
+    if headroom == 0:
+        return None, f"limits.nodes {node_limit(pool)} leaves no room for its replica until it is gone"
+    replica = template_replacement(ctx, pool)
+    if replica is None:
+        return None, "the pool's template allows no instance type offered now"
+    reserved[pool.name] = taken + 1
+    return replica, ""
+
+
+_RESERVED = "static_drift.reserved"
+
+
+class StaticDrift:
+    """Replace a static NodePool's drifted nodes one for one, within budgets and `limits.nodes`."""
+
+    name = STATIC_DRIFT
+    reason = REASON_DRIFTED
+    disruption_class = DisruptionClass.EVENTUAL
+    consolidation_type = ""
+
+    def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
+        if not candidate.nodepool.spec.is_static:
+            return False
+        candidate.drift = drift_status(ctx, candidate.node, candidate.nodepool)
+        return candidate.drift is not None
+
+    def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
+        by_pool: dict[str, list[Candidate]] = {}
+        for candidate in sorted(candidates, key=_drift_order):
+            by_pool.setdefault(candidate.pool_name, []).append(candidate)
+        commands: list[Command] = []
+        for pool_name in sorted(by_pool):
+            pool_candidates = by_pool[pool_name]
+            pool = pool_candidates[0].nodepool
+            label = "static NodePool: drifted"
+            replicas = pool.spec.replicas or 0
+            live, deleting = static_node_counts(ctx, pool_name)
+            count = live + deleting
+            why: str | None = None
+            allowed = min(budgets.available(pool_name), len(pool_candidates))
+            headroom = node_headroom(ctx, pool)
+            if budgets.available(pool_name) <= 0:
+                why = budgets.exhausted_message(pool_name)
+            elif live > replicas:
+                why = f"the pool has {live} node(s), over its {replicas} replicas: waits until it is back"
+            elif headroom is not None and headroom < allowed:
+                allowed = headroom
+                if headroom == 0:
+                    why = (
+                        f"limits.nodes {node_limit(pool)} leaves no room for a replacement "
+                        f"({count} node(s)); it launches before its node goes"
+                    )
+            replacement = template_replacement(ctx, pool) if why is None else None
+            if why is None and replacement is None:
+                why = "the pool's template allows no instance type offered now"
+            for index, candidate in enumerate(pool_candidates):
+                if why is not None or index >= allowed:
+                    reason = why or f"only {allowed} of its drifted nodes are replaced per pass now; waits"
+                    ctx.explain(candidate.name, self.name, f"{label}; {reason}")
+                    continue
+                assert replacement is not None
+                budgets.take(pool_name)
+                drift = candidate.drift
+                detail = f" ({drift.reason}: {drift.detail})" if drift is not None else ""
+                commands.append(
+                    Command(
+                        method=self.name,
+                        reason=self.reason,
+                        candidates=[candidate],
+                        replacements=[_copy(replacement)],
+                        disruption_class=self.disruption_class,
+                        message=f"{label}{detail}; replaced one for one ({replicas} replicas)",
+                    )
+                )
+        return commands
+
+    def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
+        # Drift runs without the 15 s validation in Karpenter (§1.7), StaticDrift too.
+        return ValidationResult(True, command)
+
+
+def _copy(replacement: Replacement) -> Replacement:
+    return Replacement(
+        nodepool=replacement.nodepool,
+        instance_types=list(replacement.instance_types),
+        capacity_type=replacement.capacity_type,
+        zones=list(replacement.zones),
+    )
+
+
+def _drift_order(candidate: Candidate) -> tuple[bool, float, str]:
+    since = candidate.drift.since if candidate.drift else None
+    return (not candidate.is_empty, since.timestamp() if since else float("inf"), candidate.name)
