@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from api.nodepool import NodePool
 from planner.model import Candidate, Command, PlanContext, Replacement
-from planner.resources import Resources
 from planner.scheduling.inputs import NODES_RESOURCE, InputError, resources_from
 
 _RESERVED = "limits.reserved"
@@ -44,22 +43,11 @@ def pool_limits(pool: NodePool) -> dict[str, int]:
     return out
 
 
-def _resources_dict(res: Resources) -> dict[str, int]:
-    """The simulation's resource names (planner/scheduling/adapter.py reads capacity the same way)."""
-    return {
-        "cpu": res.cpu,
-        "memory": res.memory,
-        "pods": res.pods,
-        "ephemeral-storage": res.ephemeral_storage,
-        **res.extended,
-    }
-
-
 def _replacement_capacity(replacement: Replacement) -> dict[str, int]:
     """The largest capacity among the replacement's options, per resource (Karpenter's subtractMax)."""
     out: dict[str, int] = {NODES_RESOURCE: 1}
     for it in replacement.instance_types:
-        for name, value in _resources_dict(it.capacity_resources).items():
+        for name, value in it.capacity_resources.by_name().items():
             out[name] = max(out.get(name, 0), value)
     return out
 
@@ -82,14 +70,14 @@ def _used(ctx: PlanContext, pool_name: str, leaving: Iterable[str]) -> dict[str,
             linked.add(node.nodeclaim.name)
         if node.nodepool != pool_name or node.is_deleting or node.name in gone:
             continue
-        add(_resources_dict(node.capacity))
+        add(node.capacity.by_name())
     for claim in snapshot.nodeclaims.values():
         if claim.nodepool != pool_name or claim.name in linked or claim.name in snapshot.nodes:
             continue
         if claim.deletion_timestamp is not None:
             continue
         it = ctx.catalog.get(claim.labels.get("node.kubernetes.io/instance-type"))
-        add(_resources_dict(it.capacity_resources) if it is not None else {})
+        add(it.capacity_resources.by_name() if it is not None else {})
     return used
 
 
@@ -185,7 +173,7 @@ def pool_limit_rows(
             continue
         fixed = _used(ctx, pool_name, movable_names)
         node_caps = {
-            c.name: {**_resources_dict(c.node.capacity), NODES_RESOURCE: 1}
+            c.name: {**c.node.capacity.by_name(), NODES_RESOURCE: 1}
             for c in movable
             if c.pool_name == pool_name
         }
@@ -193,7 +181,7 @@ def pool_limit_rows(
         for o, (option_pool, type_name) in enumerate(options):
             it = ctx.catalog.get(type_name)
             if option_pool == pool_name and it is not None:
-                option_caps[o] = {**_resources_dict(it.capacity_resources), NODES_RESOURCE: 1}
+                option_caps[o] = {**it.capacity_resources.by_name(), NODES_RESOURCE: 1}
         for name, limit in sorted(limits.items()):
             nodes = {n: float(cap.get(name, 0)) for n, cap in node_caps.items()}
             bound = float(limit - fixed.get(name, 0))

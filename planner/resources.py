@@ -45,6 +45,16 @@ class Resources:
         # Most vectors have no extended resources: share one empty dict instead of allocating.
         self.extended = dict(extended) if extended else _EMPTY
 
+    def by_name(self) -> dict[str, int]:
+        """The vector keyed by Kubernetes resource names, zeros included (cpu in millicores)."""
+        return {
+            CPU: self.cpu,
+            MEMORY: self.memory,
+            PODS: self.pods,
+            EPHEMERAL_STORAGE: self.ephemeral_storage,
+            **self.extended,
+        }
+
     @classmethod
     def from_kube(cls, values: Mapping[str, str | int | float] | None) -> Resources:
         """Parse a Kubernetes resource list such as {"cpu": "250m", "memory": "1Gi"}."""

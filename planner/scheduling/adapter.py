@@ -208,16 +208,6 @@ class _Converter:
         )
 
 
-def _resources_dict(res: KubeResources) -> dict[str, int]:
-    return {
-        "cpu": res.cpu,
-        "memory": res.memory,
-        "pods": res.pods,
-        "ephemeral-storage": res.ephemeral_storage,
-        **res.extended,
-    }
-
-
 def sim_node(node: Node, conv: _Converter) -> SimNode:
     labels = dict(node.labels)
     labels.setdefault(k.HOSTNAME_LABEL, node.name)
@@ -228,8 +218,8 @@ def sim_node(node: Node, conv: _Converter) -> SimNode:
     return SimNode(
         name=node.name,
         labels=labels,
-        allocatable=_resources_dict(node.allocatable),
-        capacity=_resources_dict(node.capacity),
+        allocatable=node.allocatable.by_name(),
+        capacity=node.capacity.by_name(),
         taints=taints,
         # Unmanaged nodes have no karpenter.sh/initialized label: Ready is the best signal.
         initialized=node.initialized if managed else node.ready,
@@ -242,8 +232,8 @@ def sim_instance_type(it: InstanceType) -> SimInstanceType:
     return SimInstanceType(
         name=it.name,
         labels=dict(it.labels),
-        capacity=_resources_dict(it.capacity_resources),
-        allocatable=_resources_dict(it.allocatable_resources),
+        capacity=it.capacity_resources.by_name(),
+        allocatable=it.allocatable_resources.by_name(),
         offerings=it.offerings,
     )
 
@@ -367,8 +357,8 @@ class SnapshotSimulation:
                 SimNode(
                     name=claim.name,
                     labels={**claim.labels, k.HOSTNAME_LABEL: claim.name},
-                    allocatable=_resources_dict(it.allocatable_resources),
-                    capacity=_resources_dict(it.capacity_resources),
+                    allocatable=it.allocatable_resources.by_name(),
+                    capacity=it.capacity_resources.by_name(),
                     initialized=False,
                     managed=True,
                 )
