@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from api.nodepool import NodePool
 from planner.model import Candidate, Command, PlanContext, Replacement
+from planner.pool_claims import claims_without_node
 from planner.scheduling.inputs import NODES_RESOURCE, InputError, resources_from
 
 _RESERVED = "limits.reserved"
@@ -63,17 +64,11 @@ def _used(ctx: PlanContext, pool_name: str, leaving: Iterable[str]) -> dict[str,
             used[name] = used.get(name, 0) + value
         used[NODES_RESOURCE] = used.get(NODES_RESOURCE, 0) + 1
 
-    snapshot = ctx.snapshot
-    linked: set[str] = set()
-    for node in snapshot.nodes.values():
-        if node.nodeclaim is not None:
-            linked.add(node.nodeclaim.name)
+    for node in ctx.snapshot.nodes.values():
         if node.nodepool != pool_name or node.is_deleting or node.name in gone:
             continue
         add(node.capacity.by_name())
-    for claim in snapshot.nodeclaims.values():
-        if claim.nodepool != pool_name or claim.name in linked or claim.name in snapshot.nodes:
-            continue
+    for claim in claims_without_node(ctx.snapshot, pool_name):
         if claim.deletion_timestamp is not None:
             continue
         it = ctx.catalog.get(claim.labels.get("node.kubernetes.io/instance-type"))

@@ -40,6 +40,7 @@ from planner.model import (
     Replacement,
     ValidationResult,
 )
+from planner.pool_claims import claims_without_node
 from planner.scheduling.inputs import NODES_RESOURCE
 from planner.scheduling.requirements import Req
 from planner.scheduling.state import LAUNCH_PRECEDENCE
@@ -62,26 +63,21 @@ def node_limit(pool: NodePool) -> int | None:
 
 def static_node_counts(ctx: PlanContext, pool_name: str) -> tuple[int, int]:
     """Karpenter's NodeClaims of the pool (see the module doc): (active + pending disruption, deleting)."""
-    snapshot = ctx.snapshot
-    linked = set()
     live = deleting = 0
-    for node in snapshot.nodes.values():
+    for node in ctx.snapshot.nodes.values():
         if node.nodepool != pool_name:
             continue
-        if node.nodeclaim is not None:
-            linked.add(node.nodeclaim.name)
         if node.is_deleting:
             deleting += 1
             continue
         live += 1
         if node.has_disrupted_taint:
             live += 1  # its replacement, which may not have registered yet
-    for claim in snapshot.nodeclaims.values():
-        if claim.nodepool == pool_name and claim.name not in linked and claim.name not in snapshot.nodes:
-            if claim.deletion_timestamp is not None:
-                deleting += 1
-            else:
-                live += 1
+    for claim in claims_without_node(ctx.snapshot, pool_name):
+        if claim.deletion_timestamp is not None:
+            deleting += 1
+        else:
+            live += 1
     return live, deleting
 
 
