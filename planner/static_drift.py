@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from api.constants import CAPACITY_TYPE_LABEL, REASON_DRIFTED, ZONE_LABEL
 from api.nodepool import NodePool
-from api.quantity import QuantityError, to_int
 from planner.catalog import InstanceType
 from planner.drift import drift_status
+from planner.limits import pool_limits
 from planner.model import (
     BudgetMap,
     Candidate,
@@ -52,13 +52,8 @@ MAX_INSTANCE_TYPES = 60
 
 def node_limit(pool: NodePool) -> int | None:
     """The pool's `limits.nodes`; None when it has none (api/nodepool_reader.py read a bad one as 0)."""
-    raw = pool.spec.limits.get(NODES_RESOURCE)
-    if raw is None:
-        return None
-    try:
-        return max(to_int(raw), 0)
-    except QuantityError:
-        return 0
+    limit = pool_limits(pool).get(NODES_RESOURCE)
+    return None if limit is None else max(limit, 0)
 
 
 def static_node_counts(ctx: PlanContext, pool_name: str) -> tuple[int, int]:
