@@ -26,9 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from api.constants import NODEPOOL_LABEL
+from planner.candidates import node_price
 from planner.model import Candidate, Command, PlanContext
 from planner.pass_cache import node_pods
-from planner.snapshot import Node, Pod
+from planner.snapshot import Pod
 
 BALANCED = "Balanced"
 BALANCED_K = 2  # Karpenter's v1.BalancedK: approve when score >= 1/2
@@ -113,13 +114,6 @@ def score_move(pool: str, savings: float, disruption_cost: float, totals: PoolTo
     return Score(pool, savings / totals.cost, disruption_cost / totals.disruption_cost)
 
 
-def _node_price(ctx: PlanContext, node: Node) -> float:
-    instance_type = ctx.catalog.get(node.instance_type) if node.instance_type else None
-    if instance_type is None or not node.zone or not node.capacity_type:
-        return 0.0
-    return instance_type.price(node.zone, node.capacity_type) or 0.0
-
-
 def pool_totals(ctx: PlanContext, pools: Iterable[str]) -> dict[str, PoolTotals]:
     """The totals of `pools` over every node of the snapshot labelled with them (candidates or not,
     as Karpenter's computeNodePoolTotals; an unpriced node adds 0 to the cost)."""
@@ -132,7 +126,7 @@ def pool_totals(ctx: PlanContext, pools: Iterable[str]) -> dict[str, PoolTotals]
         pool = node.labels.get(NODEPOOL_LABEL)
         if pool not in wanted:
             continue
-        cost[pool] += _node_price(ctx, node)
+        cost[pool] += node_price(ctx, node) or 0.0
         disruption[pool] += reschedule_disruption_cost(node_pods(ctx.cache, node).reschedulable)
     return {p: PoolTotals(cost[p], disruption[p]) for p in wanted}
 
