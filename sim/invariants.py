@@ -11,8 +11,9 @@ a floor of `min_wall` so a zero scale does not flag transients; pods-lost has it
 `lost_min_wall`, because rescheduling a pod is the simulator's own real-time work, which a loaded
 machine slows whatever the scale; orphan-node has `orphan_min_wall`, because a Node outlives its
 instance while the termination of a worker killed between the two steps moves to another worker:
-Temporal's sticky-queue and workflow-task timeouts (10 s each) and the new worker's start are real
-time too):
+Temporal's sticky-queue and workflow-task timeouts (10 s each), the new worker's start and, for a
+worker killed while `terminate_instance` waits for EC2, that activity's heartbeat timeout
+(workflows/options.py INSTANCE_TERMINATE_HEARTBEAT, 60 s) are real time too):
 
 pdb-violation
     A *voluntary disruption* of a healthy pod after which a PodDisruptionBudget selecting it has
@@ -134,6 +135,7 @@ from api import constants as k
 from api.duration import parse_duration
 from sim.apiserver.selectors import selector_from_label_selector
 from sim.timescale import TimeScale
+from workflows.options import INSTANCE_TERMINATE_HEARTBEAT
 
 Invariant = Literal[
     "pdb-violation",
@@ -160,7 +162,8 @@ class InvariantBounds(BaseModel):
     disrupted_taint: float = 60.0
     min_wall: float = 0.2
     lost_min_wall: float = 10.0
-    orphan_min_wall: float = 30.0
+    # One recovery of a killed worker's instance-terminate wait, plus the task timeouts (see above).
+    orphan_min_wall: float = INSTANCE_TERMINATE_HEARTBEAT.total_seconds() + 30.0
     # A window must have blocked for this long before a start it blocks is a violation, with its own
     # wall-clock floor: a command validated just before the window opened taints a moment later.
     window_grace: float = 30.0
