@@ -6,9 +6,16 @@ of its `actions` on the nodes its `selector` matches.
     metadata:
       name: business-hours
     spec:
-      schedules:                 # cron (5 fields or @macro, UTC) + duration; none: always active
+      mode: Block                # Block (default): blocks while a schedule is active;
+                                 # Allow: allows only while a schedule is active
+      timeZone: Europe/Berlin    # IANA zone of the schedules' cron (default UTC)
+      schedules:                 # cron (5 fields or @macro) + duration; none: always active
         - cron: "0 9 * * 1-5"
           duration: 8h
+      exclusions:                # one-off periods that block, in either mode
+        - start: "2026-11-26T00:00:00-05:00"
+          end: "2026-11-30T23:59:00-05:00"
+          reason: Black Friday freeze
       actions: [Consolidation, Drift]
       selector:                  # node selector requirements; none: every node
         - key: karpenter.sh/nodepool
@@ -24,8 +31,9 @@ decides what a window blocks, also for an object that does not fit this shape.
 from __future__ import annotations
 
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from api.conditions import ControlStatus
 from api.cron import cron_expression
@@ -58,10 +66,50 @@ class WindowSchedule(KubeModel):
         return value
 
 
+class WindowExclusion(KubeModel):
+    """A one-off period (RFC 3339 times with their offset) during which the window blocks."""
+
+    start: AwareDatetime
+    end: AwareDatetime
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _ends_after_start(self) -> WindowExclusion:
+        if self.end <= self.start:
+            raise ValueError(
+                f"exclusion end {self.end.isoformat()} is not after its start {self.start.isoformat()}"
+            )
+        return self
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone `name`; ValueError when the tz database does not know it."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as err:
+        raise ValueError(f"timeZone {name!r}: not an IANA time zone (e.g. Europe/Berlin, UTC)") from err
+
+
 class MaintenanceWindowSpec(KubeModel):
+    # Block: active (blocking) while a schedule is; Allow: allows only while a schedule is.
+    mode: Literal["Block", "Allow"] = "Block"
+    time_zone: str = "UTC"
     schedules: list[WindowSchedule] = Field(default_factory=list)
+    exclusions: list[WindowExclusion] = Field(default_factory=list)
     actions: list[WindowAction] = Field(min_length=1)
     selector: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        zone(value)
+        return value
+
+    @model_validator(mode="after")
+    def _allow_needs_schedules(self) -> MaintenanceWindowSpec:
+        if self.mode == "Allow" and not self.schedules:
+            raise ValueError("mode Allow needs at least one schedule (it allows only while one is active)")
+        return self
 
 
 class MaintenanceWindow(KubeModel):

@@ -1,8 +1,8 @@
 """What the operator's controls hold back right now, by what, and until when: the report of
 `karpflow windows` (planner/windows_cli.py), computed from a snapshot like a plan (pure).
 
-- Windows: each MaintenanceWindow, whether it is active, until when or when it next opens, and how
-  many managed nodes it matches.
+- Windows: each MaintenanceWindow, whether it blocks now, until when or when it next blocks (in UTC
+  and in the window's time zone), and how many managed nodes it matches.
 - Blocked: for every managed node, the actions the windows block on it now and until when.
 - NodeDisruptionBudgets: selected, unavailable, allowed and remaining.
 - NodePool budgets: per pool and reason, how many disruptions may start now (concurrency and rate
@@ -37,9 +37,14 @@ class WindowOut(_Out):
     actions: list[str]
     selector: list[str] = Field(description="requirements as `key operator [values]`; empty: every node")
     schedules: list[str] = Field(description="`cron for duration`; empty: always active")
-    active: bool
-    until: str | None = Field(description="when an active window closes (null: not by itself)")
-    next_start: str | None = Field(description="when an inactive scheduled window next opens")
+    mode: str = Field(description="Block: blocks while a schedule is active; Allow: allows only then")
+    time_zone: str = Field(description="the zone its cron is read in (IANA)")
+    exclusions: list[str] = Field(default_factory=list, description="one-off blocks, `start to end`")
+    active: bool = Field(description="blocking its actions now")
+    until: str | None = Field(description="when an active window stops blocking (null: not by itself)")
+    until_local: str | None = Field(description="`until` in the window's time zone")
+    next_start: str | None = Field(description="when an inactive window next blocks")
+    next_start_local: str | None = Field(description="`nextStart` in the window's time zone")
     nodes: int = Field(description="managed nodes it matches")
     problems: list[str] = Field(default_factory=list, description="why it fails closed")
 
@@ -88,6 +93,13 @@ class ControlsReport(_Out):
         return self.model_dump_json(by_alias=True, indent=2)
 
 
+def local_time(when: datetime, window: Window) -> str:
+    """`when` on the window's wall clock, with its offset and the zone's abbreviation
+    (2026-03-10T02:00:00-04:00 EDT)."""
+    local = when.astimezone(window.zone)
+    return f"{local.isoformat()} {local.tzname()}"
+
+
 def _window_out(window: Window, now: datetime, nodes: int) -> WindowOut:
     active = window.active_at(now)
     until = window.active_end(now) if active else None
@@ -97,9 +109,14 @@ def _window_out(window: Window, now: datetime, nodes: int) -> WindowOut:
         actions=sorted(window.actions),
         selector=[repr(r) for r in window.selector or ()],
         schedules=[f"{cron} for {format_duration(duration)}" for cron, duration in window.schedules],
+        mode=window.mode,
+        time_zone=window.zone.key,
+        exclusions=[f"{rfc3339(a)} to {rfc3339(b)}" for a, b in window.exclusions],
         active=active,
         until=rfc3339(until) if until else None,
+        until_local=local_time(until, window) if until else None,
         next_start=rfc3339(start) if start else None,
+        next_start_local=local_time(start, window) if start else None,
         nodes=nodes,
         problems=list(window.problems),
     )

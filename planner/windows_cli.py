@@ -21,7 +21,7 @@ from rich.table import Table
 
 from planner.catalog import DEFAULT_REGION, CatalogError, bundled_catalog
 from planner.cli import _console, live_snapshot, parse_at
-from planner.controls_report import ControlsReport, controls_report
+from planner.controls_report import ControlsReport, WindowOut, controls_report
 from planner.snapshot import Snapshot, SnapshotError, load_snapshot
 
 
@@ -84,27 +84,40 @@ def _read(snapshots: tuple[str, ...], kubeconfig: str | None, now: datetime | No
     raise AssertionError("unreachable")
 
 
+def window_state(w: WindowOut) -> str:
+    """Whether the window blocks now and until when, or when it next blocks; an Allow window's
+    block ends at its next opening. Times in UTC and, beside them, on the window's clock."""
+
+    def both(utc: str, local: str | None) -> str:
+        return utc if w.time_zone == "UTC" or not local else f"{utc} ({local})"
+
+    if w.problems:
+        return "[red]invalid: blocks until fixed[/red]"
+    if w.active:
+        if not w.until:
+            return "[yellow]blocks[/yellow]"
+        opening = "next opening" if w.mode == "Allow" else "until"
+        return f"[yellow]blocks[/yellow], {opening} {both(w.until, w.until_local)}"
+    if w.next_start:
+        state = "open until" if w.mode == "Allow" else "next blocks at"
+        return f"{state} {both(w.next_start, w.next_start_local)}"
+    return "open" if w.mode == "Allow" else "inactive"
+
+
 def print_report(report: ControlsReport) -> None:
     console = _console()
     console.print(f"[bold]Operator controls at {report.at}[/bold]")
     if report.windows:
         table = Table(title="MaintenanceWindows", title_justify="left")
-        for column in ("name", "actions", "nodes", "schedules", "state"):
+        for column in ("name", "mode", "actions", "nodes", "schedules", "state"):
             table.add_column(column, justify="right" if column == "nodes" else "left")
         for w in report.windows:
-            if w.problems:
-                state = "[red]invalid: blocks until fixed[/red]"
-            elif w.active:
-                state = f"[yellow]active[/yellow] until {w.until}" if w.until else "[yellow]active[/yellow]"
-            else:
-                state = f"opens {w.next_start}" if w.next_start else "inactive"
-            table.add_row(
-                w.name,
-                ", ".join(w.actions),
-                str(w.nodes),
-                "\n".join(w.schedules) or "always",
-                state,
-            )
+            schedules = "\n".join(w.schedules) or ("always" if not w.exclusions else "")
+            if w.schedules and w.time_zone != "UTC":
+                schedules += f"\n({w.time_zone})"
+            schedules += "".join(f"\nexcept {e}" for e in w.exclusions)
+            names = ", ".join(w.actions)
+            table.add_row(w.name, w.mode, names, str(w.nodes), schedules.strip(), window_state(w))
         console.print(table)
     else:
         console.print("No MaintenanceWindows.")

@@ -431,12 +431,21 @@ class ClusterBuilder:
         actions: list[str],
         schedules: list[dict[str, str]] | None = None,
         selector: list[dict[str, Any]] | None = None,
+        mode: str | None = None,
+        time_zone: str | None = None,
+        exclusions: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         spec: dict[str, Any] = {"actions": actions}
         if schedules:
             spec["schedules"] = schedules
         if selector:
             spec["selector"] = selector
+        if mode:
+            spec["mode"] = mode
+        if time_zone:
+            spec["timeZone"] = time_zone
+        if exclusions:
+            spec["exclusions"] = exclusions
         return self.add(
             {
                 "apiVersion": "karpflow.dev/v1alpha1",

@@ -99,6 +99,23 @@ GOOD = [
             ],
         }
     ),
+    window(
+        {
+            "mode": "Allow",
+            "timeZone": "Europe/Berlin",
+            "schedules": [{"cron": "0 2 * * 2", "duration": "3h"}],
+            "exclusions": [
+                {"start": "2026-11-26T00:00:00-05:00", "end": "2026-11-30T23:59:00-05:00", "reason": "freeze"}
+            ],
+            "actions": ["Drift"],
+        }
+    ),
+    window(
+        {
+            "exclusions": [{"start": "2026-12-24T00:00:00Z", "end": "2026-12-27T00:00:00Z"}],
+            "actions": ["Drift"],
+        }
+    ),
     ndb({"selector": {"matchLabels": {"role": "ingress"}}, "maxUnavailable": 1}),
     ndb(
         {
@@ -138,6 +155,21 @@ BAD = [
         "one integer value",
     ),
     (window({"actions": ["Drift"], "selector": [{"key": "a", "operator": "Near"}]}), "'Near' is not one of"),
+    (window({"mode": "Allow", "actions": ["Drift"]}), "mode Allow needs at least one schedule"),
+    (window({"mode": "Sometimes", "actions": ["Drift"]}), "'Sometimes' is not one of"),
+    (
+        window(
+            {
+                "exclusions": [{"start": "2026-12-24T00:00:00Z", "end": "2026-12-23T00:00:00Z"}],
+                "actions": ["Drift"],
+            }
+        ),
+        "end must be after start",
+    ),
+    (
+        window({"exclusions": [{"start": "2026-12-24T00:00:00Z"}], "actions": ["Drift"]}),
+        "'end' is a required",
+    ),
     (ndb({"selector": {}, "minAvailable": 1, "maxUnavailable": 1}), "exactly one of"),
     (ndb({"selector": {}}), "exactly one of"),
     (ndb({"maxUnavailable": "120%"}), "0% to 100%"),
@@ -159,9 +191,21 @@ def test_the_crds_and_the_models_refuse_what_a_schema_can_say(obj, expected):
     assert not model_accepts(obj)
 
 
-def test_what_only_karpflow_can_judge_passes_the_schema_and_fails_the_model():
-    # hour 25 has five fields: only a cron parser sees it; karpflow reports it and fails closed
-    obj = window({"schedules": [{"cron": "0 25 * * *", "duration": "1h"}], "actions": ["Drift"]})
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # hour 25 has five fields: only a cron parser sees it; karpflow reports it and fails closed
+        {"schedules": [{"cron": "0 25 * * *", "duration": "1h"}], "actions": ["Drift"]},
+        # a zone name of the right shape that the tz database does not know
+        {
+            "timeZone": "Europe/Atlantis",
+            "schedules": [{"cron": "0 1 * * *", "duration": "1h"}],
+            "actions": ["Drift"],
+        },
+    ],
+)
+def test_what_only_karpflow_can_judge_passes_the_schema_and_fails_the_model(spec):
+    obj = window(spec)
     assert api_server_errors(obj) == []
     assert not model_accepts(obj)
 
@@ -178,7 +222,7 @@ def test_every_cel_rule_compiles_and_carries_a_message():
 
     for kind in MODELS:
         walk(schema_of(kind))
-    assert len(rules) == 7
+    assert len(rules) == 9
     for rule in rules:
         _ENV.compile(rule["rule"])
         assert rule["message"]

@@ -68,12 +68,12 @@ def test_the_crds_answer_and_refuse_what_their_schema_says(sim_stack, tmp_path):
     # The CRDs' additionalPrinterColumns, as kube-apiserver's table convertor prints them.
     windows, budgets = kubectl(sim_stack, "get", "mw,ndb").strip().split("\n\n")
     header, row = windows.splitlines()
-    assert header.split() == ["NAME", "ACTIONS", "SCHEDULES", "AGE"]
+    assert header.split() == ["NAME", "ACTIONS", "MODE", "SCHEDULES", "AGE"]
     assert row.split()[:2] == [
         "maintenancewindow.karpflow.dev/pause-default",
         '["Emptiness","Consolidation","Expiration"]',
     ]
-    assert len(row.split()) == 3  # no schedule: an empty cell, then the age
+    assert len(row.split()) == 3  # no mode, no schedule: empty cells, then the age
     header, row = budgets.splitlines()
     assert header.split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "AGE"]
     assert row.split()[:2] == ["nodedisruptionbudget.karpflow.dev/one-at-a-time", "1"]
@@ -92,6 +92,50 @@ def test_the_crds_answer_and_refuse_what_their_schema_says(sim_stack, tmp_path):
     assert result.returncode != 0
     assert 'Unsupported value: "Consolidaton"' in result.stderr
     assert_no_violations(sim_stack)
+
+
+TUESDAY_NIGHTS = """
+apiVersion: karpflow.dev/v1alpha1
+kind: MaintenanceWindow
+metadata:
+  name: tuesday-nights
+spec:
+  mode: Allow
+  timeZone: Europe/Berlin
+  schedules: [{cron: "0 2 * * 2", duration: 3h}]
+  exclusions:
+    - {start: "2026-12-22T00:00:00+01:00", end: "2027-01-04T00:00:00+01:00", reason: holidays}
+  actions: [Drift]
+"""
+
+
+@pytest.mark.sim_stack(scenario=SMALL)
+def test_an_allow_window_in_a_time_zone_is_stored_whole_and_reported_on_its_clock(sim_stack, tmp_path):
+    """The emulator keeps the new fields (a structural schema prunes unknown ones) and refuses an
+    exclusion that ends before it starts with the CRD rule's message."""
+    apply(sim_stack, TUESDAY_NIGHTS, tmp_path)
+    header, row = kubectl(sim_stack, "get", "mw", "tuesday-nights", "-o", "wide").splitlines()
+    assert header.split() == ["NAME", "ACTIONS", "MODE", "SCHEDULES", "TIME", "ZONE", "AGE"]
+    assert row.split()[1:8] == ['["Drift"]', "Allow", "0", "2", "*", "*", "2"]
+    assert row.split()[8] == "Europe/Berlin"
+    # Wednesday 2 December 2026, 12:00 UTC: blocked until Tuesday the 8th, 02:00 in Berlin.
+    result = karpflow(sim_stack, "windows", "--at", "2026-12-02T12:00:00Z", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    (window,) = json.loads(result.stdout)["windows"]
+    assert (window["mode"], window["timeZone"], window["active"]) == ("Allow", "Europe/Berlin", True)
+    assert (window["until"], window["untilLocal"]) == (
+        "2026-12-08T01:00:00Z",
+        "2026-12-08T02:00:00+01:00 CET",
+    )
+    assert window["exclusions"] == ["2026-12-21T23:00:00Z to 2027-01-03T23:00:00Z"]
+    bad = subprocess.run(
+        ["kubectl", "--kubeconfig", str(sim_stack.kubeconfig_path), "apply", "-f", "-"],
+        input=TUESDAY_NIGHTS.replace("2027-01-04T00:00:00+01:00", "2026-12-01T00:00:00+01:00"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode != 0 and "end must be after start" in bad.stderr, bad.stderr
 
 
 @pytest.mark.sim_stack(scenario=SMALL)

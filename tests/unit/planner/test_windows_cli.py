@@ -92,8 +92,8 @@ def test_the_table_names_windows_nodes_and_budgets(tmp_path):
     for text in (
         "MaintenanceWindows",
         "office",
-        "active until 2026-11-23T17:00:00Z",
-        "opens 2026-11-23T22:00:00Z",
+        "blocks, until 2026-11-23T17:00:00Z",
+        "next blocks at 2026-11-23T22:00:00Z",
         "Blocked now",
         "blue-0, blue-1, blue-2",
         "Drift, Consolidation",
