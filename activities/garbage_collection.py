@@ -37,6 +37,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import errors
+from activities.disruption_metrics import disruption_labels, reschedulable_pods
 from activities.ec2 import EC2Activities
 from activities.errors import classify_ec2, classify_kube, not_found, retryable
 from activities.garbage_rules import (
@@ -51,6 +52,8 @@ from activities.garbage_rules import (
 from activities.node_json import drop_finalizer
 from api.activity_io import InstanceRequest
 from api.garbage_io import CollectedInstance, GarbageCollectionRequest, GarbageCollectionResult
+from api.nodepool import NodePool
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from cluster.informer import ClusterCache
 from kube import events
 from kube.client import Json, KubeApi, KubeError
@@ -210,9 +213,7 @@ class GarbageCollector:
             log.info(
                 "garbage collection: terminated %s (%s): %s", launch.instance_id, launch.command_id, found.why
             )
-            metrics.NODECLAIMS_DISRUPTED.labels(
-                reason=found.reason, nodepool=launch.nodepool, capacity_type=launch.capacity_type
-            ).inc()
+            await self._count_disrupted(launch, found.reason, node)
             if node is None and (late := self.cache.node_by_instance(launch.instance_id)) is not None:
                 # A Node that registered while the instance was judged: the cache shows it now.
                 node = NodeFacts.of(late) if NodeFacts.of(late).releasable else None
@@ -270,6 +271,37 @@ class GarbageCollector:
                 for subject in subjects
             ],
         )
+
+    async def _count_disrupted(self, launch: Launch, reason: str, node: NodeFacts | None) -> None:
+        """Karpenter's nodeclaims_disrupted and pods_disruption_initiated for a collected launch, as its
+        NodeClaim garbage collection counts them (no consolidation policy; the termination mode of the
+        pool's terminationGracePeriod; the Node's reschedulable pods, 0 when they cannot be listed)."""
+        pool = self._nodepool(launch.nodepool)
+        labels = disruption_labels(
+            reason=reason,
+            nodepool=launch.nodepool,
+            capacity_type=launch.capacity_type,
+            policy=None,
+            grace=pool_termination_grace_period(pool) if pool is not None else None,
+        )
+        pods: list[Json] = []
+        if node is not None:
+            try:
+                pods = await self.kube.pods_on_node(node.name)
+            except Exception as err:
+                log.info("garbage collection: listing the pods of node %s for a metric: %r", node.name, err)
+        metrics.NODECLAIMS_DISRUPTED.labels(**labels).inc()
+        metrics.PODS_DISRUPTION_INITIATED.labels(**labels).inc(reschedulable_pods(pods))
+
+    def _nodepool(self, name: str) -> NodePool | None:
+        """The cached NodePool as karpflow reads it; None when absent or invalid."""
+        for raw in self.cache.objects_of("NodePool"):
+            if (raw.get("metadata") or {}).get("name") == name:
+                try:
+                    return read_nodepool(raw)[0]
+                except ValueError:
+                    return None
+        return None
 
     def _nodepool_ref(self, name: str) -> ObjectRef:
         for pool in self.cache.objects_of("NodePool"):

@@ -212,16 +212,17 @@ def expiration_deferred(node: Json) -> bool:
 
 def claims_budgets(reason: str, node: Json) -> bool:
     """Whether taking `node` down for `reason` must fit its NodeDisruptionBudgets (a claim, else wait
-    or refuse): voluntary reasons, repair (a voluntary method since Karpenter v1.15), an expiration
-    a window deferred, and `kubectl delete node`. The forceful rest (interruption, NodePool deletion,
-    expiration as Karpenter v1 does it) is never stopped by a budget; it counts once it taints."""
+    or refuse): voluntary reasons, repair (karpflow's choice: Karpenter's RFC #3192 proposes budgets
+    for repair, its code has none), an expiration a window deferred, and `kubectl delete node`. The
+    forceful rest (interruption, NodePool deletion, expiration as Karpenter v1 does it) is never
+    stopped by a budget; it counts once it taints."""
     if reason in VOLUNTARY_REASONS or reason in (UNHEALTHY, MANUAL):
         return True
     return reason == EXPIRED and expiration_deferred(node)
 
 
 def check_repair(node: Json, reason: str) -> None:
-    """`karpenter.sh/do-not-repair` (v1.15) on an initialized node refuses its repair."""
+    """`karpenter.sh/do-not-repair` (karpflow's own) on an initialized node refuses its repair."""
     annotations = node["metadata"].get("annotations") or {}
     if reason == UNHEALTHY and _initialized(node) and annotations.get(DO_NOT_REPAIR_ANNOTATION) == "true":
         raise Refused(f"node {node['metadata']['name']} is annotated {DO_NOT_REPAIR_ANNOTATION}: no repair")

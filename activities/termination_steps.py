@@ -15,6 +15,7 @@ from urllib.parse import quote
 from temporalio import activity
 
 from activities import budget_claims, errors, guards
+from activities.disruption_metrics import disruption_labels, reschedulable_pods
 from activities.drain import Drainer, DrainProgress, resumed_progress, wait_until
 from activities.errors import classify_kube, not_found
 from activities.kubernetes_base import KubernetesBase, heartbeat
@@ -52,7 +53,8 @@ from api.constants import (
     NODEPOOL_LABEL,
     REASON_MANUAL,
 )
-from api.nodepool_reader import pool_termination_grace_period
+from api.nodepool import NodePool
+from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from kube import events
 from kube.client import NODES, Json, KubeError
 from kube.drain_rules import Pod, disruption_taint
@@ -63,6 +65,17 @@ from runtime import metrics
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 2.0  # seconds between a drain's heartbeats, whatever it is doing
+
+
+def _quiet_pool(raw: Json | None) -> NodePool | None:
+    """The NodePool as karpflow reads it, for metric labels only: its problems are logged where the
+    drain deadline reads it (`_pool_grace`), and one that does not validate gives no labels."""
+    if raw is None:
+        return None
+    try:
+        return read_nodepool(raw)[0]
+    except ValueError:
+        return None
 
 
 class TerminationSteps(KubernetesBase):
@@ -99,8 +112,11 @@ class TerminationSteps(KubernetesBase):
             nodeclaim = await self._hand_over(node, request, pool) if self._karpenter_drains(node) else None
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
                 await self.kube.update_node(name, pinned(uid, ensure_finalizer))
+                # Listed before the delete, as Karpenter counts a disruption's pods: before any drain.
+                counted = await self.kube.pods_on_node(name) if request.reason != REASON_MANUAL else []
                 await self._delete_node(name, uid)
-                await self._disrupting(node, request.reason)  # this call deleted it: once per node
+                # This call deleted it: once per node.
+                await self._disrupting(node, request, pool, counted)
                 node = await self.kube.find_node(name)
                 if node is None or another_node(node, uid) is not None:
                     return self._gone(request)  # gone at once: someone removed the finalizer meanwhile
@@ -132,17 +148,30 @@ class TerminationSteps(KubernetesBase):
             nodeclaim=nodeclaim,
         )
 
-    async def _disrupting(self, node: Json, reason: str) -> None:
-        """A disruption deleted the node: Karpenter's DisruptionTerminating Event and nodeclaims_disrupted
-        (a person's `kubectl delete node`, reason Manual, is no disruption: no Event, not counted)."""
+    async def _disrupting(
+        self, node: Json, request: BeginTerminationRequest, raw_pool: Json | None, pods: list[Json]
+    ) -> None:
+        """A disruption deleted the node: Karpenter's DisruptionTerminating Event, nodeclaims_disrupted
+        and pods_disruption_initiated (its reschedulable `pods`), with Karpenter's five labels
+        (activities/disruption_metrics.py). A person's `kubectl delete node`, reason Manual, is no
+        disruption: no Event, not counted."""
+        reason = request.reason
         if reason == REASON_MANUAL:
             return
-        labels = node["metadata"].get("labels") or {}
-        metrics.NODECLAIMS_DISRUPTED.labels(
+        node_labels = node["metadata"].get("labels") or {}
+        pool = _quiet_pool(raw_pool)
+        grace = request.termination_grace_period
+        if grace is None and pool is not None:
+            grace = pool_termination_grace_period(pool)
+        labels = disruption_labels(
             reason=reason,
-            nodepool=labels.get(NODEPOOL_LABEL, ""),
-            capacity_type=labels.get(CAPACITY_TYPE_LABEL, ""),
-        ).inc()
+            nodepool=node_labels.get(NODEPOOL_LABEL, ""),
+            capacity_type=node_labels.get(CAPACITY_TYPE_LABEL, ""),
+            policy=pool.spec.disruption.consolidation_policy if pool is not None else None,
+            grace=grace,
+        )
+        metrics.NODECLAIMS_DISRUPTED.labels(**labels).inc()
+        metrics.PODS_DISRUPTION_INITIATED.labels(**labels).inc(reschedulable_pods(pods))
         await self._record([events.disruption_terminating(node, reason)])
 
     def _karpenter_drains(self, node: Json) -> bool:

@@ -78,7 +78,8 @@ NODECLASS_HASH_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash"
 NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash-version"
 TERMINATION_TIMESTAMP_ANNOTATION = "karpenter.sh/nodeclaim-termination-timestamp"
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-# v1.15: a node's own opt-out of node repair (its unhealthy conditions are left to the operator).
+# A node's own opt-out of node repair (its unhealthy conditions are left to the operator): karpflow's,
+# not Karpenter's (its repair RFC #3192 leaves a veto's shape open; docs/karpenter-versions.md).
 DO_NOT_REPAIR_ANNOTATION = "karpenter.sh/do-not-repair"
 # karpflow's markers on nodes (written by karpflow only): who holds the disrupted taint and why.
 HOLDER_ANNOTATION = "karpflow.io/disruption-command"

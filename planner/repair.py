@@ -20,7 +20,9 @@ start a second command the moment the first closed and count its pods' capacity 
 
 A MaintenanceWindow that blocks Repair holds an unhealthy node back until it allows
 (docs/operator-controls.md). An initialized node annotated `karpenter.sh/do-not-repair: "true"`
-(Karpenter v1.15) is never repaired: the plan says so, and the taint refuses it too (activities/guards.py).
+(karpflow's own: Karpenter's repair RFC #3192 asks for a repair veto and leaves its shape open;
+docs/karpenter-versions.md) is never repaired: the plan says so, and the taint refuses it too
+(activities/guards.py).
 
 Repair launches what the node's pods need first, with the same scheduling simulation as
 expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new

@@ -68,12 +68,21 @@ NODES_CONSUMING_BUDGETS = Gauge(
     ["nodepool", "reason"],
     registry=REGISTRY,
 )
+# Both disruption counters carry Karpenter's five labels (activities/disruption_metrics.py).
+DISRUPTION_LABELS = ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"]
 NODECLAIMS_DISRUPTED = Counter(
     "karpenter_nodeclaims_disrupted_total",
     "Nodes whose termination a disruption started, and karpflow's launches its garbage collection "
-    "terminated (reason garbage_collected or registration_timeout, as Karpenter's), by reason, NodePool "
-    "and capacity type.",
-    ["reason", "nodepool", "capacity_type"],
+    "terminated (reason garbage_collected or registration_timeout, as Karpenter's), by reason, NodePool, "
+    "capacity type, consolidation policy (consolidation only) and termination mode.",
+    DISRUPTION_LABELS,
+    registry=REGISTRY,
+)
+PODS_DISRUPTION_INITIATED = Counter(
+    "karpenter_pods_disruption_initiated_total",
+    "Pods on the nodes a disruption deleted, counted as it deleted each (DaemonSet and mirror pods "
+    "excluded), by the same labels as karpenter_nodeclaims_disrupted_total.",
+    DISRUPTION_LABELS,
     registry=REGISTRY,
 )
 NODES_TERMINATED = Counter(

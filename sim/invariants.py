@@ -96,7 +96,7 @@ node-disruption-budget
     A disruption a budget governs starts on a node a NodeDisruptionBudget selects, the node was
     available just before, and, counting it, more of the budget's selected nodes are unavailable than
     it allows. Governed: the voluntary reasons (Empty, Underutilized, Drifted, the rebalance
-    replacement), repair (Unhealthy: a voluntary method since Karpenter v1.15), `kubectl delete node`
+    replacement), repair (Unhealthy: karpflow's, as Karpenter RFC #3192 asks), `kubectl delete node`
     (Manual: the termination's holder annotation says so), and an expiration a window deferred (the
     node carries `karpflow.io/expiration-deferred`). Unavailable: Ready not True, the disrupted taint,
     or an instance that is not pending or running. Allowed: maxUnavailable, or the selected count

@@ -100,6 +100,11 @@ async def test_a_termination_moves_karpenters_series_and_the_dashboard_only_quer
     assert value(found, "karpflow_events_total", reason="Evicted", outcome="created") == 3
     # the termination's own: the node deleted for a disruption, then gone, and each phase timed
     assert value(found, "karpenter_nodeclaims_disrupted_total", reason="Drifted") == 1
+    # its three web pods, counted as it was deleted (no DaemonSet pod), with Karpenter's labels:
+    # no consolidation policy for drift, and the pool's unbounded drain is graceful (#3015, #3179)
+    drifted = {"reason": "Drifted", "consolidation_policy": "", "termination_mode": "graceful"}
+    assert value(found, "karpenter_nodeclaims_disrupted_total", **drifted) == 1
+    assert value(found, "karpenter_pods_disruption_initiated_total", **drifted) == 3
     assert value(found, "karpenter_nodes_terminated_total") == 1
     assert value(found, "karpenter_nodes_termination_duration_seconds_count") == 1
     phases = "karpflow_workflow_phase_duration_seconds_count"

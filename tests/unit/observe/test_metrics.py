@@ -26,7 +26,21 @@ KARPENTER_SERIES = {
     "karpenter_voluntary_disruption_failed_validations": {"consolidation_type"},
     "karpenter_nodepools_allowed_disruptions": {"nodepool", "reason"},
     "karpenter_nodepools_nodes_consuming_budgets": {"nodepool", "reason"},
-    "karpenter_nodeclaims_disrupted": {"reason", "nodepool", "capacity_type"},
+    # Karpenter #3015 and #3179 (main after v1.14.1): pkg/metrics/metrics.go
+    "karpenter_nodeclaims_disrupted": {
+        "reason",
+        "nodepool",
+        "capacity_type",
+        "consolidation_policy",
+        "termination_mode",
+    },
+    "karpenter_pods_disruption_initiated": {
+        "reason",
+        "nodepool",
+        "capacity_type",
+        "consolidation_policy",
+        "termination_mode",
+    },
     "karpenter_nodes_terminated": {"nodepool"},
     "karpenter_nodes_termination_duration_seconds": {"nodepool"},
     "karpenter_pods_drained": {"reason"},

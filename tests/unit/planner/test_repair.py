@@ -117,7 +117,7 @@ def test_nodes_already_in_flight_get_no_second_forceful_command():
 
 
 def test_an_initialized_node_annotated_do_not_repair_is_left_alone_and_says_why():
-    """Karpenter v1.15's karpenter.sh/do-not-repair: the taint refused the repair, but the planner
+    """karpflow's karpenter.sh/do-not-repair: the taint refused the repair, but the planner
     planned it again every pass."""
     b = ClusterBuilder()
     pool_of(b, 9)

@@ -175,7 +175,13 @@ def world() -> Iterator[World]:
 
 
 def collected_count(reason: str) -> float:
-    labels = {"reason": reason, "nodepool": "default", "capacity_type": "on-demand"}
+    labels = {
+        "reason": reason,
+        "nodepool": "default",
+        "capacity_type": "on-demand",
+        "consolidation_policy": "",  # Karpenter's garbage collection reports none (#3179)
+        "termination_mode": "graceful",  # the pool sets no terminationGracePeriod
+    }
     return REGISTRY.get_sample_value("karpenter_nodeclaims_disrupted_total", labels) or 0.0
 
 
