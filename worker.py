@@ -81,7 +81,7 @@ from runtime.controller_start import ensure_controller, supervise_controller
 from runtime.failure_log import ExpectedFailureLog
 from runtime.health import HealthServer
 from runtime.permission_log import PermissionDeniedLog
-from runtime.settings import WorkerSettings, explain, settings_options, unknown_variables
+from runtime.settings import WorkerSettings, explain, plan_options, settings_options, unknown_variables
 from runtime.telemetry import configure_logging, tracing_interceptors
 from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
@@ -264,6 +264,7 @@ class KarpflowWorker:
             instances=InstanceDescriptions(self.ec2),
             karpenter_coexistence=settings.karpenter_coexistence,
             approval_recheck=timedelta(seconds=settings.approval_recheck_interval),
+            options=plan_options(settings),
         )
         self.worker = Worker(
             self.client,

@@ -469,6 +469,7 @@ class PlanningActivities(ControllerHousekeeping):
             reasons=self.sent_reasons.update(controller_id(), request.reasons_base, reasons),
             budgets=result.budgets,
             problems=result.problems,
+            breaker=result.breaker,
             in_flight=flying.ids,
             orphan_taints=orphans,
             annotations=[a.model_dump(mode="json") for a in result.annotations],

@@ -300,6 +300,7 @@ class PassResult(BaseModel):
     )
     budgets: dict[str, dict[str, int]] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
+    breaker: str = Field(default="", description="why the cluster-health breaker is open (empty: closed)")
     in_flight: list[str] = Field(default_factory=list, description="running disruption/termination workflows")
     orphan_taints: list[str] = Field(
         default_factory=list, description="nodes tainted karpenter.sh/disrupted that no workflow holds"
@@ -366,6 +367,9 @@ class ControllerStatus(BaseModel):
     )
     stopping: str = Field(default="", description="set when an operator asked the controller to stop")
     pauses: list[Pause] = Field(default_factory=list, description="operator pauses in force")
+    breaker: str = Field(
+        default="", description="the cluster-health breaker: why voluntary disruption waits (empty: closed)"
+    )
     history_events: int = Field(default=0, description="events in this run's history so far")
     history_bytes: int = Field(default=0, description="size of this run's history so far")
     garbage: GarbageCollectionResult | None = Field(

@@ -431,6 +431,12 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
         for item in result.blocked:
             table.add_row(item.node, item.nodepool or "-", item.reason)
         console.print(table)
+    if result.breaker:
+        console.print(
+            f"[yellow]cluster-health breaker open[/yellow]: {result.breaker}; emptiness, consolidation, "
+            "drift and rebalance wait until the cluster recovers",
+            highlight=False,
+        )
     if result.problems:
         console.print(f"[yellow]{len(result.problems)} problem(s) in the input:[/yellow]")
         for problem in result.problems[:50]:

@@ -74,6 +74,9 @@ class Window:
     zone: ZoneInfo = UTC_ZONE
     # One-off (start, end) periods that block, in either mode.
     exclusions: tuple[tuple[datetime, datetime], ...] = ()
+    # Not an object but the open cluster-health breaker (planner/health_breaker.py), described:
+    # always active while the pass finds the cluster sick.
+    breaker: str = ""
 
     @property
     def broken(self) -> bool:
@@ -128,11 +131,14 @@ class WindowBlock:
     broken: tuple[str, ...] = ()
     unscheduled: tuple[str, ...] = ()
     paused: tuple[str, ...] = ()  # the pauses among them, described
+    breaker: str = ""  # the open cluster-health breaker among them, described
 
     def ends(self) -> str:
         """When the block ends, for people: a time, or what has to happen first."""
         if self.paused:
             return "when resumed (karpflow resume)"
+        if self.breaker:
+            return "when the cluster recovers (cluster-health breaker)"
         if self.broken:
             return f"when {', '.join(self.broken)} {'is' if len(self.broken) == 1 else 'are'} fixed (invalid)"
         if self.unscheduled:
@@ -145,6 +151,9 @@ class WindowBlock:
     def message(self) -> str:
         if self.paused:
             return f"paused ({'; '.join(self.paused)}): {self.action} waits until resumed"
+        if self.breaker:
+            waits = f"{self.action} waits until the cluster recovers"
+            return f"cluster-health breaker open ({self.breaker}): {waits}"
         noun = "MaintenanceWindow" if len(self.windows) == 1 else "MaintenanceWindows"
         ends = self.ends()
         until = f"until {ends}" if self.until is not None else ends.replace("when ", "until ", 1)
@@ -267,8 +276,15 @@ def blocked(
         tuple(sorted(w.name for w in active)),
         _block_end(relevant, _utc(when)),
         tuple(sorted(w.name for w in active if w.broken)),
-        tuple(sorted(w.name for w in active if not w.broken and not w.schedules and not w.pause)),
+        tuple(
+            sorted(
+                w.name
+                for w in active
+                if not w.broken and not w.schedules and not w.exclusions and not w.pause and not w.breaker
+            )
+        ),
         tuple(sorted(w.pause for w in active if w.pause)),
+        "; ".join(w.breaker for w in active if w.breaker),
     )
 
 

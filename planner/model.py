@@ -167,6 +167,16 @@ class PlanOptions(BaseModel):
     # Repair stops for a NodePool when more than this share of its nodes is unhealthy: then the
     # cluster is sick, not the node, and replacing nodes would not help (Karpenter: 20 %).
     repair_max_unhealthy: float = Field(default=0.2, ge=0, le=1)
+    # The cluster-health breaker (planner/health_breaker.py): voluntary disruption pauses while more
+    # than `breaker_ok_unready` nodes and `breaker_max_unready` of them are NotReady (Cluster
+    # Autoscaler's rule and defaults), or more than `breaker_max_pending_pods` pods have been pending
+    # for longer than `breaker_pending_for` (0: no pending-pod rule).
+    breaker: bool = True
+    breaker_max_unready: float = Field(default=0.45, ge=0, le=1)
+    breaker_ok_unready: int = Field(default=3, ge=0)
+    breaker_node_startup: timedelta = timedelta(minutes=15)
+    breaker_max_pending_pods: int = Field(default=100, ge=0)
+    breaker_pending_for: timedelta = timedelta(minutes=10)
     # Consolidation strategy for every NodePool, overriding their karpflow.dev/consolidation-strategy
     # annotations (`karpflow plan --strategy`, benches). None: each pool's annotation (default Karpenter).
     consolidation_strategy: Literal["Karpenter", "Optimal"] | None = None

@@ -38,6 +38,7 @@ from planner.catalog import Catalog
 from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
+from planner.health_breaker import with_health_breaker
 from planner.limits import reserve as reserve_limits
 from planner.limits import within_limits
 from planner.model import (
@@ -228,6 +229,9 @@ class Plan(_Out):
     target_fleet: TargetFleetOut | None = Field(
         default=None, description="the Optimal strategy's target fleet, when its method ran"
     )
+    breaker: str = Field(
+        default="", description="why the cluster-health breaker holds voluntary disruption (empty: closed)"
+    )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
     _evaluations: list[MethodEvaluation] = PrivateAttr(default_factory=list)
@@ -293,6 +297,7 @@ def plan(
     `cache`: per-node work kept from the caller's previous pass (planner/pass_cache.py); the plan is
     the same with or without it."""
     options = options or PlanOptions()
+    snapshot, health = with_health_breaker(snapshot, options)
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
@@ -391,6 +396,7 @@ def plan(
             snapshot, ctx.leaving, {n for c in commands for n in c.nodes}, optimal_pools(ctx)
         ),
         target_fleet=ctx.outcomes.get(OptimalConsolidation.name),
+        breaker=health.describe(),
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)
@@ -636,10 +642,12 @@ def validate_command(
     `marked`: nodes of commands validated before this one in the same batch, which will start with
     it: they count against budgets, rates and NodeDisruptionBudgets as this pass's own. `cache`: as
     for `plan` (the verdict is the same without it)."""
+    options = options or PlanOptions()
+    snapshot, _ = with_health_breaker(snapshot, options)
     ctx = PlanContext(
         snapshot=snapshot,
         catalog=catalog,
-        options=options or PlanOptions(),
+        options=options,
         simulate=simulate if simulate is not None else default_simulate(),
         cache=cache,
     )

@@ -28,6 +28,7 @@ from api.nodepool import NodePool
 from planner.budgets import build_budget_map
 from planner.candidates import make_candidate, node_block
 from planner.catalog import Catalog
+from planner.health_breaker import with_health_breaker
 from planner.model import DisruptionClass, Method, PlanContext, PlanOptions
 from planner.operator_controls import ndb_ledger, voluntary_block
 from planner.plan import CommandOut, ValidationOut, command_from_out, command_out, default_methods
@@ -62,7 +63,9 @@ def validate_waited(
 ) -> ValidationOut:
     """The verdict on a command that waited (module docstring). `held`: node -> the other command
     that holds it now."""
-    ctx = PlanContext(snapshot=snapshot, catalog=catalog, options=options or PlanOptions())
+    options = options or PlanOptions()
+    snapshot, _ = with_health_breaker(snapshot, options)
+    ctx = PlanContext(snapshot=snapshot, catalog=catalog, options=options)
     for name in nodes:
         node = snapshot.nodes.get(name)
         if node is None:

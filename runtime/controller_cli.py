@@ -442,6 +442,11 @@ def render(status: ControllerStatus, console: Console, state: ControllerRun | No
             f"[yellow]paused[/] {pause.describe()} since {pause.since:%Y-%m-%d %H:%M:%S} "
             "(new commands it covers wait; `karpflow resume` lifts it)"
         )
+    if status.breaker:
+        console.print(
+            f"[yellow]paused by the cluster-health breaker[/]: {status.breaker} (new emptiness, "
+            "consolidation, drift and rebalance commands wait; it lifts when the cluster recovers)"
+        )
     if status.error:
         console.print(f"[red]last pass failed:[/] {status.error}")
     for title, rows in (

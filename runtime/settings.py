@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import click
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from planner.model import PlanOptions
 
 
 class WorkerSettings(BaseSettings):
@@ -150,6 +153,29 @@ class WorkerSettings(BaseSettings):
         description="seconds between checks that the controller runs: one that failed or was "
         "terminated is started again (a stopped one is left stopped)",
     )
+    # The cluster-health breaker (planner/health_breaker.py, docs/operator-controls.md)
+    breaker: bool = Field(
+        default=True,
+        description="pause voluntary disruption while the cluster is unhealthy (NotReady nodes, pods "
+        "pending long); it lifts on its own when the cluster recovers",
+    )
+    breaker_max_unready_percent: float = Field(
+        default=45.0,
+        ge=0,
+        le=100,
+        description="the breaker opens when more than this share of nodes is NotReady (and more than "
+        "--breaker-ok-unready-count), as Cluster Autoscaler's --max-total-unready-percentage",
+    )
+    breaker_ok_unready_count: int = Field(
+        default=3, ge=0, description="NotReady nodes the breaker always tolerates (--ok-total-unready-count)"
+    )
+    breaker_max_pending_pods: int = Field(
+        default=100,
+        ge=0,
+        description="the breaker opens when more pods than this have been pending longer than "
+        "--breaker-pending-for (0: never for pending pods)",
+    )
+    breaker_pending_for: float = Field(default=600.0, gt=0, description="seconds before a pending pod counts")
     # Beside Karpenter (docs/running-beside-karpenter.md)
     karpenter_coexistence: bool = Field(
         default=False,
@@ -315,3 +341,14 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
             command
         )
     return command
+
+
+def plan_options(settings: WorkerSettings) -> PlanOptions:
+    """The planner's options the worker's settings choose (the rest are Karpenter's defaults)."""
+    return PlanOptions(
+        breaker=settings.breaker,
+        breaker_max_unready=settings.breaker_max_unready_percent / 100,
+        breaker_ok_unready=settings.breaker_ok_unready_count,
+        breaker_max_pending_pods=settings.breaker_max_pending_pods,
+        breaker_pending_for=timedelta(seconds=settings.breaker_pending_for),
+    )

@@ -473,6 +473,7 @@ class ControllerWorkflow:
             unavailable=list(self._state.unavailable.values()),
             cleaned_taints=cleaned,
             problems=result.problems,
+            breaker=result.breaker,
             waiting=waiting,
             quiet=not result.commands
             and not result.in_flight
