@@ -10,7 +10,9 @@ CEL comes from cel-python (celpy): it follows the spec where Karpenter's rules n
 as `all()` is false when any element is false even if another errs, as in cel-go; the Rust-based
 `common-expression-language` raised there instead). Kubernetes adds libraries to CEL; the functions
 Karpenter's rules call beyond the standard ones are added here: `find` (regex library) and `split`
-(strings library). Values are converted by their schema type, so an `integer` field is a CEL int.
+(strings library); every rule of the bundled v1.14.1 CRDs compiles with them. An unset field a rule
+reads is cel-go's `no such key: <field>`, as kube-apiserver prints it. Values are converted by their
+schema type, so an `integer` field is a CEL int.
 Not reproduced: the cost budget, `messageExpression`, `fieldPath`/`reason`, old values inside lists
 (list items are not correlated: transition rules under a list are skipped, as for atomic lists).
 """
@@ -116,12 +118,22 @@ def rule_errors(
     return errs
 
 
+# celpy's words for a field or key that is not there, and cel-go's, which kube-apiserver prints (cel-go
+# common/types/err.go `NoSuchKey`; apiextensions-apiserver pkg/apiserver/schema/cel/validation.go quotes
+# the error before "evaluating rule"): a rule reading an unset field, such as the EC2NodeClass's
+# `e in self.evictionSoftGracePeriod` when only evictionSoft is set.
+_NO_SUCH_MEMBER = re.compile(r"^no such member in mapping: '(.*)'$")
+
+
 def _eval_detail(err: celpy.CELEvalError) -> str:
-    """The cause of an evaluation error (celpy wraps it as (summary, type, args))."""
+    """The cause of an evaluation error (celpy wraps it as (summary, type, args)), in cel-go's words
+    where they differ."""
     args = err.args
     if len(args) >= 3 and args[2]:
-        return str(args[2][0] if isinstance(args[2], tuple) else args[2])
-    return str(args[0]) if args else str(err)
+        detail = str(args[2][0] if isinstance(args[2], tuple) else args[2])
+    else:
+        detail = str(args[0]) if args else str(err)
+    return _NO_SUCH_MEMBER.sub(r"no such key: \1", detail)
 
 
 def _evaluate(

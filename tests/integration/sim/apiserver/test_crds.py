@@ -181,6 +181,38 @@ def test_a_valid_nodepool_and_an_update_karpenter_refuses(kubectl):
     ), refused.stderr
 
 
+def test_kubectl_applies_v1_14_nodepools_and_gets_the_release_crds_refusals(kubectl):
+    """Balanced, a static pool with limits.nodes, Gte and minValues go in; what the v1.14.1 CRD's rules
+    refuse comes back from `kubectl apply` in kube-apiserver's words (the unit tests,
+    tests/unit/sim/apiserver/test_karpenter_v114_fields.py, cover each rule)."""
+    balanced = nodepool("balanced", consolidationPolicy="Balanced", consolidateAfter="1m")
+    balanced["spec"]["template"]["spec"]["requirements"] += [
+        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gte", "values": ["4"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"],
+         "minValues": 2},
+    ]  # fmt: skip
+    assert "created" in kubectl("apply", "-f", "-", stdin=balanced).stdout
+    static = nodepool("static")
+    static["spec"] |= {"replicas": 2, "limits": {"nodes": 3}}
+    assert "created" in kubectl("apply", "-f", "-", stdin=static).stdout
+
+    static["spec"]["limits"] = {"nodes": 3, "cpu": "100"}
+    refused = kubectl("apply", "-f", "-", stdin=static, check=False)
+    assert refused.returncode != 0
+    assert (
+        'The NodePool "static" is invalid: spec: Invalid value: "object": only \'limits.nodes\' is supported '
+        "on static NodePools" in refused.stderr
+    ), refused.stderr
+    del static["spec"]["replicas"], static["spec"]["limits"]
+    refused = kubectl("apply", "-f", "-", stdin=static, check=False)
+    assert (
+        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) "
+        "provisioning modes" in refused.stderr
+    ), refused.stderr
+    shown = json.loads(kubectl("get", "nodepool", "static", "-o", "json").stdout)
+    assert shown["spec"]["replicas"] == 2 and shown["spec"]["limits"] == {"nodes": 3}
+
+
 def test_an_ec2nodeclass_karpenter_refuses_is_refused_in_its_words(kubectl):
     both = {
         "apiVersion": "karpenter.k8s.aws/v1",
