@@ -7,6 +7,7 @@
     karpflow sim faults ice m5.large [--zone us-west-2a] [--capacity-type spot]
     karpflow sim faults throttle --probability 0.3 [--rps 5] [--action RunInstances]
     karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
+    karpflow sim faults bad-ami AMI_ID [--pods-crash] [--remove]
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
     karpflow sim interrupt NODE --kind spot|rebalance|scheduled-change|stopping|health
                                                      the EventBridge event EC2 (or AWS Health) sends
@@ -287,6 +288,29 @@ def faults_never_ready(ctx: click.Context, types: tuple[str, ...], ids: tuple[st
         never = spec["never_ready"]
         never["instance_types"] = sorted({*never.get("instance_types", []), *types})
         never["instance_ids"] = sorted({*never.get("instance_ids", []), *ids})
+
+    _update_ec2(ctx, change)
+
+
+@faults.command("bad-ami")
+@click.argument("image_id")
+@click.option(
+    "--pods-crash",
+    is_flag=True,
+    help="The nodes turn Ready but every container exits at once and crash-loops "
+    "(default: the nodes never turn Ready).",
+)
+@click.option("--remove", is_flag=True, help="The image boots well again (nodes already up recover).")
+@click.pass_context
+def faults_bad_ami(ctx: click.Context, image_id: str, pods_crash: bool, remove: bool) -> None:
+    """Instances booted from IMAGE_ID (an AMI id) never turn Ready, or their pods crash-loop."""
+    if not image_id.startswith("ami-"):
+        raise click.BadParameter(f"{image_id!r} is not an AMI id (ami-...)", param_hint="IMAGE_ID")
+
+    def change(spec: dict[str, Any]) -> None:
+        section = spec["crash_loop"] if pods_crash else spec["never_ready"]
+        images = [i for i in section.get("image_ids", []) if i != image_id]
+        section["image_ids"] = images if remove else [*images, image_id]
 
     _update_ec2(ctx, change)
 

@@ -16,8 +16,11 @@ here, inside the moto server's own process, by wrapping three moto EC2 response 
   storm hits karpflow, not the simulated kubelets.
 
 "Never becomes ready" is not an EC2 error: the node lifecycle controller asks
-`Ec2Faults.is_never_ready(instance)` (by instance id, instance type, predicate, or the instance tag
-`karpflow.io/sim-never-ready=true`) and registers such an instance as a node that stays NotReady.
+`Ec2Faults.is_never_ready(instance)` (by instance id, instance type, image id, predicate, or the
+instance tag `karpflow.io/sim-never-ready=true`) and registers such an instance as a node that stays
+NotReady. A bad AMI (`karpflow sim faults bad-ami AMI_ID`) is either that, for every instance booted
+from the image, or one whose kubelet comes up but whose pods crash-loop
+(`Ec2Faults.is_crash_looping(instance)`, read by the simulated kubelets: sim/controllers/kubelet.py).
 
 Zones are matched as requested: run_instances takes `Placement.AvailabilityZone`, else the
 subnet's zone, else moto's default (`<region>a`); a fleet override takes its `AvailabilityZone`,
@@ -103,6 +106,13 @@ class NeverReadySpec(BaseModel):
 
     instance_ids: list[str] = Field(default_factory=list)
     instance_types: list[str] = Field(default_factory=list)
+    image_ids: list[str] = Field(default_factory=list, description="bad AMIs: their nodes never turn Ready")
+
+
+class CrashLoopSpec(BaseModel):
+    """Bad AMIs whose nodes turn Ready but whose pods' containers exit at once, again and again."""
+
+    image_ids: list[str] = Field(default_factory=list)
 
 
 class Ec2FaultSpec(BaseModel):
@@ -111,6 +121,7 @@ class Ec2FaultSpec(BaseModel):
     insufficient_capacity: list[CapacityPool] = Field(default_factory=list)
     throttle: ThrottleSpec = Field(default_factory=ThrottleSpec)
     never_ready: NeverReadySpec = Field(default_factory=NeverReadySpec)
+    crash_loop: CrashLoopSpec = Field(default_factory=CrashLoopSpec)
 
 
 @dataclass
@@ -208,6 +219,13 @@ class Ec2Faults:
             if predicate is not None:
                 self._predicates.append(predicate)
 
+    def add_bad_image(self, image_id: str, *, crash_loop: bool = False) -> None:
+        """Instances booted from `image_id` never turn Ready, or (`crash_loop`) their pods crash-loop."""
+        with self._lock:
+            images = self._spec.crash_loop.image_ids if crash_loop else self._spec.never_ready.image_ids
+            if image_id not in images:
+                images.append(image_id)
+
     # --- queries -----------------------------------------------------------------------------
 
     def exhausted(self, instance_type: str, zone: str | None, capacity_type: str) -> bool:
@@ -226,8 +244,15 @@ class Ec2Faults:
                 return True
             if instance.get("InstanceType") in spec.instance_types:
                 return True
+            if instance.get("ImageId") in spec.image_ids:
+                return True
             predicates = list(self._predicates)
         return any(p(instance) for p in predicates)
+
+    def is_crash_looping(self, instance: Mapping[str, Any]) -> bool:
+        """Whether the pods of `instance`'s node crash-loop (it was booted from a crash-loop AMI)."""
+        with self._lock:
+            return bool(instance) and instance.get("ImageId") in self._spec.crash_loop.image_ids
 
     def should_throttle(self, action: str) -> bool:
         with self._lock:

@@ -1,6 +1,12 @@
 """The part of every simulated kubelet that starts pods: a pod bound to a Ready node becomes Running
 and Ready after a delay (conditions, startTime, IPs, one running containerStatus per container).
 
+On a node booted from a crash-loop AMI (`karpflow sim faults bad-ami AMI --pods-crash`) every
+container exits with code 1 as it starts: the pod is Running but not Ready, its containers wait in
+CrashLoopBackOff and their restartCount grows, restarted after the kubelet's back-off, 10 s doubling
+up to 5 min (kubernetes/kubernetes pkg/kubelet/kubelet.go `backOffPeriod`, `MaxContainerBackOff`).
+Once the fault is lifted the next restart runs for good.
+
 Pods on a node that is not Ready wait (the kubelet is not up yet, or never will be). A pod on a node
 that goes NotReady later keeps running here until the taint manager deletes it (taint_eviction.py,
 after its not-ready/unreachable tolerationSeconds); pods of a deleted Node are removed by the pod GC
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sim.apiserver.errors import ApiError
@@ -23,6 +30,8 @@ from sim.controllers.timers import Timers
 from sim.timescale import TimeScale
 
 log = logging.getLogger(__name__)
+BACKOFF_SECONDS = 10.0  # the kubelet's first back-off before restarting a failed container
+MAX_BACKOFF_SECONDS = 300.0
 
 
 def _node_ip(node: dict[str, Any] | None) -> str:
@@ -40,13 +49,58 @@ def _startable(pod: dict[str, Any]) -> bool:
     )
 
 
+def crash_conditions(spec: dict[str, Any], at: str) -> list[dict[str, Any]]:
+    """A Running pod whose containers are not ready, in the kubelet's words (pkg/kubelet/status
+    generate.go `GeneratePodReadyCondition`: reason ContainersNotReady)."""
+    names = " ".join(c.get("name", "") for c in spec.get("containers") or ())
+    unready = {"reason": "ContainersNotReady", "message": f"containers with unready status: [{names}]"}
+    conditions: list[dict[str, Any]] = []
+    for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
+        ready = kind not in ("Ready", "ContainersReady")
+        condition = {"type": kind, "status": "True" if ready else "False", "lastProbeTime": None}
+        conditions.append({**condition, "lastTransitionTime": at, **({} if ready else unready)})
+    return conditions
+
+
+def crashed_container(
+    container: dict[str, Any], index: int, uid: str, at: str, *, restarts: int
+) -> dict[str, Any]:
+    """A container that exited with code 1 and waits for its back-off (CrashLoopBackOff)."""
+    name = container.get("name", "")
+    backoff = int(min(BACKOFF_SECONDS * 2**restarts, MAX_BACKOFF_SECONDS))
+    return {
+        "name": name,
+        "image": container.get("image", ""),
+        "imageID": f"sim://{container.get('image', '')}",
+        "containerID": f"containerd://{uid[:8]}-{index}-{restarts}",
+        "ready": False,
+        "started": False,
+        "restartCount": restarts,
+        "state": {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {backoff}s restarting failed container={name}",
+            }
+        },
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}},
+    }
+
+
 class Kubelets:
     name = "kubelet"
 
     def __init__(
-        self, store: Store, informer: Informer, timescale: TimeScale, start_seconds: float = 2.0
+        self,
+        store: Store,
+        informer: Informer,
+        timescale: TimeScale,
+        start_seconds: float = 2.0,
+        *,
+        crash_looping: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
+        self.crash_looping = crash_looping or (lambda node: False)
+        self.restarts = 0
         self.informer = informer
         self.scale = timescale
         self.start_seconds = start_seconds
@@ -99,6 +153,7 @@ class Kubelets:
         pod_ip = self._next_ip()
         host_ip = _node_ip(node)
         started = False
+        crashing = self.crash_looping(node_name)
 
         def run(pod: dict[str, Any]) -> dict[str, Any] | None:
             nonlocal started
@@ -124,6 +179,14 @@ class Kubelets:
                     "PodScheduled",
                 )
             ]
+            if crashing:
+                status["conditions"] = crash_conditions(spec, at)
+                status["containerStatuses"] = [
+                    crashed_container(c, i, uid, at, restarts=0)
+                    for i, c in enumerate(spec.get("containers") or ())
+                ]
+                started = True
+                return pod
             status["containerStatuses"] = [
                 {
                     "name": c.get("name", ""),
@@ -149,6 +212,67 @@ class Kubelets:
             return
         if started:
             self.started += 1
+            if crashing:
+                self._schedule_restart(ns, name, uid, node_name, 0)
+
+    def _schedule_restart(self, ns: str, name: str, uid: str, node_name: str, restarts: int) -> None:
+        backoff = min(BACKOFF_SECONDS * 2**restarts, MAX_BACKOFF_SECONDS)
+        self.timers.after(
+            self.scale.seconds(backoff),
+            lambda: self._restart(ns, name, uid, node_name, restarts + 1),
+            f"restart pod {ns}/{name}",
+        )
+
+    def _restart(self, ns: str, name: str, uid: str, node_name: str, restarts: int) -> None:
+        """The back-off has passed: the containers run again, and crash again unless the fault is gone."""
+        crashing = self.crash_looping(node_name)
+        at = now_rfc3339()
+        changed = False
+
+        def restart(pod: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal changed
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            if meta.get("uid") != uid or spec.get("nodeName") != node_name or meta.get("deletionTimestamp"):
+                return pod
+            status = pod.setdefault("status", {})
+            containers = spec.get("containers") or ()
+            if crashing:
+                status["conditions"] = crash_conditions(spec, at)
+                status["containerStatuses"] = [
+                    crashed_container(c, i, uid, at, restarts=restarts) for i, c in enumerate(containers)
+                ]
+            else:
+                status["conditions"] = [
+                    {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": at}
+                    for kind in (
+                        "PodReadyToStartContainers",
+                        "Initialized",
+                        "Ready",
+                        "ContainersReady",
+                        "PodScheduled",
+                    )
+                ]
+                status["containerStatuses"] = [
+                    {
+                        **crashed_container(c, i, uid, at, restarts=restarts),
+                        "ready": True,
+                        "started": True,
+                        "state": {"running": {"startedAt": at}},
+                    }
+                    for i, c in enumerate(containers)
+                ]
+            changed = True
+            return pod
+
+        try:
+            self.store.mutate("pods", name, restart, ns, subresource="status")
+        except ApiError as err:
+            log.debug("pod %s/%s not restarted: %s", ns, name, err)
+            return
+        if changed:
+            self.restarts += 1
+            if crashing:
+                self._schedule_restart(ns, name, uid, node_name, restarts)
 
     async def run(self) -> None:
         self.informer.sync()

@@ -214,6 +214,14 @@ class NodeLifecycleController:
             if tracked.instance_id not in live and tracked.phase not in ("gone", "released"):
                 self._instance_gone(tracked)
 
+    def crash_looping(self, node: str) -> bool:
+        """Whether the pods of node `node` crash-loop: its instance was booted from a crash-loop AMI
+        (what the kubelet of that node would find, running them)."""
+        faults = self.faults or ec2_faults.active()
+        if faults is None:
+            return False
+        return any(t.node == node and faults.is_crash_looping(t.instance) for t in self.tracked.values())
+
     def _never_ready(self, instance: dict[str, Any]) -> bool:
         faults = self.faults or ec2_faults.active()
         return bool(instance) and faults is not None and faults.is_never_ready(instance)

@@ -212,7 +212,16 @@ class SimControllers:
         if "scheduler" in s.enabled:
             built["scheduler"] = Scheduler(self.store, informer)
         if "kubelet" in s.enabled:
-            built["kubelet"] = Kubelets(self.store, informer, s.timescale, s.pod_start_seconds)
+            lifecycle = built.get("nodes")
+            built["kubelet"] = Kubelets(
+                self.store,
+                informer,
+                s.timescale,
+                s.pod_start_seconds,
+                crash_looping=lifecycle.crash_looping
+                if isinstance(lifecycle, NodeLifecycleController)
+                else None,
+            )
         if "podgc" in s.enabled:
             built["podgc"] = PodGC(self.store, informer, s.timescale)
         if "replicasets" in s.enabled:

@@ -62,6 +62,15 @@ def test_faults_reach_the_simulator(sim_stack):
     )
     run(sim_stack, "faults", "never-ready", "--instance-type", "c5.large")
     assert sim_stack.faults.is_never_ready({"InstanceId": "i-1", "InstanceType": "c5.large"})
+    run(sim_stack, "faults", "bad-ami", "ami-0bad")
+    run(sim_stack, "faults", "bad-ami", "ami-0crash", "--pods-crash")
+    assert sim_stack.faults.is_never_ready({"InstanceId": "i-2", "ImageId": "ami-0bad"})
+    assert sim_stack.faults.is_crash_looping({"InstanceId": "i-3", "ImageId": "ami-0crash"})
+    assert not sim_stack.faults.is_never_ready({"InstanceId": "i-3", "ImageId": "ami-0crash"})
+    run(sim_stack, "faults", "bad-ami", "ami-0crash", "--pods-crash", "--remove")
+    assert not sim_stack.faults.is_crash_looping({"InstanceId": "i-3", "ImageId": "ami-0crash"})
+    code, _ = run(sim_stack, "faults", "bad-ami", "not-an-ami")
+    assert code == 2
     code, _ = run(
         sim_stack, "faults", "api", "--verb", "create", "--resource", "pods/eviction", "--status", "429"
     )

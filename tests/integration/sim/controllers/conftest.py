@@ -118,8 +118,8 @@ class SimCluster:
             "UserData",
             nodeconfig(self.cluster_name, "https://sim.invalid", labels, parse_taints(taints), max_pods),
         )
+        kwargs.setdefault("ImageId", "ami-12345678")
         response = self.ec2.run_instances(
-            ImageId="ami-12345678",
             MinCount=count,
             MaxCount=count,
             InstanceType=instance_type,

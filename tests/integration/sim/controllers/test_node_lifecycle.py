@@ -213,6 +213,57 @@ def test_never_ready_instances_register_but_stay_not_ready(sim_cluster):
     )
 
 
+def bound_pod(name, node):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    }
+
+
+def test_a_bad_ami_boots_nodes_that_never_turn_ready_or_whose_pods_crash_loop(sim_cluster):
+    """`karpflow sim faults bad-ami`: the health gate of a rollout must see what a bad image does
+    in a real cluster, from Kubernetes alone (no label or tag says "bad")."""
+    sim_cluster.faults.add_bad_image("ami-0badbad0000000001")
+    sim_cluster.faults.add_bad_image("ami-0c4a5h00000000001", crash_loop=True)
+    [never] = sim_cluster.launch("t3.large", ImageId="ami-0badbad0000000001")
+    [crashing] = sim_cluster.launch("t3.large", ImageId="ami-0c4a5h00000000001")
+    [healthy] = sim_cluster.launch("t3.large")
+    for instance in (crashing, healthy):
+        wait_for(lambda i=instance: node_ready(sim_cluster.node_of(i)) == "True", what=f"{instance} Ready")
+    wait_for(lambda: sim_cluster.node_of(never), what="the never-ready instance to register")
+    store = sim_cluster.server.store
+    for label, instance in (("crash", crashing), ("ok", healthy)):
+        store.create(
+            "pods", bound_pod(f"app-{label}", sim_cluster.node_of(instance).metadata.name), "default"
+        )
+
+    def app(name):
+        return store.get("pods", name, "default")
+
+    def restarts(pod):
+        return (pod.get("status", {}).get("containerStatuses") or [{}])[0].get("restartCount", 0)
+
+    wait_for(lambda: restarts(app("app-crash")) >= 2, what="the crashing container restarted twice")
+    crashed = app("app-crash")["status"]
+    assert crashed["phase"] == "Running"
+    ready = {c["type"]: c for c in crashed["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
+    (container,) = crashed["containerStatuses"]
+    assert container["state"]["waiting"]["reason"] == "CrashLoopBackOff" and not container["ready"]
+    assert container["lastState"]["terminated"]["exitCode"] == 1
+    fine = app("app-ok")["status"]
+    assert restarts(app("app-ok")) == 0 and fine["containerStatuses"][0]["ready"] is True
+    assert node_ready(sim_cluster.node_of(never)) == "False"
+    # The image fixed: the crashing container's next restart runs for good.
+    sim_cluster.faults.clear()
+    wait_for(
+        lambda: (app("app-crash")["status"]["containerStatuses"][0]).get("ready") is True,
+        what="the container running once the fault is lifted",
+    )
+
+
 def test_a_node_deleted_by_hand_is_not_registered_again(sim_cluster):
     [instance_id] = sim_cluster.launch("m5.large")
     node = wait_for(lambda: sim_cluster.node_of(instance_id))
