@@ -58,6 +58,7 @@ from activities.garbage_collection import GarbageCollector
 from activities.instance_descriptions import InstanceDescriptions
 from activities.kubernetes import KubernetesActivities
 from activities.nodeclaims import NodeClaimActivities
+from activities.notifications import NotificationActivities
 from activities.planning import PlanningActivities
 from activities.rollout import RolloutActivities
 from activities.waiting_commands import WaitingCommandActivities
@@ -85,12 +86,19 @@ from runtime.settings import WorkerSettings, explain, plan_options, settings_opt
 from runtime.telemetry import configure_logging, tracing_interceptors
 from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
+from workflows.notify import NotificationWorkflow
 from workflows.rollout import RolloutWorkflow
 from workflows.termination import TerminationWorkflow
 
 log = logging.getLogger("karpflow.worker")
 
-WORKFLOWS: tuple[type, ...] = (ControllerWorkflow, DisruptionWorkflow, TerminationWorkflow, RolloutWorkflow)
+WORKFLOWS: tuple[type, ...] = (
+    ControllerWorkflow,
+    DisruptionWorkflow,
+    TerminationWorkflow,
+    RolloutWorkflow,
+    NotificationWorkflow,
+)
 
 
 def worker_interceptors() -> list[Interceptor]:
@@ -173,6 +181,14 @@ def activities_for(
         aws.terminate_instance,
         # Events only a workflow knows to record (workflows/events.py).
         EventActivities(kube).record_event,
+        # The operator's webhook (workflows/notify.py).
+        NotificationActivities(
+            kube,
+            settings.cluster_name,
+            secret=settings.notify_webhook_secret,
+            key=settings.notify_webhook_key,
+            format=settings.notify_format,
+        ).send_notification,
         # `karpflow rollout`: the marks the planner replaces as drift, and the progress.
         rollout.mark_rollout_nodes,
         rollout.rollout_remaining,

@@ -182,6 +182,12 @@ class TerminationTimeouts(Strict):
     )
     volume_detach: Timeout = timedelta(minutes=10)
     instance_terminate: Timeout = timedelta(minutes=10)
+    drain_stuck: timedelta | None = Field(
+        default=timedelta(minutes=30),
+        gt=timedelta(0),
+        description="a drain still going after this long is reported to the operator's webhook once "
+        "(null: never)",
+    )
 
 
 class TerminationInput(Strict):

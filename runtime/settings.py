@@ -153,6 +153,16 @@ class WorkerSettings(BaseSettings):
         description="seconds between checks that the controller runs: one that failed or was "
         "terminated is started again (a stopped one is left stopped)",
     )
+    # Notifications (activities/notifications.py, docs/operator-controls.md "Notifications")
+    notify_webhook_secret: str | None = Field(
+        default=None,
+        description="NAMESPACE/NAME of a Secret holding the webhook URL notifications are posted to "
+        "(approval pending, command failed, drain stuck, rollout finished); unset: none are sent",
+    )
+    notify_webhook_key: str = Field(default="url", description="the key of that Secret holding the URL")
+    notify_format: Literal["slack", "json"] = Field(
+        default="slack", description="slack: {text} as Slack's incoming webhooks take it; json: every field"
+    )
     # The cluster-health breaker (planner/health_breaker.py, docs/operator-controls.md)
     breaker: bool = Field(
         default=True,
@@ -204,6 +214,15 @@ class WorkerSettings(BaseSettings):
     interruption_concurrency: int = Field(
         default=50, gt=0, description="interruption messages handled at once"
     )
+
+    @field_validator("notify_webhook_secret")
+    @classmethod
+    def _secret_ref(cls, value: str | None) -> str | None:
+        if value is not None:
+            namespace, _, name = value.partition("/")
+            if not namespace or not name or "/" in name:
+                raise ValueError(f"{value!r}: give the Secret as NAMESPACE/NAME")
+        return value
 
     @field_validator("cluster_name")
     @classmethod

@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.kubernetes import KubernetesActivities
     from api import search_attributes as sa
     from api.activity_io import NodeRef, TaintRequest
+    from api.notifications import Notification
     from api.workflow_ids import legacy_termination_workflow_id
     from api.workflow_io import (
         CandidateStatus,
@@ -91,6 +92,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_CANCELED_PHASE,
         PATCH_DISCARD_ON_TERMINATION_FAILURE,
         PATCH_LEAN_HISTORY,
+        PATCH_NOTIFY_FAILURE,
         PATCH_REPLACEMENTS_OUTLIVE,
         PATCH_TERMINATION_PER_INCARNATION,
     )
@@ -103,6 +105,7 @@ from workflows.disruption_approval import DisruptionApproval
 from workflows.disruption_replacements import DisruptionReplacements, ReplacementFailed
 from workflows.disruption_rollback import DisruptionRollback
 from workflows.disruption_state import DisruptionState, T, nodes_summary, through_cancellation
+from workflows.notify import notify
 
 HANDED_OVER = "canceled after the candidates were handed to their terminations, which go on"
 # The phases a command closes in: upserted at once on the lean path (nothing is waited for after).
@@ -174,6 +177,29 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
     async def run(self, raw: Any = None) -> DisruptionStatus:
         # `raw` defaults to None so that `temporal workflow start` without --input fails the workflow
         # with a message instead of failing its workflow task forever on a missing argument.
+        try:
+            return await self._run_command(raw)
+        except BaseException as err:
+            quiet = isinstance(err, GeneratorExit) or is_cancelled_exception(err) or is_bad_deploy(err)
+            if not quiet and workflow.patched(PATCH_NOTIFY_FAILURE):
+                await self._notify_failed(err)
+            raise
+
+    async def _notify_failed(self, err: BaseException) -> None:
+        """Tell the operator's webhook the command failed (a child that runs on its own)."""
+        status = self._status
+        why = status.message or describe(err)
+        await notify(
+            Notification(
+                event="CommandFailed",
+                workflow_id=workflow.info().workflow_id,
+                text=f"disruption {workflow.info().workflow_id} failed ({status.phase}): {why}",
+                nodes=[c.node for c in status.candidates],
+                details={"phase": status.phase, "reason": status.reason},
+            )
+        )
+
+    async def _run_command(self, raw: Any) -> DisruptionStatus:
         command = self._validate(raw)
         # Before any command: a run that began on the older code finds no marker and keeps its path.
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)

@@ -16,14 +16,16 @@ with workflow.unsafe.imports_passed_through():
     from activities.waiting_commands import WaitingCommandActivities
     from api import search_attributes as sa
     from api.activity_io import NodeRef, WaitingCommandCheck, WaitingCommandVerdict
+    from api.notifications import Notification
     from api.workflow_io import ApprovalDecision, DisruptionInput, InvalidInput, parse_input
     from api.workflow_summaries import awaiting_approval_details
-    from workflows.disruption_patches import PATCH_RECHECK_WAITING
+    from workflows.disruption_patches import PATCH_NOTIFY_APPROVAL, PATCH_RECHECK_WAITING
     from workflows.events import awaiting_approval
     from workflows.failures import describe
     from workflows.options import API_CALL, API_RETRY, CHECK_RETRY
 
 from workflows.disruption_state import DisruptionState, nodes_summary
+from workflows.notify import notify
 
 
 class DisruptionApproval(DisruptionState):
@@ -42,6 +44,26 @@ class DisruptionApproval(DisruptionState):
             return parse_input(ApprovalDecision, args[0])
         except InvalidInput as err:
             raise ApplicationError(f"{name}: {err}") from None
+
+    async def _notify_awaiting(self, command: DisruptionInput, rejected_at: datetime) -> None:
+        """Tell the operator's webhook a command waits for them (a child that runs on its own)."""
+        assert command.approval is not None
+        workflow_id = workflow.info().workflow_id
+        savings = command.approval.savings_per_hour
+        saves = f", saving ${savings:.2f}/h" if savings else ""
+        await notify(
+            Notification(
+                event="ApprovalPending",
+                workflow_id=workflow_id,
+                text=(
+                    f"{command.reason} command awaits approval: {', '.join(command.nodes)}{saves}. "
+                    f"`karpflow approve {workflow_id}` or `karpflow reject {workflow_id}` before "
+                    f"{rejected_at:%Y-%m-%d %H:%M} UTC (then it is rejected)"
+                ),
+                nodes=list(command.nodes),
+                details={"reason": command.reason, "rejected_at": rejected_at.isoformat()},
+            )
+        )
 
     async def _approved(self, command: DisruptionInput) -> DisruptionInput | None:
         """Wait for `approve` or `reject` (no decision within the timeout rejects), then judge the
@@ -72,6 +94,8 @@ class DisruptionApproval(DisruptionState):
             [NodeRef(node=n, uid=command.node_uids.get(n)) for n in command.nodes],
             workflow.info().workflow_id,
         )
+        if workflow.patched(PATCH_NOTIFY_APPROVAL):
+            await self._notify_awaiting(command, rejected_at)
         if rechecks:
             if not await self._await_decision_checking(command, rejected_at):
                 return None  # the plan no longer holds: Invalidated

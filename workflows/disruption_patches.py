@@ -38,3 +38,7 @@ PATCH_RECHECK_AFTER_DRAIN = "forceful-replacements-rechecked-after-the-drain"
 # A command that waits for approval is judged again now and then while it waits, and when the wait
 # ends, before any node is taken (activity check_waiting_command, planner/waiting_validation.py).
 PATCH_RECHECK_WAITING = "disruption-recheck-waiting-command"  # how often: Approval.recheck_every
+# Issue 35: the operator's webhook is told when a command starts waiting for approval, and when a
+# command fails (workflows/notify.py, a child left to run on its own). Each asked only on its path.
+PATCH_NOTIFY_APPROVAL = "disruption-notify-approval-pending"
+PATCH_NOTIFY_FAILURE = "disruption-notify-failure"

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.errors import REFUSED
     from activities.rollout import RolloutActivities
     from api import search_attributes as sa
+    from api.notifications import Notification
     from api.rollout_io import (
         MarkRequest,
         RemainingRequest,
@@ -43,6 +44,12 @@ with workflow.unsafe.imports_passed_through():
     from api.workflow_io import InvalidInput, parse_input
     from workflows.failures import WORKFLOW_BUGS, describe
     from workflows.options import API_CALL, API_RETRY
+
+from workflows.notify import notify
+
+# workflow.patched ids (docs/workflow-changes.md). Issue 35: the operator's webhook is told when a
+# rollout finished (asked only then).
+PATCH_NOTIFY_FINISHED = "rollout-notify-finished"
 
 
 # A bug in this code fails the run after taking its marks off (a failed rollout must not go on
@@ -94,6 +101,15 @@ class RolloutWorkflow:
                 if not nodes:
                     self._set_phase("Succeeded")
                     self._status.message = f"all {self._status.total} node(s) replaced"
+                    if workflow.patched(PATCH_NOTIFY_FINISHED):
+                        await notify(
+                            Notification(
+                                event="RolloutFinished",
+                                workflow_id=workflow.info().workflow_id,
+                                text=f"rollout of {request.nodepool} finished: {self._status.message}",
+                                nodepool=request.nodepool,
+                            )
+                        )
                     return self._status
                 if workflow.info().is_continue_as_new_suggested():
                     break

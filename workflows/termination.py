@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         VolumeRequest,
     )
     from api.event_reasons import Reason
+    from api.notifications import Notification
     from api.workflow_io import (
         InvalidInput,
         TerminationInput,
@@ -82,6 +83,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import API_CALL, API_RETRY, DRAIN_RETRY, INSTANCE_TERMINATE_HEARTBEAT
     from workflows.workflow_metrics import record_phase
 
+from workflows.notify import notify
+
 # workflow.patched ids (docs/workflow-changes.md): keep each until no workflow started before it runs.
 PATCH_FAILURE_EVENT = "termination-failure-event"
 PATCH_KARPENTER_HANDOVER = "karpenter-coexistence-handover"
@@ -92,6 +95,9 @@ PATCH_CONTROLS_GATE = "termination-waits-for-controls"
 PATCH_LEAN_HISTORY = "termination-lean-history"
 # Issue 30: a cancel that comes while a failure's Event is recorded leaves the run Failed (asked then).
 PATCH_FAILED_THROUGH_CANCEL = "termination-failure-through-cancel"
+# Issue 35: a drain still going after TerminationTimeouts.drain_stuck is reported to the operator's
+# webhook (a timer beside the drain; asked once the drain started).
+PATCH_NOTIFY_DRAIN_STUCK = "termination-notify-drain-stuck"
 Result = TypeVar("Result")
 GATE_FIRST_WAIT = timedelta(seconds=5)
 GATE_LONGEST_WAIT = timedelta(minutes=1)
@@ -206,7 +212,7 @@ class TerminationWorkflow:
 
             # 2. Drain: one long activity that heartbeats, so the history stays small however long it takes.
             self._set_phase("Draining", waits=True)
-            drained = await workflow.execute_activity_method(
+            drain = workflow.start_activity_method(
                 KubernetesActivities.drain_node,
                 DrainRequest(node=request.node, uid=node.uid, reason=request.reason, deadline=node.deadline),
                 start_to_close_timeout=timeouts.drain_attempt,
@@ -214,6 +220,9 @@ class TerminationWorkflow:
                 retry_policy=DRAIN_RETRY,
                 summary=f"drain {short}" + (f": {_pods(node.pods)} left" if node.pods is not None else ""),
             )
+            if timeouts.drain_stuck is not None and workflow.patched(PATCH_NOTIFY_DRAIN_STUCK):
+                await self._notify_if_stuck(drain, timeouts.drain_stuck, request)
+            drained = await drain
             self._status.pods_evicted, self._status.pods_deleted = drained.evicted, drained.deleted
 
             # 3. Volumes of drained pods detach before the instance goes, unless the deadline is past.
@@ -255,6 +264,27 @@ class TerminationWorkflow:
         return self._finish(f"{summary}; {drained.message}" if drained.message else summary)
 
     # -- steps ------------------------------------------------------------------------------------
+
+    async def _notify_if_stuck(
+        self, drain: workflow.ActivityHandle[Any], after: timedelta, request: TerminationInput
+    ) -> None:
+        """Once the drain has gone on for `after`, tell the operator's webhook (once; the drain goes on)."""
+        try:
+            await workflow.wait_condition(drain.done, timeout=after, timeout_summary="drain stuck?")
+        except TimeoutError:
+            minutes = int(after.total_seconds() // 60)
+            await notify(
+                Notification(
+                    event="DrainStuck",
+                    workflow_id=workflow.info().workflow_id,
+                    text=(
+                        f"the drain of {request.node} ({request.reason}) has gone on for {minutes} min: "
+                        f"{self._status.message or 'pods are still on it'} (`karpflow status`)"
+                    ),
+                    nodes=[request.node],
+                    details={"reason": request.reason, "command": request.command_id or ""},
+                )
+            )
 
     @staticmethod
     def _holder() -> str:
