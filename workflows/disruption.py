@@ -140,7 +140,7 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
         "release_node",
         "delete_nodeclaims",
     )
-    CHILDREN: ClassVar[tuple[str, ...]] = ("TerminationWorkflow",)
+    CHILDREN: ClassVar[tuple[str, ...]] = ("TerminationWorkflow", "NotificationWorkflow")
 
     @workflow.query
     def status(self) -> DisruptionStatus:

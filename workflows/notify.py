@@ -12,6 +12,7 @@ child's id is the source workflow's run and the event: a replayed or retried sta
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import ClassVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -34,6 +35,10 @@ NOTIFY_RETRY = RetryPolicy(
 
 @workflow.defn(name="NotificationWorkflow")
 class NotificationWorkflow:
+    # The fault matrix's cells (tests/unit/workflows/fault_matrix.py), as on every workflow.
+    ACTIVITIES: ClassVar[tuple[str, ...]] = ("send_notification",)
+    CHILDREN: ClassVar[tuple[str, ...]] = ()
+
     @workflow.run
     async def run(self, notification: Notification) -> NotificationResult:
         return await workflow.execute_activity_method(

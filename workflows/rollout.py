@@ -64,7 +64,7 @@ class RolloutWorkflow:
         "rollout_remaining",
         "unmark_rollout_nodes",
     )
-    CHILDREN: ClassVar[tuple[str, ...]] = ()
+    CHILDREN: ClassVar[tuple[str, ...]] = ("NotificationWorkflow",)
 
     def __init__(self) -> None:
         self._status = RolloutStatus()

@@ -125,7 +125,7 @@ class TerminationWorkflow:
         "remove_finalizer",
         "record_event",
     )
-    CHILDREN: ClassVar[tuple[str, ...]] = ()
+    CHILDREN: ClassVar[tuple[str, ...]] = ("NotificationWorkflow",)
 
     def __init__(self) -> None:
         self._status = TerminationStatus()

@@ -58,6 +58,7 @@ from api.controller_io import (
 )
 from api.event_reasons import RecordEventRequest
 from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
+from api.notifications import Notification, NotificationResult
 from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
 from api.workflow_io import Offering
 from tests.unit.workflows.fault_injection import FaultInjector
@@ -104,6 +105,7 @@ class FakeCluster:
         self.pass_requests: list[PassRequest] = []
         self.visible: list[list[str]] = []  # what visibility lists as in flight, one entry per pass
         self.events: list[RecordEventRequest] = []  # what workflows recorded through record_event
+        self.notifications: list[Notification] = []  # what workflows sent through send_notification
         self.pods_on: dict[str, int] = {}  # node -> pods its drain waits for (begin_termination says)
         self.requests: dict[str, list[Any]] = {}  # activity name -> the requests it got, in order
         # Beside Karpenter (--karpenter-coexistence): replacements are NodeClaims, terminations are
@@ -206,7 +208,14 @@ class FakeCluster:
             self.mark_rollout_nodes,
             self.rollout_remaining,
             self.unmark_rollout_nodes,
+            self.send_notification,
         ]
+
+    @activity.defn(name="send_notification")
+    async def send_notification(self, notification: Notification) -> NotificationResult:
+        await self.faults.enter("send_notification")
+        self.notifications.append(notification)  # a message, not a change to the cluster
+        return NotificationResult(sent=True, status=200)
 
     @activity.defn(name="record_event")
     async def record_event(self, request: RecordEventRequest) -> str:

@@ -59,6 +59,7 @@ class Armed:
     # (unless the cancel reached it first through a heartbeat), as a real call that was under way does.
     released: asyncio.Event = field(default_factory=asyncio.Event)
     cleared: bool = False  # the fault is over: calls from now on succeed (a wait that ends)
+    workflow_ids: list[str] = field(default_factory=list)  # the runs it hit (a child's id, found so)
 
 
 class FaultInjector:
@@ -94,6 +95,7 @@ class FaultInjector:
         if armed.calls < armed.from_call:
             return
         armed.heartbeat_timeouts.append(info.heartbeat_timeout)
+        armed.workflow_ids.append(info.workflow_id or "")
         armed.locals.append(info.is_local)
         armed.reached.set()
         fault = armed.fault

@@ -26,6 +26,7 @@ from tests.unit.workflows.fault_injection import Fault
 from worker import WORKFLOWS
 from workflows.controller import ControllerWorkflow
 from workflows.disruption import DisruptionWorkflow
+from workflows.notify import NotificationWorkflow
 from workflows.rollout import RolloutWorkflow
 from workflows.termination import TerminationWorkflow
 
@@ -40,6 +41,11 @@ TAINT, FINALIZER, CLAIM, INSTANCE, NODECLAIM, MARK = (
     "instance",
     "nodeclaim",
     "mark",
+)
+
+
+NOTIFIED = (
+    "a notification is a child left to run on its own: the command never waits for it, nor fails with it"
 )
 
 
@@ -197,8 +203,15 @@ ROLLBACK = Path(
     "disruption/rollback",
     DisruptionWorkflow,
     "the same replace rolled back (its replacement never becomes ready): the compensation",
-    reaches=("untaint_disrupted", "find_command_instances", "terminate_instance", "release_node"),
+    reaches=(
+        "untaint_disrupted",
+        "find_command_instances",
+        "terminate_instance",
+        "release_node",
+        "NotificationWorkflow",
+    ),
     primary=("await_node_ready", Fault.PERMANENT),
+    child=Outcome(FAILED, "RolledBack", note=NOTIFIED),
     fails=Outcome(FAILED, "RolledBack", note="reported as a compensation problem in the message"),
     recovers=Outcome(FAILED, "RolledBack"),
     cancelled=Outcome(FAILED, "RolledBack", note="a compensation runs to its end through a cancel"),
@@ -238,10 +251,11 @@ APPROVAL = Path(
     DisruptionWorkflow,
     "a command that waits for approval (its DisruptionAwaitingApproval Events), then approved and "
     "judged again before its taint",
-    reaches=("record_event", "check_waiting_command"),
+    reaches=("record_event", "check_waiting_command", "NotificationWorkflow"),
     fails=Outcome(COMPLETED, "Succeeded", note="an Event is best effort: the failure is logged"),
     recovers=Outcome(COMPLETED, "Succeeded"),
     cancelled=Outcome(CANCELED, "Canceled", note="nothing was changed"),
+    child=Outcome(COMPLETED, "Succeeded", note=NOTIFIED),
     overrides={
         ("check_waiting_command", fault): Outcome(
             COMPLETED,
@@ -462,7 +476,8 @@ ROLLS = Path(
     "rollout/rolls",
     RolloutWorkflow,
     "a rollout of three nodes, one replaced each poll",
-    reaches=("mark_rollout_nodes", "rollout_remaining"),
+    reaches=("mark_rollout_nodes", "rollout_remaining", "NotificationWorkflow"),
+    child=Outcome(COMPLETED, "Succeeded", note=NOTIFIED),
     fails=Outcome(
         COMPLETED,
         "Succeeded",
@@ -496,6 +511,31 @@ ROLLOUT_CANCEL = Path(
     cancelled=Outcome(CANCELED, "Canceled", note="a second cancel changes nothing"),
 )
 
+DRAIN_STUCK = Path(
+    "termination/drain-stuck",
+    TerminationWorkflow,
+    "a drain that goes on past drain_stuck: the operator's webhook is told, the drain goes on",
+    reaches=("NotificationWorkflow",),
+    primary=("drain_node", Fault.START_TO_CLOSE),
+    fails=Outcome(COMPLETED, "Succeeded"),
+    recovers=Outcome(COMPLETED, "Succeeded"),
+    cancelled=Outcome(COMPLETED, "Succeeded"),
+    child=Outcome(COMPLETED, "Succeeded", note=NOTIFIED),
+)
+NOTIFY = Path(
+    "notification",
+    NotificationWorkflow,
+    "one message to the operator's webhook (started by the paths above, here on its own)",
+    reaches=("send_notification",),
+    fails=Outcome(
+        FAILED,
+        "",
+        note="the webhook refused it, or it was down for NOTIFY_FOR: the message is lost, the run says why",
+    ),
+    recovers=Outcome(COMPLETED, ""),
+    cancelled=Outcome(CANCELED, ""),
+)
+
 PATHS: tuple[Path, ...] = (
     CONTROLLER_PASS,
     REPLACE,
@@ -512,6 +552,8 @@ PATHS: tuple[Path, ...] = (
     INTERRUPTED,
     ROLLS,
     ROLLOUT_CANCEL,
+    DRAIN_STUCK,
+    NOTIFY,
 )
 
 

@@ -33,6 +33,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from api import search_attributes as sa
 from api.controller_io import SIGNAL_STOP, ControllerInput, ControllerStatus, ControlsUpkeep, PlannedCommand
+from api.notifications import Notification
 from api.rollout_io import RolloutInput, RolloutStatus
 from api.workflow_io import (
     Approval,
@@ -50,12 +51,14 @@ from tests.unit.workflows.fault_matrix import (
     APPROVAL,
     BESIDE_KARPENTER,
     CONTROLLER_PASS,
+    DRAIN_STUCK,
     FORCEFUL,
     HANDOVER,
     INTERRUPTED,
     MANUAL,
     NODECLAIM_ROLLBACK,
     NOT_READY,
+    NOTIFY,
     ROLLS,
     RUNNING,
     SPOT,
@@ -66,7 +69,7 @@ from tests.unit.workflows.fault_matrix import (
 )
 from worker import WORKFLOWS
 from workflows import events as workflow_events
-from workflows import options
+from workflows import notify, options
 from workflows.disruption import UPDATE_APPROVE
 
 # Without the sandbox: it costs about 70 ms of CPU a cell (each run, each worker's check of the
@@ -81,6 +84,7 @@ TERMINATION = TerminationTimeouts(
     drain_attempt=timedelta(seconds=3),
     volume_detach=timedelta(seconds=2),
     instance_terminate=timedelta(seconds=3),
+    drain_stuck=None,  # DRAIN_STUCK's own (a timer beside every drain would change no other cell)
 )
 DISRUPTION = DisruptionTimeouts(replacement_ready=timedelta(seconds=4), heartbeat=timedelta(seconds=1))
 WITHIN = 30.0  # seconds a cell may take to close (most take a fraction of one)
@@ -112,6 +116,9 @@ SHORT: dict[str, object] = {
     "CHECK_RETRY": _quick(options.CHECK_RETRY),
     "EVENT_TIMEOUT": timedelta(seconds=1),
     "EVENT_RETRY": _quick(workflow_events.EVENT_RETRY),
+    "NOTIFY_FOR": timedelta(seconds=3),
+    "NOTIFY_ATTEMPT": timedelta(seconds=2),
+    "NOTIFY_RETRY": _quick(notify.NOTIFY_RETRY),
 }
 
 
@@ -273,6 +280,14 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
             task_queue=tq,
             task_timeout=TASK_TIMEOUT,
         )
+    if path is NOTIFY:
+        return await client.start_workflow(
+            "NotificationWorkflow",
+            Notification(event="CommandFailed", workflow_id="disruption/x", text="fault matrix"),
+            id=f"notify/{run.tag}",
+            task_queue=tq,
+            task_timeout=TASK_TIMEOUT,
+        )
     if path.workflow.__name__ == "TerminationWorkflow":
         node = run.node()
         request = TerminationInput(
@@ -291,6 +306,8 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
         if path is INTERRUPTED:
             request.reason = "Interrupted"
             request.deadline = await run.env.get_current_time()
+        if path is DRAIN_STUCK:  # the drain's first attempt hangs for drain_attempt (3 s)
+            request.timeouts = TERMINATION.model_copy(update={"drain_stuck": timedelta(seconds=1)})
         return await client.start_workflow(
             "TerminationWorkflow",
             request,
@@ -399,6 +416,10 @@ def arm(run: Run) -> Armed:
         run.primary = faults.arm(name, activity, fault)
     if not cell.is_child:
         return faults.arm(name, cell.activity, cell.fault, from_call=cell.call)
+    if cell.target == "NotificationWorkflow":  # refused by the webhook, or held until acted on
+        if cell.fault == Fault.CHILD_FAILS:
+            return faults.refuse("NotificationWorkflow", "send_notification", "webhook answered 400")
+        return faults.arm("NotificationWorkflow", "send_notification", Fault.CANCELLED)
     if name == "ControllerWorkflow":  # its child: a DisruptionWorkflow
         if cell.fault == Fault.CHILD_FAILS:
             return faults.refuse("DisruptionWorkflow", "taint_disrupted", "taint refused (fault matrix)")
@@ -432,6 +453,9 @@ async def drive(run: Run, handle: WorkflowHandle[Any, Any], armed: Armed) -> str
         await approve(run, handle)
     if cell.fault in (Fault.CANCELLED, Fault.WORKER_KILLED, Fault.CHILD_TERMINATED, Fault.CHILD_CANCELLED):
         await _reached(armed, cell.target)
+    if cell.is_child and cell.target == "NotificationWorkflow":
+        await _reached(armed, "the notification's send")  # the path starts it
+        run.children.insert(0, armed.workflow_ids[0])  # the child the fault is done to
     if cell.fault == Fault.CANCELLED:
         await handle.cancel()
         armed.released.set()
@@ -504,7 +528,7 @@ async def run_cell(env: WorkflowEnvironment, client: Client, cell: Cell) -> Seen
             controller = await controller_outcome(run, handle, armed)
             message = controller.error
         status = await closed(handle)
-        query = await _query(run, handle)
+        query = await _query(run, handle) if cell.path is not NOTIFY else None
         phase = getattr(query, "phase", "")
         message = message or getattr(query, "message", "")
         attribute = await _phase_attribute(handle)

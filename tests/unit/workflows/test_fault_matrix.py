@@ -41,6 +41,7 @@ ACTIVITY_CLASSES = {
     "PlanningActivities",
     "EventActivities",
     "WaitingCommandActivities",
+    "NotificationActivities",
 }
 
 
@@ -93,6 +94,8 @@ def called_by(workflow: type) -> set[str]:
                 found.add(node.value)
         elif isinstance(node, ast.ImportFrom) and node.module == "workflows.events":
             found.add("record_event")
+        elif isinstance(node, ast.ImportFrom) and node.module == "workflows.notify":
+            found.add("NotificationWorkflow")  # `notify(...)` starts it
     return found - {workflow_name(workflow)}
 
 
