@@ -234,7 +234,7 @@ def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
     if candidate.price is None:
         offering = f"{candidate.capacity_type} {node.instance_type} in {candidate.zone}"
         return f"the catalog has no offering for {offering}; cannot price it"
-    if disruption.consolidation_policy == "WhenEmpty" and not candidate.is_empty:
+    if disruption.consolidation_policy == "WhenEmpty" and not candidate.empty_by_eviction_cost:
         return f"nodepool {pool.name} has consolidationPolicy WhenEmpty and the node is not empty"
     if not candidate.consolidatable(ctx.now):
         assert candidate.consolidatable_at is not None

@@ -465,7 +465,7 @@ class MultiNodeConsolidation(_Consolidation):
         trial = budgets.copy()
         usable = []
         for candidate in candidates:
-            if candidate.is_empty:
+            if candidate.empty_by_eviction_cost:
                 ctx.explain(candidate.name, self.name, "empty: left to emptiness")
             elif trial.take(candidate.pool_name):
                 usable.append(candidate)
@@ -546,7 +546,7 @@ class SingleNodeConsolidation(_Consolidation):
             if budgets.available(candidate.pool_name) <= 0:
                 ctx.explain(candidate.name, self.name, budgets.exhausted_message(candidate.pool_name))
                 continue
-            if candidate.is_empty:
+            if candidate.empty_by_eviction_cost:
                 # Left to emptiness: its own budget reason (Empty) must not be bypassed here.
                 ctx.explain(candidate.name, self.name, "empty: left to emptiness")
                 continue
