@@ -148,6 +148,7 @@ def _simulate(
         max_new_claims=max_replacements,
         stop_on_failure=True,
         packing=packing,
+        consolidation=True,
     )
 
 
@@ -170,7 +171,7 @@ def _proposal(
     proposal = Proposal(candidates, simulation=result)
     if not result.all_non_pending_scheduled:
         if result.aborted and "new node" in result.aborted:
-            proposal.why = _too_many_nodes(ctx, method)
+            proposal.why = _too_many_nodes(ctx, method) + result.held_off_note()
         else:
             proposal.why = f"pods cannot be rescheduled: {result.non_pending_errors()}"
         return proposal
@@ -187,6 +188,7 @@ def _proposal(
         options, capacity_type = _launch_options(prepared, claim)
         cheaper, proposal.why = _cheaper_than(prepared, claim, options, price)
         if proposal.why:
+            proposal.why += result.held_off_note()
             return proposal
         proposal.options = [cheaper]
         proposal.command = _command(method, candidates, [(claim, cheaper, capacity_type)], prepared, result)
