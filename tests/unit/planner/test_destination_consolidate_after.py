@@ -11,6 +11,7 @@ from planner.candidates import under_consolidate_after
 from planner.model import PlanOptions
 from planner.plan import plan
 from planner.scheduling.adapter import SnapshotSimulation, settling_nodes
+from planner.why_not import Kind, kind_of
 from sim.cluster_builder import ClusterBuilder
 
 ON_DEMAND = [
@@ -47,6 +48,7 @@ def test_no_pod_moves_onto_a_node_inside_its_window_until_it_ends():
     assert within.commands == []
     reasons = {x.node: x.reason for x in within.blocked}
     assert "pods kept off dest: inside its NodePool's consolidateAfter window" in reasons["src"]
+    assert kind_of(reasons["src"]) == Kind.CONSOLIDATE_AFTER  # the why-not answer, its metric and Event
     (command,) = run(two_cheapest(SETTLED)).commands  # either node may go: both are settled now
     assert command.decision == "delete" and len(command.nodes) == 1
 
