@@ -551,9 +551,17 @@ class SnapshotSimulation:
 def settling_nodes(snapshot: Snapshot, cache: PassCache | None = None) -> list[str]:
     """The nodes inside their NodePool's consolidateAfter window now (planner/candidates.py
     `under_consolidate_after`): a consolidation moves no pod onto them."""
-    out = []
+    # Only pools with a window (consolidateAfter neither 0, Karpenter's default, nor Never) cost a look.
+    windowed = {
+        name: pool
+        for name, pool in snapshot.nodepools.items()
+        if (after := pool.spec.disruption.consolidate_after_delta) is not None and after.total_seconds() > 0
+    }
+    out: list[str] = []
+    if not windowed:
+        return out
     for name, node in snapshot.nodes.items():
-        pool = snapshot.nodepools.get(node.nodepool) if node.nodepool else None
+        pool = windowed.get(node.nodepool or "")
         if pool is not None and under_consolidate_after(node, pool, snapshot.now, node_pods(cache, node)):
             out.append(name)
     return out
