@@ -19,7 +19,8 @@ node and the rule, and changes nothing when it refuses.
   do-not-disrupt does not refuse it (the grace period bounds the drain), the node's own does. The holder is
   recorded in the annotation `karpflow.io/disruption-command` beside the taint; tainting again
   under the same command is idempotent. An emptiness command leaves out a node that is no longer
-  empty (pods landed after the planner's validation, and it has no replacement for them), checked
+  empty by Karpenter's eviction-cost rule (a pod with a positive eviction cost landed after the
+  planner's validation, and the command has no replacement for it), checked
   before the taint and again after it, and goes on with the candidates still empty; with none left
   it fails without changing anything.
 """
@@ -50,6 +51,7 @@ from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
+from kube.eviction_cost import PER_NODE_BASE_DISRUPTION_COST, reschedule_disruption_cost
 from kube.pods import node_do_not_disrupt_reason
 from planner.maintenance_windows import ACTION_OF_REASON, Window, blocked, read_window
 
@@ -254,12 +256,24 @@ def no_longer_empty(node: Json, pods: list[Json]) -> str | None:
     """Why an emptiness candidate is not empty any more (None: it still is). Pods may land between the
     planner's validation and the taint; an emptiness command has no replacement for them, so such a
     node is left out of the command, which goes on with the candidates still empty (Karpenter's
-    emptiness validator keeps that subset too)."""
-    for raw in pods:
-        pod = Pod(raw)
-        if not (pod.terminal or pod.terminating or pod.daemonset or pod.mirror):
-            return f"node {node['metadata']['name']} is no longer empty: pod {pod.key} runs on it"
-    return None
+    emptiness validator keeps that subset too). Empty is the planner's rule, read on the pods as
+    they are now: no reschedulable pod with a positive eviction cost (`eviction_cost_above_empty`)."""
+    return eviction_cost_above_empty(node, [Pod(raw) for raw in pods])
+
+
+def eviction_cost_above_empty(node: Json, pods: list[Pod]) -> str | None:
+    """Karpenter's `Candidate.IsEmpty` on the node's pods now (kube/eviction_cost.py): the moving pods'
+    eviction costs, negatives as 0, may add nothing to the node's own 1.0. Pods whose cost is not
+    positive (a very negative pod-deletion-cost or priority) leave it empty: its drain evicts them."""
+    moving = [pod for pod in pods if pod.reschedulable]
+    costly = [pod for pod in moving if pod.eviction_cost > 0]
+    if not costly:
+        return None
+    cost = reschedule_disruption_cost(pod.eviction_cost for pod in moving)
+    return (
+        f"node {node['metadata']['name']} is no longer empty: pod {costly[0].key} runs on it "
+        f"(eviction cost {cost:.2f}, above {PER_NODE_BASE_DISRUPTION_COST:.1f} for an empty node)"
+    )
 
 
 def _ready(node: Json) -> bool:

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from api.constants import DISRUPTED_TAINT_KEY
+from kube.eviction_cost import eviction_cost
 from kube.pods import controller_owner, do_not_disrupt_reason, is_critical, is_mirror
 from kube.selectors import LabelSelector, Taint, Toleration
 from kube.times import parse_time
@@ -123,6 +124,19 @@ class Pod:
     @property
     def daemonset(self) -> bool:
         return self.owner_kind == "DaemonSet"
+
+    @property
+    def reschedulable(self) -> bool:
+        """Must find a place if its node goes (Karpenter's IsReschedulable, as planner/snapshot.py):
+        active, or terminating but owned by a StatefulSet; never a DaemonSet or mirror pod."""
+        if self.terminal or self.daemonset or self.mirror:
+            return False
+        return not self.terminating or self.owner_kind == "StatefulSet"
+
+    @property
+    def eviction_cost(self) -> float:
+        """Karpenter's eviction cost of the pod (kube/eviction_cost.py)."""
+        return eviction_cost(self.annotations, int(self.spec.get("priority") or 0))
 
     @property
     def critical(self) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from api.constants import NODEPOOL_LABEL
+from kube.eviction_cost import reschedule_disruption_cost as node_reschedule_cost
 from planner.candidates import node_price
 from planner.model import Candidate, Command, PlanContext
 from planner.pass_cache import node_pods
@@ -33,7 +34,6 @@ from planner.snapshot import Pod
 
 BALANCED = "Balanced"
 BALANCED_K = 2  # Karpenter's v1.BalancedK: approve when score >= 1/2
-PER_NODE_BASE_DISRUPTION_COST = 1.0  # Karpenter's PerNodeBaseDisruptionCost
 
 
 def is_balanced(candidate: Candidate) -> bool:
@@ -41,8 +41,8 @@ def is_balanced(candidate: Candidate) -> bool:
 
 
 def reschedule_disruption_cost(pods: Iterable[Pod]) -> float:
-    """1.0 for the node plus each pod's eviction cost, negative costs counting as 0."""
-    return PER_NODE_BASE_DISRUPTION_COST + sum(max(0.0, p.eviction_cost) for p in pods)
+    """1.0 for the node plus each pod's eviction cost, negatives as 0 (kube/eviction_cost.py)."""
+    return node_reschedule_cost(p.eviction_cost for p in pods)
 
 
 def candidate_disruption_cost(candidate: Candidate) -> float:

@@ -103,6 +103,19 @@ def consolidatable_at(node: Node, pool: NodePool, last_event: datetime | None) -
     return start + after if start is not None else _EPOCH
 
 
+def under_consolidate_after(node: Node, pool: NodePool, now: datetime, pods: NodePods | None = None) -> bool:
+    """Still inside its NodePool's consolidateAfter window: consolidation moves no pod onto it
+    (Karpenter v1.14 pkg/utils/disruption/disruption.go `IsUnderConsolidateAfter`, read by
+    provisioning/scheduling/scheduler.go for consolidation simulations). Never for consolidateAfter
+    Never or 0, nor for a node not initialized yet; the window runs from the last pod event, else
+    from when the node became Ready (`last_pod_event`, the clock of the node's own Consolidatable)."""
+    after = pool.spec.disruption.consolidate_after_delta
+    if after is None or after <= timedelta(0) or not node.initialized:
+        return False
+    at = consolidatable_at(node, pool, last_pod_event(node, pods))
+    return at is not None and now < at
+
+
 def pod_block(snapshot: Snapshot, node: Node, pods: NodePods | None = None) -> str | None:
     """The first pod-level reason graceful disruption must leave the node alone (§1.3 step 8).
     `pods`: the node's pod aggregates when the caller has them (planner/pass_cache.py)."""
@@ -234,7 +247,7 @@ def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
     if candidate.price is None:
         offering = f"{candidate.capacity_type} {node.instance_type} in {candidate.zone}"
         return f"the catalog has no offering for {offering}; cannot price it"
-    if disruption.consolidation_policy == "WhenEmpty" and not candidate.is_empty:
+    if disruption.consolidation_policy == "WhenEmpty" and not candidate.empty_by_eviction_cost:
         return f"nodepool {pool.name} has consolidationPolicy WhenEmpty and the node is not empty"
     if not candidate.consolidatable(ctx.now):
         assert candidate.consolidatable_at is not None

@@ -148,6 +148,7 @@ def _simulate(
         max_new_claims=max_replacements,
         stop_on_failure=True,
         packing=packing,
+        consolidation=True,
     )
 
 
@@ -170,7 +171,7 @@ def _proposal(
     proposal = Proposal(candidates, simulation=result)
     if not result.all_non_pending_scheduled:
         if result.aborted and "new node" in result.aborted:
-            proposal.why = _too_many_nodes(ctx, method)
+            proposal.why = _too_many_nodes(ctx, method) + result.held_off_note()
         else:
             proposal.why = f"pods cannot be rescheduled: {result.non_pending_errors()}"
         return proposal
@@ -187,6 +188,7 @@ def _proposal(
         options, capacity_type = _launch_options(prepared, claim)
         cheaper, proposal.why = _cheaper_than(prepared, claim, options, price)
         if proposal.why:
+            proposal.why += result.held_off_note()
             return proposal
         proposal.options = [cheaper]
         proposal.command = _command(method, candidates, [(claim, cheaper, capacity_type)], prepared, result)
@@ -465,7 +467,7 @@ class MultiNodeConsolidation(_Consolidation):
         trial = budgets.copy()
         usable = []
         for candidate in candidates:
-            if candidate.is_empty:
+            if candidate.empty_by_eviction_cost:
                 ctx.explain(candidate.name, self.name, "empty: left to emptiness")
             elif trial.take(candidate.pool_name):
                 usable.append(candidate)
@@ -546,7 +548,7 @@ class SingleNodeConsolidation(_Consolidation):
             if budgets.available(candidate.pool_name) <= 0:
                 ctx.explain(candidate.name, self.name, budgets.exhausted_message(candidate.pool_name))
                 continue
-            if candidate.is_empty:
+            if candidate.empty_by_eviction_cost:
                 # Left to emptiness: its own budget reason (Empty) must not be bypassed here.
                 ctx.explain(candidate.name, self.name, "empty: left to emptiness")
                 continue

@@ -53,7 +53,11 @@ def validate_consolidation(ctx: PlanContext, command: Command) -> ValidationResu
     if len(command.replacements) > 1:
         return _validate_several(ctx, command, kept)
     result = snapshot_simulation(ctx).run(
-        [c.name for c in kept], gone=ctx.marked_for_deletion, max_new_claims=1, stop_on_failure=True
+        [c.name for c in kept],
+        gone=ctx.marked_for_deletion,
+        max_new_claims=1,
+        stop_on_failure=True,
+        consolidation=True,
     )
     if not result.all_non_pending_scheduled:
         return ValidationResult(False, None, f"scheduling: {result.non_pending_errors()}")
@@ -91,6 +95,7 @@ def _validate_several(ctx: PlanContext, command: Command, kept: list[Candidate])
             max_new_claims=len(planned),
             stop_on_failure=True,
             packing=packing,
+            consolidation=True,
         )
         if not result.all_non_pending_scheduled:
             why = f"scheduling: {result.non_pending_errors()}"

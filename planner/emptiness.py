@@ -1,11 +1,15 @@
 """Emptiness: delete every empty, consolidatable node the budgets allow, in one command (§2.1).
 
-Empty = no reschedulable pods (DaemonSet and mirror pods do not count; terminating StatefulSet pods
-do). The pool's consolidateAfter must not be Never and the node must be Consolidatable. Works for
-every consolidation policy (Balanced never scores an empty delete, as in Karpenter). Reason
-`Empty`, graceful class; validated after the 15 s delay by `validate`, which keeps the subset of
-nodes still valid (the command fails only if none remain). Empty is still "no reschedulable pods",
-not Karpenter's current "no pod with a positive eviction cost": see docs/karpenter-versions.md.
+Empty is Karpenter's (v1.14 `Candidate.IsEmpty`): no reschedulable pod with a positive eviction cost
+(kube/eviction_cost.py; DaemonSet and mirror pods never count, terminating StatefulSet pods do). A
+node whose pods all carry a very negative pod-deletion-cost or priority is empty too: it is deleted
+without a scheduling simulation, as Karpenter deletes it, and its termination evicts those pods
+as any drain does (the command's message counts them). The pool's consolidateAfter must not be
+Never and the node must be Consolidatable. Works for every consolidation policy (Balanced never
+scores an empty delete, as in Karpenter). Reason `Empty`, graceful class; validated after the 15 s
+delay by `validate`, which keeps the subset of nodes still valid (the command fails only if none
+remain); the taint activity checks the eviction cost once more (activities/guards.py
+`no_longer_empty`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class Emptiness:
     consolidation_type = CONSOLIDATION_EMPTY
 
     def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
-        if not candidate.is_empty:
+        if not candidate.empty_by_eviction_cost:
             return False
         block = consolidation_block(ctx, candidate)
         if block is not None:
@@ -54,9 +58,7 @@ class Emptiness:
                 )
         if not chosen:
             return []
-        return [
-            Command(self.name, self.reason, chosen, [], self.disruption_class, f"{len(chosen)} empty node(s)")
-        ]
+        return [Command(self.name, self.reason, chosen, [], self.disruption_class, empty_message(chosen))]
 
     def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
         """Re-check on the fresh snapshot in `ctx`: keep the nodes that are still candidates, still
@@ -86,7 +88,17 @@ def validate_emptiness(ctx: PlanContext, command: Command) -> ValidationResult:
         return ValidationResult(
             False, None, f"no node of the command is still empty and disruptable: {dropped}"
         )
-    subset = Command(
-        command.method, command.reason, kept, [], command.disruption_class, f"{len(kept)} empty node(s)"
-    )
+    subset = Command(command.method, command.reason, kept, [], command.disruption_class, empty_message(kept))
     return ValidationResult(True, subset, f"dropped {dropped}" if dropped else "")
+
+
+def empty_message(nodes: list[Candidate]) -> str:
+    """The command's message: how many nodes, and the pods its drains still evict (pods whose eviction
+    cost is not positive leave a node empty; Karpenter evicts them without simulating where they go)."""
+    evicted = sum(len(c.reschedulable_pods) for c in nodes)
+    if not evicted:
+        return f"{len(nodes)} empty node(s)"
+    return (
+        f"{len(nodes)} empty node(s); {evicted} pod(s) with no positive eviction cost "
+        "(pod-deletion-cost, priority) evicted without a scheduling simulation"
+    )

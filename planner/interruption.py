@@ -8,7 +8,9 @@ spread, the pool's requirements), on the cluster's other nodes first and on new 
 rest, with the interrupted offering marked unavailable in the catalog the caller passes, so a new
 node is never planned where EC2 is reclaiming capacity. Each new node keeps the launch options the
 simulation allows, cheapest first, minus the interrupted offering; a spot node falls back to
-on-demand where its NodePool allows it.
+on-demand where its NodePool allows it. A static NodePool's node (`spec.replicas`) is replaced by one
+node of its template instead, as Karpenter's static provisioning controller restores the count
+(`static_replacement`).
 
 Rebalance gate (`rebalance_block`): what a pass applies to a voluntary candidate, with the
 window action Rebalance: MaintenanceWindows and the controller's pauses (the caller puts them in the
@@ -30,6 +32,7 @@ from planner.model import PlanContext, PlanOptions, Replacement, Simulate
 from planner.operator_controls import ndb_ledger, window_block
 from planner.plan import default_simulate
 from planner.snapshot import Snapshot
+from planner.static_drift import static_replica
 
 # The MaintenanceWindow action of a proactive replacement (api/maintenance_window.py WINDOW_ACTIONS).
 REBALANCE_ACTION = "Rebalance"
@@ -96,21 +99,48 @@ def spot_replacements(
         return []
     ctx = PlanContext(snapshot=snapshot, catalog=catalog, options=options or PlanOptions(), simulate=simulate)
     candidate = make_candidate(ctx, node, pool)
+    if pool.spec.is_static:
+        return static_replacement(ctx, pool, len(candidate.reschedulable_pods), reclaimed)
     if candidate.is_empty:
         return []
     out = []
     for replacement in simulate(ctx, [candidate]).new_nodes:
-        offerings = _offerings(replacement, catalog, replacement.capacity_type, reclaimed)
-        target = snapshot.nodepools.get(replacement.nodepool)
-        if (
-            replacement.capacity_type == CAPACITY_SPOT
-            and target
-            and CAPACITY_ON_DEMAND in allowed_capacity_types(target)
-        ):
-            offerings += _offerings(replacement, catalog, CAPACITY_ON_DEMAND, reclaimed)
-        if offerings:
-            out.append(SpotReplacement(replacement.nodepool, offerings, len(replacement.pods)))
+        if (found := _spot_replacement(ctx, replacement, reclaimed, len(replacement.pods))) is not None:
+            out.append(found)
     return out
+
+
+def static_replacement(
+    ctx: PlanContext, pool: NodePool, pods: int, reclaimed: Offering | None
+) -> list[SpotReplacement]:
+    """A static pool's interrupted node: one node of the pool's template, as Karpenter's static
+    provisioning controller launches once the interrupted NodeClaim is deleting (pkg/controllers/
+    static/provisioning/controller.go: while the pool is below its replicas, within `limits.nodes`),
+    whether or not its pods need the room; never dynamic capacity, which a static pool does not take
+    (planner/static_drift.py `static_replica`). None when the pool keeps its replicas without it or
+    its node limit leaves no room while the interrupted node still counts."""
+    replica, _ = static_replica(ctx, pool)
+    if replica is None:
+        return []
+    found = _spot_replacement(ctx, replica, reclaimed, pods)
+    return [found] if found is not None else []
+
+
+def _spot_replacement(
+    ctx: PlanContext, replacement: Replacement, reclaimed: Offering | None, pods: int
+) -> SpotReplacement | None:
+    """The replacement's offerings, the reclaimed one left out; a spot node falls back to on-demand
+    where its NodePool allows it. None when nothing is offered."""
+    catalog = ctx.catalog
+    offerings = _offerings(replacement, catalog, replacement.capacity_type, reclaimed)
+    target = ctx.snapshot.nodepools.get(replacement.nodepool)
+    if (
+        replacement.capacity_type == CAPACITY_SPOT
+        and target
+        and CAPACITY_ON_DEMAND in allowed_capacity_types(target)
+    ):
+        offerings += _offerings(replacement, catalog, CAPACITY_ON_DEMAND, reclaimed)
+    return SpotReplacement(replacement.nodepool, offerings, pods) if offerings else None
 
 
 def rebalance_budget(snapshot: Snapshot, node_name: str, reason: str = REASON_DRIFTED) -> tuple[bool, str]:

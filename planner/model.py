@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.constants import REASON_DRIFTED, REASON_EMPTY, REASON_EXPIRED, REASON_UNDERUTILIZED
 from api.workflow_ids import command_hash
+from kube.eviction_cost import empty_by_eviction_cost
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
@@ -246,7 +247,15 @@ class Candidate:
 
     @property
     def is_empty(self) -> bool:
+        """No reschedulable pod at all: nothing needs a place if the node goes (drift's order, and
+        whether a forceful method buys capacity ahead). Emptiness uses `empty_by_eviction_cost`."""
         return not self.reschedulable_pods
+
+    @property
+    def empty_by_eviction_cost(self) -> bool:
+        """Karpenter's `Candidate.IsEmpty` (v1.14): no reschedulable pod with a positive eviction cost
+        (kube/eviction_cost.py). Emptiness takes such a node, and consolidation leaves it to emptiness."""
+        return empty_by_eviction_cost(p.eviction_cost for p in self.reschedulable_pods)
 
     def consolidatable(self, now: datetime) -> bool:
         return self.consolidatable_at is not None and now >= self.consolidatable_at

@@ -47,7 +47,6 @@ from api.constants import (
     INITIALIZED_LABEL,
     INSTANCE_TYPE_LABEL,
     NODEPOOL_LABEL,
-    POD_DELETION_COST_ANNOTATION,
     REGION_LABEL,
     ZONE_LABEL,
 )
@@ -57,6 +56,8 @@ from api.nodepool import pydantic_message as _pydantic_message
 from api.nodepool_reader import read_nodepool
 from api.quantity import QuantityError
 from kube.disruption import disruption_taint
+from kube.eviction_cost import deletion_cost as pod_deletion_cost
+from kube.eviction_cost import eviction_cost as pod_eviction_cost
 from kube.pods import (
     controller_owner,
     do_not_disrupt_problem,
@@ -275,12 +276,7 @@ class Pod:
         self._last_event_time = _latest(
             self.scheduled_time, self.start_time, self.terminating_since, self.finished_at
         )
-        try:
-            deletion_cost = int(self.annotations.get(POD_DELETION_COST_ANNOTATION, 0))
-        except ValueError:
-            deletion_cost = 0
-        cost = 1.0 + deletion_cost / 2**27 + self.priority / 2**25
-        self._eviction_cost = min(10.0, max(-10.0, cost))
+        self._eviction_cost = pod_eviction_cost(self.annotations, self.priority)
 
     def tolerates(self, taint: Taint) -> bool:
         return any(t.tolerates(taint) for t in self.tolerations)
@@ -295,10 +291,7 @@ class Pod:
 
     @property
     def deletion_cost(self) -> int:
-        try:
-            return int(self.annotations.get(POD_DELETION_COST_ANNOTATION, 0))
-        except ValueError:
-            return 0
+        return pod_deletion_cost(self.annotations)
 
     @property
     def eviction_cost(self) -> float:

@@ -61,7 +61,8 @@ _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
         (Kind.STATIC_NODEPOOL, r"static NodePool: never consolidated|over its \d+ replicas"),
         (Kind.LIMITS, r"\blimits\.nodes \S+ leaves no room|\bspec\.limits\b"),
         (Kind.BUDGET, r"\bbudget\b"),
-        (Kind.CONSOLIDATE_AFTER, r"\bnot consolidatable until\b"),
+        # Its own window, or a destination's (pods kept off a node inside its window, Karpenter v1.14).
+        (Kind.CONSOLIDATE_AFTER, r"\bnot consolidatable until\b|\bconsolidateAfter window\b"),
         (Kind.CONSOLIDATION_POLICY, r"consolidationPolicy|consolidation is disabled"),
         (
             Kind.NOT_CHOSEN,

@@ -34,6 +34,7 @@ from api.karpflow_overrides import OPTIMAL_STRATEGY, read_overrides
 from api.nodepool import NodePool
 from planner.budgets import build_budget_map
 from planner.candidates import build_candidates, consolidation_block, consolidation_policy_block
+from planner.limits import limits_block
 from planner.model import (
     CONSOLIDATION_OPTIMAL,
     OPTIMAL_CONSOLIDATION,
@@ -444,6 +445,10 @@ class _Pass:
                 # Its launches came out dearer than planned (an overflow claim's options).
                 why = f"the move would cost ${-command.savings_per_hour:.4f}/h more than the plan saved"
                 command = None
+            if command is not None and (beyond := limits_refusal(ctx, command)) is not None:
+                # The launches the plan counts on no longer fit: drop it (a new plan, solved within
+                # today's limits, may start in the same pass), rather than creep on with smaller moves.
+                return None, beyond
             if command is not None:
                 break
             available = {pool: n // 2 for pool, n in available.items()}
@@ -591,6 +596,15 @@ def _pdb_exposure(
         if counts:
             per_node[c.name] = counts
     return per_node, allowed
+
+
+def limits_refusal(ctx: PlanContext, command: Command) -> str | None:
+    """Why the limits check every method's commands pass (planner/limits.py) would refuse this move:
+    checked here too, so a held plan whose move it refuses is dropped with that reason (its markers
+    and leaving taints go, its pools go back to Karpenter's methods) rather than held, moveless, until
+    it is too old. A pool's limits may shrink, or other launches fill them, after the plan started."""
+    why = limits_block(ctx, command)
+    return f"the limits check refuses its move: {why}" if why is not None else None
 
 
 def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:

@@ -16,7 +16,11 @@ Placement follows Karpenter's scheduler (behaviour notes §2.6):
 - a new NodeClaim keeps the instance types that still fit everything put on it, in price order;
 - preferences (preferred node/pod (anti-)affinity, ScheduleAnyway spreads) are required first and
   relaxed one at a time under `Respect`, or dropped under `Ignore`;
-- a pod that lands on an uninitialized node fails (unless it comes from a node already deleting).
+- a pod that lands on an uninitialized node fails (unless it comes from a node already deleting);
+- in a consolidation's simulation (`run(consolidation=True)`, Karpenter v1.14's
+  IsConsolidationSimulation), a moved pod never lands on an existing node inside its NodePool's
+  consolidateAfter window (`settling_nodes`); pending pods and pods of deleting nodes may, and
+  new NodeClaims are not held back. Drift, expiration, repair and interruption simulate without it.
 
 Deliberate differences from Karpenter, each for a reason:
 - Pods that move whatever is decided (pending pods, pods of nodes being deleted or already removed

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from api import constants as k
 from kube.selectors import Taint, Toleration
+from planner.candidates import under_consolidate_after
 from planner.model import Replacement, SchedulingResult
-from planner.pass_cache import same_pods
+from planner.pass_cache import node_pods, same_pods
 from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
@@ -325,6 +326,7 @@ class SnapshotSimulation:
             preference_policy=preference_policy,
             bound_by_node=by_node,
             node_memo=cache.sim_nodes if cache is not None else None,
+            settling=settling_nodes(snapshot, cache),
         )
         if cache is not None:
             cache.sim_nodes = self.simulator.node_memo_out
@@ -489,10 +491,13 @@ class SnapshotSimulation:
         stop_on_failure: bool = False,
         packing: Packing = KARPENTER_PACKING,
         prefer: Mapping[str, str] | None = None,
+        consolidation: bool = False,
     ) -> SimulationResult:
         """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
         the pending pods and those of nodes going away anyway in the background (§2.6). `prefer`:
-        planned destinations of moved pods (pod key -> node), honoured where the rules allow."""
+        planned destinations of moved pods (pod key -> node), honoured where the rules allow.
+        `consolidation`: Karpenter's consolidation simulation (v1.14), whose moved pods never land on
+        a node inside its NodePool's consolidateAfter window (`settling_nodes`)."""
         gone = frozenset(gone) - frozenset(node_names)
         moving = self.pods_of(node_names) if pods is None else pods
         extra = self.background_pods(node_names, gone) if background is None else background
@@ -506,6 +511,7 @@ class SnapshotSimulation:
             stop_on_failure=stop_on_failure,
             packing=packing,
             prefer=prefer,
+            avoid_settling=consolidation,
         )
 
     def replacement(
@@ -540,6 +546,25 @@ class SnapshotSimulation:
             unschedulable=unschedulable,
             pending=result.pending,
         )
+
+
+def settling_nodes(snapshot: Snapshot, cache: PassCache | None = None) -> list[str]:
+    """The nodes inside their NodePool's consolidateAfter window now (planner/candidates.py
+    `under_consolidate_after`): a consolidation moves no pod onto them."""
+    # Only pools with a window (consolidateAfter neither 0, Karpenter's default, nor Never) cost a look.
+    windowed = {
+        name: pool
+        for name, pool in snapshot.nodepools.items()
+        if (after := pool.spec.disruption.consolidate_after_delta) is not None and after.total_seconds() > 0
+    }
+    out: list[str] = []
+    if not windowed:
+        return out
+    for name, node in snapshot.nodes.items():
+        pool = windowed.get(node.nodepool or "")
+        if pool is not None and under_consolidate_after(node, pool, snapshot.now, node_pods(cache, node)):
+            out.append(name)
+    return out
 
 
 def launch_capacity_type(capacity_types: Iterable[str]) -> str:

@@ -51,7 +51,9 @@ class ExistingNodes(SimulatorState):
             return True
         return False
 
-    def _try_existing(self, probe: Probe, eff: Effective) -> int | None:
+    def _try_existing(self, probe: Probe, eff: Effective, avoid: frozenset[int] = frozenset()) -> int | None:
+        """The first existing node that takes the pod; never one of `avoid` (skipped without moving
+        the scan's start, since another pod of the signature may go there)."""
         fl = self._fitlists.get(eff.fitkey)
         if fl is None:
             fl = self._fitlists[eff.fitkey] = FitList()
@@ -68,6 +70,9 @@ class ExistingNodes(SimulatorState):
             if idx in removed:
                 if i == pos:
                     pos += 1
+                i += 1
+                continue
+            if avoid and idx in avoid:
                 i += 1
                 continue
             room = free.get(idx)
@@ -92,11 +97,13 @@ class ExistingNodes(SimulatorState):
         probe.ptr[eff.fitkey] = pos
         return found
 
-    def _try_node(self, probe: Probe, eff: Effective, name: str) -> int | None:
+    def _try_node(
+        self, probe: Probe, eff: Effective, name: str, avoid: frozenset[int] = frozenset()
+    ) -> int | None:
         """One named node, when every rule `_try_existing` checks lets the pod land there (a caller's
         planned destination for the pod: see `Simulator.simulate`'s `prefer`)."""
         idx = self.node_index.get(name)
-        if idx is None or idx in probe.removed:
+        if idx is None or idx in probe.removed or idx in avoid:
             return None
         node = self.nodes[idx]
         room = probe.free.get(idx, node.free)

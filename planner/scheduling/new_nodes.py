@@ -55,7 +55,9 @@ class NewNodes(SimulatorState):
             if eff.vec is None:
                 rest.append(pod)
                 continue
-            dest = self._try_existing(probe, eff)
+            # A consolidation's settling nodes, as Simulator._avoided says.
+            avoid = frozenset() if pod.pending or pod.key in deleting_keys else probe.settling
+            dest = self._try_existing(probe, eff, avoid)
             if dest is not None:
                 self._commit_existing(
                     probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure

@@ -70,6 +70,16 @@ class SimulationResult:
     unschedulable: dict[str, str] = field(default_factory=dict)  # pod key -> why
     pending: frozenset[str] = frozenset()  # keys of the pods that were pending (their failure is tolerated)
     aborted: str | None = None  # set when the simulation stopped early; the result is then incomplete
+    # pod key -> the settling node that had room for it, which a consolidation kept it off (inside its
+    # NodePool's consolidateAfter window): why the pod needed a new node instead
+    held_off: dict[str, str] = field(default_factory=dict)
+
+    def held_off_note(self) -> str:
+        """ " (...)" naming the settling nodes pods were kept off, or ""."""
+        if not self.held_off:
+            return ""
+        nodes = ", ".join(sorted(set(self.held_off.values())))
+        return f" (pods kept off {nodes}: inside its NodePool's consolidateAfter window)"
 
     @property
     def replacements(self) -> list[NewNodeClaim]:

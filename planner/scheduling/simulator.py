@@ -82,10 +82,13 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         preference_policy: PreferencePolicy = RESPECT,
         bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
         node_memo: Mapping[str, NodeMemo] | None = None,
+        settling: Collection[str] = (),
     ) -> None:
         """`bound_by_node`: the bound pods already grouped by node name (then `bound` is not read).
         `node_memo`: what an earlier simulator derived per node (its `node_memo_out`), reused for a
-        node whose bound pods are the very same sequence object (planner/pass_cache.py)."""
+        node whose bound pods are the very same sequence object (planner/pass_cache.py).
+        `settling`: nodes inside their NodePool's consolidateAfter window, which a consolidation's
+        moved pods avoid (`simulate(avoid_settling=True)`)."""
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
@@ -168,6 +171,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             )
             self.node_index[n.name] = idx
         self._node_capacity = {n.name: self._capacity_vec(n.capacity or n.allocatable) for n in live}
+        self._settling = frozenset(self.node_index[n] for n in settling if n in self.node_index)
         self._reclassify()
 
         # Bound pods by (namespace, labels): topology groups count over these, not over 100k pods.
@@ -307,9 +311,16 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         stop_on_failure: bool = False,
         packing: Packing = KARPENTER_PACKING,
         prefer: Mapping[str, str] | None = None,
+        avoid_settling: bool = False,
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
         as needed.
+
+        `avoid_settling` (a consolidation's simulation, Karpenter v1.14 `IsConsolidationSimulation`):
+        `pods` never land on an existing node inside its NodePool's consolidateAfter window (the
+        `settling` nodes), unless the pod is pending or its node is being deleted; new NodeClaims are
+        not held back. Background pods are never held back either (Karpenter's scheduler.go
+        `addToExistingNode`).
 
         `background` pods (pending pods, pods of nodes being deleted or `gone`) are placed first: they
         take room before the moved pods, and the NodeClaims they open stand for capacity the
@@ -362,6 +373,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             for pod in sorted(displaced.values(), key=self._pod_order):
                 self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
             probe.background = False
+            if avoid_settling:
+                probe.settling = self._settling
             ordered = sorted(pods, key=self._pod_order)
             if packing == COST_PACKING:
                 ordered = self._place_cost(
@@ -549,13 +562,16 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
     ) -> None:
         sig = pod.constraints
         levels = self._levels(sig) if self.preference_policy == RESPECT else 0
+        avoid = self._avoided(probe, pod, deleting_keys)
         for level in range(levels + 1):
             eff = self._eff(sig, level)
             if eff.vec is None:
                 break
-            dest = self._try_node(probe, eff, preferred) if preferred is not None else None
+            dest = self._try_node(probe, eff, preferred, avoid) if preferred is not None else None
             if dest is None:
-                dest = self._try_existing(probe, eff)
+                dest = self._try_existing(probe, eff, avoid)
+            if dest is None and avoid and pod.key not in result.held_off:
+                self._note_held_off(probe, eff, pod, result)
             if dest is not None:
                 self._commit_existing(
                     probe, eff, self.nodes[dest], pod, result, deleting_keys, stop_on_failure
@@ -569,7 +585,21 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             if claim is not None:
                 result.placements[pod.key] = claim.name
                 return
-        self._fail(result, pod, self._explain(probe, pod), stop_on_failure)
+        self._fail(result, pod, self._explain(probe, pod, avoid), stop_on_failure)
+
+    def _note_held_off(self, probe: Probe, eff: Effective, pod: SimPod, result: SimulationResult) -> None:
+        """Record the settling node that would have taken the pod, so a plan can say why it did not."""
+        idx = self._try_existing(probe, eff)
+        if idx is not None:
+            result.held_off[pod.key] = self.nodes[idx].name
+
+    @staticmethod
+    def _avoided(probe: Probe, pod: SimPod, deleting_keys: set[str]) -> frozenset[int]:
+        """The settling nodes this pod may not land on: none for a pending pod or one whose node is
+        being deleted (Karpenter exempts both), none outside a consolidation's simulation."""
+        if not probe.settling or pod.pending or pod.key in deleting_keys:
+            return frozenset()
+        return probe.settling
 
     def _commit_existing(
         self,
@@ -591,7 +621,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         if stop and not pod.pending:
             raise SimulationAborted(f"pod {pod.key} cannot be placed: {why}")
 
-    def _explain(self, probe: Probe, pod: SimPod) -> str:
+    def _explain(self, probe: Probe, pod: SimPod, avoid: frozenset[int] = frozenset()) -> str:
         """Why a pod found no place. Cheap: it runs once per failed probe, thousands of times per plan."""
         sig = pod.constraints
         eff = self._eff(sig, self._levels(sig) if self.preference_policy == RESPECT else 0)
@@ -600,6 +630,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             return f"requests {', '.join(unknown)}, which no node or instance type offers"
         want = ", ".join(f"{n}={v}" for n, v in self.describe_vec(eff.vec).items())
         parts = [f"no existing node has room for {want} within its selectors, taints, ports and topology"]
+        if avoid and (settled := self._try_existing(probe, eff)) is not None:
+            name = self.nodes[settled].name
+            parts[0] = (
+                f"only node {name} has room for {want}, and it is inside its NodePool's consolidateAfter "
+                "window (a consolidation moves no pod onto it)"
+            )
         for pool in self._pools:
             name = pool.pool.name
             if not self._pool_tolerated(pool, eff.tolerations):

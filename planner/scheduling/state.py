@@ -201,6 +201,7 @@ class Probe:
         "refused",
         "removed",
         "removed_names",
+        "settling",
     )
 
     def __init__(self, removed: set[int], removed_names: frozenset[str]) -> None:
@@ -217,6 +218,9 @@ class Probe:
         self.background = False  # placing background pods (their claims do not count)
         self.refused: set[tuple[str, int]] = set()  # (claim, pod signature) that cannot join
         self.on_node: dict[int, list[tuple[SimPod, Effective]]] = {}  # background pods placed per node
+        # Existing nodes the moved pods may not land on: a consolidation's settling nodes, set once the
+        # background is placed (pending pods and pods of deleting nodes may still go there).
+        self.settling: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -284,6 +288,9 @@ class SimulatorState:
     _pools: list[PreparedPool]  # highest weight first
     _pool_by_name: dict[str, PreparedPool]
     _pool_nodes_capacity: dict[str, Vec]  # capacity of each pool's existing nodes (its limits)
+    # Existing nodes inside their NodePool's consolidateAfter window: a consolidation moves no pod
+    # onto them (Karpenter v1.14, scheduler.go `addToExistingNode`; Probe.settling).
+    _settling: frozenset[int]
     _res_names: list[str]  # the resource of each entry of a Vec
     _zero: Vec
     # Bound pods for topology: counts of each label set per node, required anti-affinity terms.
@@ -402,4 +409,6 @@ class SimulatorState:
 
         # existing_nodes.py
         @abstractmethod
-        def _try_existing(self, probe: Probe, eff: Effective) -> int | None: ...
+        def _try_existing(
+            self, probe: Probe, eff: Effective, avoid: frozenset[int] = frozenset()
+        ) -> int | None: ...

@@ -119,3 +119,27 @@ def _candidates(ctx: Any) -> list[Any]:
     from planner.candidates import build_candidates
 
     return build_candidates(ctx)[0]
+
+
+def test_a_held_optimal_plan_whose_move_the_limits_refuse_is_dropped_with_the_reason():
+    # provisioning/suite_test.go Context "Resource Limits" It "should not schedule if limits would be
+    # exceeded", for a plan held across passes (planner/optimal/): its second move launches a node; the
+    # pool's limits.cpu, lowered after the plan started, leave no room for it. The plan is dropped (its
+    # markers and leaving taints go) with the limits' reason, instead of staying held without a move
+    # (the old code kept it, and Karpenter's methods left the pool alone, until the plan was 1 h old).
+    from tests.unit.planner.test_optimal_consolidation import carry_out
+
+    b = fragmented(nodes=12, budget="2")
+    first = plan(b.snapshot(), b.catalog)
+    held = first.target_fleet.plan
+    carry_out(b, first, [0])
+    pool = next(o for o in b.objects if o["kind"] == "NodePool")
+    pool["spec"]["limits"] = {"cpu": "37"}  # 44 CPUs run now; the next move would leave 38
+    second = run(b)
+    ended = second.target_fleet.ended
+    assert ended.startswith(f"plan {held.id} dropped: the limits check refuses its move: ")
+    assert "spec.limits.cpu (38 of 37" in ended
+    plan_now = second.target_fleet.plan
+    assert plan_now is None or plan_now.id != held.id  # a new plan may start, within the limits
+    for command in second.commands_:
+        assert command.replacements == []  # the pool is over its limit: nothing is launched into it
