@@ -137,6 +137,10 @@ class PlanOptions(BaseModel):
     spot_to_spot: bool = False
     # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.
     preference_policy: Literal["Respect", "Ignore"] = "Respect"
+    # NodePool minValues on new nodes (Karpenter's --min-values-policy, v1.6): Strict refuses a new
+    # node whose options span too few values; BestEffort lowers minValues to what they reach
+    # (planner/scheduling/min_values.py).
+    min_values_policy: Literal["Strict", "BestEffort"] = "Strict"
     # Drift a node whose instance type left the catalog or lost its offering (Karpenter's
     # InstanceTypeNotFound). Off by default: with the bundled table a real cluster would drift
     # every node of a type the table does not list. Turn on with a live or complete catalog.
@@ -266,8 +270,12 @@ class Replacement:
     capacity_type: str
     zones: list[str]
     pods: list[Pod] = field(default_factory=list)  # what the simulation placed on it
-    # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py).
+    # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py),
+    # Karpenter's karpenter.sh/nodeclaim-min-values-relaxed.
     annotations: dict[str, str] = field(default_factory=dict)
+    # The minValues the new node's requirements carry, per key (lowered under MinValuesPolicy
+    # BestEffort): what a NodeClaim written for it says (activities/nodeclaims.py).
+    min_values: dict[str, int] = field(default_factory=dict)
 
     @property
     def instance_type_names(self) -> list[str]:
