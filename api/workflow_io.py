@@ -125,6 +125,11 @@ class ReplacementSpec(Strict):
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     startup_taints: list[TaintSpec] = Field(default_factory=list)
+    min_values: dict[str, int] = Field(
+        default_factory=dict,
+        description="the minValues the replacement's requirements carry per label key (lowered under "
+        "MinValuesPolicy BestEffort); written on a NodeClaim made for it",
+    )
     image_id: str | None = Field(
         default=None, description="AMI override; default: from the EC2NodeClass status"
     )
@@ -441,6 +446,7 @@ def disruption_input(
                 zones=list(replacement.zones),
                 capacity_type=[replacement.capacity_type],
                 annotations=dict(getattr(replacement, "annotations", None) or {}),
+                min_values=dict(getattr(replacement, "min_values", None) or {}),
             )
             for replacement in command.replacements
         ],

@@ -150,6 +150,12 @@ class WorkerSettings(BaseSettings):
         description="seconds between checks that the controller runs: one that failed or was "
         "terminated is started again (a stopped one is left stopped)",
     )
+    min_values_policy: Literal["Strict", "BestEffort"] = Field(
+        default="Strict",
+        description="NodePool minValues on replacements, as Karpenter's --min-values-policy (set both alike "
+        "beside Karpenter): Strict refuses a replacement whose instance types span too few values, "
+        "BestEffort lowers minValues to what they reach",
+    )
     # Beside Karpenter (docs/running-beside-karpenter.md)
     karpenter_coexistence: bool = Field(
         default=False,
