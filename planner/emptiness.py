@@ -6,6 +6,7 @@ every consolidation policy (Balanced never scores an empty delete, as in Karpent
 `Empty`, graceful class; validated after the 15 s delay by `validate`, which keeps the subset of
 nodes still valid (the command fails only if none remain). Empty is still "no reschedulable pods",
 not Karpenter's current "no pod with a positive eviction cost": see docs/karpenter-versions.md.
+A node hosting CapacityBuffer pods is not emptied (planner/buffer_hosts.py `buffer_block`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from api.constants import REASON_EMPTY
 from planner.balanced import sort_by_savings_ratio
 from planner.budgets import build_budget_map
+from planner.buffer_hosts import buffer_block
 from planner.candidates import build_candidates, consolidation_block
 from planner.model import (
     CONSOLIDATION_EMPTY,
@@ -35,7 +37,7 @@ class Emptiness:
     def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
         if not candidate.is_empty:
             return False
-        block = consolidation_block(ctx, candidate)
+        block = consolidation_block(ctx, candidate) or buffer_block(ctx, candidate.name)
         if block is not None:
             ctx.explain(candidate.name, self.name, f"empty, but {block}")
             return False

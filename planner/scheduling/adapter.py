@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from api import constants as k
 from kube.selectors import Taint, Toleration
+from planner.capacity_buffers import buffer_pods
 from planner.model import Replacement, SchedulingResult
 from planner.pass_cache import same_pods
 from planner.scheduling.inputs import (
@@ -337,6 +338,8 @@ class SnapshotSimulation:
         )
         if cache is not None:
             cache.sim_nodes = self.simulator.node_memo_out
+        if snapshot.capacity_buffers:
+            self.simulator.buffer_keys = frozenset(p.key for p in buffer_pods(snapshot)[0])
         self._sim_pods: dict[int, SimPod] = {}
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
@@ -432,9 +435,13 @@ class SnapshotSimulation:
         return out
 
     def pending_pods(self) -> list[Pod]:
-        """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes)."""
+        """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes),
+        and the pods of ready CapacityBuffers, which Karpenter's provisioner adds to them
+        (planner/capacity_buffers.py)."""
         if self._pending is None:
             self._pending = [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
+            if self.snapshot.capacity_buffers:
+                self._pending.extend(buffer_pods(self.snapshot)[0])
         return self._pending
 
     def leaving_pods(self, node_names: Iterable[str]) -> list[Pod]:

@@ -97,6 +97,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
+        # Keys of CapacityBuffer pods among the background (pending) pods (planner/capacity_buffers.py).
+        self.buffer_keys: frozenset[str] = frozenset()
         if min_values_policy not in (STRICT, BEST_EFFORT):
             raise ValueError(f"min_values_policy {min_values_policy!r}: expected Strict or BestEffort")
         self.min_values_policy = min_values_policy
@@ -369,11 +371,15 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 for key, why in sorted(result.unschedulable.items()):
                     if key not in result.pending:
                         raise SimulationAborted(f"pod {key} cannot be placed: {why}")
+            # CapacityBuffer pods the removed nodes held move with the moved pods: a replacement must
+            # hold them too (Karpenter's consolidation schedules them among its pending pods).
+            buffers = [p for p in displaced.values() if p.key in self.buffer_keys] if self.buffer_keys else []
             probe.background = True
             for pod in sorted(displaced.values(), key=self._pod_order):
-                self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
+                if not buffers or pod.key not in self.buffer_keys:
+                    self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
             probe.background = False
-            ordered = sorted(pods, key=self._pod_order)
+            ordered = sorted([*pods, *buffers], key=self._pod_order)
             if packing == COST_PACKING:
                 ordered = self._place_cost(
                     probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
