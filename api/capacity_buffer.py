@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 CAPACITY_BUFFER_KIND = "CapacityBuffer"
-CAPACITY_BUFFER_API_VERSION = "autoscaling.x-k8s.io/v1beta1"
+CAPACITY_BUFFER_GROUP = "autoscaling.x-k8s.io"
+CAPACITY_BUFFER_VERSION = "v1beta1"
+CAPACITY_BUFFER_PLURAL = "capacitybuffers"
+CAPACITY_BUFFER_API_VERSION = f"{CAPACITY_BUFFER_GROUP}/{CAPACITY_BUFFER_VERSION}"
 POD_TEMPLATE_KIND = "PodTemplate"
 READY_FOR_PROVISIONING = "ReadyForProvisioning"
 

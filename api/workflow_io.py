@@ -258,6 +258,11 @@ class DisruptionInput(Strict):
     timeouts: DisruptionTimeouts = Field(default_factory=DisruptionTimeouts)
     termination: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
     approval: Approval | None = Field(default=None, description="voluntary only: wait for an operator first")
+    capacity_buffers: dict[str, int] | None = Field(
+        default=None,
+        description="Empty: the ready CapacityBuffers the planner accounted for (namespace/name -> "
+        "replicas); the taint refuses the nodes if one is new or bigger. Unset: not checked",
+    )
 
     @field_validator("nodes")
     @classmethod
@@ -450,6 +455,7 @@ def disruption_input(
             )
             for replacement in command.replacements
         ],
+        capacity_buffers=getattr(command, "capacity_buffers", None),
         **overrides,
     )
 

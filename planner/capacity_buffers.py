@@ -67,6 +67,12 @@ def buffer_pods(snapshot: Snapshot) -> tuple[list[Pod], list[str]]:
     return pods, unresolved
 
 
+def ready_buffers(snapshot: Snapshot) -> dict[str, int]:
+    """The ready buffers and their replicas (namespace/name -> replicas): what an emptiness decision
+    accounted for, which the taint checks again (activities/buffer_guard.py)."""
+    return {key: b.replicas for key, b in sorted(snapshot.capacity_buffers.items()) if b.ready}
+
+
 def is_buffer_pod(pod: Pod) -> bool:
     return pod.annotations.get(FAKE_POD_ANNOTATION) == "true"
 

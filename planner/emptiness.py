@@ -16,6 +16,7 @@ from planner.balanced import sort_by_savings_ratio
 from planner.budgets import build_budget_map
 from planner.buffer_hosts import buffer_block
 from planner.candidates import build_candidates, consolidation_block
+from planner.capacity_buffers import ready_buffers
 from planner.model import (
     CONSOLIDATION_EMPTY,
     EMPTINESS,
@@ -56,9 +57,11 @@ class Emptiness:
                 )
         if not chosen:
             return []
-        return [
-            Command(self.name, self.reason, chosen, [], self.disruption_class, f"{len(chosen)} empty node(s)")
-        ]
+        command = Command(
+            self.name, self.reason, chosen, [], self.disruption_class, f"{len(chosen)} empty node(s)"
+        )
+        command.capacity_buffers = ready_buffers(ctx.snapshot)
+        return [command]
 
     def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
         """Re-check on the fresh snapshot in `ctx`: keep the nodes that are still candidates, still
@@ -91,4 +94,5 @@ def validate_emptiness(ctx: PlanContext, command: Command) -> ValidationResult:
     subset = Command(
         command.method, command.reason, kept, [], command.disruption_class, f"{len(kept)} empty node(s)"
     )
+    subset.capacity_buffers = ready_buffers(ctx.snapshot)
     return ValidationResult(True, subset, f"dropped {dropped}" if dropped else "")

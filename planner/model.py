@@ -322,6 +322,9 @@ class Command:
     # consolidationPolicy Balanced: each Balanced source pool's verdict, e.g. "score 1.67 >= 0.5"
     # (planner/balanced.py); empty when no source pool is Balanced.
     scores: list[str] = field(default_factory=list)
+    # Emptiness: the ready CapacityBuffers the decision accounted for (namespace/name -> replicas);
+    # the taint re-checks that none is new or bigger (activities/buffer_guard.py). None: not judged.
+    capacity_buffers: dict[str, int] | None = None
 
     @property
     def decision(self) -> Literal["delete", "replace"]:

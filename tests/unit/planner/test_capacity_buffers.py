@@ -187,3 +187,50 @@ def test_a_ready_buffer_whose_pods_cannot_be_built_keeps_every_empty_node():
     result = plan(b.snapshot(), b.catalog, PlanOptions(), methods=[Emptiness()])
     assert result.commands == []
     assert "scalableRef Deployment/web is not read by karpflow yet" in reason_for(result, "empty-a")
+
+
+def test_an_emptiness_command_carries_the_buffers_it_accounted_for_to_the_taint():
+    """The taint re-checks them (activities/buffer_guard.py): the command's input says which ready
+    buffers, with their replicas, the decision saw."""
+    from api.workflow_io import disruption_input
+
+    b = ClusterBuilder()
+    b.nodepool("default")
+    b.node("empty-a")
+    b.node("empty-b")
+    pod_template(b)
+    buffer(b)
+    buffer(b, "later", ready=False)
+    (command,) = [c for c in plan(b.snapshot(), b.catalog, PlanOptions(), methods=[Emptiness()]).commands]
+    assert command.nodes == ["empty-b"]
+    ctx = b.context(PlanOptions())
+    (planned,) = Emptiness().compute(ctx, [c for c in _candidates(ctx) if c.name == "empty-b"], _budgets(ctx))
+    assert planned.capacity_buffers == {"default/warm": 1}
+    assert disruption_input(planned).capacity_buffers == {"default/warm": 1}
+
+
+def test_the_taint_check_refuses_only_a_new_or_bigger_ready_buffer():
+    from activities.buffer_guard import capacity_buffers_grown
+
+    def listed(name: str, replicas: int, ready: bool = True) -> dict[str, Any]:
+        b = ClusterBuilder()
+        return buffer(b, name, replicas=replicas, ready=ready)
+
+    planned = {"default/warm": 2}
+    assert capacity_buffers_grown(planned, [listed("warm", 2)]) is None
+    assert capacity_buffers_grown(planned, [listed("warm", 1)]) is None  # smaller frees room
+    assert capacity_buffers_grown(planned, [listed("new", 3, ready=False)]) is None
+    why = capacity_buffers_grown(planned, [listed("warm", 3), listed("new", 1)])
+    assert why is not None and "default/new (0 -> 1 replicas), default/warm (2 -> 3 replicas)" in why
+
+
+def _candidates(ctx):
+    from planner.candidates import build_candidates
+
+    return build_candidates(ctx)[0]
+
+
+def _budgets(ctx):
+    from planner.budgets import build_budget_map
+
+    return build_budget_map(ctx, "Empty")
