@@ -414,6 +414,7 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
             replacements = "\n".join(
                 f"{r.nodepool}: {', '.join(r.instance_types[:3])}{' …' if len(r.instance_types) > 3 else ''}"
                 f" {r.capacity_type} {','.join(r.zones)} {_money(r.price)}"
+                + (" (minValues relaxed)" if r.min_values_relaxed else "")
                 for r in command.replacements
             )
             table.add_row(

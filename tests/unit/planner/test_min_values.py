@@ -189,3 +189,18 @@ def test_shortfall_walks_the_options_in_order():
         ["c4.large", "c4.xlarge"],
         None,
     )
+
+
+def test_karpflow_plan_says_a_replacement_was_relaxed():
+    """`karpflow plan` shows each decision with its reason: the JSON's replacement says
+    `minValuesRelaxed` (Karpenter's karpenter.sh/nodeclaim-min-values-relaxed) under BestEffort."""
+    from planner.model import PlanOptions
+    from planner.plan import plan
+
+    snap = snapshot(
+        _pool(TWO_OF_THREE, 3), node("a", "m5.2xlarge"), pod("app", "a", cpu="500m", memory="512Mi")
+    )
+    (command,) = [c for c in plan(snap, CATALOG, PlanOptions(min_values_policy="BestEffort")).commands]
+    (replacement,) = command.replacements
+    assert replacement.min_values_relaxed and replacement.instance_types == ["c5.large", "m5.large"]
+    assert plan(snap, CATALOG, PlanOptions()).commands == []
