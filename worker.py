@@ -319,6 +319,7 @@ class KarpflowWorker:
                 concurrency=settings.interruption_concurrency,
                 wait_seconds=settings.interruption_wait,
                 cache=self.cache,
+                options=plan_options(settings),
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:

@@ -104,6 +104,12 @@ def nodeclaim_body(request: NodeClaimRequest, pool: Json) -> Json:
     ]
     requirements.append({"key": NODEPOOL_LABEL, "operator": "In", "values": [template.nodepool]})
     requirements += [{"key": key, "operator": "In", "values": values} for key, values in pinned.items()]
+    # The minValues the planner kept (lowered under MinValuesPolicy BestEffort), on the pinned keys
+    # too, as Karpenter's NodeClaimTemplate.ToNodeClaim keeps them: Karpenter's launch checks its 60
+    # cheapest options against them (cloudprovider.InstanceTypes.Truncate).
+    for requirement in requirements:
+        if requirement["key"] in request.spec.min_values:
+            requirement["minValues"] = request.spec.min_values[requirement["key"]]
     spec: Json = {
         "nodeClassRef": {"group": AWS_GROUP, "kind": EC2NODECLASS_KIND, "name": template.nodeclass},
         "requirements": requirements,

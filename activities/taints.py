@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from activities import budget_claims, guards
+from activities.buffer_guard import capacity_buffers_grown
 from activities.errors import classify_kube, not_found
 from activities.kubernetes_base import KubernetesBase
 from activities.node_json import (
@@ -23,6 +24,7 @@ from activities.node_json import (
     uid_of,
 )
 from api.activity_io import CandidateNode, TaintRequest, UntaintRequest
+from api.capacity_buffer import CAPACITY_BUFFER_GROUP, CAPACITY_BUFFER_PLURAL, CAPACITY_BUFFER_VERSION
 from api.constants import HOLDER_REASON_ANNOTATION, NODEPOOL_LABEL, REASON_EMPTY
 from api.workflow_ids import termination_workflow_id
 from api.workflow_io import VOLUNTARY_REASONS
@@ -128,7 +130,7 @@ class TaintActivities(KubernetesBase):
         guards.check_repair(node, request.reason)
         # (A retry finds its own taint: nothing could land since.)
         if request.reason == REASON_EMPTY and not has_taint(node, self.taint_key):
-            why = guards.no_longer_empty(node, pods)
+            why = guards.no_longer_empty(node, pods) or await self._buffers_grown(request)
             return why, (node if why is None else None)
         return None, node
 
@@ -196,6 +198,19 @@ class TaintActivities(KubernetesBase):
             termination_id=termination_workflow_id(self.cluster, name, uid) if uid else None,
             message=message,
         )
+
+    async def _buffers_grown(self, request: TaintRequest) -> str | None:
+        """An emptiness command's CapacityBuffers re-checked (activities/buffer_guard.py): None when
+        the request carries none to check."""
+        if request.capacity_buffers is None:
+            return None
+        try:
+            buffers = await self.kube.list_cluster_custom(
+                CAPACITY_BUFFER_GROUP, CAPACITY_BUFFER_VERSION, CAPACITY_BUFFER_PLURAL
+            )
+        except Exception as err:
+            raise classify_kube(err, "listing CapacityBuffers") from None
+        return capacity_buffers_grown(request.capacity_buffers, buffers)
 
     async def _landed_since(self, name: str, node: Json) -> str | None:
         try:

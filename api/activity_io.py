@@ -96,6 +96,11 @@ class TaintRequest(BaseModel):
         description="forceful: every pod must be gone by then (a spot interruption's time); stamped on "
         "the node as its termination deadline, or moved earlier, never later",
     )
+    capacity_buffers: dict[str, int] | None = Field(
+        default=None,
+        description="Empty: the ready CapacityBuffers the planner accounted for (namespace/name -> "
+        "replicas); a new or bigger one leaves every candidate out. None: not checked",
+    )
 
 
 class CandidateNode(BaseModel):

@@ -125,6 +125,11 @@ class ReplacementSpec(Strict):
     annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     startup_taints: list[TaintSpec] = Field(default_factory=list)
+    min_values: dict[str, int] = Field(
+        default_factory=dict,
+        description="the minValues the replacement's requirements carry per label key (lowered under "
+        "MinValuesPolicy BestEffort); written on a NodeClaim made for it",
+    )
     image_id: str | None = Field(
         default=None, description="AMI override; default: from the EC2NodeClass status"
     )
@@ -259,6 +264,11 @@ class DisruptionInput(Strict):
     timeouts: DisruptionTimeouts = Field(default_factory=DisruptionTimeouts)
     termination: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
     approval: Approval | None = Field(default=None, description="voluntary only: wait for an operator first")
+    capacity_buffers: dict[str, int] | None = Field(
+        default=None,
+        description="Empty: the ready CapacityBuffers the planner accounted for (namespace/name -> "
+        "replicas); the taint refuses the nodes if one is new or bigger. Unset: not checked",
+    )
 
     @field_validator("nodes")
     @classmethod
@@ -447,9 +457,11 @@ def disruption_input(
                 zones=list(replacement.zones),
                 capacity_type=[replacement.capacity_type],
                 annotations=dict(getattr(replacement, "annotations", None) or {}),
+                min_values=dict(getattr(replacement, "min_values", None) or {}),
             )
             for replacement in command.replacements
         ],
+        capacity_buffers=getattr(command, "capacity_buffers", None),
         **overrides,
     )
 

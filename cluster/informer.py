@@ -6,8 +6,9 @@ the resourceVersion, watch from there, apply ADDED / MODIFIED / DELETED to the c
 when the watch says the version is too old (410 Gone) or fails. Nothing is decided before every
 kind has been listed once (`synced`), like Karpenter's cluster-state sync gate.
 
-Optional kinds (the seed-era Provisioner and AWSNodeTemplate, and karpflow's own MaintenanceWindow
-and NodeDisruptionBudget: CRDs a cluster may not have) count as synced and empty when the server
+Optional kinds (the seed-era Provisioner and AWSNodeTemplate, karpflow's own MaintenanceWindow
+and NodeDisruptionBudget, the CapacityBuffer and the PodTemplates buffers name: kinds a cluster may
+not serve) count as synced and empty when the server
 does not serve them, and are tried again later. Only "not served" (404) counts as empty: a kind the
 worker may not read (403) keeps the cache unsynced, so no pass decides without the operator's controls.
 
@@ -70,6 +71,10 @@ RESOURCES: tuple[Resource, ...] = (
     # karpflow's operator controls (deploy/crds); a cluster without the CRDs has none of them
     Resource("MaintenanceWindow", "karpflow.dev/v1alpha1", "maintenancewindows", optional=True),
     Resource("NodeDisruptionBudget", "karpflow.dev/v1alpha1", "nodedisruptionbudgets", optional=True),
+    # CapacityBuffers (autoscaling.x-k8s.io, Karpenter v1.14 / Cluster Autoscaler) and the PodTemplates
+    # they name: their pods keep nodes from counting as empty (planner/capacity_buffers.py)
+    Resource("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1", "capacitybuffers", optional=True),
+    Resource("PodTemplate", "v1", "podtemplates", optional=True),
 )
 
 

@@ -149,6 +149,14 @@ def _fail(message: str) -> None:
     show_default=True,
     help="Preferred affinities and ScheduleAnyway spreads in the simulation.",
 )
+@click.option(
+    "--min-values-policy",
+    type=click.Choice(["Strict", "BestEffort"]),
+    default="Strict",
+    show_default=True,
+    help="NodePool minValues on new nodes (Karpenter's --min-values-policy): Strict refuses a new node "
+    "whose options span too few values; BestEffort lowers minValues to what they reach.",
+)
 @click.option("--instance-type-drift", is_flag=True, help="Drift nodes whose type left the catalog.")
 @click.option(
     "--max-replacements",
@@ -179,6 +187,7 @@ def plan(
     all_methods: bool,
     spot_to_spot: bool,
     preference_policy: str,
+    min_values_policy: str,
     instance_type_drift: bool,
     max_replacements: int,
     strategy: str | None,
@@ -245,6 +254,7 @@ def plan(
             "all_methods": all_methods,
             "spot_to_spot": spot_to_spot,
             "preference_policy": preference_policy,
+            "min_values_policy": min_values_policy,
             "instance_type_drift": instance_type_drift,
             "max_replacements": max_replacements,
             "consolidation_strategy": strategy.capitalize() if strategy else None,
@@ -404,6 +414,7 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
             replacements = "\n".join(
                 f"{r.nodepool}: {', '.join(r.instance_types[:3])}{' …' if len(r.instance_types) > 3 else ''}"
                 f" {r.capacity_type} {','.join(r.zones)} {_money(r.price)}"
+                + (" (minValues relaxed)" if r.min_values_relaxed else "")
                 for r in command.replacements
             )
             table.add_row(

@@ -116,11 +116,28 @@ def compute_consolidation(
     prepared = prepared or snapshot_simulation(ctx)
     candidates = list(candidates)
     free = _simulate(ctx, prepared, candidates, max_replacements)
-    proposal = _floored(ctx, _proposal(ctx, candidates, free, method, prepared), method)
+    proposal = _floored(
+        ctx, refuse_unlaunchable(_proposal(ctx, candidates, free, method, prepared), prepared), method
+    )
     if max_replacements <= 1 or (proposal.command is not None and not proposal.command.replacements):
         return proposal
     cost = _simulate(ctx, prepared, candidates, max_replacements, COST_PACKING)
-    return _cheaper(proposal, _floored(ctx, _proposal(ctx, candidates, cost, method, prepared), method))
+    other = refuse_unlaunchable(_proposal(ctx, candidates, cost, method, prepared), prepared)
+    return _cheaper(proposal, _floored(ctx, other, method))
+
+
+def refuse_unlaunchable(proposal: Proposal, prepared: SnapshotSimulation) -> Proposal:
+    """No command whose replacement cannot launch: under MinValuesPolicy Strict, the 60 cheapest of
+    its options (what the launch sends) must still meet its NodePool's minValues (Karpenter's AWS
+    provider fails such a launch; karpflow does not take the move)."""
+    if proposal.command is None or proposal.simulation is None:
+        return proposal
+    for claim, options in zip(proposal.simulation.replacements, proposal.options, strict=False):
+        why = prepared.launch_refusal(claim, [o.instance_type for o in options])
+        if why is not None:
+            proposal.command, proposal.why = None, why
+            return proposal
+    return proposal
 
 
 def _floored(ctx: PlanContext, proposal: Proposal, method: str) -> Proposal:
@@ -494,10 +511,16 @@ class MultiNodeConsolidation(_Consolidation):
             proposal.why = f"Filtering out the removed nodes' instance types: {missing}"
             return proposal
         if filtered != proposal.options:
-            for replacement, options in zip(command.replacements, filtered, strict=True):
-                kept = {o.instance_type for o in options}
-                replacement.instance_types = [t for t in replacement.instance_types if t.name in kept]
+            assert proposal.simulation is not None
             proposal.options = filtered
+            if refuse_unlaunchable(proposal, prepared).command is None:
+                return proposal
+            for replacement, claim, options in zip(
+                command.replacements, proposal.simulation.replacements, filtered, strict=True
+            ):
+                replacement.instance_types = prepared.replacement(
+                    claim, options=[o.instance_type for o in options]
+                ).instance_types
             command.message = describe(command)
         return apply_balanced_gate(self.gate, proposal) if self.gate is not None else proposal
 

@@ -10,6 +10,7 @@ scores an empty delete, as in Karpenter). Reason `Empty`, graceful class; valida
 delay by `validate`, which keeps the subset of nodes still valid (the command fails only if none
 remain); the taint activity checks the eviction cost once more (activities/guards.py
 `no_longer_empty`).
+A node hosting CapacityBuffer pods is not emptied (planner/buffer_hosts.py `buffer_block`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 from api.constants import REASON_EMPTY
 from planner.balanced import sort_by_savings_ratio
 from planner.budgets import build_budget_map
+from planner.buffer_hosts import buffer_block
 from planner.candidates import build_candidates, consolidation_block
+from planner.capacity_buffers import ready_buffers
 from planner.model import (
     CONSOLIDATION_EMPTY,
     EMPTINESS,
@@ -39,7 +42,7 @@ class Emptiness:
     def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
         if not candidate.empty_by_eviction_cost:
             return False
-        block = consolidation_block(ctx, candidate)
+        block = consolidation_block(ctx, candidate) or buffer_block(ctx, candidate.name)
         if block is not None:
             ctx.explain(candidate.name, self.name, f"empty, but {block}")
             return False
@@ -58,7 +61,9 @@ class Emptiness:
                 )
         if not chosen:
             return []
-        return [Command(self.name, self.reason, chosen, [], self.disruption_class, empty_message(chosen))]
+        command = Command(self.name, self.reason, chosen, [], self.disruption_class, empty_message(chosen))
+        command.capacity_buffers = ready_buffers(ctx.snapshot)
+        return [command]
 
     def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
         """Re-check on the fresh snapshot in `ctx`: keep the nodes that are still candidates, still
@@ -89,6 +94,7 @@ def validate_emptiness(ctx: PlanContext, command: Command) -> ValidationResult:
             False, None, f"no node of the command is still empty and disruptable: {dropped}"
         )
     subset = Command(command.method, command.reason, kept, [], command.disruption_class, empty_message(kept))
+    subset.capacity_buffers = ready_buffers(ctx.snapshot)
     return ValidationResult(True, subset, f"dropped {dropped}" if dropped else "")
 
 

@@ -138,6 +138,10 @@ class PlanOptions(BaseModel):
     spot_to_spot: bool = False
     # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.
     preference_policy: Literal["Respect", "Ignore"] = "Respect"
+    # NodePool minValues on new nodes (Karpenter's --min-values-policy, v1.6): Strict refuses a new
+    # node whose options span too few values; BestEffort lowers minValues to what they reach
+    # (planner/scheduling/min_values.py).
+    min_values_policy: Literal["Strict", "BestEffort"] = "Strict"
     # Drift a node whose instance type left the catalog or lost its offering (Karpenter's
     # InstanceTypeNotFound). Off by default: with the bundled table a real cluster would drift
     # every node of a type the table does not list. Turn on with a live or complete catalog.
@@ -285,8 +289,12 @@ class Replacement:
     capacity_type: str
     zones: list[str]
     pods: list[Pod] = field(default_factory=list)  # what the simulation placed on it
-    # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py).
+    # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py),
+    # Karpenter's karpenter.sh/nodeclaim-min-values-relaxed.
     annotations: dict[str, str] = field(default_factory=dict)
+    # The minValues the new node's requirements carry, per key (lowered under MinValuesPolicy
+    # BestEffort): what a NodeClaim written for it says (activities/nodeclaims.py).
+    min_values: dict[str, int] = field(default_factory=dict)
 
     @property
     def instance_type_names(self) -> list[str]:
@@ -333,6 +341,9 @@ class Command:
     # consolidationPolicy Balanced: each Balanced source pool's verdict, e.g. "score 1.67 >= 0.5"
     # (planner/balanced.py); empty when no source pool is Balanced.
     scores: list[str] = field(default_factory=list)
+    # Emptiness: the ready CapacityBuffers the decision accounted for (namespace/name -> replicas);
+    # the taint re-checks that none is new or bigger (activities/buffer_guard.py). None: not judged.
+    capacity_buffers: dict[str, int] | None = None
 
     @property
     def decision(self) -> Literal["delete", "replace"]:

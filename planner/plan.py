@@ -74,6 +74,7 @@ from planner.repair import (
     repair_commands,
 )
 from planner.savings_threshold import floor_problems
+from planner.scheduling.min_values import MIN_VALUES_RELAXED_ANNOTATION
 from planner.snapshot import Snapshot
 from planner.static_drift import STATIC_DRIFT, StaticDrift
 
@@ -97,6 +98,10 @@ class ReplacementOut(_Out):
     pod_keys: list[str] = Field(
         default_factory=list,
         description="Optimal moves: the pods planned onto this new node (the validation places them there)",
+    )
+    min_values_relaxed: bool = Field(
+        default=False,
+        description="MinValuesPolicy BestEffort lowered a minValues of its NodePool for this new node",
     )
 
 
@@ -570,6 +575,7 @@ def command_out(command: Command) -> CommandOut:
                 worst_case_price=r.worst_case_price,
                 pods=len(r.pods),
                 pod_keys=[p.key for p in r.pods] if planned else [],
+                min_values_relaxed=r.annotations.get(MIN_VALUES_RELAXED_ANNOTATION) == "true",
             )
             for r in command.replacements
         ],

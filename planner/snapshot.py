@@ -41,6 +41,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from api.capacity_buffer import (
+    CAPACITY_BUFFER_KIND,
+    POD_TEMPLATE_KIND,
+    CapacityBuffer,
+    PodTemplate,
+    read_capacity_buffer,
+    read_pod_template,
+)
 from api.constants import (
     CAPACITY_TYPE_LABEL,
     EC2NODECLASS_LABEL,
@@ -1015,6 +1023,10 @@ class Snapshot:
     # karpflow's operator controls (karpflow.dev/v1alpha1), by name; broken ones fail closed.
     maintenance_windows: dict[str, Window] = field(default_factory=dict)
     node_disruption_budgets: dict[str, Ndb] = field(default_factory=dict)
+    # CapacityBuffers (autoscaling.x-k8s.io) and PodTemplates, by namespace/name: the buffers' pods,
+    # which keep a node from counting as empty (planner/capacity_buffers.py).
+    capacity_buffers: dict[str, CapacityBuffer] = field(default_factory=dict)
+    pod_templates: dict[str, PodTemplate] = field(default_factory=dict)
     # Disruptions started recently, for rate budgets (empty when the caller does not know them).
     recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -1084,6 +1096,10 @@ class Snapshot:
                 self._put_window(read_window(obj))
             elif kind in _NDB_KINDS:
                 self._put_ndb(read_ndb(obj))
+            elif kind == CAPACITY_BUFFER_KIND:
+                self._add(obj, kind, read_capacity_buffer, self._put_buffer)
+            elif kind == POD_TEMPLATE_KIND:
+                self._add(obj, kind, read_pod_template, self._put_pod_template)
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
 
     def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
@@ -1128,6 +1144,14 @@ class Snapshot:
         if (problem := do_not_disrupt_problem(pod.annotations)) is not None:
             self.problems.append(f"Pod {pod.key}: {problem}")
 
+    def _put_buffer(self, buffer: CapacityBuffer) -> None:
+        if buffer.problem is not None:
+            self.problems.append(f"CapacityBuffer {buffer.key}: {buffer.problem}")
+        self.capacity_buffers[buffer.key] = buffer
+
+    def _put_pod_template(self, template: PodTemplate) -> None:
+        self.pod_templates[template.key] = template
+
     def _put_window(self, window: Window) -> None:
         self.maintenance_windows[window.name] = window
         self.problems.extend(
@@ -1164,6 +1188,8 @@ class Snapshot:
         self.nodeclaims.update(part.nodeclaims)
         self.maintenance_windows.update(part.maintenance_windows)
         self.node_disruption_budgets.update(part.node_disruption_budgets)
+        self.capacity_buffers.update(part.capacity_buffers)
+        self.pod_templates.update(part.pod_templates)
         self.instances.update(part.instances)
         self.problems.extend(part.problems)
 
@@ -1298,6 +1324,8 @@ class Snapshot:
             nodeclass_not_ready=self.nodeclass_not_ready,
             maintenance_windows=self.maintenance_windows,
             node_disruption_budgets=self.node_disruption_budgets,
+            capacity_buffers=self.capacity_buffers,
+            pod_templates=self.pod_templates,
             recent_disruptions=self.recent_disruptions,
             sources=self.sources,
         )

@@ -42,12 +42,13 @@ from planner.model import (
 )
 from planner.pool_claims import claims_without_node
 from planner.scheduling.inputs import NODES_RESOURCE
-from planner.scheduling.requirements import Req
+from planner.scheduling.min_values import MAX_LAUNCH_INSTANCE_TYPES, truncate
+from planner.scheduling.requirements import Req, freeze
 from planner.scheduling.state import LAUNCH_PRECEDENCE
 
 STATIC_DRIFT = "static-drift"
-# Karpenter truncates a NodeClaim's options to its cheapest 60 (scheduling.MaxInstanceTypes).
-MAX_INSTANCE_TYPES = 60
+# Karpenter's AWS provider launches a NodeClaim with its cheapest 60 options (instance.go maxInstanceTypes).
+MAX_INSTANCE_TYPES = MAX_LAUNCH_INSTANCE_TYPES
 
 
 def node_limit(pool: NodePool) -> int | None:
@@ -90,13 +91,16 @@ def node_headroom(ctx: PlanContext, pool: NodePool, reserved: int = 0) -> int | 
     return max(limit - static_node_count(ctx, pool.name) - reserved, 0)
 
 
-def template_replacement(ctx: PlanContext, pool: NodePool) -> Replacement | None:
+def template_replacement(ctx: PlanContext, pool: NodePool) -> tuple[Replacement | None, str]:
     """One node of the pool's template (Karpenter's NewNodeClaimTemplate): every catalog type and
-    offering its requirements and labels allow, cheapest first. None: the template allows none."""
+    offering its requirements and labels allow, cheapest first, at most the 60 the launch sends.
+    (None, why): the template allows none, or under MinValuesPolicy Strict the 60 miss a minValues
+    (Karpenter's AWS provider fails such a launch: a static NodeClaim carries the pool's minValues)."""
+    none_offered = "the pool's template allows no instance type offered now"
     if ctx.snapshot.nodeclass_problem(pool) is not None:
-        return None
+        return None, none_offered
     template = pool.spec.template
-    reqs = [Req.of(r.key, r.operator, r.values) for r in template.spec.requirements]
+    reqs = [Req.of(r.key, r.operator, r.values, r.min_values) for r in template.spec.requirements]
     reqs += [Req.equals(key, value) for key, value in template.metadata.labels.items()]
     by_key: dict[str, Req] = {}
     for req in reqs:
@@ -123,14 +127,33 @@ def template_replacement(ctx: PlanContext, pool: NodePool) -> Replacement | None
         zones.update(o.zone for o in offers)
         capacity_types.update(o.capacity_type for o in offers)
     if not types:
-        return None
+        return None, none_offered
     capacity_type = next(ct for ct in (*LAUNCH_PRECEDENCE, *sorted(capacity_types)) if ct in capacity_types)
+    ordered = [it for _, _, it in sorted(types, key=lambda t: (t[0], t[1]))]
+    by_name = {it.name: it for it in ordered}
+    min_reqs = freeze(r for r in reqs if r.min_values is not None)
+
+    def values_of(name: str, key: str) -> list[str]:
+        it = by_name[name]
+        if key == ZONE_LABEL:
+            return [o.zone for o in it.offerings if o.available]
+        if key == CAPACITY_TYPE_LABEL:
+            return [o.capacity_type for o in it.offerings if o.available]
+        value = it.labels.get(key)
+        return [] if value is None else [value]
+
+    names, why = truncate(
+        [it.name for it in ordered], min_reqs, MAX_INSTANCE_TYPES, ctx.options.min_values_policy, values_of
+    )
+    if why is not None:
+        return None, f"NodePool {pool.name} couldn't meet minValues requirements at launch, {why}"
     return Replacement(
         nodepool=pool.name,
-        instance_types=[it for _, _, it in sorted(types, key=lambda t: (t[0], t[1]))][:MAX_INSTANCE_TYPES],
+        instance_types=[by_name[n] for n in names],
         capacity_type=capacity_type,
         zones=sorted(zones),
-    )
+        min_values={r.key: r.min_values for r in min_reqs if r.min_values is not None},
+    ), ""
 
 
 def static_replica(ctx: PlanContext, pool: NodePool) -> tuple[Replacement | None, str]:
@@ -146,9 +169,9 @@ def static_replica(ctx: PlanContext, pool: NodePool) -> tuple[Replacement | None
     headroom = node_headroom(ctx, pool, taken)
     if headroom == 0:
         return None, f"limits.nodes {node_limit(pool)} leaves no room for its replica until it is gone"
-    replica = template_replacement(ctx, pool)
+    replica, why = template_replacement(ctx, pool)
     if replica is None:
-        return None, "the pool's template allows no instance type offered now"
+        return None, why
     reserved[pool.name] = taken + 1
     return replica, ""
 
@@ -196,9 +219,10 @@ class StaticDrift:
                         f"limits.nodes {node_limit(pool)} leaves no room for a replacement "
                         f"({count} node(s)); it launches before its node goes"
                     )
-            replacement = template_replacement(ctx, pool) if why is None else None
-            if why is None and replacement is None:
-                why = "the pool's template allows no instance type offered now"
+            replacement = None
+            if why is None:
+                replacement, refusal = template_replacement(ctx, pool)
+                why = refusal if replacement is None else None
             for index, candidate in enumerate(pool_candidates):
                 if why is not None or index >= allowed:
                     reason = why or f"only {allowed} of its drifted nodes are replaced per pass now; waits"
@@ -231,6 +255,7 @@ def _copy(replacement: Replacement) -> Replacement:
         instance_types=list(replacement.instance_types),
         capacity_type=replacement.capacity_type,
         zones=list(replacement.zones),
+        min_values=dict(replacement.min_values),
     )
 
 

@@ -153,6 +153,12 @@ class WorkerSettings(BaseSettings):
         description="seconds between checks that the controller runs: one that failed or was "
         "terminated is started again (a stopped one is left stopped)",
     )
+    min_values_policy: Literal["Strict", "BestEffort"] = Field(
+        default="Strict",
+        description="NodePool minValues on replacements, as Karpenter's --min-values-policy (set both alike "
+        "beside Karpenter): Strict refuses a replacement whose instance types span too few values, "
+        "BestEffort lowers minValues to what they reach",
+    )
     # Notifications (activities/notifications.py, docs/operator-controls.md "Notifications")
     notify_webhook_secret: str | None = Field(
         default=None,
@@ -365,6 +371,7 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def plan_options(settings: WorkerSettings) -> PlanOptions:
     """The planner's options the worker's settings choose (the rest are Karpenter's defaults)."""
     return PlanOptions(
+        min_values_policy=settings.min_values_policy,
         breaker=settings.breaker,
         breaker_max_unready=settings.breaker_max_unready_percent / 100,
         breaker_ok_unready=settings.breaker_ok_unready_count,

@@ -348,6 +348,7 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
                 reason=command.reason,
                 uids=command.node_uids,
                 deadline=command.termination_deadline,
+                capacity_buffers=command.capacity_buffers,
             ),
             start_to_close_timeout=API_CALL,
             retry_policy=API_RETRY,

@@ -140,6 +140,7 @@ def check_plan(
         ctx.snapshot,
         ctx.catalog,
         ctx.options.preference_policy,
+        min_values_policy=ctx.options.min_values_policy,
         extra_nodes=planned_nodes(ctx, problem.prepared, placed),
     )
     moving = {name: virtual.pods_of([name]) for name in removals}

@@ -646,6 +646,7 @@ def validate_optimal(ctx: PlanContext, command: Command) -> ValidationResult:
         ctx.snapshot,
         ctx.catalog,
         ctx.options.preference_policy,
+        min_values_policy=ctx.options.min_values_policy,
         extra_nodes=planned_nodes(ctx, prepared, launches),
     )
     names = [c.name for c in kept]

@@ -69,6 +69,7 @@ def step_command(
         ctx.snapshot,
         ctx.catalog,
         ctx.options.preference_policy,
+        min_values_policy=ctx.options.min_values_policy,
         extra_nodes=planned_nodes(ctx, problem.prepared, sim_nodes),
     )
     prefer = {p.key: check.destination[p.key] for p in step_pods if p.key in check.destination}

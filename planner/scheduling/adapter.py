@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from api import constants as k
 from kube.selectors import Taint, Toleration
 from planner.candidates import under_consolidate_after
+from planner.capacity_buffers import buffer_pods
 from planner.model import Replacement, SchedulingResult
 from planner.pass_cache import node_pods, same_pods
 from planner.scheduling.inputs import (
@@ -36,6 +37,13 @@ from planner.scheduling.inputs import (
     SimPod,
     SpreadConstraint,
     nodepool_from_api,
+)
+from planner.scheduling.min_values import (
+    MAX_LAUNCH_INSTANCE_TYPES,
+    MIN_VALUES_RELAXED_ANNOTATION,
+    STRICT,
+    MinValuesPolicy,
+    truncate,
 )
 from planner.scheduling.requirements import IN, Req, Reqs, freeze
 from planner.scheduling.results import (
@@ -295,6 +303,7 @@ class SnapshotSimulation:
         preference_policy: PreferencePolicy = RESPECT,
         extra_nodes: Sequence[SimNode] = (),
         cache: PassCache | None = None,
+        min_values_policy: MinValuesPolicy = STRICT,
     ) -> None:
         """`extra_nodes`: nodes that are not in the snapshot but should be, e.g. the new nodes a plan
         means to launch, shown as if they had joined (planner/optimal/ verifies its target this way).
@@ -324,12 +333,15 @@ class SnapshotSimulation:
             [sim_instance_type(it) for it in catalog],
             daemonsets,
             preference_policy=preference_policy,
+            min_values_policy=min_values_policy,
             bound_by_node=by_node,
             node_memo=cache.sim_nodes if cache is not None else None,
             settling=settling_nodes(snapshot, cache),
         )
         if cache is not None:
             cache.sim_nodes = self.simulator.node_memo_out
+        if snapshot.capacity_buffers:
+            self.simulator.buffer_keys = frozenset(p.key for p in buffer_pods(snapshot)[0])
         self._sim_pods: dict[int, SimPod] = {}
         self._register_topology(snapshot)
         self._pending: list[Pod] | None = None
@@ -425,9 +437,13 @@ class SnapshotSimulation:
         return out
 
     def pending_pods(self) -> list[Pod]:
-        """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes)."""
+        """Pending pods the provisioner would place (DaemonSet and mirror pods target fixed nodes),
+        and the pods of ready CapacityBuffers, which Karpenter's provisioner adds to them
+        (planner/capacity_buffers.py)."""
         if self._pending is None:
             self._pending = [p for p in self.snapshot.pending_pods if not p.is_daemonset and not p.is_mirror]
+            if self.snapshot.capacity_buffers:
+                self._pending.extend(buffer_pods(self.snapshot)[0])
         return self._pending
 
     def leaving_pods(self, node_names: Iterable[str]) -> list[Pod]:
@@ -521,28 +537,67 @@ class SnapshotSimulation:
         options: Sequence[str] | None = None,
         capacity_type: str | None = None,
     ) -> Replacement:
-        """A model Replacement for a new NodeClaim (launch options in price order)."""
+        """A model Replacement for a new NodeClaim: its launch options in price order, at most the 60
+        Karpenter's AWS provider sends to CreateFleet (check `launch_refusal` first under Strict), and
+        Karpenter's minValues-relaxed annotation when its NodePool sets minValues."""
         names = list(options) if options is not None else list(claim.instance_types)
         by_key = {p.key: p for p in pods}
         ct = capacity_type or launch_capacity_type(claim.capacity_types)
-        return Replacement(
+        replacement = Replacement(
             nodepool=claim.nodepool,
-            instance_types=[self.catalog.types[n] for n in names if n in self.catalog.types],
+            instance_types=[self.catalog.types[n] for n in names if n in self.catalog.types][
+                :MAX_LAUNCH_INSTANCE_TYPES
+            ],
             capacity_type=ct,
             zones=list(claim.zones),
             pods=[by_key[key] for key in claim.pods if key in by_key],
         )
+        if claim.has_min_values:
+            replacement.annotations[MIN_VALUES_RELAXED_ANNOTATION] = str(claim.min_values_relaxed).lower()
+            replacement.min_values = {
+                r.key: r.min_values for r in claim.requirements if r.min_values is not None
+            }
+        return replacement
+
+    def launch_refusal(self, claim: NewNodeClaim, options: Sequence[str] | None = None) -> str | None:
+        """Why this new node cannot launch: under MinValuesPolicy Strict, the 60 cheapest of its
+        options (what the launch sends, Karpenter's AWS provider `Truncate`) miss a minValues. None
+        when it can."""
+        if not claim.has_min_values:
+            return None
+        names = list(options) if options is not None else list(claim.instance_types)
+        _, why = truncate(
+            names,
+            claim.requirements,
+            MAX_LAUNCH_INSTANCE_TYPES,
+            self.simulator.min_values_policy,
+            self.simulator.values_of,
+        )
+        return (
+            f"NodePool {claim.nodepool} couldn't meet minValues requirements at launch, {why}"
+            if why
+            else None
+        )
 
     def scheduling_result(self, result: SimulationResult, pods: Sequence[Pod]) -> SchedulingResult:
         """The model's SchedulingResult: background claims (capacity the provisioner launches for
-        pending pods and pods of deleting nodes) are not replacements, so they are left out."""
+        pending pods and pods of deleting nodes) are not replacements, so they are left out; a new
+        node that could not launch (`launch_refusal`) leaves its pods unschedulable."""
         claim_names = {c.name for c in result.new_claims}
         unschedulable = dict(result.unschedulable)
         if result.aborted:
             unschedulable.setdefault("<simulation>", result.aborted)
+        new_nodes = []
+        for claim in result.replacements:
+            why = self.launch_refusal(claim)
+            if why is None:
+                new_nodes.append(self.replacement(claim, pods))
+                continue
+            for key in claim.pods:
+                unschedulable[key] = why
         return SchedulingResult(
             placements={key: node for key, node in result.placements.items() if node not in claim_names},
-            new_nodes=[self.replacement(c, pods) for c in result.replacements],
+            new_nodes=new_nodes,
             unschedulable=unschedulable,
             pending=result.pending,
         )
@@ -581,8 +636,8 @@ def launch_capacity_type(capacity_types: Iterable[str]) -> str:
 # there kept its key alive and every snapshot ever planned stayed in memory (35 MB a pass at 5,000
 # nodes). Bounded instead: an older snapshot's simulation is prepared again if it is ever asked for.
 RECENT_SNAPSHOTS = 3
-# Per snapshot: its simulations by (id of the catalog, preference policy).
-_SimulationKey = tuple[int, PreferencePolicy]
+# Per snapshot: its simulations by (id of the catalog, preference policy, MinValuesPolicy).
+_SimulationKey = tuple[int, PreferencePolicy, MinValuesPolicy]
 _CACHE: OrderedDict[int, tuple[Snapshot, dict[_SimulationKey, SnapshotSimulation]]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
@@ -601,12 +656,16 @@ def _simulations_of(snapshot: Snapshot) -> dict[_SimulationKey, SnapshotSimulati
 
 def snapshot_simulation(ctx: PlanContext) -> SnapshotSimulation:
     """The prepared simulation for this context's snapshot (built once, then reused)."""
-    key = (id(ctx.catalog), ctx.options.preference_policy)
+    key = (id(ctx.catalog), ctx.options.preference_policy, ctx.options.min_values_policy)
     per_snapshot = _simulations_of(ctx.snapshot)
     prepared = per_snapshot.get(key)
     if prepared is None or prepared.catalog is not ctx.catalog:
         prepared = SnapshotSimulation(
-            ctx.snapshot, ctx.catalog, ctx.options.preference_policy, cache=ctx.cache
+            ctx.snapshot,
+            ctx.catalog,
+            ctx.options.preference_policy,
+            cache=ctx.cache,
+            min_values_policy=ctx.options.min_values_policy,
         )
         per_snapshot[key] = prepared
     return prepared

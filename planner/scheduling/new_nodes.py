@@ -11,13 +11,25 @@ from collections.abc import Iterable, Sequence
 
 from api import constants as k
 from planner.scheduling.inputs import HostPort, SimPod, ports_conflict
+from planner.scheduling.min_values import (
+    BEST_EFFORT,
+    MAX_SCHEDULING_INSTANCE_TYPES,
+    describe_shortfall,
+    has_min_values,
+    min_values_shortfall,
+    truncate,
+    was_relaxed,
+)
+from planner.scheduling.min_values import relax as relax_min_values
 from planner.scheduling.packing import pack_new_nodes
 from planner.scheduling.requirements import Req, Reqs
 from planner.scheduling.results import ClaimOption, NewNodeClaim, SimulationAborted, SimulationResult
 from planner.scheduling.state import (
     AFFINITY,
+    CAPACITY_TYPE,
     HOSTNAME,
     SPREAD,
+    ZONE,
     Effective,
     OpenClaim,
     PreparedPool,
@@ -27,6 +39,7 @@ from planner.scheduling.state import (
     TypeEntry,
     TypeSet,
     Vec,
+    entry_values,
     vec_add,
     vec_fits,
     vec_share,
@@ -142,21 +155,18 @@ class NewNodes(SimulatorState):
         probe.excluded[pool.pool.name] = (remaining, excluded)
         return excluded
 
-    def _viable(self, ts: TypeSet, used: Vec, reqs: Reqs) -> bool:
+    def _shortfall(self, ts: TypeSet, used: Vec, reqs: Reqs) -> dict[str, int] | None:
+        """None when no instance type holds `used`; else the minValues keys the fitting types fall
+        short on and the count they reach (empty: every minValues met)."""
         if not any(vec_fits(used, f) for f in ts.frontier):
-            return False
-        mins = [r for r in reqs if r.min_values]
-        if mins:
-            fitting = [e for e in ts.entries if vec_fits(used, e.alloc)]
-            for r in mins:
-                distinct: set[str | None]
-                if r.key == k.INSTANCE_TYPE_LABEL:
-                    distinct = {e.name for e in fitting}
-                else:
-                    distinct = {e.labels.get(r.key) for e in fitting} - {None}
-                if len(distinct) < (r.min_values or 0):
-                    return False
-        return True
+            return None
+        if not has_min_values(reqs):
+            return {}
+        fitting = {e.name: e for e in ts.entries if vec_fits(used, e.alloc)}
+        _, short = min_values_shortfall(
+            reqs, list(fitting), lambda name, key: entry_values(fitting[name], key)
+        )
+        return short
 
     def _claim_try(
         self,
@@ -168,8 +178,11 @@ class NewNodes(SimulatorState):
         hostname: str,
         ports: list[HostPort],
         excluded: frozenset[str],
+        relax: bool = False,
     ) -> Reqs | None:
-        """The requirements a claim would have with this pod on it, or None if the pod cannot join."""
+        """The requirements a claim would have with this pod on it, or None if the pod cannot join.
+        `relax` (a new claim under MinValuesPolicy BestEffort): minValues the fitting types fall short
+        of are lowered to what they reach instead of refusing the pod (planner/scheduling/min_values.py)."""
         if not self._pool_tolerated(pool, eff.tolerations):
             return None
         if eff.ports and any(ports_conflict(a, b) for a in eff.ports for b in ports):
@@ -186,8 +199,11 @@ class NewNodes(SimulatorState):
             merged = self._claim_topology(probe, eff, pool, merged, hostname, excluded)
             if merged is None:
                 continue
-            if self._viable(self._typeset(pool, merged, excluded), new_used, merged):
+            short = self._shortfall(self._typeset(pool, merged, excluded), new_used, merged)
+            if short == {}:
                 return merged
+            if short and relax:
+                return relax_min_values(merged, short)
         return None
 
     def _claim_topology(
@@ -287,7 +303,17 @@ class NewNodes(SimulatorState):
         name = f"new-nodeclaim-{len(probe.claims)}"
         for pool in self._pools if pools is None else pools:
             excluded = self._excluded(probe, pool)
-            reqs = self._claim_try(probe, eff, pool, pool.base, self._zero, name, [], excluded)
+            reqs = self._claim_try(
+                probe,
+                eff,
+                pool,
+                pool.base,
+                self._zero,
+                name,
+                [],
+                excluded,
+                self.min_values_policy == BEST_EFFORT,
+            )
             if reqs is None:
                 continue
             if max_new_claims is not None and sum(not c.background for c in probe.claims) >= max_new_claims:
@@ -308,7 +334,9 @@ class NewNodes(SimulatorState):
 
     def _finalize(self, claim: OpenClaim) -> NewNodeClaim:
         ts = self._typeset(claim.pool, claim.reqs, claim.excluded)
-        entries = [e for e in ts.entries if vec_fits(claim.used, e.alloc)]
+        # Karpenter keeps at most 600 options per NodeClaim (Results.TruncateInstanceTypes; the check
+        # under Strict is `truncation_refusal`).
+        entries = [e for e in ts.entries if vec_fits(claim.used, e.alloc)][:MAX_SCHEDULING_INSTANCE_TYPES]
         return NewNodeClaim(
             name=claim.name,
             nodepool=claim.pool.pool.name,
@@ -319,7 +347,30 @@ class NewNodes(SimulatorState):
             pods=list(claim.pods),
             requests=self.describe_vec(claim.used),
             background=claim.background,
+            min_values_relaxed=was_relaxed(claim.pool.base, claim.reqs),
+            has_min_values=has_min_values(claim.reqs),
         )
+
+    def truncation_refusal(self, claim: NewNodeClaim, max_items: int) -> str | None:
+        """Why the claim's `max_items` cheapest options cannot launch under Strict (their minValues
+        are not met), None when they can or under BestEffort (Karpenter's Truncate)."""
+        _, why = truncate(
+            claim.instance_types, claim.requirements, max_items, self.min_values_policy, self.values_of
+        )
+        return why
+
+    def values_of(self, name: str, key: str) -> Iterable[str]:
+        """The values instance type `name` has for `key`: its name, its available offerings' zones or
+        capacity types, or its label (Karpenter's instance type requirements)."""
+        it = self.instance_types[name]
+        if key == k.INSTANCE_TYPE_LABEL:
+            return (name,)
+        if key == ZONE:
+            return {o.zone for o in it.offerings if o.available}
+        if key == CAPACITY_TYPE:
+            return {o.capacity_type for o in it.offerings if o.available}
+        value = it.labels.get(key)
+        return () if value is None else (value,)
 
     def reprice(self, claim: NewNodeClaim, extra: Iterable[Req] = ()) -> tuple[ClaimOption, ...]:
         """The claim's options under extra requirements (e.g. capacity type pinned to spot), re-priced."""
@@ -339,15 +390,8 @@ class NewNodes(SimulatorState):
         )
 
     def min_values_met(self, claim: NewNodeClaim, options: Sequence[str]) -> str | None:
-        """None when `options` still satisfy the claim's minValues; otherwise what is missing."""
-        for req in claim.requirements:
-            if not req.min_values:
-                continue
-            distinct: set[str | None]
-            if req.key == k.INSTANCE_TYPE_LABEL:
-                distinct = set(options)
-            else:
-                distinct = {self.instance_types[o].labels.get(req.key) for o in options} - {None}
-            if len(distinct) < req.min_values:
-                return f"minValues {req.min_values} for {req.key} needs more options, {len(distinct)} left"
-        return None
+        """None when `options` still satisfy the claim's minValues (as the simulation left them,
+        lowered under BestEffort); otherwise what is missing (Karpenter's
+        RemoveInstanceTypeOptionsByPriceAndMinValues)."""
+        _, short = min_values_shortfall(claim.requirements, options, self.values_of)
+        return describe_shortfall(claim.requirements, short) if short else None

@@ -49,6 +49,10 @@ class NewNodeClaim:
     # Opened for background pods (pending, or from nodes already going away): capacity the
     # provisioner launches anyway, not a replacement the caller decides on.
     background: bool = False
+    # MinValuesPolicy BestEffort lowered a minValues of its NodePool to open it (Karpenter's
+    # karpenter.sh/nodeclaim-min-values-relaxed); whether its requirements carry minValues at all.
+    min_values_relaxed: bool = False
+    has_min_values: bool = False
 
     @property
     def instance_types(self) -> tuple[str, ...]:

@@ -24,6 +24,13 @@ from planner.scheduling.inputs import (
     SimNodePool,
     SimPod,
 )
+from planner.scheduling.min_values import (
+    BEST_EFFORT,
+    MAX_SCHEDULING_INSTANCE_TYPES,
+    STRICT,
+    MinValuesPolicy,
+    describe_shortfall,
+)
 from planner.scheduling.new_nodes import NewNodes
 from planner.scheduling.nodepools import NodePoolTypes
 from planner.scheduling.requirements import Reqs
@@ -80,6 +87,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         daemonsets: Sequence[SimDaemonSet] = (),
         *,
         preference_policy: PreferencePolicy = RESPECT,
+        min_values_policy: MinValuesPolicy = STRICT,
         bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
         node_memo: Mapping[str, NodeMemo] | None = None,
         settling: Collection[str] = (),
@@ -92,6 +100,11 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
+        # Keys of CapacityBuffer pods among the background (pending) pods (planner/capacity_buffers.py).
+        self.buffer_keys: frozenset[str] = frozenset()
+        if min_values_policy not in (STRICT, BEST_EFFORT):
+            raise ValueError(f"min_values_policy {min_values_policy!r}: expected Strict or BestEffort")
+        self.min_values_policy = min_values_policy
         # Memo tables: keyed by values (signatures, requirement sets), valid for the simulator's life.
         self._eff_cache = {}
         self._levels_cache = {}
@@ -369,13 +382,17 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 for key, why in sorted(result.unschedulable.items()):
                     if key not in result.pending:
                         raise SimulationAborted(f"pod {key} cannot be placed: {why}")
+            # CapacityBuffer pods the removed nodes held move with the moved pods: a replacement must
+            # hold them too (Karpenter's consolidation schedules them among its pending pods).
+            buffers = [p for p in displaced.values() if p.key in self.buffer_keys] if self.buffer_keys else []
             probe.background = True
             for pod in sorted(displaced.values(), key=self._pod_order):
-                self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
+                if not buffers or pod.key not in self.buffer_keys:
+                    self._place(probe, pod, result, deleting_keys, None, stop_on_failure)
             probe.background = False
             if avoid_settling:
                 probe.settling = self._settling
-            ordered = sorted(pods, key=self._pod_order)
+            ordered = sorted([*pods, *buffers], key=self._pod_order)
             if packing == COST_PACKING:
                 ordered = self._place_cost(
                     probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
@@ -393,7 +410,28 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         except SimulationAborted as stop:
             result.aborted = str(stop)
         result.new_claims = [self._finalize(c) for c in probe.claims]
+        self._refuse_short_claims(result)
         return result
+
+    def _refuse_short_claims(self, result: SimulationResult) -> None:
+        """Karpenter's Results.TruncateInstanceTypes: under Strict a new NodeClaim whose 600 cheapest
+        options miss a minValues is dropped and its pods fail ("NodePool couldn't meet minValues")."""
+        kept = []
+        for claim in result.new_claims:
+            why = (
+                self.truncation_refusal(claim, MAX_SCHEDULING_INSTANCE_TYPES)
+                if claim.has_min_values
+                else None
+            )
+            if why is None:
+                kept.append(claim)
+                continue
+            for key in claim.pods:
+                result.placements.pop(key, None)
+                result.unschedulable[key] = (
+                    f"NodePool {claim.nodepool} couldn't meet minValues requirements, {why}"
+                )
+        result.new_claims = kept
 
     def register(self, signatures: Iterable[PodConstraints]) -> bool:
         """Prepare pod signatures (every relaxation level) and their topology groups. Returns whether a
@@ -651,8 +689,15 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 within = " within limits" if excluded else ""
                 parts.append(f"NodePool {name}: no instance type offered{within}")
                 continue
-            if not any(self._viable(self._typeset(pool, m, excluded), eff.vec, m) for m in merged):
+            shortfalls = [self._shortfall(self._typeset(pool, m, excluded), eff.vec, m) for m in merged]
+            if all(short is None for short in shortfalls):
                 parts.append(f"NodePool {name}: no instance type has room for {want}")
+                continue
+            short_of = next(((m, short) for m, short in zip(merged, shortfalls, strict=True) if short), None)
+            if short_of is not None and all(short != {} for short in shortfalls):
+                # MinValuesPolicy Strict: the types that fit span too few values (Karpenter's
+                # InstanceTypeFilterError with its minValuesIncompatibleErr).
+                parts.append(f"NodePool {name}: {describe_shortfall(*short_of)} (MinValuesPolicy Strict)")
                 continue
             parts.append(f"NodePool {name}: topology or host-port rules cannot be met on a new node")
         if not self._pools:

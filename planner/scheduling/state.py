@@ -22,6 +22,7 @@ from planner.scheduling.inputs import (
     SimNodePool,
     SimPod,
 )
+from planner.scheduling.min_values import MinValuesPolicy
 from planner.scheduling.requirements import Reqs
 from planner.scheduling.results import PreferencePolicy, SimulationResult
 
@@ -106,6 +107,19 @@ class TypeEntry:
     labels: dict[str, str]
     zones: frozenset[str]
     capacity_types: frozenset[str]
+
+
+def entry_values(entry: TypeEntry, key: str) -> Iterable[str]:
+    """The values an instance type of a pool has for `key` (minValues counts them): its name, the
+    zones or capacity types its allowed offerings span, or its label."""
+    if key == k.INSTANCE_TYPE_LABEL:
+        return (entry.name,)
+    if key == ZONE:
+        return entry.zones
+    if key == CAPACITY_TYPE:
+        return entry.capacity_types
+    value = entry.labels.get(key)
+    return () if value is None else (value,)
 
 
 @dataclass(slots=True)
@@ -279,6 +293,7 @@ class SimulatorState:
     and it refuses a `Simulator` that lacks one of them)."""
 
     preference_policy: PreferencePolicy
+    min_values_policy: MinValuesPolicy
     # The prepared cluster.
     nodes: list[PreparedNode]  # existing nodes not being deleted, in placement order
     node_index: dict[str, int]

@@ -337,6 +337,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         subresources=_STATUS,
     ),
     ResourceType("coordination.k8s.io", "v1", "Lease", "leases", "lease", True),
+    # What CapacityBuffers name (karpflow reads them: planner/capacity_buffers.py).
+    ResourceType("", "v1", "PodTemplate", "podtemplates", "podtemplate", True),
     # What a deployment of karpflow stores (deploy/), and what the secure mode authorizes by.
     ResourceType(
         "",

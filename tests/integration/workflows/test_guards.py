@@ -246,6 +246,58 @@ async def test_an_emptiness_command_goes_on_with_the_candidates_still_empty(karp
     assert_no_violations(karpflow.stack)
 
 
+# A CapacityBuffer CRD of the test's own (Karpenter ships autoscaling.x-k8s.io_capacitybuffers.yaml;
+# the emulator needs only the kind, its scope and the status subresource).
+BUFFER_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "capacitybuffers.autoscaling.x-k8s.io"},
+    "spec": {
+        "group": "autoscaling.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {"kind": "CapacityBuffer", "plural": "capacitybuffers", "singular": "capacitybuffer"},
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.sim_stack(scenario=scenario([A, B, C], PODS))
+async def test_an_emptiness_command_refuses_its_nodes_when_a_capacity_buffer_grew_since_the_plan(karpflow):
+    """A CapacityBuffer's pods exist in no API object, so the taint cannot see which node they would
+    hold: a buffer that became ready (or bigger) after the plan, which accounted for none, leaves
+    every candidate out and nothing changes (activities/buffer_guard.py)."""
+    kube = karpflow.kube
+    await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=BUFFER_CRD)
+    path = "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/default/capacitybuffers"
+    created = await kube.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "autoscaling.x-k8s.io/v1beta1",
+            "kind": "CapacityBuffer",
+            "metadata": {"name": "warm", "namespace": "default"},
+            "spec": {"podTemplateRef": {"name": "warm-pods"}, "replicas": 2},
+        },
+    )
+    created["status"] = {"replicas": 2, "conditions": [{"type": "ReadyForProvisioning", "status": "True"}]}
+    await kube.request("PUT", f"{path}/warm/status", body=created)
+    async with karpflow.worker():
+        body = {"reason": "Empty", "nodes": [C.name], "capacity_buffers": {}}
+        shown = await start_and_wait(karpflow, "DisruptionWorkflow", "disruption/default/Empty/buffer", body)
+    assert "CapacityBuffer(s) default/warm (0 -> 2 replicas) changed since the plan" in shown
+    await unchanged(karpflow, C.name)
+
+
 async def _gone(karpflow, name: str) -> bool:
     return name not in await karpflow.nodes()
 

@@ -260,3 +260,26 @@ def test_a_repaired_static_node_is_replaced_one_for_one():
     b.node("sick", pool="static", ready=False, ready_for=timedelta(minutes=31))
     (command,) = run(b).commands
     assert command.method == "repair" and [r.nodepool for r in command.replacements] == ["static"]
+
+
+def test_static_drift_under_strict_waits_when_the_launch_cannot_meet_min_values():
+    """A static NodeClaim carries its pool's requirements (Karpenter's NodeClaimTemplate.ToNodeClaim
+    leaves static ones to the cloud provider), and the AWS provider's launch Truncates its options to
+    60 checking minValues under Strict (pkg/providers/instance/instance.go `filterInstanceTypes`):
+    the pool allows two existing types with minValues 3, so Strict waits and says why; BestEffort
+    replaces with the two."""
+    b = static_cluster(1, replicas=1)
+    pool = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "static")
+    pool["spec"]["template"]["spec"]["requirements"] = [
+        {
+            "key": "node.kubernetes.io/instance-type",
+            "operator": "In",
+            "values": ["m5.large", "m5.xlarge", "x9.large"],
+            "minValues": 3,
+        }
+    ]
+    strict = run(b)
+    assert [c for c in strict.commands if c.method == STATIC_DRIFT] == []
+    assert "couldn't meet minValues requirements at launch" in reason_for(strict, "s0")
+    (command,) = [c for c in run(b, min_values_policy="BestEffort").commands if c.method == STATIC_DRIFT]
+    assert command.replacements[0].instance_types == ["m5.large", "m5.xlarge"]

@@ -86,6 +86,47 @@ def test_the_nodeclaim_is_valid_by_karpenters_crd_and_pins_the_planners_offering
     assert (owner["kind"], owner["name"], owner["uid"]) == ("NodePool", "default", "pool-uid")
 
 
+def test_the_nodeclaim_carries_the_minvalues_the_planner_kept_on_its_pinned_keys_too():
+    """pkg/controllers/provisioning/suite_test.go, Context "MinValuesPolicy" / BestEffort: It("should
+    schedule even when minValues requirement is not met") expects the NodeClaim's instance-type
+    requirement with the lowered minValues 2 and the relaxed annotation "true"."""
+    req, pool = request()
+    pool["spec"]["template"]["spec"]["requirements"][0]["minValues"] = 2
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 3}
+    )
+    spec = req.spec.model_copy(
+        update={
+            "offerings": [
+                Offering(instance_type="m5.large", zone="us-west-2a", capacity_type="on-demand"),
+                Offering(instance_type="c5.large", zone="us-west-2a", capacity_type="on-demand"),
+            ],
+            "min_values": {"node.kubernetes.io/instance-type": 2, "karpenter.k8s.aws/instance-family": 2},
+            "annotations": {"karpenter.sh/nodeclaim-min-values-relaxed": "true"},
+        }
+    )
+    req = req.model_copy(
+        update={
+            "spec": spec,
+            "template": req.template.model_copy(
+                update={"annotations": {**req.template.annotations, **spec.annotations}}
+            ),
+        }
+    )
+    body = nodeclaim_body(req, pool)
+    assert crds.schema_errors(resources.resolve("nodeclaims"), body, None) == []
+    by_key = {r["key"]: r for r in body["spec"]["requirements"]}
+    assert by_key["node.kubernetes.io/instance-type"] == {
+        "key": "node.kubernetes.io/instance-type",
+        "operator": "In",
+        "values": ["m5.large", "c5.large"],
+        "minValues": 2,
+    }
+    assert by_key["karpenter.k8s.aws/instance-family"]["minValues"] == 2  # lowered from the pool's 3
+    assert "minValues" not in by_key["kubernetes.io/arch"]
+    assert body["metadata"]["annotations"]["karpenter.sh/nodeclaim-min-values-relaxed"] == "true"
+
+
 def filled_in(
     name: str, instance_id: str, conditions: list[dict[str, str]], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
