@@ -6,10 +6,11 @@ the resourceVersion, watch from there, apply ADDED / MODIFIED / DELETED to the c
 when the watch says the version is too old (410 Gone) or fails. Nothing is decided before every
 kind has been listed once (`synced`), like Karpenter's cluster-state sync gate.
 
-Optional kinds (the seed-era Provisioner and AWSNodeTemplate, and karpflow's own MaintenanceWindow
-and NodeDisruptionBudget: CRDs a cluster may not have) count as synced and empty when the server
-does not serve them, and are tried again later. Only "not served" (404) counts as empty: a kind the
-worker may not read (403) keeps the cache unsynced, so no pass decides without the operator's controls.
+Optional kinds (the seed-era Provisioner and AWSNodeTemplate, Karpenter's NodeOverlay, and
+karpflow's own MaintenanceWindow and NodeDisruptionBudget: CRDs a cluster may not have) count as
+synced and empty when the server does not serve them, and are tried again later. Only "not
+served" (404) counts as empty: a kind the worker may not read (403) keeps the cache unsynced, so no
+pass decides without the operator's controls.
 
 Synced once is not current for ever: a kind whose view is older than `stale_after` seconds (no open
 watch, no event and no successful listing for that long: the watch keeps failing and so does the
@@ -70,6 +71,8 @@ RESOURCES: tuple[Resource, ...] = (
     # karpflow's operator controls (deploy/crds); a cluster without the CRDs has none of them
     Resource("MaintenanceWindow", "karpflow.dev/v1alpha1", "maintenancewindows", optional=True),
     Resource("NodeDisruptionBudget", "karpflow.dev/v1alpha1", "nodedisruptionbudgets", optional=True),
+    # Karpenter's NodeOverlay (v1.7, alpha): a cluster without its CRD has none
+    Resource("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays", optional=True),
 )
 
 

@@ -149,8 +149,11 @@ def node_block(node: Node, pool: NodePool | None) -> str | None:
 
 
 def node_price(ctx: PlanContext, node: Node) -> float | None:
-    """The node's offering price in the catalog (None: unknown type, zone or capacity type)."""
-    instance_type = ctx.catalog.get(node.instance_type) if node.instance_type else None
+    """The node's offering price in the catalog its NodePool sees (None: unknown type, zone or
+    capacity type)."""
+    instance_type = (
+        ctx.catalog.for_pool(node.nodepool).get(node.instance_type) if node.instance_type else None
+    )
     if instance_type is None or not node.zone or not node.capacity_type:
         return None
     return instance_type.price(node.zone, node.capacity_type)
@@ -159,7 +162,7 @@ def node_price(ctx: PlanContext, node: Node) -> float | None:
 def make_candidate(ctx: PlanContext, node: Node, pool: NodePool) -> Candidate:
     """A Candidate for `node` whatever the filters say (expiration needs one for blocked nodes too)."""
     snapshot = ctx.snapshot
-    instance_type = ctx.catalog.get(node.instance_type)
+    instance_type = ctx.catalog.for_pool(pool.name).get(node.instance_type)
     capacity_type, zone = node.capacity_type, node.zone
     price = node_price(ctx, node)
     pods = node_pods(ctx.cache, node)

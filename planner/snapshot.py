@@ -52,6 +52,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.duration import NEVER, DurationError, karpenter_duration
+from api.node_overlay import OVERLAY_KIND, ReadOverlay, read_node_overlay
 from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool import pydantic_message as _pydantic_message
 from api.nodepool_reader import read_nodepool
@@ -996,6 +997,7 @@ _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
 _WINDOW_KINDS = {"MaintenanceWindow"}
 _NDB_KINDS = {"NodeDisruptionBudget"}
+_OVERLAY_KINDS = {OVERLAY_KIND}
 
 
 @dataclass(eq=False)
@@ -1022,6 +1024,9 @@ class Snapshot:
     # karpflow's operator controls (karpflow.dev/v1alpha1), by name; broken ones fail closed.
     maintenance_windows: dict[str, Window] = field(default_factory=dict)
     node_disruption_budgets: dict[str, Ndb] = field(default_factory=dict)
+    # Karpenter's NodeOverlays (karpenter.sh/v1alpha1), by name, each with what stops it applying;
+    # planner/node_overlay.py applies them to the catalog when the NodeOverlay gate is on.
+    node_overlays: dict[str, ReadOverlay] = field(default_factory=dict)
     # Disruptions started recently, for rate budgets (empty when the caller does not know them).
     recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -1091,6 +1096,9 @@ class Snapshot:
                 self._put_window(read_window(obj))
             elif kind in _NDB_KINDS:
                 self._put_ndb(read_ndb(obj))
+            elif kind in _OVERLAY_KINDS:
+                overlay = read_node_overlay(obj)
+                self.node_overlays[overlay.name] = overlay
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
 
     def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
@@ -1171,6 +1179,7 @@ class Snapshot:
         self.nodeclaims.update(part.nodeclaims)
         self.maintenance_windows.update(part.maintenance_windows)
         self.node_disruption_budgets.update(part.node_disruption_budgets)
+        self.node_overlays.update(part.node_overlays)
         self.instances.update(part.instances)
         self.problems.extend(part.problems)
 
@@ -1305,6 +1314,7 @@ class Snapshot:
             nodeclass_not_ready=self.nodeclass_not_ready,
             maintenance_windows=self.maintenance_windows,
             node_disruption_budgets=self.node_disruption_budgets,
+            node_overlays=self.node_overlays,
             recent_disruptions=self.recent_disruptions,
             sources=self.sources,
         )

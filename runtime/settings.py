@@ -138,6 +138,11 @@ class WorkerSettings(BaseSettings):
         description="seconds after its launch before such an instance whose Node never initialized is "
         "terminated and the Node deleted (Karpenter's registration TTL: 15 min)",
     )
+    node_overlay: bool = Field(
+        default=False,
+        description="Karpenter's NodeOverlay feature gate (off by default, as Karpenter's): the cluster's "
+        "NodeOverlays change the prices and extended capacity the planner decides on",
+    )
     cache_stale_after: float = Field(
         default=60.0,
         gt=0,

@@ -79,13 +79,16 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         instance_types: Sequence[SimInstanceType],
         daemonsets: Sequence[SimDaemonSet] = (),
         *,
+        pool_instance_types: Mapping[str, Sequence[SimInstanceType]] | None = None,
         preference_policy: PreferencePolicy = RESPECT,
         bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
         node_memo: Mapping[str, NodeMemo] | None = None,
     ) -> None:
         """`bound_by_node`: the bound pods already grouped by node name (then `bound` is not read).
         `node_memo`: what an earlier simulator derived per node (its `node_memo_out`), reused for a
-        node whose bound pods are the very same sequence object (planner/pass_cache.py)."""
+        node whose bound pods are the very same sequence object (planner/pass_cache.py).
+        `pool_instance_types`: a NodePool's own instance types, where NodeOverlays changed their
+        prices or capacity (planner/node_overlay.py); the others launch `instance_types`."""
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
@@ -114,7 +117,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         names = set(CORE_RESOURCES)
         for n in nodes:
             names.update(n.allocatable)
-        for it in instance_types:
+        pool_types = pool_instance_types or {}
+        for it in (*instance_types, *(t for types in pool_types.values() for t in types)):
             names.update(it.allocatable)
         # `limits.nodes` (Karpenter v1.11) counts a node as one "nodes" of capacity (state/statenode.go
         # Capacity); the resource exists only when some pool limits it.
@@ -206,7 +210,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self.instance_types = {it.name: it for it in instance_types}
         self._pools = []
         for pool in sorted(nodepools, key=lambda p: (-p.weight, p.name)):
-            self._pools.append(self._prepare_pool(pool, instance_types, daemonsets))
+            self._pools.append(
+                self._prepare_pool(pool, pool_types.get(pool.name, instance_types), daemonsets)
+            )
         self._pool_by_name = {p.pool.name: p for p in self._pools}
         self._pool_nodes_capacity = {}
         for prepared in self.nodes:

@@ -1,0 +1,362 @@
+"""NodeOverlay (Karpenter v1.7, `karpenter.sh/v1alpha1`): each NodePool's view of the catalog, its
+instance types' offering prices and extended capacity changed as the cluster's NodeOverlays say.
+
+Karpenter's rules (pkg/controllers/nodeoverlay/controller.go and store.go, written from them):
+- Behind the `NodeOverlay` feature gate, off by default (pkg/operator/options/options.go);
+  karpflow's is the worker's `--node-overlay` (`PlanOptions.node_overlay`, `karpflow plan
+  --node-overlay`). Off, the overlays are read and ignored.
+- Overlays are taken by weight, highest first, and among equal weights the name later in the
+  alphabet first (v1alpha1 `OrderByWeight`). One that fails runtime validation is skipped.
+- Per NodePool and instance type, an overlay applies when its requirements are compatible with
+  the type's requirements (its labels, the zones and capacity types of its offerings, the region),
+  `karpenter.sh/nodepool` = the pool and the pool's template labels (`getOverlaidOfferings`: keys the
+  type lacks are refused unless the operator is NotIn or DoesNotExist), and then to those of its
+  offerings whose zone and capacity type the requirements allow.
+- Price: the first overlay to reach an offering sets it (a higher weight wins). `price` is the new
+  price; `priceAdjustment` adds an amount or a percentage, never below 0 (cloudprovider `AdjustedPrice`).
+- Capacity: extended resources are added to the type, the first overlay to name a resource wins.
+- Conflicts: an overlay of the same weight as the last one that changed an offering's price (or,
+  for capacity, one of the resources of the last capacity overlay on the type) conflicts; a
+  conflicting overlay is not applied anywhere (all NodePools or none), and reported.
+
+What differs: Karpenter writes a `ValidationSucceeded` condition on each overlay; karpflow never
+writes Karpenter's objects and reports a skipped overlay as a problem of the plan instead. An overlay
+karpflow cannot read (it fails the CRD's rules or Karpenter's runtime validation) is skipped, as
+Karpenter's controller skips it, and reported; the other overlays still apply (Karpenter fails
+open on a misconfigured overlay by design: designs/node-overlay.md "Misconfiguration").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from api import constants as k
+from api.node_overlay import NodeOverlay, ReadOverlay
+from api.nodepool import NodePool
+from planner.catalog import Catalog, InstanceType, Offering
+from planner.resources import Resources
+from planner.scheduling.requirements import Req, freeze
+
+if TYPE_CHECKING:
+    from planner.snapshot import Snapshot
+
+_ZONE = "topology.kubernetes.io/zone"
+_REGION = "topology.kubernetes.io/region"
+_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+
+
+def adjusted_price(price: float, change: str) -> float:
+    """Karpenter's cloudprovider.AdjustedPrice: an unsigned value is the new price; a signed one is
+    added, as an amount or as a percentage of the price; the result is never below 0."""
+    if not change:
+        return price
+    if not change.startswith(("+", "-")):
+        return float(change)
+    percent = change.endswith("%")
+    adjusted = price * (1 + float(change[:-1]) / 100) if percent else price + float(change)
+    return max(adjusted, 0.0)
+
+
+@dataclass(frozen=True)
+class OverlaidInstanceType(InstanceType):
+    """An instance type with the extended resources NodeOverlays add to its capacity (and so to its
+    allocatable: Karpenter's overhead never reserves extended resources)."""
+
+    extended_capacity: tuple[tuple[str, int], ...] = ()
+
+    @cached_property
+    def _plain(self) -> InstanceType:
+        return InstanceType(**_fields(self))
+
+    @cached_property
+    def capacity_resources(self) -> Resources:
+        return _with_extended(self._plain.capacity_resources, self.extended_capacity)
+
+    @cached_property
+    def allocatable_resources(self) -> Resources:
+        return _with_extended(self._plain.allocatable_resources, self.extended_capacity)
+
+
+def _fields(it: InstanceType) -> dict[str, Any]:
+    """The fields of a plain InstanceType, read off `it`."""
+    return {f.name: getattr(it, f.name) for f in dataclasses.fields(InstanceType)}
+
+
+def _with_extended(base: Resources, extended: Iterable[tuple[str, int]]) -> Resources:
+    merged = dict(base.extended)
+    merged.update(extended)
+    return Resources(base.cpu, base.memory, base.pods, base.ephemeral_storage, merged)
+
+
+# --- Karpenter's store: what each overlay changes, per NodePool and instance type -----------------
+
+
+@dataclass
+class _PriceUpdate:
+    change: str
+    overlay: str
+    lowest_weight: int
+
+
+@dataclass
+class _TypeUpdate:
+    prices: dict[int, _PriceUpdate] = field(default_factory=dict)  # offering index -> update
+    capacity: dict[str, int] = field(default_factory=dict)
+    capacity_by: dict[str, str] = field(default_factory=dict)  # resource -> overlay
+    capacity_lowest_weight: int = 0
+    capacity_lowest_resources: frozenset[str] = frozenset()
+
+
+@dataclass
+class OverlayResult:
+    """Each NodePool's overlaid catalog (only pools an overlay changed), what each applied overlay
+    changed (for `karpflow plan`), and the overlays that were not applied, with why."""
+
+    views: dict[str, Catalog] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    # (pool, instance type, zone, capacity type) -> the overlay that set that offering's price.
+    priced_by: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+
+
+def ordered(overlays: Iterable[NodeOverlay]) -> list[NodeOverlay]:
+    """Karpenter's OrderByWeight: the highest weight first; equal weights, the later name first."""
+    return sorted(overlays, key=lambda o: (o.weight, o.name), reverse=True)
+
+
+def _requirements(overlay: NodeOverlay) -> tuple[Req, ...]:
+    return freeze(Req.of(r.key, r.operator, r.values) for r in overlay.spec.requirements)
+
+
+class _Matcher:
+    """The requirements an overlay is compared with, built once per type and per pool."""
+
+    def __init__(self, catalog: Catalog, pools: Sequence[NodePool]) -> None:
+        self.region = catalog.region
+        self.pool_labels = {
+            p.name: {k.NODEPOOL_LABEL: p.name, **p.spec.template.metadata.labels} for p in pools
+        }
+        self._types: dict[str, dict[str, frozenset[str]]] = {}
+
+    def type_values(self, it: InstanceType) -> dict[str, frozenset[str]]:
+        known = self._types.get(it.name)
+        if known is None:
+            known = {key: frozenset((value,)) for key, value in it.labels.items()}
+            known[_ZONE] = frozenset(o.zone for o in it.offerings)
+            known[_CAPACITY_TYPE] = frozenset(o.capacity_type for o in it.offerings)
+            if self.region:
+                known[_REGION] = frozenset((self.region,))
+            self._types[it.name] = known
+        return known
+
+    def offerings(self, pool: str, it: InstanceType, reqs: Sequence[Req]) -> list[int]:
+        """Karpenter's getOverlaidOfferings: the indexes of the type's offerings the overlay reaches
+        in this pool (none when its requirements do not fit the type and pool)."""
+        type_values = self.type_values(it)
+        pool_labels = self.pool_labels[pool]
+        for req in reqs:
+            values = type_values.get(req.key)
+            if req.key in pool_labels:
+                own = frozenset((pool_labels[req.key],))
+                values = own if values is None else values & own
+            if values is None:
+                if not req.allow_absent:  # a key the type lacks: only NotIn / DoesNotExist pass
+                    return []
+                continue
+            if not req.overlaps(Req(req.key, values, complement=False, allow_absent=False)):
+                return []
+        by_key = {r.key: r for r in reqs}
+        zone, capacity_type = by_key.get(_ZONE), by_key.get(_CAPACITY_TYPE)
+        return [
+            index
+            for index, offering in enumerate(it.offerings)
+            if (zone is None or zone.overlaps(Req.equals(_ZONE, offering.zone)))
+            and (
+                capacity_type is None
+                or capacity_type.overlaps(Req.equals(_CAPACITY_TYPE, offering.capacity_type))
+            )
+        ]
+
+
+def apply_node_overlays(
+    catalog: Catalog, overlays: Iterable[ReadOverlay], nodepools: Sequence[NodePool]
+) -> OverlayResult:
+    """The overlays applied as Karpenter's nodeoverlay controller applies them (module docstring)."""
+    result = OverlayResult()
+    readable: list[NodeOverlay] = []
+    for read in sorted(overlays, key=lambda r: r.name):
+        if read.overlay is None:
+            result.problems.append(
+                f"NodeOverlay {read.name}: {'; '.join(read.problems)} (not applied, as Karpenter skips it)"
+            )
+        else:
+            readable.append(read.overlay)
+    if not readable or not nodepools:
+        return result
+    matcher = _Matcher(catalog, nodepools)
+    store: dict[str, dict[str, _TypeUpdate]] = {}
+    for overlay in ordered(readable):
+        reqs = _requirements(overlay)
+        reached = [
+            (pool.name, it, offerings)
+            for pool in nodepools
+            for it in catalog
+            if (offerings := matcher.offerings(pool.name, it, reqs))
+        ]
+        conflict = next(
+            (
+                other
+                for pool, it, offerings in reached
+                if (other := _conflict(store, pool, it.name, offerings, overlay))
+            ),
+            None,
+        )
+        if conflict is not None:
+            result.problems.append(
+                f"NodeOverlay {overlay.name}: conflicts with NodeOverlay {conflict} of the same weight "
+                f"({overlay.weight}) on the same offerings or resources (not applied, as Karpenter does)"
+            )
+            continue
+        for pool, it, offerings in reached:
+            _store(store.setdefault(pool, {}).setdefault(it.name, _TypeUpdate()), offerings, overlay)
+    _build_views(catalog, store, result)
+    return result
+
+
+def _conflict(
+    store: Mapping[str, Mapping[str, _TypeUpdate]],
+    pool: str,
+    type_name: str,
+    offerings: Sequence[int],
+    overlay: NodeOverlay,
+) -> str | None:
+    """The overlay this one conflicts with on this pool's type (store.go isOfferingUpdateConflicting,
+    isCapacityUpdateConflicting: overlays come in descending weight, so only an equal weight can)."""
+    update = store.get(pool, {}).get(type_name)
+    if update is None:
+        return None
+    if overlay.spec.price_change is not None:
+        for index in offerings:
+            known = update.prices.get(index)
+            if known is not None and known.lowest_weight == overlay.weight:
+                return known.overlay
+    if overlay.spec.capacity and update.capacity_lowest_weight == overlay.weight:
+        for name in overlay.spec.capacity:
+            if name in update.capacity_lowest_resources:
+                return update.capacity_by.get(name, "?")
+    return None
+
+
+def _store(update: _TypeUpdate, offerings: Sequence[int], overlay: NodeOverlay) -> None:
+    """store.go updateInstanceTypeOffering and updateInstanceTypeCapacity: an earlier (heavier)
+    overlay's value stays; the weight it is compared with next drops to this overlay's."""
+    change = overlay.spec.price_change
+    if change is not None:
+        for index in offerings:
+            known = update.prices.get(index)
+            if known is not None:
+                known.lowest_weight = overlay.weight
+            else:
+                update.prices[index] = _PriceUpdate(change, overlay.name, overlay.weight)
+    if overlay.spec.capacity:
+        for name, units in overlay.spec.capacity_units().items():
+            if name not in update.capacity:
+                update.capacity[name] = units
+                update.capacity_by[name] = overlay.name
+        update.capacity_lowest_resources = frozenset(overlay.spec.capacity)
+        update.capacity_lowest_weight = overlay.weight
+
+
+def _build_views(
+    catalog: Catalog, store: Mapping[str, Mapping[str, _TypeUpdate]], result: OverlayResult
+) -> None:
+    changed: dict[str, dict[str, set[str]]] = {}  # overlay -> pool -> instance types
+    for pool in sorted(store):
+        types = dict(catalog.types)
+        for type_name, update in store[pool].items():
+            it = catalog.types[type_name]
+            offerings = list(it.offerings)
+            for index, price in update.prices.items():
+                offering = offerings[index]
+                offerings[index] = dataclasses.replace(
+                    offering, price=adjusted_price(offering.price, price.change)
+                )
+                result.priced_by[(pool, type_name, offering.zone, offering.capacity_type)] = price.overlay
+                changed.setdefault(price.overlay, {}).setdefault(pool, set()).add(type_name)
+            for overlay in update.capacity_by.values():
+                changed.setdefault(overlay, {}).setdefault(pool, set()).add(type_name)
+            types[type_name] = _overlaid(it, tuple(offerings), update.capacity)
+        result.views[pool] = Catalog(region=catalog.region, types=types, source=catalog.source)
+    for overlay in sorted(changed):
+        pools = changed[overlay]
+        count = len(set().union(*pools.values()))
+        result.notes.append(
+            f"NodeOverlay {overlay}: {count} instance type(s) in NodePool(s) {', '.join(sorted(pools))}"
+        )
+
+
+def _overlaid(it: InstanceType, offerings: tuple[Offering, ...], capacity: Mapping[str, int]) -> InstanceType:
+    fields = _fields(it)
+    fields["offerings"] = offerings
+    if not capacity:
+        return InstanceType(**fields)
+    return OverlaidInstanceType(**fields, extended_capacity=tuple(sorted(capacity.items())))
+
+
+def price_note(
+    result: OverlayResult | None, pool: str, type_name: str, zone: str, capacity_type: str
+) -> str | None:
+    """'NodeOverlay X' when an overlay set this offering's price in this pool."""
+    if result is None:
+        return None
+    overlay = result.priced_by.get((pool, type_name, zone, capacity_type))
+    return f"NodeOverlay {overlay}" if overlay is not None else None
+
+
+# --- Once per snapshot and catalog ------------------------------------------------------------------
+
+# The last few (catalog, snapshot) pairs overlaid, by identity: every context of a pass (and the
+# scheduling simulation, cached by the catalog's identity) shares one overlaid catalog.
+_RECENT: OrderedDict[tuple[int, int], tuple[Catalog, Snapshot, Catalog, OverlayResult]] = OrderedDict()
+_RECENT_SIZE = 4
+_LOCK = threading.Lock()
+
+
+def overlaid_catalog(catalog: Catalog, snapshot: Snapshot) -> tuple[Catalog, OverlayResult]:
+    """`catalog` with each NodePool's view overlaid by the snapshot's NodeOverlays (the same catalog
+    when none changes anything; one already overlaid is returned as it is)."""
+    if catalog.pool_views or not snapshot.node_overlays:
+        return catalog, OverlayResult()
+    key = (id(catalog), id(snapshot))
+    with _LOCK:
+        known = _RECENT.get(key)
+        if known is not None and known[0] is catalog and known[1] is snapshot:
+            _RECENT.move_to_end(key)
+            return known[2], known[3]
+    result = apply_node_overlays(catalog, snapshot.node_overlays.values(), list(snapshot.nodepools.values()))
+    overlaid = catalog
+    if result.views:
+        overlaid = Catalog(
+            region=catalog.region, types=catalog.types, source=catalog.source, pool_views=result.views
+        )
+    with _LOCK:
+        _RECENT[key] = (catalog, snapshot, overlaid, result)
+        while len(_RECENT) > _RECENT_SIZE:
+            _RECENT.popitem(last=False)
+    return overlaid, result
+
+
+def overlays_behind(
+    result: OverlayResult | None, offerings: Iterable[tuple[str, str, str, str]]
+) -> list[str]:
+    """The overlays that set the prices of these (pool, instance type, zone, capacity type)
+    offerings, by name: what `karpflow plan` names beside a command."""
+    if result is None or not result.priced_by:
+        return []
+    return sorted({name for key in offerings if (name := result.priced_by.get(key)) is not None})
