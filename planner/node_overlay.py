@@ -100,8 +100,9 @@ def _with_extended(base: Resources, extended: Iterable[tuple[str, int]]) -> Reso
 @dataclass
 class _PriceUpdate:
     change: str
-    overlay: str
+    overlay: str  # the overlay whose change stands
     lowest_weight: int
+    lowest_overlay: str  # the lightest overlay that reached the offering since: conflicts are with it
 
 
 @dataclass
@@ -245,7 +246,7 @@ def _conflict(
         for index in offerings:
             known = update.prices.get(index)
             if known is not None and known.lowest_weight == overlay.weight:
-                return known.overlay
+                return known.lowest_overlay
     if overlay.spec.capacity and update.capacity_lowest_weight == overlay.weight:
         for name in overlay.spec.capacity:
             if name in update.capacity_lowest_resources:
@@ -261,9 +262,9 @@ def _store(update: _TypeUpdate, offerings: Sequence[int], overlay: NodeOverlay) 
         for index in offerings:
             known = update.prices.get(index)
             if known is not None:
-                known.lowest_weight = overlay.weight
+                known.lowest_weight, known.lowest_overlay = overlay.weight, overlay.name
             else:
-                update.prices[index] = _PriceUpdate(change, overlay.name, overlay.weight)
+                update.prices[index] = _PriceUpdate(change, overlay.name, overlay.weight, overlay.name)
     if overlay.spec.capacity:
         for name, units in overlay.spec.capacity_units().items():
             if name not in update.capacity:
