@@ -304,6 +304,7 @@ class KarpflowWorker:
                 concurrency=settings.interruption_concurrency,
                 wait_seconds=settings.interruption_wait,
                 cache=self.cache,
+                plan_options=PlanOptions(node_overlay=settings.node_overlay),
             )
             self._tasks.append(asyncio.create_task(self.interruptions.run(), name="interruption-poller"))
         if settings.controller:

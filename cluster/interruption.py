@@ -58,6 +58,7 @@ from kube import events
 from kube.client import Json, KubeApi
 from planner.catalog import Catalog, bundled_catalog
 from planner.interruption import SpotReplacement, rebalance_block, spot_replacements
+from planner.model import PlanOptions
 from planner.operator_controls import with_outside_controls
 from planner.rate_budgets import longest_period
 from planner.snapshot import Snapshot
@@ -134,8 +135,10 @@ class InterruptionPoller:
         fail_hook: Callable[[Interruption], None] | None = None,
         cache: ClusterCache | None = None,
         catalog: Catalog | None = None,
+        plan_options: PlanOptions | None = None,
     ) -> None:
         self.sqs = sqs
+        self.plan_options = plan_options  # the worker's planner gates (NodeOverlay)
         # The worker's informer cache: the view the scheduling simulation and the budgets read.
         self.cache = cache
         self.catalog = catalog
@@ -517,7 +520,9 @@ class InterruptionPoller:
                 reason=f"interruption of node {name}",
             )
             catalog = without_offerings(catalog, [gone], snapshot.now)
-        replacements = await asyncio.to_thread(spot_replacements, snapshot, catalog, name, reclaimed)
+        replacements = await asyncio.to_thread(
+            spot_replacements, snapshot, catalog, name, reclaimed, self.plan_options
+        )
         return replacement_specs(replacements)
 
     def _catalog(self, snapshot: Snapshot) -> Catalog:

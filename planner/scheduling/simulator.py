@@ -208,6 +208,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._universes = {}
 
         self.instance_types = {it.name: it for it in instance_types}
+        self._pool_types = {name: {it.name: it for it in types} for name, types in pool_types.items()}
         self._pools = []
         for pool in sorted(nodepools, key=lambda p: (-p.weight, p.name)):
             self._pools.append(
@@ -221,6 +222,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 self._pool_nodes_capacity[prepared.nodepool] = vec_add(
                     self._pool_nodes_capacity.get(prepared.nodepool, self._zero), cap
                 )
+
+    def pool_instance_type(self, pool: str, name: str) -> SimInstanceType:
+        """The instance type as `pool` launches it: its NodeOverlays' prices and capacity applied
+        (planner/node_overlay.py), else the catalog's."""
+        own = self._pool_types.get(pool)
+        return own[name] if own is not None and name in own else self.instance_types[name]
 
     def _node_load(self, pods: Sequence[BoundPod]) -> _NodeLoad:
         """What a node's bound pods take: used room, host ports, and for topology (terminating pods

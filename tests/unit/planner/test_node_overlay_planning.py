@@ -155,3 +155,22 @@ def test_a_bad_or_conflicting_overlay_is_a_problem_of_the_plan_and_applies_nothi
     assert problems[0].startswith("NodeOverlay both: spec: cannot set both 'price' and 'priceAdjustment'")
     assert problems[1].startswith("NodeOverlay a-second: conflicts with NodeOverlay x-first")
     assert result.commands == []  # x-first's price stands: nothing is cheaper than the node
+
+
+def test_the_optimal_strategy_launches_at_the_overlaid_prices():
+    # karpflow's Optimal strategy reads the same pool views: its target fleet's launch options, its
+    # moves' replacements and its ledger
+    b = oversized()
+    b.add(
+        overlay(
+            "m5-large-free",
+            [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}],
+            price="0.001",
+        )
+    )
+    optimal = GATE.model_copy(update={"consolidation_strategy": "Optimal"})
+    (command,) = plan(b.snapshot(), b.catalog, optimal).commands
+    assert command.method == "optimal-consolidation"
+    (replacement,) = command.replacements
+    assert replacement.instance_types[0] == "m5.large"
+    assert replacement.price == pytest.approx(0.001)
