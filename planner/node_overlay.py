@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -85,7 +84,10 @@ class OverlaidInstanceType(InstanceType):
 
 def _fields(it: InstanceType) -> dict[str, Any]:
     """The fields of a plain InstanceType, read off `it`."""
-    return {f.name: getattr(it, f.name) for f in dataclasses.fields(InstanceType)}
+    return {name: getattr(it, name) for name in _FIELD_NAMES}
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(InstanceType))
 
 
 def _with_extended(base: Resources, extended: Iterable[tuple[str, int]]) -> Resources:
@@ -112,6 +114,23 @@ class _TypeUpdate:
     capacity_by: dict[str, str] = field(default_factory=dict)  # resource -> overlay
     capacity_lowest_weight: int = 0
     capacity_lowest_resources: frozenset[str] = frozenset()
+    capacity_lowest_overlay: str = ""
+
+
+@dataclass(frozen=True)
+class _Change:
+    """What one overlay changes, read once."""
+
+    name: str
+    weight: int
+    price: str | None
+    capacity: Mapping[str, int]
+    resources: frozenset[str]
+
+    @classmethod
+    def of(cls, overlay: NodeOverlay) -> _Change:
+        units = overlay.spec.capacity_units()
+        return cls(overlay.name, overlay.weight, overlay.spec.price_change, units, frozenset(units))
 
 
 @dataclass
@@ -122,8 +141,21 @@ class OverlayResult:
     views: dict[str, Catalog] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # (pool, instance type, zone, capacity type) -> the overlay that set that offering's price.
-    priced_by: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    # (pool, instance type) -> the type as the catalog has it, and its offerings' price updates.
+    prices: dict[tuple[str, str], tuple[InstanceType, Mapping[int, _PriceUpdate]]] = field(
+        default_factory=dict
+    )
+
+    def priced_by(self, pool: str, type_name: str, zone: str, capacity_type: str) -> str | None:
+        """The overlay that set this offering's price in this pool (None: no overlay did)."""
+        known = self.prices.get((pool, type_name))
+        if known is None:
+            return None
+        it, updates = known
+        for index, offering in enumerate(it.offerings):
+            if offering.zone == zone and offering.capacity_type == capacity_type and index in updates:
+                return updates[index].overlay
+        return None
 
 
 def ordered(overlays: Iterable[NodeOverlay]) -> list[NodeOverlay]:
@@ -136,7 +168,8 @@ def _requirements(overlay: NodeOverlay) -> tuple[Req, ...]:
 
 
 class _Matcher:
-    """The requirements an overlay is compared with, built once per type and per pool."""
+    """The requirements an overlay is compared with: each type's values, built once; each pool's
+    labels."""
 
     def __init__(self, catalog: Catalog, pools: Sequence[NodePool]) -> None:
         self.region = catalog.region
@@ -156,33 +189,47 @@ class _Matcher:
             self._types[it.name] = known
         return known
 
-    def offerings(self, pool: str, it: InstanceType, reqs: Sequence[Req]) -> list[int]:
-        """Karpenter's getOverlaidOfferings: the indexes of the type's offerings the overlay reaches
-        in this pool (none when its requirements do not fit the type and pool)."""
+    def reached(
+        self, catalog: Catalog, pools: Sequence[NodePool], reqs: Sequence[Req]
+    ) -> list[tuple[str, InstanceType, tuple[int, ...]]]:
+        """Karpenter's getOverlaidOfferings for every pool and type: (pool, type, the indexes of the
+        offerings the overlay reaches there). Pools whose labels look the same to the overlay (most:
+        it names none of them) are matched once."""
+        groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+        for pool in pools:
+            labels = self.pool_labels[pool.name]
+            groups.setdefault(tuple((r.key, labels.get(r.key)) for r in reqs), []).append(pool.name)
+        out: list[tuple[str, InstanceType, tuple[int, ...]]] = []
+        for seen, names in groups.items():
+            pool_values = dict(seen)
+            matches = [(it, found) for it in catalog if (found := self._offerings(it, reqs, pool_values))]
+            out.extend((name, it, found) for name in names for it, found in matches)
+        return out
+
+    def _offerings(
+        self, it: InstanceType, reqs: Sequence[Req], pool: Mapping[str, str | None]
+    ) -> tuple[int, ...]:
         type_values = self.type_values(it)
-        pool_labels = self.pool_labels[pool]
         for req in reqs:
             values = type_values.get(req.key)
-            if req.key in pool_labels:
-                own = frozenset((pool_labels[req.key],))
-                values = own if values is None else values & own
+            own = pool.get(req.key)
+            if own is not None:
+                values = frozenset((own,)) if values is None else values & {own}
             if values is None:
                 if not req.allow_absent:  # a key the type lacks: only NotIn / DoesNotExist pass
-                    return []
+                    return ()
                 continue
-            if not req.overlaps(Req(req.key, values, complement=False, allow_absent=False)):
-                return []
+            # The type's side is a set of values (In): they intersect when one of them is allowed.
+            if not any(req.has(v) for v in values):
+                return ()
         by_key = {r.key: r for r in reqs}
         zone, capacity_type = by_key.get(_ZONE), by_key.get(_CAPACITY_TYPE)
-        return [
+        return tuple(
             index
             for index, offering in enumerate(it.offerings)
-            if (zone is None or zone.overlaps(Req.equals(_ZONE, offering.zone)))
-            and (
-                capacity_type is None
-                or capacity_type.overlaps(Req.equals(_CAPACITY_TYPE, offering.capacity_type))
-            )
-        ]
+            if (zone is None or zone.has(offering.zone))
+            and (capacity_type is None or capacity_type.has(offering.capacity_type))
+        )
 
 
 def apply_node_overlays(
@@ -203,18 +250,13 @@ def apply_node_overlays(
     matcher = _Matcher(catalog, nodepools)
     store: dict[str, dict[str, _TypeUpdate]] = {}
     for overlay in ordered(readable):
-        reqs = _requirements(overlay)
-        reached = [
-            (pool.name, it, offerings)
-            for pool in nodepools
-            for it in catalog
-            if (offerings := matcher.offerings(pool.name, it, reqs))
-        ]
+        reqs, change = _requirements(overlay), _Change.of(overlay)
+        reached = matcher.reached(catalog, nodepools, reqs)
         conflict = next(
             (
                 other
                 for pool, it, offerings in reached
-                if (other := _conflict(store, pool, it.name, offerings, overlay))
+                if (other := _conflict(store, pool, it.name, offerings, change))
             ),
             None,
         )
@@ -225,7 +267,7 @@ def apply_node_overlays(
             )
             continue
         for pool, it, offerings in reached:
-            _store(store.setdefault(pool, {}).setdefault(it.name, _TypeUpdate()), offerings, overlay)
+            _store(store.setdefault(pool, {}).setdefault(it.name, _TypeUpdate()), offerings, change)
     _build_views(catalog, store, result)
     return result
 
@@ -235,29 +277,31 @@ def _conflict(
     pool: str,
     type_name: str,
     offerings: Sequence[int],
-    overlay: NodeOverlay,
+    overlay: _Change,
 ) -> str | None:
     """The overlay this one conflicts with on this pool's type (store.go isOfferingUpdateConflicting,
     isCapacityUpdateConflicting: overlays come in descending weight, so only an equal weight can)."""
     update = store.get(pool, {}).get(type_name)
     if update is None:
         return None
-    if overlay.spec.price_change is not None:
+    if overlay.price is not None:
         for index in offerings:
             known = update.prices.get(index)
             if known is not None and known.lowest_weight == overlay.weight:
                 return known.lowest_overlay
-    if overlay.spec.capacity and update.capacity_lowest_weight == overlay.weight:
-        for name in overlay.spec.capacity:
-            if name in update.capacity_lowest_resources:
-                return update.capacity_by.get(name, "?")
+    if (
+        overlay.resources
+        and update.capacity_lowest_weight == overlay.weight
+        and not overlay.resources.isdisjoint(update.capacity_lowest_resources)
+    ):
+        return update.capacity_lowest_overlay
     return None
 
 
-def _store(update: _TypeUpdate, offerings: Sequence[int], overlay: NodeOverlay) -> None:
+def _store(update: _TypeUpdate, offerings: Sequence[int], overlay: _Change) -> None:
     """store.go updateInstanceTypeOffering and updateInstanceTypeCapacity: an earlier (heavier)
     overlay's value stays; the weight it is compared with next drops to this overlay's."""
-    change = overlay.spec.price_change
+    change = overlay.price
     if change is not None:
         for index in offerings:
             known = update.prices.get(index)
@@ -265,34 +309,45 @@ def _store(update: _TypeUpdate, offerings: Sequence[int], overlay: NodeOverlay) 
                 known.lowest_weight, known.lowest_overlay = overlay.weight, overlay.name
             else:
                 update.prices[index] = _PriceUpdate(change, overlay.name, overlay.weight, overlay.name)
-    if overlay.spec.capacity:
-        for name, units in overlay.spec.capacity_units().items():
+    if overlay.capacity:
+        for name, units in overlay.capacity.items():
             if name not in update.capacity:
                 update.capacity[name] = units
                 update.capacity_by[name] = overlay.name
-        update.capacity_lowest_resources = frozenset(overlay.spec.capacity)
+        update.capacity_lowest_resources = overlay.resources
         update.capacity_lowest_weight = overlay.weight
+        update.capacity_lowest_overlay = overlay.name
 
 
 def _build_views(
     catalog: Catalog, store: Mapping[str, Mapping[str, _TypeUpdate]], result: OverlayResult
 ) -> None:
     changed: dict[str, dict[str, set[str]]] = {}  # overlay -> pool -> instance types
+    # Pools given the same changes of a type share one overlaid type (and so one simulator type).
+    built: dict[tuple[str, tuple[tuple[int, str], ...], tuple[tuple[str, int], ...]], InstanceType] = {}
     for pool in sorted(store):
         types = dict(catalog.types)
         for type_name, update in store[pool].items():
             it = catalog.types[type_name]
-            offerings = list(it.offerings)
-            for index, price in update.prices.items():
-                offering = offerings[index]
-                offerings[index] = dataclasses.replace(
-                    offering, price=adjusted_price(offering.price, price.change)
-                )
-                result.priced_by[(pool, type_name, offering.zone, offering.capacity_type)] = price.overlay
-                changed.setdefault(price.overlay, {}).setdefault(pool, set()).add(type_name)
-            for overlay in update.capacity_by.values():
+            if update.prices:
+                result.prices[(pool, type_name)] = (it, update.prices)
+            for overlay in {p.overlay for p in update.prices.values()} | set(update.capacity_by.values()):
                 changed.setdefault(overlay, {}).setdefault(pool, set()).add(type_name)
-            types[type_name] = _overlaid(it, tuple(offerings), update.capacity)
+            key = (
+                type_name,
+                tuple(sorted((i, p.change) for i, p in update.prices.items())),
+                tuple(sorted(update.capacity.items())),
+            )
+            known = built.get(key)
+            if known is None:
+                offerings = list(it.offerings)
+                for index, price in update.prices.items():
+                    offering = offerings[index]
+                    offerings[index] = dataclasses.replace(
+                        offering, price=adjusted_price(offering.price, price.change)
+                    )
+                known = built[key] = _overlaid(it, tuple(offerings), update.capacity)
+            types[type_name] = known
         result.views[pool] = Catalog(region=catalog.region, types=types, source=catalog.source)
     for overlay in sorted(changed):
         pools = changed[overlay]
@@ -310,21 +365,39 @@ def _overlaid(it: InstanceType, offerings: tuple[Offering, ...], capacity: Mappi
     return OverlaidInstanceType(**fields, extended_capacity=tuple(sorted(capacity.items())))
 
 
-def price_note(
-    result: OverlayResult | None, pool: str, type_name: str, zone: str, capacity_type: str
-) -> str | None:
-    """'NodeOverlay X' when an overlay set this offering's price in this pool."""
-    if result is None:
-        return None
-    overlay = result.priced_by.get((pool, type_name, zone, capacity_type))
-    return f"NodeOverlay {overlay}" if overlay is not None else None
-
-
 # --- Once per snapshot and catalog ------------------------------------------------------------------
 
-# The last few (catalog, snapshot) pairs overlaid, by identity: every context of a pass (and the
-# scheduling simulation, cached by the catalog's identity) shares one overlaid catalog.
-_RECENT: OrderedDict[tuple[int, int], tuple[Catalog, Snapshot, Catalog, OverlayResult]] = OrderedDict()
+
+# The overlaid catalogs of the last few inputs: a pass pays for the overlays only when the catalog,
+# an overlay, or a NodePool's name or template labels (all an overlay reads of a pool) changed. The
+# snapshot builder hands each pass the same parsed NodeOverlay objects while they do not change, so
+# overlays are compared by identity (the entry holds them: no other object can take their ids);
+# NodePools by what overlays read, since their status changes with every node.
+PoolKey = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+def _pool_key(pools: Sequence[NodePool]) -> PoolKey:
+    return tuple((p.name, tuple(sorted(p.spec.template.metadata.labels.items()))) for p in pools)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    catalog: Catalog
+    overlays: tuple[ReadOverlay, ...]
+    pools: PoolKey
+    overlaid: Catalog
+    result: OverlayResult
+
+    def holds(self, catalog: Catalog, overlays: Sequence[ReadOverlay], pools: PoolKey) -> bool:
+        return (
+            self.catalog is catalog
+            and self.pools == pools
+            and len(self.overlays) == len(overlays)
+            and all(a is b for a, b in zip(self.overlays, overlays, strict=True))
+        )
+
+
+_RECENT: list[_Entry] = []
 _RECENT_SIZE = 4
 _LOCK = threading.Lock()
 
@@ -334,22 +407,22 @@ def overlaid_catalog(catalog: Catalog, snapshot: Snapshot) -> tuple[Catalog, Ove
     when none changes anything; one already overlaid is returned as it is)."""
     if catalog.pool_views or not snapshot.node_overlays:
         return catalog, OverlayResult()
-    key = (id(catalog), id(snapshot))
+    overlays = [snapshot.node_overlays[name] for name in sorted(snapshot.node_overlays)]
+    pools = [snapshot.nodepools[name] for name in sorted(snapshot.nodepools)]
+    key = _pool_key(pools)
     with _LOCK:
-        known = _RECENT.get(key)
-        if known is not None and known[0] is catalog and known[1] is snapshot:
-            _RECENT.move_to_end(key)
-            return known[2], known[3]
-    result = apply_node_overlays(catalog, snapshot.node_overlays.values(), list(snapshot.nodepools.values()))
+        for entry in _RECENT:
+            if entry.holds(catalog, overlays, key):
+                return entry.overlaid, entry.result
+    result = apply_node_overlays(catalog, overlays, pools)
     overlaid = catalog
     if result.views:
         overlaid = Catalog(
             region=catalog.region, types=catalog.types, source=catalog.source, pool_views=result.views
         )
     with _LOCK:
-        _RECENT[key] = (catalog, snapshot, overlaid, result)
-        while len(_RECENT) > _RECENT_SIZE:
-            _RECENT.popitem(last=False)
+        _RECENT.insert(0, _Entry(catalog, tuple(overlays), key, overlaid, result))
+        del _RECENT[_RECENT_SIZE:]
     return overlaid, result
 
 
@@ -358,6 +431,6 @@ def overlays_behind(
 ) -> list[str]:
     """The overlays that set the prices of these (pool, instance type, zone, capacity type)
     offerings, by name: what `karpflow plan` names beside a command."""
-    if result is None or not result.priced_by:
+    if result is None or not result.prices:
         return []
-    return sorted({name for key in offerings if (name := result.priced_by.get(key)) is not None})
+    return sorted({name for key in offerings if (name := result.priced_by(*key)) is not None})

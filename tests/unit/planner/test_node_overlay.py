@@ -477,7 +477,9 @@ def test_offerings_priced_by_several_overlays_of_different_weights(change_a, cha
     assert after[("test-zone-2", "on-demand")] == pytest.approx(zone_2)
     assert after[("test-zone-4", "reserved")] == pytest.approx(zone_4)
     assert after[("test-zone-1", "spot")] == 1.020
-    assert result.priced_by[("default", "default-instance-type", "test-zone-2", "on-demand")] == "a-test-100"
+    assert result.priced_by("default", "default-instance-type", "test-zone-2", "on-demand") == "a-test-100"
+    assert result.priced_by("default", "default-instance-type", "test-zone-4", "reserved") == "b-test-100"
+    assert result.priced_by("default", "default-instance-type", "test-zone-1", "spot") is None
 
 
 def test_a_lighter_overlay_on_a_priced_offering_is_what_the_next_one_of_its_weight_conflicts_with():

@@ -6,13 +6,17 @@ through the regular consolidation cycle."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from cli import main
 from planner.balanced import pool_totals
 from planner.candidates import node_price
 from planner.model import PlanOptions
+from planner.node_overlay import overlaid_catalog
 from planner.plan import plan
 from sim.cluster_builder import ClusterBuilder
 
@@ -174,3 +178,48 @@ def test_the_optimal_strategy_launches_at_the_overlaid_prices():
     (replacement,) = command.replacements
     assert replacement.instance_types[0] == "m5.large"
     assert replacement.price == pytest.approx(0.001)
+
+
+def test_karpflow_plan_shows_what_each_overlay_changed_only_with_the_gate(tmp_path):
+    b = oversized()
+    b.add(
+        overlay(
+            "m5-large-free",
+            [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}],
+            price="0.001",
+        )
+    )
+    path = b.write(tmp_path / "cluster.yaml")
+
+    def invoke(*args: str) -> str:
+        at = ["--at", "2026-11-22T10:00:00Z"]
+        result = CliRunner().invoke(
+            main, ["plan", "--snapshot", str(path), *at, *args], env={"COLUMNS": "250"}
+        )
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "NodeOverlay" not in invoke()
+    shown = invoke("--node-overlay")
+    assert "NodeOverlay m5-large-free: 1 instance type(s) in NodePool(s) default" in shown
+    assert "default: m5.large, t3.micro" in shown and "$0.0010" in shown  # the overlaid launch choice
+    data = json.loads(invoke("--node-overlay", "-o", "json"))
+    assert data["nodeOverlays"] == ["NodeOverlay m5-large-free: 1 instance type(s) in NodePool(s) default"]
+    assert data["commands"][0]["message"].endswith("(prices from NodeOverlay m5-large-free)")
+
+
+def test_a_pass_reuses_the_overlaid_catalog_until_an_overlay_or_a_pools_labels_change():
+    b = oversized()
+    b.add(overlay("flat", [], price="1.5"))
+    first = b.snapshot()
+    again = first.at(first.now)  # the next pass: the builder's same parsed overlays and pools
+    assert overlaid_catalog(b.catalog, first)[0] is overlaid_catalog(b.catalog, again)[0]
+    # a NodePool whose status (or anything but its name and template labels) changed: the same
+    again.nodepools = {"default": first.nodepools["default"].model_copy(update={"status": None})}
+    assert overlaid_catalog(b.catalog, first)[0] is overlaid_catalog(b.catalog, again)[0]
+    b.objects[0]["spec"]["template"]["metadata"]["labels"] = {"team": "a"}
+    relabelled = b.snapshot()
+    relabelled.node_overlays = first.node_overlays
+    assert overlaid_catalog(b.catalog, relabelled)[0] is not overlaid_catalog(b.catalog, first)[0]
+    # a new overlay object (an edit): computed again
+    assert overlaid_catalog(b.catalog, b.snapshot())[0] is not overlaid_catalog(b.catalog, first)[0]
