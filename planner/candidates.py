@@ -228,6 +228,11 @@ def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
         return STATIC_NEVER_CONSOLIDATED
     if disruption.consolidate_after_delta is None:
         return f"consolidation is disabled for nodepool {pool.name} (consolidateAfter: Never)"
+    if ctx.node_overlays is not None and not candidate.is_empty:
+        # A NodeOverlay that may reach the pool is not applied: moving pods is decided on prices.
+        held = ctx.node_overlays.held.get(pool.name)
+        if held is not None:
+            return held
     if node.do_not_consolidate:
         return f"node has {LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION}"
     if candidate.instance_type is None:

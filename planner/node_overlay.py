@@ -20,10 +20,13 @@ Karpenter's rules (pkg/controllers/nodeoverlay/controller.go and store.go, writt
   conflicting overlay is not applied anywhere (all NodePools or none), and reported.
 
 What differs: Karpenter writes a `ValidationSucceeded` condition on each overlay; karpflow never
-writes Karpenter's objects and reports a skipped overlay as a problem of the plan instead. An overlay
-karpflow cannot read (it fails the CRD's rules or Karpenter's runtime validation) is skipped, as
-Karpenter's controller skips it, and reported; the other overlays still apply (Karpenter fails
-open on a misconfigured overlay by design: designs/node-overlay.md "Misconfiguration").
+writes Karpenter's objects and reports a skipped overlay as a problem of the plan instead. A skipped
+overlay (it fails the CRD's rules or Karpenter's runtime validation, or it conflicts) applies
+nothing, as in Karpenter, and the others still apply; but where Karpenter consolidates on (it fails
+open by design: designs/node-overlay.md "Misconfiguration"), karpflow fails closed: the NodePools
+the overlay may reach (every pool, for one it cannot read) move no pods until it is fixed
+(`OverlayResult.held`, read by planner/candidates.py `consolidation_block`). Empty nodes still go,
+and drift still replaces: neither is decided on prices.
 """
 
 from __future__ import annotations
@@ -141,6 +144,9 @@ class OverlayResult:
     views: dict[str, Catalog] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # NodePool -> why its consolidation waits: an overlay that may reach it is not applied (fails
+    # closed: karpflow does not move pods on prices the user meant to be otherwise).
+    held: dict[str, str] = field(default_factory=dict)
     # (pool, instance type) -> the type as the catalog has it, and its offerings' price updates.
     prices: dict[tuple[str, str], tuple[InstanceType, Mapping[int, _PriceUpdate]]] = field(
         default_factory=dict
@@ -241,8 +247,11 @@ def apply_node_overlays(
     for read in sorted(overlays, key=lambda r: r.name):
         if read.overlay is None:
             result.problems.append(
-                f"NodeOverlay {read.name}: {'; '.join(read.problems)} (not applied, as Karpenter skips it)"
+                f"NodeOverlay {read.name}: {'; '.join(read.problems)} (not applied, as Karpenter skips it; "
+                "consolidation waits in every NodePool until it is fixed)"
             )
+            for nodepool in nodepools:  # which pools it meant is unknown: all of them
+                result.held.setdefault(nodepool.name, _hold(read.name, "it is invalid"))
         else:
             readable.append(read.overlay)
     if not readable or not nodepools:
@@ -263,13 +272,24 @@ def apply_node_overlays(
         if conflict is not None:
             result.problems.append(
                 f"NodeOverlay {overlay.name}: conflicts with NodeOverlay {conflict} of the same weight "
-                f"({overlay.weight}) on the same offerings or resources (not applied, as Karpenter does)"
+                f"({overlay.weight}) on the same offerings or resources (not applied, as Karpenter does; "
+                "consolidation waits in the NodePools it reaches until it is fixed)"
             )
+            why = f"it conflicts with NodeOverlay {conflict}"
+            for name in sorted({pool_name for pool_name, _, _ in reached}):
+                result.held.setdefault(name, _hold(overlay.name, why))
             continue
-        for pool, it, offerings in reached:
-            _store(store.setdefault(pool, {}).setdefault(it.name, _TypeUpdate()), offerings, change)
+        for pool_name, it, offerings in reached:
+            _store(store.setdefault(pool_name, {}).setdefault(it.name, _TypeUpdate()), offerings, change)
     _build_views(catalog, store, result)
     return result
+
+
+def _hold(overlay: str, why: str) -> str:
+    return (
+        f"NodeOverlay {overlay} is not applied ({why}): consolidation waits, since prices decide it "
+        "(fails closed)"
+    )
 
 
 def _conflict(

@@ -267,6 +267,8 @@ def test_an_overlay_that_fails_runtime_validation_is_not_applied_and_is_reported
     assert prices(result, DEFAULT) == {("test-zone-1", "spot"): 1.020}
     assert len(result.problems) == 1 and result.problems[0].startswith("NodeOverlay bad: ")
     assert "not applied" in result.problems[0]
+    # karpflow fails closed where Karpenter fails open: the pools it may reach do not consolidate
+    assert list(result.held) == ["default"]
 
 
 def test_overlapping_requirements_of_equal_weight_conflict_and_the_later_name_wins():
@@ -544,6 +546,7 @@ def test_a_conflict_in_one_nodepool_keeps_the_overlay_out_of_every_nodepool():
     assert conflicted(result) == ["overlay-a"]
     assert "one" not in result.views
     assert prices(result, DEFAULT, "two") == {("test-zone-1", "spot"): 100.0}
+    assert sorted(result.held) == ["one", "two"]  # overlay-a reaches both
 
 
 # --- suite_test.go Context("Capacity Adjustment") / Context("Capacity") -----------------------------------

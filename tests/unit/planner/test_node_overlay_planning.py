@@ -18,6 +18,7 @@ from planner.candidates import node_price
 from planner.model import PlanOptions
 from planner.node_overlay import overlaid_catalog
 from planner.plan import plan
+from planner.why_not import Kind, kind_of
 from sim.cluster_builder import ClusterBuilder
 
 GATE = PlanOptions(node_overlay=True)
@@ -148,7 +149,10 @@ def test_an_overlay_only_for_another_pool_changes_nothing_here():
     assert result.commands == [] and result.node_overlays == []
 
 
-def test_a_bad_or_conflicting_overlay_is_a_problem_of_the_plan_and_applies_nothing():
+def test_a_bad_or_conflicting_overlay_is_a_problem_of_the_plan_and_holds_consolidation_back():
+    # Karpenter skips such an overlay and consolidates on (fails open, designs/node-overlay.md
+    # "Misconfiguration"); karpflow reports it and moves no pods in the pools it may reach, since the
+    # prices the user meant would decide the move (fails closed).
     b = oversized()
     b.add(overlay("both", [], price="1", priceAdjustment="+1"))
     b.add(overlay("x-first", [], price="9", weight=5))
@@ -158,7 +162,36 @@ def test_a_bad_or_conflicting_overlay_is_a_problem_of_the_plan_and_applies_nothi
     assert len(problems) == 2, problems
     assert problems[0].startswith("NodeOverlay both: spec: cannot set both 'price' and 'priceAdjustment'")
     assert problems[1].startswith("NodeOverlay a-second: conflicts with NodeOverlay x-first")
-    assert result.commands == []  # x-first's price stands: nothing is cheaper than the node
+    assert result.commands == []
+    (blocked,) = result.blocked
+    assert blocked.reason == (
+        "NodeOverlay both is not applied (it is invalid): consolidation waits, since prices decide it "
+        "(fails closed)"
+    )
+    assert kind_of(blocked.reason) == Kind.NODE_OVERLAY
+
+
+def test_a_conflict_holds_only_the_pools_the_overlay_reaches_and_empty_nodes_still_go():
+    b = oversized()
+    b.nodepool(
+        "other",
+        requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+        budgets=[{"nodes": "100%"}],
+    )
+    b.node("idle", pool="other", instance_type="m5.large")
+    b.node("busy", pool="other", instance_type="m5.2xlarge")
+    b.pod("api-1", "busy", cpu="500m", memory="512Mi")
+    only_default = [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}]
+    b.add(overlay("x-first", only_default, price="9", weight=5))
+    b.add(overlay("a-second", only_default, price="0.01", weight=5))
+    result = plan(b.snapshot(), b.catalog, GATE.model_copy(update={"all_methods": True}))
+    decided = {(c.method, tuple(c.nodes)) for c in result.commands}
+    assert ("emptiness", ("idle",)) in decided
+    assert any(nodes == ("busy",) for _, nodes in decided)  # the other pool consolidates
+    reasons = {b.node: b.reason for b in result.blocked}
+    assert reasons["big"].startswith(
+        "NodeOverlay a-second is not applied (it conflicts with NodeOverlay x-first)"
+    )
 
 
 def test_the_optimal_strategy_launches_at_the_overlaid_prices():
