@@ -240,7 +240,7 @@ def sim_instance_type(it: InstanceType) -> SimInstanceType:
 
 def pool_instance_types(catalog: Catalog) -> dict[str, list[SimInstanceType]]:
     """The instance types of each NodePool whose NodeOverlays changed some (planner/node_overlay.py);
-    the types no overlay changed are converted once, shared with the catalog's own."""
+    each InstanceType is converted once, whichever pools share it."""
     if not catalog.pool_views:
         return {}
     shared: dict[int, SimInstanceType] = {}  # by the identity of the catalog's InstanceType
