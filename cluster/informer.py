@@ -6,11 +6,11 @@ the resourceVersion, watch from there, apply ADDED / MODIFIED / DELETED to the c
 when the watch says the version is too old (410 Gone) or fails. Nothing is decided before every
 kind has been listed once (`synced`), like Karpenter's cluster-state sync gate.
 
-Optional kinds (the seed-era Provisioner and AWSNodeTemplate, karpflow's own MaintenanceWindow
-and NodeDisruptionBudget, the CapacityBuffer and the PodTemplates buffers name: kinds a cluster may
-not serve) count as synced and empty when the server
-does not serve them, and are tried again later. Only "not served" (404) counts as empty: a kind the
-worker may not read (403) keeps the cache unsynced, so no pass decides without the operator's controls.
+Optional kinds (the seed-era Provisioner and AWSNodeTemplate, Karpenter's NodeOverlay, karpflow's
+own MaintenanceWindow and NodeDisruptionBudget, the CapacityBuffer and the PodTemplates buffers
+name: kinds a cluster may not serve) count as synced and empty when the server does not serve them,
+and are tried again later. Only "not served" (404) counts as empty: a kind the worker may not read
+(403) keeps the cache unsynced, so no pass decides without the operator's controls.
 
 Synced once is not current for ever: a kind whose view is older than `stale_after` seconds (no open
 watch, no event and no successful listing for that long: the watch keeps failing and so does the
@@ -75,6 +75,8 @@ RESOURCES: tuple[Resource, ...] = (
     # they name: their pods keep nodes from counting as empty (planner/capacity_buffers.py)
     Resource("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1", "capacitybuffers", optional=True),
     Resource("PodTemplate", "v1", "podtemplates", optional=True),
+    # Karpenter's NodeOverlay (v1.7, alpha): a cluster without its CRD has none
+    Resource("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays", optional=True),
 )
 
 

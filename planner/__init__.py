@@ -2,7 +2,8 @@
 
 Where each rule lives (section numbers refer to the Karpenter behaviour notes):
 - snapshot.py      the typed cluster view loaded from kubectl output or the API (slim objects)
-- catalog.py       instance types, allocatable arithmetic and prices (catalog_live.py: from AWS)
+- catalog.py       instance types, allocatable arithmetic and prices (catalog_live.py: from AWS);
+                   node_overlay.py each NodePool's view of it under Karpenter's NodeOverlays
 - candidates.py    which nodes may be disrupted, pod blocks, disruption cost, Consolidatable (§1.3-1.6)
 - budgets.py       NodePool disruption budgets (§1.5); rate_budgets.py their karpflow `per` (a rate)
 - maintenance_windows.py, node_disruption_budgets.py   the operator's controls, applied in a pass by

@@ -162,8 +162,11 @@ def node_block(node: Node, pool: NodePool | None) -> str | None:
 
 
 def node_price(ctx: PlanContext, node: Node) -> float | None:
-    """The node's offering price in the catalog (None: unknown type, zone or capacity type)."""
-    instance_type = ctx.catalog.get(node.instance_type) if node.instance_type else None
+    """The node's offering price in the catalog its NodePool sees (None: unknown type, zone or
+    capacity type)."""
+    instance_type = (
+        ctx.catalog.for_pool(node.nodepool).get(node.instance_type) if node.instance_type else None
+    )
     if instance_type is None or not node.zone or not node.capacity_type:
         return None
     return instance_type.price(node.zone, node.capacity_type)
@@ -172,7 +175,7 @@ def node_price(ctx: PlanContext, node: Node) -> float | None:
 def make_candidate(ctx: PlanContext, node: Node, pool: NodePool) -> Candidate:
     """A Candidate for `node` whatever the filters say (expiration needs one for blocked nodes too)."""
     snapshot = ctx.snapshot
-    instance_type = ctx.catalog.get(node.instance_type)
+    instance_type = ctx.catalog.for_pool(pool.name).get(node.instance_type)
     capacity_type, zone = node.capacity_type, node.zone
     price = node_price(ctx, node)
     pods = node_pods(ctx.cache, node)
@@ -238,6 +241,11 @@ def consolidation_block(ctx: PlanContext, candidate: Candidate) -> str | None:
         return STATIC_NEVER_CONSOLIDATED
     if disruption.consolidate_after_delta is None:
         return f"consolidation is disabled for nodepool {pool.name} (consolidateAfter: Never)"
+    if ctx.node_overlays is not None and not candidate.is_empty:
+        # A NodeOverlay that may reach the pool is not applied: moving pods is decided on prices.
+        held = ctx.node_overlays.held.get(pool.name)
+        if held is not None:
+            return held
     if node.do_not_consolidate:
         return f"node has {LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION}"
     if candidate.instance_type is None:

@@ -235,9 +235,16 @@ class Catalog:
     region: str
     types: dict[str, InstanceType]
     source: str = "bundled"
+    # NodeOverlay (planner/node_overlay.py): the catalog each NodePool sees, its prices and extended
+    # capacity overlaid; a pool without one sees this catalog.
+    pool_views: dict[str, Catalog] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, name: str | None) -> InstanceType | None:
         return self.types.get(name) if name else None
+
+    def for_pool(self, nodepool: str | None) -> Catalog:
+        """The catalog as `nodepool` sees it (NodeOverlays applied)."""
+        return self.pool_views.get(nodepool, self) if nodepool else self
 
     def __contains__(self, name: object) -> bool:
         return name in self.types

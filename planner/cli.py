@@ -1,8 +1,9 @@
 """`karpflow plan`: what one disruption pass would do on a snapshot, and why every other node stays.
 
     kubectl get nodes,pods,pdb,ds,nodepools,ec2nodeclasses -A -o json > cluster.json
+    kubectl get nodeoverlays -o json > overlays.json        # optional: for --node-overlay
     aws ec2 describe-instances --output json > instances.json   # optional: for EC2NodeClass drift
-    karpflow plan --snapshot cluster.json [--snapshot instances.json]
+    karpflow plan --snapshot cluster.json [--snapshot instances.json] [--snapshot overlays.json]
                   [--catalog catalog.yaml | --live-catalog] [--at 2026-11-22T10:00:00Z]
 
 The nodes' AMI, subnet and security groups are EC2's, not the cluster's: without the instances,
@@ -143,6 +144,12 @@ def _fail(message: str) -> None:
     "--spot-to-spot", is_flag=True, help="Allow spot-to-spot consolidation (feature gate, off by default)."
 )
 @click.option(
+    "--node-overlay",
+    is_flag=True,
+    help="Apply the snapshot's NodeOverlays to prices and capacity (Karpenter's NodeOverlay feature "
+    "gate, off by default).",
+)
+@click.option(
     "--preference-policy",
     type=click.Choice(["Respect", "Ignore"]),
     default="Respect",
@@ -186,6 +193,7 @@ def plan(
     output: str,
     all_methods: bool,
     spot_to_spot: bool,
+    node_overlay: bool,
     preference_policy: str,
     min_values_policy: str,
     instance_type_drift: bool,
@@ -253,6 +261,7 @@ def plan(
         {
             "all_methods": all_methods,
             "spot_to_spot": spot_to_spot,
+            "node_overlay": node_overlay,
             "preference_policy": preference_policy,
             "min_values_policy": min_values_policy,
             "instance_type_drift": instance_type_drift,
@@ -448,6 +457,8 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
             "drift and rebalance wait until the cluster recovers",
             highlight=False,
         )
+    for note in result.node_overlays:
+        console.print(note, markup=False)
     if result.problems:
         console.print(f"[yellow]{len(result.problems)} problem(s) in the input:[/yellow]")
         for problem in result.problems[:50]:

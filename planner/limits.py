@@ -71,7 +71,7 @@ def _used(ctx: PlanContext, pool_name: str, leaving: Iterable[str]) -> dict[str,
     for claim in claims_without_node(ctx.snapshot, pool_name):
         if claim.deletion_timestamp is not None:
             continue
-        it = ctx.catalog.get(claim.labels.get("node.kubernetes.io/instance-type"))
+        it = ctx.catalog.for_pool(pool_name).get(claim.labels.get("node.kubernetes.io/instance-type"))
         add(it.capacity_resources.by_name() if it is not None else {})
     return used
 
@@ -174,7 +174,7 @@ def pool_limit_rows(
         }
         option_caps: dict[int, dict[str, int]] = {}
         for o, (option_pool, type_name) in enumerate(options):
-            it = ctx.catalog.get(type_name)
+            it = ctx.catalog.for_pool(option_pool).get(type_name)
             if option_pool == pool_name and it is not None:
                 option_caps[o] = {**it.capacity_resources.by_name(), NODES_RESOURCE: 1}
         for name, limit in sorted(limits.items()):

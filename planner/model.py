@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.constants import REASON_DRIFTED, REASON_EMPTY, REASON_EXPIRED, REASON_UNDERUTILIZED
 from api.workflow_ids import command_hash
 from kube.eviction_cost import empty_by_eviction_cost
+from planner.node_overlay import OverlayResult, overlaid_catalog
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
@@ -136,6 +137,9 @@ class PlanOptions(BaseModel):
     drift: bool = True
     # SpotToSpotConsolidation feature gate (off by default, §2.5).
     spot_to_spot: bool = False
+    # NodeOverlay feature gate (Karpenter v1.7 alpha, off by default as Karpenter's): the snapshot's
+    # NodeOverlays change each NodePool's prices and extended capacity (planner/node_overlay.py).
+    node_overlay: bool = False
     # Preferred affinities and ScheduleAnyway spreads: Respect (relaxed only when needed) or Ignore.
     preference_policy: Literal["Respect", "Ignore"] = "Respect"
     # NodePool minValues on new nodes (Karpenter's --min-values-policy, v1.6): Strict refuses a new
@@ -563,6 +567,13 @@ class PlanContext:
     # Expired nodes a MaintenanceWindow held back in this pass (planner/expiration.py): they get
     # karpflow.io/expiration-deferred, and are paced like a voluntary method once the window allows.
     deferred_expirations: set[str] = field(default_factory=set)
+    # What the NodeOverlays changed (planner/node_overlay.py); None while the gate is off.
+    node_overlays: OverlayResult | None = None
+
+    def __post_init__(self) -> None:
+        # Every context, whoever builds it, plans on the catalog its NodePools see.
+        if self.options.node_overlay and self.node_overlays is None:
+            self.catalog, self.node_overlays = overlaid_catalog(self.catalog, self.snapshot)
 
     @property
     def now(self) -> datetime:

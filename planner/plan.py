@@ -60,6 +60,7 @@ from planner.model import (
     ValidationResult,
 )
 from planner.node_disruption_budgets import NdbLedger
+from planner.node_overlay import overlays_behind
 from planner.operator_controls import admit, ndb_ledger, voluntary_block
 from planner.optimal.held import LAUNCHED, PLAN_ANNOTATION, marker_changes, read_marker
 from planner.optimal.leaving import TaintChange, leaving_taint_changes
@@ -224,6 +225,9 @@ class Plan(_Out):
         default_factory=dict, description="pool -> the node counts behind both budget maps"
     )
     problems: list[str] = Field(default_factory=list)
+    node_overlays: list[str] = Field(
+        default_factory=list, description="what each NodeOverlay changed (the NodeOverlay gate on)"
+    )
     annotations: list[AnnotationChange] = Field(
         default_factory=list, description="node annotations to set (value) or remove (null)"
     )
@@ -253,6 +257,24 @@ class Plan(_Out):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
+
+
+def name_overlays(ctx: PlanContext, command: Command) -> None:
+    """Add to the command's message the NodeOverlays that priced its nodes or its replacements'
+    cheapest options (planner/node_overlay.py)."""
+    offerings = [
+        (c.pool_name, c.node.instance_type or "", c.zone or "", c.capacity_type or "")
+        for c in command.candidates
+    ]
+    for r in command.replacements:
+        for it in r.instance_types[:1]:
+            offerings.extend(
+                (r.nodepool, it.name, o.zone, o.capacity_type)
+                for o in it.compatible_offerings([r.capacity_type], r.zones or None)
+            )
+    names = overlays_behind(ctx.node_overlays, offerings)
+    if names:
+        command.message += f" (prices from NodeOverlay {', '.join(names)})"
 
 
 # --- Methods --------------------------------------------------------------------------------------
@@ -360,12 +382,15 @@ def plan(
         commands.extend(produced)
         for command in produced:
             ctx.marked_for_deletion.update(command.nodes)
+            name_overlays(ctx, command)
         if produced and not options.all_methods:
             ended_by = method.name
             break
 
     total, in_flight, planned = pool_counts(ctx)
     problems = list(snapshot.problems) + _nodeclass_problems(snapshot) + floor_problems(snapshot)
+    if ctx.node_overlays is not None:
+        problems.extend(ctx.node_overlays.problems)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
     result = Plan(
@@ -381,6 +406,7 @@ def plan(
             for pool in sorted(total)
         },
         problems=problems,
+        node_overlays=ctx.node_overlays.notes if ctx.node_overlays is not None else [],
         annotations=_pinned(
             snapshot,
             [

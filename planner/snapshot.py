@@ -59,6 +59,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.duration import NEVER, DurationError, karpenter_duration
+from api.node_overlay import OVERLAY_KIND, ReadOverlay, read_node_overlay
 from api.nodepool import EC2NodeClass, NodePool
 from api.nodepool import pydantic_message as _pydantic_message
 from api.nodepool_reader import read_nodepool
@@ -997,6 +998,7 @@ _NODECLASS_KINDS = {"EC2NodeClass"}
 _NODECLAIM_KINDS = {"NodeClaim"}
 _WINDOW_KINDS = {"MaintenanceWindow"}
 _NDB_KINDS = {"NodeDisruptionBudget"}
+_OVERLAY_KINDS = {OVERLAY_KIND}
 
 
 @dataclass(eq=False)
@@ -1027,6 +1029,9 @@ class Snapshot:
     # which keep a node from counting as empty (planner/capacity_buffers.py).
     capacity_buffers: dict[str, CapacityBuffer] = field(default_factory=dict)
     pod_templates: dict[str, PodTemplate] = field(default_factory=dict)
+    # Karpenter's NodeOverlays (karpenter.sh/v1alpha1), by name, each with what stops it applying;
+    # planner/node_overlay.py applies them to the catalog when the NodeOverlay gate is on.
+    node_overlays: dict[str, ReadOverlay] = field(default_factory=dict)
     # Disruptions started recently, for rate budgets (empty when the caller does not know them).
     recent_disruptions: list[RecentDisruption] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -1100,6 +1105,9 @@ class Snapshot:
                 self._add(obj, kind, read_capacity_buffer, self._put_buffer)
             elif kind == POD_TEMPLATE_KIND:
                 self._add(obj, kind, read_pod_template, self._put_pod_template)
+            elif kind in _OVERLAY_KINDS:
+                overlay = read_node_overlay(obj)
+                self.node_overlays[overlay.name] = overlay
             # Everything else (Deployments, ReplicaSets, Services, ...) is not needed.
 
     def _add(self, obj: Mapping[str, Any], kind: str, parse: Any, put: Any) -> None:
@@ -1190,6 +1198,7 @@ class Snapshot:
         self.node_disruption_budgets.update(part.node_disruption_budgets)
         self.capacity_buffers.update(part.capacity_buffers)
         self.pod_templates.update(part.pod_templates)
+        self.node_overlays.update(part.node_overlays)
         self.instances.update(part.instances)
         self.problems.extend(part.problems)
 
@@ -1326,6 +1335,7 @@ class Snapshot:
             node_disruption_budgets=self.node_disruption_budgets,
             capacity_buffers=self.capacity_buffers,
             pod_templates=self.pod_templates,
+            node_overlays=self.node_overlays,
             recent_disruptions=self.recent_disruptions,
             sources=self.sources,
         )

@@ -110,7 +110,7 @@ def template_replacement(ctx: PlanContext, pool: NodePool) -> tuple[Replacement 
     types: list[tuple[float, str, InstanceType]] = []
     zones: set[str] = set()
     capacity_types: set[str] = set()
-    for it in ctx.catalog:
+    for it in ctx.catalog.for_pool(pool.name):
         labels = it.labels
         if any(key in labels and not req.matches(labels[key]) for key, req in by_key.items()):
             continue

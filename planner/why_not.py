@@ -42,6 +42,7 @@ class Kind(StrEnum):
     NOT_CHOSEN = "NotChosen"  # eligible, but another command ends the pass: next pass
     STATIC_NODEPOOL = "StaticNodePool"  # never consolidated; its drift waits while over its replicas
     LIMITS = "Limits"  # the NodePool's spec.limits (nodes or resources) leave no room for a replacement
+    NODE_OVERLAY = "NodeOverlay"  # a NodeOverlay that may price the pool is not applied: fails closed
     OTHER = "Other"
 
 
@@ -49,6 +50,7 @@ class Kind(StrEnum):
 _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern, re.IGNORECASE))
     for kind, pattern in (
+        (Kind.NODE_OVERLAY, r"\bNodeOverlay \S+ is not applied\b"),
         (Kind.MAINTENANCE_WINDOW, r"\bMaintenanceWindows?\b"),
         (Kind.NODE_DISRUPTION_BUDGET, r"\bNodeDisruptionBudget\b"),
         (Kind.AWAITING_APPROVAL, r"\bapproval\b"),
@@ -114,6 +116,7 @@ EVENTS: dict[Kind, EventChoice | None] = {
     # Karpenter skips a static pool's node without an Event (emptiness.go, consolidation.go ShouldDisrupt).
     Kind.STATIC_NODEPOOL: None,
     Kind.LIMITS: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
+    Kind.NODE_OVERLAY: EventChoice(Reason.UNCONSOLIDATABLE),
     Kind.OTHER: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
 }
 

@@ -382,7 +382,8 @@ async def _read_cluster(kubeconfig: str | None) -> list[dict[str, Any]]:
         raise  # unreachable: _fail exits
 
 
-def _plan(objects: list[dict[str, Any]], held: Collection[str]) -> Any:
+def _plan(objects: list[dict[str, Any]], held: Collection[str], node_overlay: bool = False) -> Any:
+    """The live plan, with the worker's NodeOverlay gate (KARPFLOW_NODE_OVERLAY) as the controller plans."""
     from planner.catalog import DEFAULT_REGION, bundled_catalog
     from planner.cli import with_held_tainted
     from planner.model import PlanOptions
@@ -391,7 +392,7 @@ def _plan(objects: list[dict[str, Any]], held: Collection[str]) -> Any:
 
     snapshot = Snapshot.from_objects(with_held_tainted(objects, held), source="the live cluster")
     catalog = bundled_catalog(snapshot.region() or DEFAULT_REGION)
-    return plan(snapshot, catalog, PlanOptions(all_methods=True))
+    return plan(snapshot, catalog, PlanOptions(all_methods=True, node_overlay=node_overlay))
 
 
 async def run(
@@ -426,7 +427,7 @@ async def run(
         return 2
     # What the controller holds out of every pass: the nodes of running disruptions and terminations.
     flying = await read_in_flight(client, settings.task_queue)
-    result = await asyncio.to_thread(_plan, objects, flying.nodes)
+    result = await asyncio.to_thread(_plan, objects, flying.nodes, settings.node_overlay)
     commands, left = choose(result, nodes, every, flying)
     for line in left:
         console.print(f"[yellow]not disrupted[/yellow] {line}")

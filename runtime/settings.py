@@ -141,6 +141,11 @@ class WorkerSettings(BaseSettings):
         description="seconds after its launch before such an instance whose Node never initialized is "
         "terminated and the Node deleted (Karpenter's registration TTL: 15 min)",
     )
+    node_overlay: bool = Field(
+        default=False,
+        description="Karpenter's NodeOverlay feature gate (off by default, as Karpenter's): the cluster's "
+        "NodeOverlays change the prices and extended capacity the planner decides on",
+    )
     cache_stale_after: float = Field(
         default=60.0,
         gt=0,
@@ -372,6 +377,7 @@ def plan_options(settings: WorkerSettings) -> PlanOptions:
     """The planner's options the worker's settings choose (the rest are Karpenter's defaults)."""
     return PlanOptions(
         min_values_policy=settings.min_values_policy,
+        node_overlay=settings.node_overlay,
         breaker=settings.breaker,
         breaker_max_unready=settings.breaker_max_unready_percent / 100,
         breaker_ok_unready=settings.breaker_ok_unready_count,

@@ -177,7 +177,7 @@ def _launch_options(
     for pool in sim.pools:
         name = pool.pool.name
         for entry in sim.pool_types(pool):
-            kind = sim.instance_types[entry.name]
+            kind = sim.pool_instance_type(name, entry.name)
             # Per (capacity type, zone): the offering's price and the groups it admits.
             for offering in kind.offerings:
                 if not offering.available or offering.capacity_type not in entry.capacity_types:

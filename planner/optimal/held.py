@@ -118,8 +118,9 @@ def launch_key(node: Node) -> str:
 
 
 def node_price(node: Node, catalog: Catalog) -> float:
-    """The node's own offering (type, zone, capacity type); 0 when the catalog cannot price it."""
-    kind = catalog.get(node.instance_type)
+    """The node's own offering (type, zone, capacity type) as its NodePool sees it; 0 when the catalog
+    cannot price it."""
+    kind = catalog.for_pool(node.nodepool).get(node.instance_type)
     if kind is None:
         return 0.0
     return kind.price(node.zone or "", node.capacity_type or "") or 0.0

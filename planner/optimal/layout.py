@@ -84,7 +84,7 @@ def planned_nodes(
         else:
             pool_name, type_name, capacity_type = option
         pool = pools[pool_name]
-        kind = sim.instance_types[type_name]
+        kind = sim.pool_instance_type(pool_name, type_name)
         overhead = pool.overhead.get(kind.name, (0,) * len(sim.resource_names))
         allocatable = {
             res: max(kind.allocatable.get(res, 0) - overhead[i], 0)

@@ -115,18 +115,19 @@ def _planned_replacement(
     room left is for the pods of later moves."""
     sim = problem.prepared.simulator
     pool = next(p for p in sim.pools if p.pool.name == option.pool)
-    planned = sim.instance_types[option.instance_type]
+    planned = sim.pool_instance_type(option.pool, option.instance_type)
     planned_alloc = next(e.alloc for e in sim.pool_types(pool) if e.name == option.instance_type)
     ceiling = _price(planned, zone, option.capacity_type)
     fitting = []
     for entry in sim.pool_types(pool):
-        kind = sim.instance_types[entry.name]
+        kind = sim.pool_instance_type(option.pool, entry.name)
         price = _price(kind, zone, option.capacity_type)
         if price is None or ceiling is None or price > ceiling or not vec_fits(planned_alloc, entry.alloc):
             continue
         fitting.append((price, entry.name))
     names = [n for _, n in sorted(fitting)] or [option.instance_type]
-    types = [t for n in names if (t := problem.prepared.catalog.get(n)) is not None]
+    catalog = problem.prepared.catalog.for_pool(option.pool)
+    types = [t for n in names if (t := catalog.get(n)) is not None]
     return Replacement(option.pool, types, option.capacity_type, [zone], pods)
 
 

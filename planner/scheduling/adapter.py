@@ -247,6 +247,24 @@ def sim_instance_type(it: InstanceType) -> SimInstanceType:
     )
 
 
+def pool_instance_types(catalog: Catalog) -> dict[str, list[SimInstanceType]]:
+    """The instance types of each NodePool whose NodeOverlays changed some (planner/node_overlay.py);
+    each InstanceType is converted once, whichever pools share it."""
+    if not catalog.pool_views:
+        return {}
+    shared: dict[int, SimInstanceType] = {}  # by the identity of the catalog's InstanceType
+    out: dict[str, list[SimInstanceType]] = {}
+    for pool, view in catalog.pool_views.items():
+        converted = []
+        for it in view:
+            known = shared.get(id(it))
+            if known is None:
+                known = shared[id(it)] = sim_instance_type(it)
+            converted.append(known)
+        out[pool] = converted
+    return out
+
+
 # The last snapshot's bound pods, by the identity of their Pod: the snapshot builder (planner/
 # snapshot_builder.py) hands the next pass the same Pod objects for every pod that did not change, so
 # each is converted once. Only pods without anti-affinity: their terms are compared by identity.
@@ -332,6 +350,7 @@ class SnapshotSimulation:
             ],
             [sim_instance_type(it) for it in catalog],
             daemonsets,
+            pool_instance_types=pool_instance_types(catalog),
             preference_policy=preference_policy,
             min_values_policy=min_values_policy,
             bound_by_node=by_node,
@@ -364,7 +383,7 @@ class SnapshotSimulation:
         for claim in snapshot.nodeclaims.values():
             if claim.name in linked or claim.name in snapshot.nodes or claim.deletion_timestamp is not None:
                 continue
-            it = catalog.get(claim.labels.get(k.INSTANCE_TYPE_LABEL))
+            it = catalog.for_pool(claim.nodepool).get(claim.labels.get(k.INSTANCE_TYPE_LABEL))
             if it is None or claim.nodepool is None:
                 continue
             out.append(
@@ -543,11 +562,10 @@ class SnapshotSimulation:
         names = list(options) if options is not None else list(claim.instance_types)
         by_key = {p.key: p for p in pods}
         ct = capacity_type or launch_capacity_type(claim.capacity_types)
+        types = self.catalog.for_pool(claim.nodepool).types  # the prices its pool sees
         replacement = Replacement(
             nodepool=claim.nodepool,
-            instance_types=[self.catalog.types[n] for n in names if n in self.catalog.types][
-                :MAX_LAUNCH_INSTANCE_TYPES
-            ],
+            instance_types=[types[n] for n in names if n in types][:MAX_LAUNCH_INSTANCE_TYPES],
             capacity_type=ct,
             zones=list(claim.zones),
             pods=[by_key[key] for key in claim.pods if key in by_key],

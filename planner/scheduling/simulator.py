@@ -86,6 +86,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         instance_types: Sequence[SimInstanceType],
         daemonsets: Sequence[SimDaemonSet] = (),
         *,
+        pool_instance_types: Mapping[str, Sequence[SimInstanceType]] | None = None,
         preference_policy: PreferencePolicy = RESPECT,
         min_values_policy: MinValuesPolicy = STRICT,
         bound_by_node: Mapping[str, Sequence[BoundPod]] | None = None,
@@ -96,7 +97,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         `node_memo`: what an earlier simulator derived per node (its `node_memo_out`), reused for a
         node whose bound pods are the very same sequence object (planner/pass_cache.py).
         `settling`: nodes inside their NodePool's consolidateAfter window, which a consolidation's
-        moved pods avoid (`simulate(avoid_settling=True)`)."""
+        moved pods avoid (`simulate(avoid_settling=True)`). `pool_instance_types`: a NodePool's own
+        instance types, where NodeOverlays changed their prices or capacity (planner/node_overlay.py);
+        the others launch `instance_types`."""
         if preference_policy not in (RESPECT, IGNORE):
             raise ValueError(f"preference_policy {preference_policy!r}: expected Respect or Ignore")
         self.preference_policy = preference_policy
@@ -130,7 +133,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         names = set(CORE_RESOURCES)
         for n in nodes:
             names.update(n.allocatable)
-        for it in instance_types:
+        pool_types = pool_instance_types or {}
+        for it in (*instance_types, *(t for types in pool_types.values() for t in types)):
             names.update(it.allocatable)
         # `limits.nodes` (Karpenter v1.11) counts a node as one "nodes" of capacity (state/statenode.go
         # Capacity); the resource exists only when some pool limits it.
@@ -221,9 +225,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._universes = {}
 
         self.instance_types = {it.name: it for it in instance_types}
+        self._pool_types = {name: {it.name: it for it in types} for name, types in pool_types.items()}
         self._pools = []
         for pool in sorted(nodepools, key=lambda p: (-p.weight, p.name)):
-            self._pools.append(self._prepare_pool(pool, instance_types, daemonsets))
+            self._pools.append(
+                self._prepare_pool(pool, pool_types.get(pool.name, instance_types), daemonsets)
+            )
         self._pool_by_name = {p.pool.name: p for p in self._pools}
         self._pool_nodes_capacity = {}
         for prepared in self.nodes:
@@ -232,6 +239,12 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 self._pool_nodes_capacity[prepared.nodepool] = vec_add(
                     self._pool_nodes_capacity.get(prepared.nodepool, self._zero), cap
                 )
+
+    def pool_instance_type(self, pool: str, name: str) -> SimInstanceType:
+        """The instance type as `pool` launches it: its NodeOverlays' prices and capacity applied
+        (planner/node_overlay.py), else the catalog's."""
+        own = self._pool_types.get(pool)
+        return own[name] if own is not None and name in own else self.instance_types[name]
 
     def _node_load(self, pods: Sequence[BoundPod]) -> _NodeLoad:
         """What a node's bound pods take: used room, host ports, and for topology (terminating pods

@@ -16,9 +16,9 @@ kinds the emulator serves natively.
   (`spec.disruption.consolidateAfter: Invalid value: "-5m": spec.disruption.consolidateAfter in body
   should match '^(([0-9]+(s|m|h))+|Never)$'`, `spec.disruption.budgets: Invalid value: "array":
   'schedule' must be set with 'duration'`).
-- Karpenter's NodePool, NodeClaim and EC2NodeClass, which the emulator serves natively, are
-  validated by Karpenter's published CRDs (karpenter_crds/: the AWS provider's release v1.14.1; its
-  README.md says where each comes from and how to refresh them).
+- Karpenter's NodePool, NodeClaim, NodeOverlay and EC2NodeClass, which the emulator serves natively,
+  are validated by Karpenter's published CRDs (karpenter_crds/: the AWS provider's release v1.14.1;
+  its README.md says where each comes from and how to refresh them).
   A CRD applied for one of these kinds is accepted and Established; the bundled CRD keeps validating.
 - Deleting the CRD stops serving the kind and deletes its objects.
 

@@ -400,6 +400,20 @@ RESOURCES: tuple[ResourceType, ...] = (
         custom=True,
         generation=True,
     ),
+    # Karpenter's NodeOverlay (v1.7, alpha): validated by its bundled CRD (karpenter_crds/).
+    ResourceType(
+        KARPENTER_GROUP,
+        "v1alpha1",
+        "NodeOverlay",
+        "nodeoverlays",
+        "nodeoverlay",
+        False,
+        ("overlays",),
+        ("karpenter",),
+        subresources=_STATUS,
+        custom=True,
+        generation=True,
+    ),
     ResourceType(
         AWS_GROUP,
         AWS_VERSION,

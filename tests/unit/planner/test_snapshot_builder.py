@@ -40,6 +40,7 @@ KINDS = (
     "AWSNodeTemplate",
     "MaintenanceWindow",
     "NodeDisruptionBudget",
+    "NodeOverlay",
 )
 
 
@@ -95,6 +96,7 @@ def described(snapshot: Snapshot) -> dict[str, Any]:
         "nodeclass_not_ready": plain(snapshot.nodeclass_not_ready),
         "maintenance_windows": plain(snapshot.maintenance_windows),
         "node_disruption_budgets": plain(snapshot.node_disruption_budgets),
+        "node_overlays": plain(snapshot.node_overlays),
     }
 
 
@@ -173,6 +175,18 @@ def _generated(seed: int, nodes: int, pods: int) -> tuple[list[dict[str, Any]], 
                     "status": {"nodeName": node["metadata"]["name"]},
                 }
             )
+    for name, spec in (
+        ("discount", {"requirements": [], "priceAdjustment": "-10%", "weight": 10}),
+        ("broken", {"requirements": [{"key": "karpenter.sh/nope", "operator": "In"}], "price": "+1"}),
+    ):  # Karpenter's NodeOverlays, one it would refuse
+        objects.append(
+            {
+                "apiVersion": "karpenter.sh/v1alpha1",
+                "kind": "NodeOverlay",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+        )
     return objects, built.instances
 
 
@@ -181,7 +195,9 @@ def _generated(seed: int, nodes: int, pods: int) -> tuple[list[dict[str, Any]], 
 
 def change(informers: Informers, rng: random.Random, serial: int) -> None:
     """One random change: an edit, a new object, a deletion, or a re-list of a kind."""
-    kind = rng.choice(["Pod"] * 6 + ["Node"] * 3 + ["PodDisruptionBudget", "NodePool", "NodeClaim", "relist"])
+    kind = rng.choice(
+        ["Pod"] * 6 + ["Node"] * 3 + ["PodDisruptionBudget", "NodePool", "NodeClaim", "NodeOverlay", "relist"]
+    )
     if kind == "relist":
         relisted = rng.choice(KINDS)
         listed = list(informers.items[relisted].values())

@@ -236,6 +236,59 @@ def test_an_ec2nodeclass_karpenter_refuses_is_refused_in_its_words(kubectl):
     assert "created" in kubectl("apply", "-f", "-", stdin=both).stdout
 
 
+def node_overlay(name: str, **spec: object) -> dict:
+    """A NodeOverlay (karpenter.sh/v1alpha1) selecting m5 types; `spec` adds to its spec."""
+    return {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": name},
+        "spec": {
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}
+            ],
+            **spec,
+        },
+    }
+
+
+# NodeOverlays Karpenter's CRD refuses (pkg/apis/v1alpha1/nodeoverlay_validation_test.go's cases), and
+# the words of its schema and CEL rules.
+REFUSED_OVERLAYS = {
+    # "shout not be able to set both price and priceAdjustment"
+    "both-prices": (
+        {"price": "0.432", "priceAdjustment": "+10%"},
+        "cannot set both 'price' and 'priceAdjustment'",
+    ),
+    # "should not allow an unsigned priceAdjustment percentage"
+    "unsigned-adjustment": ({"priceAdjustment": "1%"}, "spec.priceAdjustment in body should match"),
+    # Context("price") "No explicit plus sign allowed"
+    "signed-price": ({"price": "+42"}, "spec.price in body should match"),
+    # Context("Capacity") "should not allow cpu resources override"
+    "cpu-capacity": ({"capacity": {"cpu": "1"}}, "invalid resource restricted"),
+    # weight is 1..10000
+    "weight-zero": ({"weight": 0}, "spec.weight in body should be greater than or equal to 1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_OVERLAYS))
+def test_kubectl_apply_of_a_node_overlay_karpenter_refuses_is_refused(kubectl, name):
+    spec, message = REFUSED_OVERLAYS[name]
+    refused = kubectl("apply", "-f", "-", stdin=node_overlay(name, **spec), check=False)
+    assert refused.returncode != 0
+    assert f'The NodeOverlay "{name}" is invalid' in refused.stderr, refused.stderr
+    assert message in refused.stderr, refused.stderr
+    assert kubectl("get", "nodeoverlay", name, check=False).returncode != 0
+
+
+def test_a_valid_node_overlay_is_stored_and_listed(kubectl):
+    # nodeoverlay_validation_test.go "should allow custom resources" and "should allow negative
+    # percentage -100%"
+    overlay = node_overlay("ok", priceAdjustment="-100%", capacity={"smarter-devices/fuse": "1"}, weight=10)
+    assert "created" in kubectl("apply", "-f", "-", stdin=overlay).stdout
+    listed = json.loads(kubectl("get", "overlays", "-o", "json").stdout)["items"]
+    assert [o["spec"]["priceAdjustment"] for o in listed] == ["-100%"]
+
+
 GADGETS = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
