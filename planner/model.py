@@ -45,7 +45,7 @@ from api.workflow_ids import command_hash
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
-    from planner.catalog import Catalog, InstanceType
+    from planner.catalog import Catalog, InstanceType, Offering
     from planner.pass_cache import PassCache
     from planner.snapshot import Node, NodeClaim, Pod, Snapshot
 
@@ -268,6 +268,13 @@ class Replacement:
     pods: list[Pod] = field(default_factory=list)  # what the simulation placed on it
     # Written on the node when it registers: Optimal consolidation's plan marker (planner/optimal/held.py).
     annotations: dict[str, str] = field(default_factory=dict)
+    # A reserved replacement: the (instance type, reserved offering) pairs the pass reserved for it
+    # (planner/reservations.py); it is launched into these only.
+    reserved: list[tuple[str, Offering]] = field(default_factory=list)
+
+    @property
+    def reservation_ids(self) -> list[str]:
+        return sorted({o.reservation.id for _, o in self.reserved if o.reservation is not None})
 
     @property
     def instance_type_names(self) -> list[str]:

@@ -42,6 +42,8 @@ class Kind(StrEnum):
     NOT_CHOSEN = "NotChosen"  # eligible, but another command ends the pass: next pass
     STATIC_NODEPOOL = "StaticNodePool"  # never consolidated; its drift waits while over its replicas
     LIMITS = "Limits"  # the NodePool's spec.limits (nodes or resources) leave no room for a replacement
+    # the capacity reservations a reserved replacement could use have no instance left in the pass
+    CAPACITY_RESERVATION = "CapacityReservation"
     OTHER = "Other"
 
 
@@ -60,6 +62,7 @@ _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
         (Kind.TOO_MANY_UNHEALTHY, r"\bunhealthy \(more than\b"),
         (Kind.STATIC_NODEPOOL, r"static NodePool: never consolidated|over its \d+ replicas"),
         (Kind.LIMITS, r"\blimits\.nodes \S+ leaves no room|\bspec\.limits\b"),
+        (Kind.CAPACITY_RESERVATION, r"^reserved capacity: "),
         (Kind.BUDGET, r"\bbudget\b"),
         (Kind.CONSOLIDATE_AFTER, r"\bnot consolidatable until\b"),
         (Kind.CONSOLIDATION_POLICY, r"consolidationPolicy|consolidation is disabled"),
@@ -113,6 +116,7 @@ EVENTS: dict[Kind, EventChoice | None] = {
     # Karpenter skips a static pool's node without an Event (emptiness.go, consolidation.go ShouldDisrupt).
     Kind.STATIC_NODEPOOL: None,
     Kind.LIMITS: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
+    Kind.CAPACITY_RESERVATION: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
     Kind.OTHER: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
 }
 
