@@ -357,6 +357,10 @@ def take_reservations(ctx: PlanContext, command: Command) -> None:
             continue
         ledger.take(o for _, o in found)
         replacement.reserved = found
+        # Its options narrowed to the types it may launch reserved (Karpenter's NodeClaim gets the
+        # reserved capacity type and these reservation ids as requirements).
+        names = {name for name, _ in found}
+        replacement.instance_types = [t for t in replacement.instance_types if t.name in names]
 
 
 def within_reservations(ctx: PlanContext, method: str, commands: list[Command]) -> list[Command]:
@@ -383,7 +387,8 @@ def restore_reserved(catalog: Catalog, replacement: Replacement, reservation_ids
         return
     replacement.reserved = [
         (kind.name, o)
-        for kind in replacement.instance_types
+        for chosen in replacement.instance_types
+        if (kind := catalog.get(chosen.name)) is not None
         for o in kind.offerings
         if o.reservation is not None and o.reservation.id in wanted
     ]
