@@ -266,7 +266,7 @@ def _live_catalog(region: str, snapshot: Snapshot) -> Catalog:
         bundled = bundled_catalog(DEFAULT_REGION)  # the type names, for a region without a table
     names = {t.name for t in bundled} | {n.instance_type for n in snapshot.nodes.values() if n.instance_type}
     try:
-        return fetch_live_catalog(region, names)
+        return fetch_live_catalog(region, names, snapshot.nodeclasses.values())
     except Exception as err:  # credentials, endpoint, throttling: all mean "no live catalog now"
         click.echo(f"karpflow plan: live catalog unavailable ({err}); using the bundled table", err=True)
         return bundled_catalog(region)
