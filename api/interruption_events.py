@@ -14,7 +14,18 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Kind = Literal["SpotInterruption", "RebalanceRecommendation", "StateChange", "ScheduledChange", "Unknown"]
+Kind = Literal[
+    "SpotInterruption",
+    "CapacityReservationInterruption",
+    "RebalanceRecommendation",
+    "StateChange",
+    "ScheduledChange",
+    "Unknown",
+]
+# An interruptible capacity reservation's instance being reclaimed, two minutes ahead (Karpenter's
+# AWS provider, pkg/controllers/interruption/messages/capacityreservationinterruption: schema
+# aws.ec2@EC2CapacityReservationInstanceInterruptionWarning, detail instance-id and instance-action).
+CAPACITY_RESERVATION_INTERRUPTION = "EC2 Capacity Reservation Instance Interruption Warning"
 # State changes that mean the instance is going away; "running"/"pending" are no-ops.
 LEAVING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 
@@ -98,6 +109,11 @@ def parse_message(body: str) -> Interruption:
         if key == ("aws.ec2", "EC2 Spot Instance Interruption Warning"):
             spot = SpotInterruptionDetail.model_validate(envelope.detail)
             return Interruption(kind="SpotInterruption", instance_ids=[spot.instance_id], **base)
+        if key == ("aws.ec2", CAPACITY_RESERVATION_INTERRUPTION):
+            reclaimed = SpotInterruptionDetail.model_validate(envelope.detail)  # the same two fields
+            return Interruption(
+                kind="CapacityReservationInterruption", instance_ids=[reclaimed.instance_id], **base
+            )
         if key == ("aws.ec2", "EC2 Instance Rebalance Recommendation"):
             rebalance = RebalanceDetail.model_validate(envelope.detail)
             return Interruption(kind="RebalanceRecommendation", instance_ids=[rebalance.instance_id], **base)
@@ -124,6 +140,10 @@ EVENT_RULES: dict[str, dict[str, Any]] = {
     "karpflow-spot-interruption": {
         "source": ["aws.ec2"],
         "detail-type": ["EC2 Spot Instance Interruption Warning"],
+    },
+    "karpflow-capacity-reservation-interruption": {
+        "source": ["aws.ec2"],
+        "detail-type": [CAPACITY_RESERVATION_INTERRUPTION],
     },
     "karpflow-rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
     "karpflow-state-change": {

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 REBALANCE_ANNOTATION = REBALANCE_REPLACE
 SPOT_WARNING = timedelta(minutes=2)  # a spot interruption happens two minutes after its warning
+# (an interruptible capacity reservation's too). Their workflow ids are never reused.
+REJECT_DUPLICATE_KINDS = ("SpotInterruption", "CapacityReservationInterruption", "RebalanceRecommendation")
 UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cache TTL
 # Seconds a node listing serves; short, since a message for a node that just joined must find it
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
@@ -287,6 +289,8 @@ class InterruptionPoller:
         """The id of the workflow `_act` starts for this event (what makes a repeat a duplicate)."""
         if event.kind == "SpotInterruption":
             return interruption_workflow_id(self.cluster, instance_id, "spot")
+        if event.kind == "CapacityReservationInterruption":
+            return interruption_workflow_id(self.cluster, instance_id, "capacity-reservation")
         if event.kind == "RebalanceRecommendation":
             return interruption_workflow_id(self.cluster, instance_id, "rebalance")
         name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
@@ -316,7 +320,7 @@ class InterruptionPoller:
             del self._starting[workflow_id]
             # A termination id may run again once closed (a later StateChange after a failed one);
             # an interruption id never does (REJECT_DUPLICATE): only those are remembered.
-            if started and event.kind in ("SpotInterruption", "RebalanceRecommendation"):
+            if started and event.kind in REJECT_DUPLICATE_KINDS:
                 self._started[workflow_id] = None
                 while len(self._started) > STARTED_MEMO:
                     self._started.popitem(last=False)
@@ -337,11 +341,13 @@ class InterruptionPoller:
         name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
         pins = {name: uid} if uid else {}
         provider_id = (node.get("spec") or {}).get("providerID")
-        if event.kind == "SpotInterruption":
+        if event.kind in ("SpotInterruption", "CapacityReservationInterruption"):
+            # Both reclaim the instance two minutes after the warning; Karpenter marks the spot
+            # offering, or the reservation, unavailable (interruption/utils.go markUnavailableOfferings).
             await self._offering_unavailable(node, instance_id)
             return await self._disruption(
                 instance_id,
-                "spot",
+                "spot" if event.kind == "SpotInterruption" else "capacity-reservation",
                 DisruptionInput(
                     reason="Interrupted",
                     nodes=[name],
@@ -409,7 +415,7 @@ class InterruptionPoller:
             zone=labels[ZONE_LABEL],
             capacity_type=labels.get(CAPACITY_TYPE_LABEL) or "spot",
             until=datetime.now(UTC) + UNAVAILABLE_FOR,
-            reason=f"spot interruption of {instance_id}",
+            reason=f"interruption of {instance_id}",
         )
         handle = self.client.get_workflow_handle(controller_workflow_id(self.cluster))
         try:

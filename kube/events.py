@@ -194,6 +194,10 @@ def node_repair_blocked(obj: Json | ObjectRef, why: str) -> Event:
 # Interruption kinds (api/interruption_events.py) to Karpenter's reason for each.
 INTERRUPTION_REASONS: dict[str, tuple[Reason, str]] = {
     "SpotInterruption": (Reason.SPOT_INTERRUPTED, "Spot interruption warning was triggered"),
+    "CapacityReservationInterruption": (
+        Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED,
+        "Capacity Reservation interruption warning was triggered",
+    ),
     "RebalanceRecommendation": (
         Reason.SPOT_REBALANCE_RECOMMENDATION,
         "Spot rebalance recommendation was triggered",

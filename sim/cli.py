@@ -8,7 +8,7 @@
     karpflow sim faults throttle --probability 0.3 [--rps 5] [--action RunInstances]
     karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
-    karpflow sim interrupt NODE --kind spot|rebalance|scheduled-change|stopping|health
+    karpflow sim interrupt NODE --kind spot|capacity-reservation|rebalance|scheduled-change|stopping|health
                                                      the EventBridge event EC2 (or AWS Health) sends
                                                      about NODE's instance, onto the interruption queue
     karpflow sim dump [-o cluster.yaml]              every object, as a kubectl List (a scenario/snapshot)

@@ -7,6 +7,9 @@ parsers: aws/karpenter-provider-aws pkg/controllers/interruption/messages/).
 
 Kinds:
     spot              aws.ec2 "EC2 Spot Instance Interruption Warning", instance-action terminate
+    capacity-reservation  aws.ec2 "EC2 Capacity Reservation Instance Interruption Warning" (an
+                      interruptible capacity reservation reclaiming the instance), instance-action
+                      terminate
     rebalance         aws.ec2 "EC2 Instance Rebalance Recommendation"
     stopping          aws.ec2 "EC2 Instance State-change Notification", state stopping
     scheduled-change  aws.health "AWS Health Event", service EC2, category scheduledChange
@@ -22,7 +25,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
-Kind = Literal["spot", "rebalance", "scheduled-change", "stopping", "health"]
+Kind = Literal["spot", "capacity-reservation", "rebalance", "scheduled-change", "stopping", "health"]
 KINDS: tuple[str, ...] = get_args(Kind)
 ACCOUNT = "123456789012"  # moto's default account
 HEALTH_CODES = {
@@ -65,6 +68,12 @@ def source_and_detail(
                 "instance-id": instance_id,
                 "instance-action": "terminate",
             },
+        )
+    if kind == "capacity-reservation":
+        return (
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            {"instance-id": instance_id, "instance-action": "terminate"},
         )
     if kind == "rebalance":
         return "aws.ec2", "EC2 Instance Rebalance Recommendation", {"instance-id": instance_id}

@@ -19,6 +19,7 @@ WHEN = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     ("kind", "read_as", "state"),
     [
         ("spot", "SpotInterruption", None),
+        ("capacity-reservation", "CapacityReservationInterruption", None),
         ("rebalance", "RebalanceRecommendation", None),
         ("stopping", "StateChange", "stopping"),
         ("scheduled-change", "ScheduledChange", None),
