@@ -198,6 +198,12 @@ INTERRUPTION_REASONS: dict[str, tuple[Reason, str]] = {
         Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED,
         "Capacity Reservation interruption warning was triggered",
     ),
+    # Karpenter records no interruption Event for an expiring capacity block (it deletes the NodeClaim
+    # from its expiration controller): the same Event as a reclaimed reservation, the nearest meaning.
+    "CapacityBlockExpiration": (
+        Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED,
+        "Capacity Block expiration warning: EC2 begins terminating its instances in 10 minutes",
+    ),
     "RebalanceRecommendation": (
         Reason.SPOT_REBALANCE_RECOMMENDATION,
         "Spot rebalance recommendation was triggered",

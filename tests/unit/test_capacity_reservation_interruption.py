@@ -6,6 +6,7 @@ Temporal and the API server are faked at their boundary, as in test_interruption
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -118,3 +119,40 @@ async def test_the_node_is_drained_and_replaced_before_its_two_minutes_and_the_r
     # A repeat starts nothing.
     await poller.handle({"MessageId": "m-2", "Body": body})
     assert len(client.started) == 1
+
+
+def test_the_interruption_warning_as_ec2s_user_guide_spells_it_is_read_too():
+    # EC2 user guide "Monitor interruptible Capacity Reservations": "EC2 Interruptible Capacity
+    # Reservation Instance Interruption Warning" (Karpenter's parser names it without "Interruptible")
+    body = json.loads(envelope("capacity-reservation", INSTANCE, region="us-west-2", when=WHEN))
+    body["detail-type"] = "EC2 Interruptible Capacity Reservation Instance Interruption Warning"
+    assert parse_message(json.dumps(body)).kind == "CapacityReservationInterruption"
+    assert any(body["detail-type"] in rule["detail-type"] for rule in EVENT_RULES.values())
+
+
+class TwoNodes(FakeKube):
+    async def list_nodes(self) -> dict[str, Any]:
+        block = json.loads(json.dumps(NODE))
+        block["metadata"]["labels"]["karpenter.k8s.aws/capacity-reservation-id"] = "cr-0block"
+        block["metadata"]["labels"]["karpenter.k8s.aws/capacity-reservation-type"] = "capacity-block"
+        other = json.loads(json.dumps(NODE))
+        other["metadata"].update(name="gpu-2", uid="uid-gpu-2")
+        other["spec"]["providerID"] = "aws:///us-west-2a/i-0fedcba9876543210"
+        return {"items": [block, other]}
+
+
+async def test_a_capacity_blocks_expiration_drains_its_nodes_before_ec2_terminates_them():
+    # capacityreservation/expiration/suite_test.go It "should delete nodeclaims associated with expiring
+    # capacity-block reservations" and It "should not delete nodeclaims associated with standard capacity
+    # reservations ...": only the block's node goes, ten minutes before EC2 begins terminating it.
+    client = FakeClient()
+    poller = InterruptionPoller(None, "queue", TwoNodes(), client, "tq", "c1")  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    body = envelope("capacity-block-expiration", "", region="us-west-2", when=now, reservation_id="cr-0block")
+    await poller.handle({"MessageId": "m-1", "Body": body})
+    ((_workflow, command, workflow_id),) = client.started
+    assert workflow_id == f"interruption/c1/{INSTANCE}/capacity-block-expiration"
+    assert command.nodes == ["gpu-1"] and command.reason == "Interrupted"
+    assert command.termination_deadline is not None
+    expected = now.replace(microsecond=0) + timedelta(minutes=10)
+    assert abs(command.termination_deadline - expected) < timedelta(seconds=1)
