@@ -220,11 +220,16 @@ def test_reservation_labels_are_karpenters():
 
 
 def cluster(
-    node_type: str, node_capacity: str = "on-demand", labels: dict[str, str] | None = None
+    node_type: str,
+    node_capacity: str = "on-demand",
+    labels: dict[str, str] | None = None,
+    capacity_types: tuple[str, ...] = ("reserved", "on-demand"),
 ) -> ClusterBuilder:
     b = ClusterBuilder()
     b.nodeclass()
-    b.nodepool(requirements=RESERVED_OR_ON_DEMAND)
+    requirements = [dict(r) for r in RESERVED_OR_ON_DEMAND]
+    requirements[0]["values"] = list(capacity_types)
+    b.nodepool(requirements=requirements)
     b.node("n0", instance_type=node_type, zone="us-west-2a", capacity_type=node_capacity, labels=labels)
     b.pod("app-1", "n0", cpu="500m", memory="1Gi")
     return b
@@ -234,10 +239,22 @@ def run(b: ClusterBuilder, catalog: Catalog):
     return plan(b.snapshot(), catalog, PlanOptions())
 
 
-@pytest.mark.parametrize("capacity_type", ["on-demand", "spot"])
-def test_consolidates_into_reserved_capacity_for_the_same_instance_pool(capacity_type: str):
+@pytest.mark.parametrize(
+    ("capacity_type", "allowed"),
+    [
+        ("on-demand", ("reserved", "on-demand")),
+        ("spot", ("reserved", "on-demand")),
+        # A pool that allows spot too: the claim is not pinned to spot (nor taken for spot-to-spot),
+        # since Karpenter's scheduler narrows it to reserved first (nodeclaim.go offeringsToReserve).
+        ("on-demand", ("reserved", "on-demand", "spot")),
+        ("spot", ("reserved", "on-demand", "spot")),
+    ],
+)
+def test_consolidates_into_reserved_capacity_for_the_same_instance_pool(
+    capacity_type: str, allowed: tuple[str, ...]
+):
     # DescribeTable "can consolidate into reserved capacity for the same instance pool" (on-demand, spot)
-    b = cluster("m5.large", capacity_type)
+    b = cluster("m5.large", capacity_type, capacity_types=allowed)
     result = run(b, catalog_with(reservation("cr-0same")))
     (command,) = result.commands_
     (replacement,) = command.replacements
