@@ -403,7 +403,8 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
         for index, command in enumerate(result.commands, 1):
             replacements = "\n".join(
                 f"{r.nodepool}: {', '.join(r.instance_types[:3])}{' …' if len(r.instance_types) > 3 else ''}"
-                f" {r.capacity_type} {','.join(r.zones)} {_money(r.price)}"
+                f" {r.capacity_type}{' (' + ','.join(r.reservation_ids) + ')' if r.reservation_ids else ''}"
+                f" {','.join(r.zones)} {_money(r.price)}"
                 for r in command.replacements
             )
             table.add_row(
