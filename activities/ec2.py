@@ -416,18 +416,18 @@ class EC2Activities:
             capacity = CAPACITY_SPOT
         index = _tags(instance).get(TAG_REPLACEMENT_INDEX, "")
         offering = Offering(instance_type=instance["InstanceType"], zone=zone, capacity_type=capacity)
-        # In a reservation as EC2 says (DescribeInstances' CapacityReservationId): reserved, with the
-        # reservation's type and flag as the plan named them.
+        # Reserved when EC2 put it in the reservation the launch targeted (DescribeInstances'
+        # CapacityReservationId), with the type and flag the plan named. An on-demand launch EC2 placed
+        # in an open reservation stays on-demand, as it was planned and priced.
         reservation_id = instance.get("CapacityReservationId")
-        if reservation_id:
-            same = requested is not None and requested.reservation_id == reservation_id
+        if reservation_id and requested is not None and requested.reservation_id == reservation_id:
             offering = Offering(
                 instance_type=instance["InstanceType"],
                 zone=zone,
                 capacity_type="reserved",
                 reservation_id=reservation_id,
-                reservation_type=requested.reservation_type if same and requested else "default",
-                interruptible=bool(same and requested and requested.interruptible),
+                reservation_type=requested.reservation_type,
+                interruptible=requested.interruptible,
             )
         return LaunchedInstance(
             instance_id=instance["InstanceId"],
