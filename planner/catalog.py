@@ -327,6 +327,10 @@ def catalog_from_dict(data: Mapping[str, Any], source: str = "<catalog>") -> Cat
       offerings:
       - {zone: us-west-2a, capacityType: on-demand, price: 0.096}
       - {zone: us-west-2a, capacityType: spot, price: 0.038, available: true}
+      # a capacity reservation (planner/reservations.py): its id, type, flag, instances left, and
+      # the EC2NodeClasses that select it (absent: every class)
+      - {zone: us-west-2a, capacityType: reserved, price: 0.0000000096, reservationID: cr-0abc,
+         reservationType: default, interruptible: false, remaining: 2, nodeClasses: [default]}
     """
     if not isinstance(data, Mapping):
         raise CatalogError(f"{source}: expected a mapping with 'region' and 'instanceTypes'")
