@@ -361,6 +361,7 @@ def take_reservations(ctx: PlanContext, command: Command) -> None:
         # reserved capacity type and these reservation ids as requirements).
         names = {name for name, _ in found}
         replacement.instance_types = [t for t in replacement.instance_types if t.name in names]
+        replacement.zones = sorted({o.zone for _, o in found})
 
 
 def within_reservations(ctx: PlanContext, method: str, commands: list[Command]) -> list[Command]:
