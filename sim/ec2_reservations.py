@@ -21,7 +21,11 @@ DescribeCapacityReservations, CancelCapacityReservation, RunInstances
 
 Capacity blocks and interruptible reservations are bought or made otherwise in EC2 (PurchaseCapacityBlock,
 an owner's interruptible allocation): `add_reservation(...)` stands in for that, the simulated
-account's own state, as a test or `karpflow dev up` sets it up.
+account's own state, as a test sets it up. On the dev stack a default reservation is made as on AWS:
+`aws ec2 create-capacity-reservation --instance-type m5.large --instance-platform Linux/UNIX
+--availability-zone us-west-2a --instance-count 2 --instance-match-criteria targeted
+--tag-specifications 'ResourceType=capacity-reservation,Tags=[{Key=team,Value=ml}]'` (with
+`source .state/env`, the CLI talks to the stack's moto).
 """
 
 from __future__ import annotations
