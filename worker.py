@@ -50,6 +50,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Interceptor, PollerBehaviorAutoscaling, Worker
 
+from activities.capacity_reservations import CapacityReservationReader
 from activities.cluster_endpoint import ClusterEndpoint
 from activities.controls_gate import ControlsGate
 from activities.ec2 import EC2Activities
@@ -278,6 +279,7 @@ class KarpflowWorker:
             region=settings.aws_region,
             cluster=settings.cluster_name,
             instances=InstanceDescriptions(self.ec2),
+            reservations=CapacityReservationReader(self.ec2),
             karpenter_coexistence=settings.karpenter_coexistence,
             approval_recheck=timedelta(seconds=settings.approval_recheck_interval),
             options=plan_options(settings),

@@ -50,7 +50,7 @@ from api.workflow_io import CapacityType, Offering
 from kube import events
 from kube.events import EventRecorder
 from launch import ec2_params
-from launch.instance_labels import eni_max_pods, instance_type_labels, offering_labels
+from launch.instance_labels import eni_max_pods, instance_type_labels, offering_labels, reservation_labels
 from launch.userdata import ClusterInfo, NodeBootstrap, generate
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,8 @@ class EC2Activities:
             raise classify_ec2(err, f"looking up {what}") from None
         if existing is not None:
             log.info("%s: adopting instance %s launched by an earlier attempt", what, existing["InstanceId"])
-            return await self._with_labels(self._launched_instance(existing, adopted=True), existing, request)
+            adopted = self._launched_instance(existing, adopted=True, requested=offering)
+            return await self._with_labels(adopted, existing, request)
         if self.unavailable.is_unavailable(offering):
             raise permanent(
                 f"{what}: recently failed with insufficient capacity; skipped", errors.OFFERING_UNAVAILABLE
@@ -264,7 +265,8 @@ class EC2Activities:
         instance = response["Instances"][0]
         log.info("%s: launched instance %s", what, instance["InstanceId"])
         await self._launching(request, instance["InstanceId"])
-        return await self._with_labels(self._launched_instance(instance, adopted=False), instance, request)
+        launched = self._launched_instance(instance, adopted=False, requested=offering)
+        return await self._with_labels(launched, instance, request)
 
     async def _launching(self, request: LaunchRequest, instance_id: str) -> None:
         """Karpenter's DisruptionLaunching on each node the launch replaces."""
@@ -292,6 +294,7 @@ class EC2Activities:
             raise classify_ec2(err, f"describing instance {launched.instance_id}") from None
         labels = instance_type_labels(info) if info else {}
         labels |= offering_labels(offering.zone, zone_id, offering.capacity_type, self._region)
+        labels |= reservation_labels(offering)
         return launched.model_copy(update={"labels": labels})
 
     async def _zone_id(self, subnet_id: str | None) -> str | None:
@@ -359,6 +362,7 @@ class EC2Activities:
         enclave = template.enclave_options or {}
         if enclave.get("enabled") is not None:
             params["EnclaveOptions"] = {"Enabled": bool(enclave["enabled"])}
+        params |= ec2_params.reservation_params(offering)
         if offering.capacity_type == CAPACITY_SPOT:
             # Tagged at launch like the instance, so a tag-conditioned IAM policy lets the request
             # be created (deploy/iam-policy.json) and the request is traceable to its cluster.
@@ -401,7 +405,9 @@ class EC2Activities:
         instances = await self._command_instances(command_id, index)
         return min(instances, key=lambda i: i["InstanceId"]) if instances else None
 
-    def _launched_instance(self, instance: dict[str, Any], adopted: bool) -> LaunchedInstance:
+    def _launched_instance(
+        self, instance: dict[str, Any], adopted: bool, requested: Offering | None = None
+    ) -> LaunchedInstance:
         zone = (instance.get("Placement") or {}).get("AvailabilityZone", "")
         capacity: CapacityType = (
             CAPACITY_SPOT if instance.get("InstanceLifecycle") == CAPACITY_SPOT else "on-demand"
@@ -409,12 +415,26 @@ class EC2Activities:
         if _tags(instance).get(TAG_CAPACITY_TYPE) == CAPACITY_SPOT:
             capacity = CAPACITY_SPOT
         index = _tags(instance).get(TAG_REPLACEMENT_INDEX, "")
+        offering = Offering(instance_type=instance["InstanceType"], zone=zone, capacity_type=capacity)
+        # Reserved when EC2 put it in the reservation the launch targeted (DescribeInstances'
+        # CapacityReservationId), with the type and flag the plan named. An on-demand launch EC2 placed
+        # in an open reservation stays on-demand, as it was planned and priced.
+        reservation_id = instance.get("CapacityReservationId")
+        if reservation_id and requested is not None and requested.reservation_id == reservation_id:
+            offering = Offering(
+                instance_type=instance["InstanceType"],
+                zone=zone,
+                capacity_type="reserved",
+                reservation_id=reservation_id,
+                reservation_type=requested.reservation_type,
+                interruptible=requested.interruptible,
+            )
         return LaunchedInstance(
             instance_id=instance["InstanceId"],
             index=int(index) if index.isdigit() else None,
             provider_id=aws_provider_id(zone, instance["InstanceId"]),
             private_dns_name=instance.get("PrivateDnsName") or "",
-            offering=Offering(instance_type=instance["InstanceType"], zone=zone, capacity_type=capacity),
+            offering=offering,
             adopted=adopted,
         )
 

@@ -38,6 +38,7 @@ from api.activity_io import (
 )
 from api.constants import (
     AWS_GROUP,
+    CAPACITY_RESERVATION_ID_LABEL,
     CAPACITY_TYPE_LABEL,
     EC2NODECLASS_KIND,
     INSTANCE_TYPE_LABEL,
@@ -61,7 +62,7 @@ NODEPOOLS = f"/apis/{KARPENTER_GROUP}/{KARPENTER_VERSION}/nodepools"
 REPLACEMENT_FOR_ANNOTATION = "karpflow.io/replacement-for"
 REPLACEMENT_INDEX_ANNOTATION = "karpflow.io/replacement-index"
 # The keys a replacement's offerings pin, in place of the NodePool's requirement on the same key.
-PINNED_KEYS = (INSTANCE_TYPE_LABEL, ZONE_LABEL, CAPACITY_TYPE_LABEL)
+PINNED_KEYS = (INSTANCE_TYPE_LABEL, ZONE_LABEL, CAPACITY_TYPE_LABEL, CAPACITY_RESERVATION_ID_LABEL)
 
 
 def _path(name: str) -> str:
@@ -80,6 +81,11 @@ def _pinned(request: NodeClaimRequest) -> dict[str, list[str]]:
             INSTANCE_TYPE_LABEL: _distinct([o.instance_type for o in spec.offerings]),
             ZONE_LABEL: _distinct([o.zone for o in spec.offerings]),
             CAPACITY_TYPE_LABEL: _distinct([o.capacity_type for o in spec.offerings]),
+            # A reserved replacement: the reservations the pass took for it, as Karpenter's scheduler
+            # pins a NodeClaim to the reservations it reserved (nodeclaim.go, ReservationIDLabel).
+            CAPACITY_RESERVATION_ID_LABEL: _distinct(
+                [o.reservation_id for o in spec.offerings if o.reservation_id]
+            ),
         }
     return {
         INSTANCE_TYPE_LABEL: list(spec.instance_types),

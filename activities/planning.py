@@ -43,6 +43,7 @@ from temporalio.client import Client, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError
 
 from activities import pass_report
+from activities.capacity_reservations import CapacityReservationReader
 from activities.controller_housekeeping import (
     ControllerHousekeeping,
     controls_upkeep,
@@ -86,6 +87,7 @@ from planner.operator_controls import with_outside_controls
 from planner.pass_cache import PassCache
 from planner.plan import CommandOut, command_out, plan, validate_command
 from planner.rate_budgets import RecentDisruption, longest_period
+from planner.reservations import with_reservations
 from planner.snapshot import Snapshot, instance_id_of
 from runtime import metrics
 
@@ -286,6 +288,7 @@ class PlanningActivities(ControllerHousekeeping):
         catalog: Catalog | None = None,
         cluster: str = "",
         instances: InstanceDescriptions | None = None,
+        reservations: CapacityReservationReader | None = None,
         karpenter_coexistence: bool = False,
         approval_recheck: timedelta | None = None,
     ) -> None:
@@ -298,6 +301,8 @@ class PlanningActivities(ControllerHousekeeping):
         self.kube = kube
         self.client = client
         self.instances = instances
+        self.reservations = reservations  # the EC2NodeClasses' capacity reservations (reserved offerings)
+        self._reserved: tuple[Any, Catalog] | None = None  # the last catalog with them, while they hold
         self.task_queue = task_queue
         self.region = region
         self.options = options or PlanOptions()
@@ -418,12 +423,21 @@ class PlanningActivities(ControllerHousekeeping):
         # A cold cache describes every managed node (the activity heartbeats meanwhile).
         return await self.instances.describe(ids)
 
-    def _catalog_for(
+    async def _catalog_for(
         self, snapshot: Snapshot, unavailable: list[OfferingUnavailable], now: datetime
     ) -> Catalog:
         if self._catalog is None:
             self._catalog = bundled_catalog(self.region or snapshot.region() or "us-west-2")
-        return without_offerings(self._catalog, unavailable, now)
+        catalog = self._catalog
+        if self.reservations is not None:
+            reading = await self.reservations.by_nodeclass(snapshot.nodeclasses)
+            # The same catalog object while the reading is the same: the simulation prepared for a
+            # snapshot and catalog is reused by the pass's validation.
+            key = (id(self._catalog), repr(sorted(reading.items())))
+            if self._reserved is None or self._reserved[0] != key:
+                self._reserved = (key, with_reservations(self._catalog, reading))
+            catalog = self._reserved[1]
+        return without_offerings(catalog, unavailable, now)
 
     # -- activities ----------------------------------------------------------------------------------
 
@@ -443,7 +457,7 @@ class PlanningActivities(ControllerHousekeeping):
         failed = await self._failed_since(request.failures_since, counted)
         fresh = [f for f in failed if f.key not in counted]
         snapshot = await self._snapshot(held, now, request.pauses, request.holding)
-        catalog = self._catalog_for(snapshot, request.unavailable, now)
+        catalog = await self._catalog_for(snapshot, request.unavailable, now)
         options = self.options.model_copy(update={"backed_off": backed_off(request.backoffs, fresh, now)})
         result = await asyncio.to_thread(plan, snapshot, catalog, options, cache=self.pass_cache)
         orphans = sorted(
@@ -501,7 +515,7 @@ class PlanningActivities(ControllerHousekeeping):
         own = {n for c in request.commands for n in c.nodes}
         held = (await self._in_flight()).nodes | set(request.holding)
         snapshot = await self._snapshot(held - own, now, request.pauses, request.holding)
-        catalog = self._catalog_for(snapshot, [], now)
+        catalog = await self._catalog_for(snapshot, [], now)
         verdicts = []
         starting: list[str] = []  # nodes of the commands of this batch found valid so far
         for command in request.commands:

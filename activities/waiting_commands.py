@@ -54,7 +54,7 @@ class WaitingCommandActivities:
             if workflow_id != request.workflow_id
         }
         snapshot = await self.planning._snapshot(set(others), now, pauses, (), request.workflow_id)
-        catalog = self.planning._catalog_for(snapshot, [], now)
+        catalog = await self.planning._catalog_for(snapshot, [], now)
         planned = CommandOut.model_validate(request.planned) if request.planned is not None else None
         out = await asyncio.to_thread(
             validate_waited,

@@ -95,6 +95,12 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 CAPACITY_SPOT: Final = "spot"
 CAPACITY_ON_DEMAND: Final = "on-demand"
 CAPACITY_RESERVED: Final = "reserved"
+# A reserved node's reservation (aws/karpenter-provider-aws pkg/apis/v1/labels.go: the id since v1.3,
+# the type, default or capacity-block, since v1.6, interruptible since v1.10); only reserved nodes
+# carry them.
+CAPACITY_RESERVATION_ID_LABEL: Final = "karpenter.k8s.aws/capacity-reservation-id"
+CAPACITY_RESERVATION_TYPE_LABEL: Final = "karpenter.k8s.aws/capacity-reservation-type"
+CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL: Final = "karpenter.k8s.aws/capacity-reservation-interruptible"
 
 # Disruption reasons that budgets may name, plus the forceful ones that they never gate.
 REASON_UNDERUTILIZED = "Underutilized"

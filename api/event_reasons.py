@@ -33,6 +33,7 @@ class Reason(StrEnum):
     NODE_REPAIR_BLOCKED = "NodeRepairBlocked"
     SPOT_INTERRUPTED = "SpotInterrupted"
     SPOT_REBALANCE_RECOMMENDATION = "SpotRebalanceRecommendation"
+    CAPACITY_RESERVATION_INSTANCE_INTERRUPTED = "CapacityReservationInstanceInterrupted"
     INSTANCE_STOPPING = "InstanceStopping"
     INSTANCE_TERMINATING = "InstanceTerminating"
     INSTANCE_UNHEALTHY = "InstanceUnhealthy"
@@ -98,6 +99,13 @@ CATALOG: dict[Reason, ReasonInfo] = {
     ),
     Reason.SPOT_INTERRUPTED: ReasonInfo(
         "Warning", ("Node",), True, _DEFAULT_DEDUPE, "EC2 will reclaim the spot instance in two minutes"
+    ),
+    Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED: ReasonInfo(
+        "Warning",
+        ("Node",),
+        True,
+        _DEFAULT_DEDUPE,
+        "EC2 will reclaim the interruptible capacity reservation's instance in two minutes",
     ),
     Reason.SPOT_REBALANCE_RECOMMENDATION: ReasonInfo(
         "Normal", ("Node",), True, _DEFAULT_DEDUPE, "EC2 recommends rebalancing the spot instance"

@@ -83,6 +83,8 @@ def nodeclass_hash(nodeclass: EC2NodeClass) -> str:
             "ami_selector_terms",
             "subnet_selector_terms",
             "security_group_selector_terms",
+            # hash:"ignore" in Karpenter's EC2NodeClass: a new reservation replaces no node.
+            "capacity_reservation_selector_terms",
             "ip_prefix_count",
         },
         exclude_none=True,

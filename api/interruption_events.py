@@ -14,7 +14,29 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Kind = Literal["SpotInterruption", "RebalanceRecommendation", "StateChange", "ScheduledChange", "Unknown"]
+Kind = Literal[
+    "SpotInterruption",
+    "CapacityReservationInterruption",
+    "CapacityBlockExpiration",
+    "RebalanceRecommendation",
+    "StateChange",
+    "ScheduledChange",
+    "Unknown",
+]
+# An interruptible capacity reservation's instance being reclaimed, two minutes ahead (Karpenter's
+# AWS provider, pkg/controllers/interruption/messages/capacityreservationinterruption: schema
+# aws.ec2@EC2CapacityReservationInstanceInterruptionWarning, detail instance-id and instance-action).
+CAPACITY_RESERVATION_INTERRUPTION = "EC2 Capacity Reservation Instance Interruption Warning"
+# The same warning as EC2's user guide spells it ("Monitor interruptible Capacity Reservations"):
+# read too, since Karpenter's name and AWS's documented one differ.
+INTERRUPTIBLE_RESERVATION_INTERRUPTION = (
+    "EC2 Interruptible Capacity Reservation Instance Interruption Warning"
+)
+# Forty minutes before a capacity block ends (EC2 user guide, "Monitor Capacity Blocks using
+# EventBridge"): its instances begin to terminate ten minutes later. It names the reservation
+# (detail capacity-reservation-id), not the instances; Karpenter drains those nodes at the same time
+# from its own reading (pkg/controllers/capacityreservation/expiration).
+CAPACITY_BLOCK_EXPIRATION = "Capacity Block Reservation Expiration Warning"
 # State changes that mean the instance is going away; "running"/"pending" are no-ops.
 LEAVING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 
@@ -48,6 +70,11 @@ class RebalanceDetail(BaseModel):
     instance_id: str = Field(alias="instance-id")
 
 
+class CapacityBlockDetail(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    reservation_id: str = Field(alias="capacity-reservation-id")
+
+
 class StateChangeDetail(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     instance_id: str = Field(alias="instance-id")
@@ -74,6 +101,7 @@ class Interruption(BaseModel):
     time: datetime
     instance_ids: list[str] = Field(default_factory=list)
     state: str | None = None
+    reservation_id: str | None = None  # CapacityBlockExpiration: the reservation whose nodes go
     description: str = ""
 
 
@@ -98,6 +126,17 @@ def parse_message(body: str) -> Interruption:
         if key == ("aws.ec2", "EC2 Spot Instance Interruption Warning"):
             spot = SpotInterruptionDetail.model_validate(envelope.detail)
             return Interruption(kind="SpotInterruption", instance_ids=[spot.instance_id], **base)
+        if key == ("aws.ec2", CAPACITY_BLOCK_EXPIRATION):
+            block = CapacityBlockDetail.model_validate(envelope.detail)
+            return Interruption(kind="CapacityBlockExpiration", reservation_id=block.reservation_id, **base)
+        if key in (
+            ("aws.ec2", CAPACITY_RESERVATION_INTERRUPTION),
+            ("aws.ec2", INTERRUPTIBLE_RESERVATION_INTERRUPTION),
+        ):
+            reclaimed = SpotInterruptionDetail.model_validate(envelope.detail)  # the same two fields
+            return Interruption(
+                kind="CapacityReservationInterruption", instance_ids=[reclaimed.instance_id], **base
+            )
         if key == ("aws.ec2", "EC2 Instance Rebalance Recommendation"):
             rebalance = RebalanceDetail.model_validate(envelope.detail)
             return Interruption(kind="RebalanceRecommendation", instance_ids=[rebalance.instance_id], **base)
@@ -125,6 +164,11 @@ EVENT_RULES: dict[str, dict[str, Any]] = {
         "source": ["aws.ec2"],
         "detail-type": ["EC2 Spot Instance Interruption Warning"],
     },
+    "karpflow-capacity-reservation-interruption": {
+        "source": ["aws.ec2"],
+        "detail-type": [CAPACITY_RESERVATION_INTERRUPTION, INTERRUPTIBLE_RESERVATION_INTERRUPTION],
+    },
+    "karpflow-capacity-block-expiration": {"source": ["aws.ec2"], "detail-type": [CAPACITY_BLOCK_EXPIRATION]},
     "karpflow-rebalance": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
     "karpflow-state-change": {
         "source": ["aws.ec2"],

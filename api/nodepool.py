@@ -232,6 +232,17 @@ class SelectorTerm(KubeModel):
     tags: dict[str, str] = Field(default_factory=dict)
 
 
+class CapacityReservationSelectorTerm(KubeModel):
+    """One term of `capacityReservationSelectorTerms` (Karpenter's CRD shape). Its rules (id alone;
+    otherwise tags or instanceMatchCriteria) are checked where it is read, planner/reservations.py,
+    so a bad term selects nothing and is reported instead of refusing the whole EC2NodeClass."""
+
+    id: str | None = None
+    owner_id: str | None = Field(default=None, alias="ownerID")
+    tags: dict[str, str] = Field(default_factory=dict)
+    instance_match_criteria: str | None = None
+
+
 class ResolvedAMI(KubeModel):
     id: str
     name: str | None = None
@@ -336,6 +347,7 @@ class EC2NodeClassSpec(KubeModel):
     ami_selector_terms: list[SelectorTerm] = Field(default_factory=list)
     subnet_selector_terms: list[SelectorTerm] = Field(default_factory=list)
     security_group_selector_terms: list[SelectorTerm] = Field(default_factory=list)
+    capacity_reservation_selector_terms: list[CapacityReservationSelectorTerm] = Field(default_factory=list)
     user_data: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
     block_device_mappings: list[BlockDeviceMapping] = Field(default_factory=list, max_length=50)

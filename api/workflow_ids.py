@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Literal
 
-InterruptionKind = Literal["spot", "rebalance"]
+InterruptionKind = Literal["spot", "rebalance", "capacity-reservation", "capacity-block-expiration"]
 
 
 def termination_workflow_id(cluster: str, node: str, uid: str) -> str:

@@ -41,7 +41,7 @@ Reason = Literal[
 # replacements rolls back. Every other reason is forceful: the candidates go whatever happens, and the
 # replacements are capacity bought ahead for their pods (karpenter-behavior.md §7).
 VOLUNTARY_REASONS: frozenset[str] = frozenset({"Underutilized", "Empty", "Drifted"})
-CapacityType = Literal["on-demand", "spot"]
+CapacityType = Literal["on-demand", "spot", "reserved"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -95,10 +95,21 @@ class Offering(Strict):
     instance_type: str = Field(min_length=1)
     zone: str = Field(min_length=1)
     capacity_type: CapacityType = "on-demand"
+    # A reserved offering's capacity reservation (planner/reservations.py): launched into it only.
+    reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-z]+$")
+    reservation_type: Literal["default", "capacity-block"] = "default"
+    interruptible: bool = False
+
+    @model_validator(mode="after")
+    def _reservation_when_reserved(self) -> Offering:
+        if (self.capacity_type == "reserved") != (self.reservation_id is not None):
+            raise ValueError("a reserved offering names its reservation_id, and only a reserved one does")
+        return self
 
     @property
     def key(self) -> str:
-        return f"{self.instance_type}/{self.zone}/{self.capacity_type}"
+        base = f"{self.instance_type}/{self.zone}/{self.capacity_type}"
+        return f"{base}/{self.reservation_id}" if self.reservation_id else base
 
 
 _ON_DEMAND: list[CapacityType] = ["on-demand"]
@@ -150,6 +161,8 @@ class ReplacementSpec(Strict):
     def _something_to_launch(self) -> ReplacementSpec:
         if not self.instance_types and not self.offerings:
             raise ValueError("give instance_types (cheapest first) or an explicit offerings list")
+        if "reserved" in self.capacity_type and not self.offerings:
+            raise ValueError("a reserved replacement names its reservations: give the offerings list")
         return self
 
     def offering_order(self, known_zones: list[str]) -> list[Offering]:
@@ -456,6 +469,7 @@ def disruption_input(
                 instance_types=list(replacement.instance_type_names),
                 zones=list(replacement.zones),
                 capacity_type=[replacement.capacity_type],
+                offerings=reserved_offerings(replacement),
                 annotations=dict(getattr(replacement, "annotations", None) or {}),
                 min_values=dict(getattr(replacement, "min_values", None) or {}),
             )
@@ -464,6 +478,26 @@ def disruption_input(
         capacity_buffers=getattr(command, "capacity_buffers", None),
         **overrides,
     )
+
+
+def reserved_offerings(replacement: Any) -> list[Offering]:
+    """A reserved replacement's launch offerings: the reservations the plan took for it
+    (`Replacement.reserved`: (instance type, catalog offering) pairs), in its type order; none for
+    any other replacement."""
+    out = []
+    for instance_type, offering in getattr(replacement, "reserved", None) or ():
+        reservation = offering.reservation
+        out.append(
+            Offering(
+                instance_type=instance_type,
+                zone=offering.zone,
+                capacity_type="reserved",
+                reservation_id=reservation.id,
+                reservation_type=reservation.reservation_type,
+                interruptible=reservation.interruptible,
+            )
+        )
+    return out
 
 
 def approval_for(command: Any) -> Approval | None:

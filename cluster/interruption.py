@@ -36,6 +36,7 @@ from activities.planning import without_offerings
 from activities.recent_starts import recent_disruptions
 from api import search_attributes as sa
 from api.constants import (
+    CAPACITY_RESERVATION_ID_LABEL,
     CAPACITY_TYPE_LABEL,
     INSTANCE_TYPE_LABEL,
     KARPENTER_GROUP,
@@ -68,6 +69,16 @@ log = logging.getLogger(__name__)
 
 REBALANCE_ANNOTATION = REBALANCE_REPLACE
 SPOT_WARNING = timedelta(minutes=2)  # a spot interruption happens two minutes after its warning
+# (an interruptible capacity reservation's too). Their workflow ids are never reused.
+# A capacity block's instances begin to terminate ten minutes after its expiration warning.
+CAPACITY_BLOCK_WARNING = timedelta(minutes=10)
+# What a reclaiming warning starts: (workflow id kind, how long until EC2 takes the instance).
+RECLAIMING: dict[str, tuple[InterruptionKind, timedelta]] = {
+    "SpotInterruption": ("spot", SPOT_WARNING),
+    "CapacityReservationInterruption": ("capacity-reservation", SPOT_WARNING),
+    "CapacityBlockExpiration": ("capacity-block-expiration", CAPACITY_BLOCK_WARNING),
+}
+REJECT_DUPLICATE_KINDS = (*RECLAIMING, "RebalanceRecommendation")
 UNAVAILABLE_FOR = timedelta(minutes=3)  # Karpenter's unavailable-offerings cache TTL
 # Seconds a node listing serves; short, since a message for a node that just joined must find it
 # (a miss is a no-op, deleted), and any action is idempotent by workflow id anyway.
@@ -255,7 +266,10 @@ class InterruptionPoller:
             return
         if self.fail_hook is not None:
             self.fail_hook(event)
-        for instance_id in event.instance_ids:
+        instance_ids = list(event.instance_ids)
+        if event.reservation_id:  # a capacity block's warning: every node launched into it
+            instance_ids = await self._instances_in_reservation(event.reservation_id)
+        for instance_id in instance_ids:
             node = await self._node_of(instance_id)
             if node is None:
                 self.counters["not_a_node"] += 1
@@ -289,8 +303,8 @@ class InterruptionPoller:
 
     def _workflow_id(self, event: Interruption, instance_id: str, node: Json) -> str:
         """The id of the workflow `_act` starts for this event (what makes a repeat a duplicate)."""
-        if event.kind == "SpotInterruption":
-            return interruption_workflow_id(self.cluster, instance_id, "spot")
+        if event.kind in RECLAIMING:
+            return interruption_workflow_id(self.cluster, instance_id, RECLAIMING[event.kind][0])
         if event.kind == "RebalanceRecommendation":
             return interruption_workflow_id(self.cluster, instance_id, "rebalance")
         name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
@@ -320,11 +334,21 @@ class InterruptionPoller:
             del self._starting[workflow_id]
             # A termination id may run again once closed (a later StateChange after a failed one);
             # an interruption id never does (REJECT_DUPLICATE): only those are remembered.
-            if started and event.kind in ("SpotInterruption", "RebalanceRecommendation"):
+            if started and event.kind in REJECT_DUPLICATE_KINDS:
                 self._started[workflow_id] = None
                 while len(self._started) > STARTED_MEMO:
                     self._started.popitem(last=False)
             starting.set_result(started)
+
+    async def _instances_in_reservation(self, reservation_id: str) -> list[str]:
+        """The instances of this cluster's nodes labelled with the capacity reservation."""
+        nodes = await self._nodes_by_instance(max_age=0.1)
+        return sorted(
+            instance
+            for instance, node in nodes.items()
+            if ((node.get("metadata") or {}).get("labels") or {}).get(CAPACITY_RESERVATION_ID_LABEL)
+            == reservation_id
+        )
 
     async def _nodes_by_instance(self, max_age: float = NODE_INDEX_TTL) -> dict[str, Json]:
         """Instance id → node. The API server is this cluster's: every node listed is ours. One listing
@@ -341,17 +365,20 @@ class InterruptionPoller:
         name, uid = node["metadata"]["name"], node["metadata"].get("uid") or ""
         pins = {name: uid} if uid else {}
         provider_id = (node.get("spec") or {}).get("providerID")
-        if event.kind == "SpotInterruption":
+        if event.kind in RECLAIMING:
+            # EC2 takes the instance when the warning's time is up; Karpenter marks the spot offering,
+            # or the reservation, unavailable (interruption/utils.go markUnavailableOfferings).
+            kind, warning = RECLAIMING[event.kind]
             await self._offering_unavailable(node, instance_id)
             return await self._disruption(
                 instance_id,
-                "spot",
+                kind,
                 DisruptionInput(
                     reason="Interrupted",
                     nodes=[name],
                     node_uids=pins,
                     replacements=await self._replacements(node),
-                    termination_deadline=event.time + SPOT_WARNING,
+                    termination_deadline=event.time + warning,
                 ),
                 node,
             )
@@ -413,7 +440,7 @@ class InterruptionPoller:
             zone=labels[ZONE_LABEL],
             capacity_type=labels.get(CAPACITY_TYPE_LABEL) or "spot",
             until=datetime.now(UTC) + UNAVAILABLE_FOR,
-            reason=f"spot interruption of {instance_id}",
+            reason=f"interruption of {instance_id}",
         )
         handle = self.client.get_workflow_handle(controller_workflow_id(self.cluster))
         try:

@@ -194,6 +194,16 @@ def node_repair_blocked(obj: Json | ObjectRef, why: str) -> Event:
 # Interruption kinds (api/interruption_events.py) to Karpenter's reason for each.
 INTERRUPTION_REASONS: dict[str, tuple[Reason, str]] = {
     "SpotInterruption": (Reason.SPOT_INTERRUPTED, "Spot interruption warning was triggered"),
+    "CapacityReservationInterruption": (
+        Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED,
+        "Capacity Reservation interruption warning was triggered",
+    ),
+    # Karpenter records no interruption Event for an expiring capacity block (it deletes the NodeClaim
+    # from its expiration controller): the same Event as a reclaimed reservation, the nearest meaning.
+    "CapacityBlockExpiration": (
+        Reason.CAPACITY_RESERVATION_INSTANCE_INTERRUPTED,
+        "Capacity Block expiration warning: EC2 begins terminating its instances in 10 minutes",
+    ),
     "RebalanceRecommendation": (
         Reason.SPOT_REBALANCE_RECOMMENDATION,
         "Spot rebalance recommendation was triggered",

@@ -18,7 +18,7 @@ As Karpenter's AWS provider does (pkg/providers/amifamily, pkg/providers/launcht
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -123,3 +123,35 @@ def metadata_options(raw: dict[str, Any] | None) -> dict[str, Any]:
         "HttpTokens": options.http_tokens,
     }
     return {**METADATA_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+
+
+class _Offering(Protocol):
+    """api.workflow_io.Offering, read only."""
+
+    @property
+    def capacity_type(self) -> str: ...
+    @property
+    def reservation_id(self) -> str | None: ...
+    @property
+    def reservation_type(self) -> str: ...
+    @property
+    def interruptible(self) -> bool: ...
+
+
+def reservation_params(offering: _Offering) -> dict[str, Any]:
+    """RunInstances parameters of a reserved launch, as Karpenter's launch template sets them
+    (aws/karpenter-provider-aws pkg/providers/launchtemplate/types.go): the reservation targeted, and
+    the market type of a capacity block or an interruptible reservation. RunInstances takes a target
+    or a preference, not both, so the target alone (it launches into that reservation only)."""
+    if offering.capacity_type != "reserved" or not offering.reservation_id:
+        return {}
+    params: dict[str, Any] = {
+        "CapacityReservationSpecification": {
+            "CapacityReservationTarget": {"CapacityReservationId": offering.reservation_id}
+        }
+    }
+    if offering.reservation_type == "capacity-block":
+        params["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    elif offering.interruptible:
+        params["InstanceMarketOptions"] = {"MarketType": "interruptible-capacity-reservation"}
+    return params

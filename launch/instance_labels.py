@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from api.constants import (
     ARCH_LABEL,
+    CAPACITY_RESERVATION_ID_LABEL,
+    CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+    CAPACITY_RESERVATION_TYPE_LABEL,
     CAPACITY_TYPE_LABEL,
     INSTANCE_TYPE_LABEL,
     OS_LABEL,
@@ -114,3 +117,28 @@ def offering_labels(zone: str, zone_id: str | None, capacity_type: str, region: 
     if region:
         labels[REGION_LABEL] = region
     return labels
+
+
+class _ReservedOffering(Protocol):
+    """api.workflow_io.Offering, read only."""
+
+    @property
+    def capacity_type(self) -> str: ...
+    @property
+    def reservation_id(self) -> str | None: ...
+    @property
+    def reservation_type(self) -> str: ...
+    @property
+    def interruptible(self) -> bool: ...
+
+
+def reservation_labels(offering: _ReservedOffering) -> dict[str, str]:
+    """A reserved node's reservation labels (Karpenter's reserved offering requirements, which its
+    NodeClaim carries): id, type and interruptible; none on any other node."""
+    if offering.capacity_type != "reserved" or not offering.reservation_id:
+        return {}
+    return {
+        CAPACITY_RESERVATION_ID_LABEL: offering.reservation_id,
+        CAPACITY_RESERVATION_TYPE_LABEL: offering.reservation_type,
+        CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL: str(offering.interruptible).lower(),
+    }

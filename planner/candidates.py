@@ -23,13 +23,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from api.constants import LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION
+from api.constants import (
+    CAPACITY_RESERVATION_ID_LABEL,
+    CAPACITY_RESERVED,
+    LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION,
+)
 from api.duration import format_duration, parse_optional_duration
 from api.karpflow_overrides import overrides_of
 from api.nodepool import NodePool
 from api.nodepool_reader import pool_expire_after, pool_termination_grace_period
 from planner.model import Blocked, Candidate, PlanContext
 from planner.pass_cache import NodePods, node_pods
+from planner.reservations import node_reserved_price
 from planner.snapshot import Node, Snapshot
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -169,6 +174,8 @@ def node_price(ctx: PlanContext, node: Node) -> float | None:
     )
     if instance_type is None or not node.zone or not node.capacity_type:
         return None
+    if node.capacity_type == CAPACITY_RESERVED:
+        return node_reserved_price(instance_type, node.zone, node.labels.get(CAPACITY_RESERVATION_ID_LABEL))
     return instance_type.price(node.zone, node.capacity_type)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources as importlib_resources
 from pathlib import Path
@@ -95,13 +95,31 @@ def eks_max_pods(enis: int, ipv4_per_eni: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """The capacity reservation behind a reserved offering (planner/reservations.py builds them):
+    its id, type (default or capacity-block), whether EC2 may reclaim it, the instances it can still
+    take, and the EC2NodeClasses whose capacityReservationSelectorTerms select it (None: any)."""
+
+    id: str
+    reservation_type: str = "default"
+    interruptible: bool = False
+    remaining: int = 0
+    nodeclasses: frozenset[str] | None = None
+
+    def serves(self, nodeclass: str | None) -> bool:
+        return self.nodeclasses is None or (nodeclass or "") in self.nodeclasses
+
+
+@dataclass(frozen=True, slots=True)
 class Offering:
-    """One (zone, capacity type) in which the type can be launched, and its hourly price in USD."""
+    """One (zone, capacity type) in which the type can be launched, and its hourly price in USD; a
+    reserved offering (capacity type "reserved") names its reservation."""
 
     zone: str
     capacity_type: str
     price: float
     available: bool = True
+    reservation: Reservation | None = None
 
 
 _NAME = re.compile(r"^(?P<family>(?P<category>[a-z]+)(?P<generation>\d+)[a-z0-9-]*)\.(?P<size>[a-z0-9-]+)$")
@@ -316,6 +334,10 @@ def catalog_from_dict(data: Mapping[str, Any], source: str = "<catalog>") -> Cat
       offerings:
       - {zone: us-west-2a, capacityType: on-demand, price: 0.096}
       - {zone: us-west-2a, capacityType: spot, price: 0.038, available: true}
+      # a capacity reservation (planner/reservations.py): its id, type, flag, instances left, and
+      # the EC2NodeClasses that select it (absent: every class)
+      - {zone: us-west-2a, capacityType: reserved, price: 0.0000000096, reservationID: cr-0abc,
+         reservationType: default, interruptible: false, remaining: 2, nodeClasses: [default]}
     """
     if not isinstance(data, Mapping):
         raise CatalogError(f"{source}: expected a mapping with 'region' and 'instanceTypes'")
@@ -370,10 +392,12 @@ def _instance_type_from_dict(entry: Mapping[str, Any], where: str) -> InstanceTy
                 capacity_type=capacity_type,
                 price=float(raw["price"]),
                 available=bool(raw.get("available", True)),
+                reservation=_reservation_from_dict(raw, capacity_type),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise CatalogError(
-                f"{where}: offerings[{index}]: needs zone, capacityType and a numeric price ({err})"
+                f"{where}: offerings[{index}]: needs zone, capacityType and a numeric price, and a "
+                f"reserved one a reservationID and a whole remaining count ({err})"
             ) from None
         if capacity_type not in KNOWN_CAPACITY_TYPES:
             raise CatalogError(
@@ -382,6 +406,8 @@ def _instance_type_from_dict(entry: Mapping[str, Any], where: str) -> InstanceTy
             )
         if offering.price < 0:
             raise CatalogError(f"{where}: offerings[{index}]: price must not be negative")
+        if offering.reservation is not None and offering.reservation.remaining == 0:
+            offering = replace(offering, available=False)  # Karpenter: no count left, not available
         offerings.append(offering)
     if not offerings:
         raise CatalogError(f"{where}: at least one offering is required")
@@ -394,6 +420,46 @@ def _instance_type_from_dict(entry: Mapping[str, Any], where: str) -> InstanceTy
         offerings=tuple(offerings),
         explicit_allocatable=allocatable,
     )
+
+
+RESERVATION_TYPES = ("default", "capacity-block")
+
+
+def _reservation_from_dict(raw: Mapping[str, Any], capacity_type: str) -> Reservation | None:
+    """A reserved offering's reservation: `reservationID` (required), `reservationType` (default or
+    capacity-block), `interruptible`, `remaining` (instances it can still take, 0 when absent, as
+    Karpenter counts a reservation it has not synced), `nodeClasses` (the EC2NodeClasses that select
+    it; all when absent)."""
+    if capacity_type != "reserved":
+        return None
+    kind = str(raw.get("reservationType", "default"))
+    if kind not in RESERVATION_TYPES:
+        raise ValueError(f"reservationType {kind!r} must be one of {', '.join(RESERVATION_TYPES)}")
+    remaining = raw.get("remaining", 0)
+    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 0:
+        raise ValueError(f"remaining {remaining!r} must be a whole number, 0 or more")
+    classes = raw.get("nodeClasses")
+    return Reservation(
+        id=str(raw["reservationID"]),
+        reservation_type=kind,
+        interruptible=raw.get("interruptible", False) is True,
+        remaining=remaining,
+        nodeclasses=None if classes is None else frozenset(str(c) for c in classes),
+    )
+
+
+def _reservation_to_dict(reservation: Reservation | None) -> dict[str, Any]:
+    if reservation is None:
+        return {}
+    out: dict[str, Any] = {
+        "reservationID": reservation.id,
+        "reservationType": reservation.reservation_type,
+        "interruptible": reservation.interruptible,
+        "remaining": reservation.remaining,
+    }
+    if reservation.nodeclasses is not None:
+        out["nodeClasses"] = sorted(reservation.nodeclasses)
+    return out
 
 
 def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
@@ -414,6 +480,7 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
                         "capacityType": o.capacity_type,
                         "price": o.price,
                         **({} if o.available else {"available": False}),
+                        **_reservation_to_dict(o.reservation),
                     }
                     for o in t.offerings
                 ],

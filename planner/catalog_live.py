@@ -12,7 +12,9 @@ planner uses. What comes from where:
   a type priced by neither is left out, since the planner cannot reason about its cost;
 - spot price: the latest DescribeSpotPriceHistory entry per (type, zone) for Linux/UNIX; a price
   below `MIN_PLAUSIBLE_SPOT_RATIO` of on-demand is treated as bogus (moto answers 0.00001 for
-  everything) and replaced by the bundled estimate.
+  everything) and replaced by the bundled estimate;
+- reserved offerings: DescribeCapacityReservations for the EC2NodeClasses' capacityReservationSelectorTerms
+  (planner/reservations_live.py), when the classes are given.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT
+from api.nodepool import EC2NodeClass
 from planner.catalog import (
     MIB,
     Catalog,
@@ -37,6 +40,8 @@ from planner.catalog import (
     catalog_to_dict,
     eks_max_pods,
 )
+from planner.reservations import with_reservations
+from planner.reservations_live import read_reservations
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +159,10 @@ def live_catalog(
     region: str | None = None,
     names: Iterable[str] | None = None,
     fallback: Catalog | None = None,
+    nodeclasses: Iterable[EC2NodeClass] = (),
 ) -> Catalog:
-    """Build the catalog from AWS. `names` restricts the instance types (all types when None)."""
+    """Build the catalog from AWS. `names` restricts the instance types (all types when None);
+    `nodeclasses`: the EC2NodeClasses whose selected capacity reservations become reserved offerings."""
     region = region or ec2.meta.region_name
     if fallback is None:
         try:
@@ -204,14 +211,21 @@ def live_catalog(
             types[name] = instance_type_from_describe(entry, tuple(offerings))
     if skipped:
         log.info("left %d instance type(s) without an on-demand price out of the catalog", len(skipped))
-    return Catalog(region=region, types=types, source=f"live EC2 ({price_source} on-demand prices)")
+    catalog = Catalog(region=region, types=types, source=f"live EC2 ({price_source} on-demand prices)")
+    classes = list(nodeclasses)
+    if not classes:
+        return catalog
+    by_class, _ = read_reservations(ec2, classes, datetime.now(UTC))
+    return with_reservations(catalog, by_class)
 
 
 # The Pricing API answers from a few regions only; us-east-1 serves every region's prices.
 PRICING_REGION = "us-east-1"
 
 
-def fetch_live_catalog(region: str, names: Iterable[str] | None = None) -> Catalog:
+def fetch_live_catalog(
+    region: str, names: Iterable[str] | None = None, nodeclasses: Iterable[EC2NodeClass] = ()
+) -> Catalog:
     """`live_catalog` with clients from boto3's standard chain (environment, profile, SSO, instance
     role); boto3 itself honours AWS_ENDPOINT_URL. Names that EC2 does not offer in the region are
     skipped (DescribeInstanceTypes refuses the whole call for one unknown name). Raises whatever
@@ -223,7 +237,7 @@ def fetch_live_catalog(region: str, names: Iterable[str] | None = None) -> Catal
     if names is not None:
         offered = {d["InstanceType"] for d in describe_instance_types(ec2)}
         names = sorted(set(names) & offered)
-    return live_catalog(ec2, pricing, region=region, names=names)
+    return live_catalog(ec2, pricing, region=region, names=names, nodeclasses=nodeclasses)
 
 
 def cached_live_catalog(

@@ -285,7 +285,7 @@ def _live_catalog(region: str, snapshot: Snapshot) -> Catalog:
         bundled = bundled_catalog(DEFAULT_REGION)  # the type names, for a region without a table
     names = {t.name for t in bundled} | {n.instance_type for n in snapshot.nodes.values() if n.instance_type}
     try:
-        return fetch_live_catalog(region, names)
+        return fetch_live_catalog(region, names, snapshot.nodeclasses.values())
     except Exception as err:  # credentials, endpoint, throttling: all mean "no live catalog now"
         click.echo(f"karpflow plan: live catalog unavailable ({err}); using the bundled table", err=True)
         return bundled_catalog(region)
@@ -422,7 +422,8 @@ def print_table(result: Plan, snapshot: Snapshot, all_methods: bool = False) -> 
         for index, command in enumerate(result.commands, 1):
             replacements = "\n".join(
                 f"{r.nodepool}: {', '.join(r.instance_types[:3])}{' …' if len(r.instance_types) > 3 else ''}"
-                f" {r.capacity_type} {','.join(r.zones)} {_money(r.price)}"
+                f" {r.capacity_type}{' (' + ','.join(r.reservation_ids) + ')' if r.reservation_ids else ''}"
+                f" {','.join(r.zones)} {_money(r.price)}"
                 + (" (minValues relaxed)" if r.min_values_relaxed else "")
                 for r in command.replacements
             )

@@ -47,7 +47,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL, REASON_UNDERUTILIZED
+from api.constants import (
+    CAPACITY_ON_DEMAND,
+    CAPACITY_RESERVED,
+    CAPACITY_SPOT,
+    CAPACITY_TYPE_LABEL,
+    REASON_UNDERUTILIZED,
+)
 from planner.balanced import BalancedGate, describe_scores, sort_by_savings_ratio
 from planner.candidates import consolidation_block, consolidation_policy_block, round_robin_by_nodepool
 from planner.consolidation_validation import validate_consolidation
@@ -200,7 +206,7 @@ def _proposal(
     all_spot = all(c.capacity_type == CAPACITY_SPOT for c in candidates)
     if len(claims) == 1:
         claim = claims[0]
-        if all_spot and CAPACITY_SPOT in claim.capacity_types:
+        if all_spot and CAPACITY_SPOT in claim.capacity_types and not _reserved_options(prepared, claim):
             return _spot_to_spot(ctx, proposal, claim, price, method, prepared)
         options, capacity_type = _launch_options(prepared, claim)
         cheaper, proposal.why = _cheaper_than(prepared, claim, options, price)
@@ -240,9 +246,25 @@ def _launch_options(prepared: SnapshotSimulation, claim: NewNodeClaim) -> tuple[
     """The claim's options as it would launch, and the capacity type. A claim that may be spot or
     on-demand is priced as spot and pinned to spot, so an unavailable spot launch cannot fall back to
     a dearer on-demand node (§2.4)."""
+    reserved = _reserved_options(prepared, claim)
+    if reserved:
+        return reserved, CAPACITY_RESERVED
     if CAPACITY_SPOT in claim.capacity_types and CAPACITY_ON_DEMAND in claim.capacity_types:
         return list(prepared.simulator.reprice(claim, [_SPOT])), CAPACITY_SPOT
     return list(claim.options), launch_capacity_type(claim.capacity_types)
+
+
+_RESERVED = Req.equals(CAPACITY_TYPE_LABEL, CAPACITY_RESERVED)
+
+
+def _reserved_options(prepared: SnapshotSimulation, claim: NewNodeClaim) -> list[ClaimOption]:
+    """The claim's options pinned to reserved capacity, when it may launch into a reservation:
+    Karpenter's scheduler reserves the offerings and narrows the NodeClaim to `reserved` before
+    consolidation sees it (nodeclaim.go `offeringsToReserve`), so such a claim is neither pinned to
+    spot nor taken for spot-to-spot (planner/reservations.py then counts the instances)."""
+    if CAPACITY_RESERVED not in claim.capacity_types:
+        return []
+    return list(prepared.simulator.reprice(claim, [_RESERVED]))
 
 
 def _several(
@@ -260,7 +282,7 @@ def _several(
     all_spot = all(c.capacity_type == CAPACITY_SPOT for c in proposal.candidates)
     launches: list[tuple[NewNodeClaim, list[ClaimOption], str]] = []
     for claim in claims:
-        if all_spot and CAPACITY_SPOT in claim.capacity_types:
+        if all_spot and CAPACITY_SPOT in claim.capacity_types and not _reserved_options(prepared, claim):
             if not ctx.options.spot_to_spot:
                 proposal.why = "SpotToSpotConsolidation is disabled, can't replace spot nodes with spot nodes"
                 return proposal

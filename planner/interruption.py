@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from api.constants import CAPACITY_ON_DEMAND, CAPACITY_SPOT, CAPACITY_TYPE_LABEL, REASON_DRIFTED
+from api.constants import (
+    CAPACITY_ON_DEMAND,
+    CAPACITY_RESERVED,
+    CAPACITY_SPOT,
+    CAPACITY_TYPE_LABEL,
+    REASON_DRIFTED,
+)
 from api.nodepool import NodePool
 from planner.budgets import build_budget_map
 from planner.candidates import make_candidate
@@ -105,6 +111,10 @@ def spot_replacements(
         return []
     out = []
     for replacement in simulate(ctx, [candidate]).new_nodes:
+        if replacement.capacity_type == CAPACITY_RESERVED:
+            # Reservations are counted by the controller's passes (planner/reservations.py), not
+            # here: the interrupted node's pods go to on-demand capacity.
+            replacement.capacity_type = CAPACITY_ON_DEMAND
         if (found := _spot_replacement(ctx, replacement, reclaimed, len(replacement.pods))) is not None:
             out.append(found)
     return out

@@ -47,7 +47,7 @@ from planner.node_overlay import OverlayResult, overlaid_catalog
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
-    from planner.catalog import Catalog, InstanceType
+    from planner.catalog import Catalog, InstanceType, Offering
     from planner.pass_cache import PassCache
     from planner.snapshot import Node, NodeClaim, Pod, Snapshot
 
@@ -299,6 +299,14 @@ class Replacement:
     # The minValues the new node's requirements carry, per key (lowered under MinValuesPolicy
     # BestEffort): what a NodeClaim written for it says (activities/nodeclaims.py).
     min_values: dict[str, int] = field(default_factory=dict)
+
+    # A reserved replacement: the (instance type, reserved offering) pairs the pass reserved for it
+    # (planner/reservations.py); it is launched into these only.
+    reserved: list[tuple[str, Offering]] = field(default_factory=list)
+
+    @property
+    def reservation_ids(self) -> list[str]:
+        return sorted({o.reservation.id for _, o in self.reserved if o.reservation is not None})
 
     @property
     def instance_type_names(self) -> list[str]:

@@ -74,6 +74,7 @@ from planner.repair import (
     nodepool_deletion_commands,
     repair_commands,
 )
+from planner.reservations import restore_reserved, take_reservations, within_reservations
 from planner.savings_threshold import floor_problems
 from planner.scheduling.min_values import MIN_VALUES_RELAXED_ANNOTATION
 from planner.snapshot import Snapshot
@@ -96,6 +97,10 @@ class ReplacementOut(_Out):
         default=None, description="hourly price of the most expensive option (what the launch could cost)"
     )
     pods: int = 0
+    reservation_ids: list[str] = Field(
+        default_factory=list,
+        description="a reserved replacement: the capacity reservations it may launch into",
+    )
     pod_keys: list[str] = Field(
         default_factory=list,
         description="Optimal moves: the pods planned onto this new node (the validation places them there)",
@@ -347,6 +352,7 @@ def plan(
     for command in commands:
         ctx.marked_for_deletion.update(command.nodes)
         reserve_limits(ctx, command)  # forceful: they go, and their replacements take the pools' room
+        take_reservations(ctx, command)  # and the reservations' instances
 
     candidates, blocked = build_candidates(ctx)
     # The Optimal plan held on the nodes (planner/optimal/held.py): Karpenter's methods leave it alone.
@@ -369,6 +375,8 @@ def plan(
                 reserve_limits(ctx, command)
         else:
             produced = within_limits(ctx, method.name, produced)
+        # No two replacements of the pass into a reservation's last instance (planner/reservations.py).
+        produced = within_reservations(ctx, method.name, produced)
         produced = admit(ctx, method.name, produced, ledger)
         evaluations.append(
             MethodEvaluation(
@@ -600,6 +608,7 @@ def command_out(command: Command) -> CommandOut:
                 price=r.price,
                 worst_case_price=r.worst_case_price,
                 pods=len(r.pods),
+                reservation_ids=r.reservation_ids,
                 pod_keys=[p.key for p in r.pods] if planned else [],
                 min_values_relaxed=r.annotations.get(MIN_VALUES_RELAXED_ANNOTATION) == "true",
             )
@@ -652,6 +661,8 @@ def command_from_out(ctx: PlanContext, out: CommandOut) -> Command | None:
         )
         for r in out.replacements
     ]
+    for replacement, r in zip(replacements, out.replacements, strict=True):
+        restore_reserved(ctx.catalog, replacement, r.reservation_ids)
     command = Command(
         out.method, out.reason, candidates, replacements, DisruptionClass(out.disruption_class), out.message
     )

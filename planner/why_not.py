@@ -43,6 +43,8 @@ class Kind(StrEnum):
     STATIC_NODEPOOL = "StaticNodePool"  # never consolidated; its drift waits while over its replicas
     LIMITS = "Limits"  # the NodePool's spec.limits (nodes or resources) leave no room for a replacement
     NODE_OVERLAY = "NodeOverlay"  # a NodeOverlay that may price the pool is not applied: fails closed
+    # the capacity reservations a reserved replacement could use have no instance left in the pass
+    CAPACITY_RESERVATION = "CapacityReservation"
     OTHER = "Other"
 
 
@@ -62,6 +64,7 @@ _RULES: tuple[tuple[Kind, re.Pattern[str]], ...] = tuple(
         (Kind.TOO_MANY_UNHEALTHY, r"\bunhealthy \(more than\b"),
         (Kind.STATIC_NODEPOOL, r"static NodePool: never consolidated|over its \d+ replicas"),
         (Kind.LIMITS, r"\blimits\.nodes \S+ leaves no room|\bspec\.limits\b"),
+        (Kind.CAPACITY_RESERVATION, r"^reserved capacity: "),
         (Kind.BUDGET, r"\bbudget\b"),
         # Its own window, or a destination's (pods kept off a node inside its window, Karpenter v1.14).
         (Kind.CONSOLIDATE_AFTER, r"\bnot consolidatable until\b|\bconsolidateAfter window\b"),
@@ -117,6 +120,7 @@ EVENTS: dict[Kind, EventChoice | None] = {
     Kind.STATIC_NODEPOOL: None,
     Kind.LIMITS: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
     Kind.NODE_OVERLAY: EventChoice(Reason.UNCONSOLIDATABLE),
+    Kind.CAPACITY_RESERVATION: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
     Kind.OTHER: EventChoice(Reason.DISRUPTION_BLOCKED, "Cannot disrupt Node: "),
 }
 

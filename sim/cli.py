@@ -9,7 +9,8 @@
     karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
     karpflow sim faults bad-ami AMI_ID [--pods-crash] [--remove]
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
-    karpflow sim interrupt NODE --kind spot|rebalance|scheduled-change|stopping|health
+    karpflow sim interrupt NODE --kind spot|capacity-reservation|capacity-block-expiration|rebalance|
+                                       scheduled-change|stopping|health
                                                      the EventBridge event EC2 (or AWS Health) sends
                                                      about NODE's instance, onto the interruption queue
     karpflow sim dump [-o cluster.yaml]              every object, as a kubectl List (a scenario/snapshot)
@@ -38,6 +39,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from api.constants import CAPACITY_RESERVATION_ID_LABEL
 from sim.devstack import DevStack
 from sim.interruption_messages import KINDS, entry, envelope
 
@@ -378,6 +380,12 @@ def interrupt(ctx: click.Context, node: str, kind: str, queue: str | None) -> No
     import boto3
 
     instance_id = instance_of(ctx, node)
+    reservation_id = None
+    if kind == "capacity-block-expiration":  # the warning names the node's capacity block
+        labels = (_read_node(ctx, node).get("metadata") or {}).get("labels") or {}
+        reservation_id = labels.get(CAPACITY_RESERVATION_ID_LABEL)
+        if not reservation_id:
+            raise click.ClickException(f"node {node} has no {CAPACITY_RESERVATION_ID_LABEL} label")
     status = _client(ctx).request("GET", "/sim/status")
     endpoint, region = status["ec2_endpoint"], status["region"]
     keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -385,11 +393,14 @@ def interrupt(ctx: click.Context, node: str, kind: str, queue: str | None) -> No
     if queue is not None:
         sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=region, **keys)
         url = queue if "://" in queue else sqs.get_queue_url(QueueName=queue)["QueueUrl"]
-        sent = sqs.send_message(QueueUrl=url, MessageBody=envelope(kind, instance_id, region=region))
+        body = envelope(kind, instance_id, region=region, reservation_id=reservation_id)
+        sent = sqs.send_message(QueueUrl=url, MessageBody=body)
         click.echo(f"Sent the {what} to {url} (message {sent['MessageId']})")
         return
     events = boto3.client("events", endpoint_url=endpoint, region_name=region, **keys)
-    result = events.put_events(Entries=[entry(kind, instance_id, region=region)])
+    result = events.put_events(
+        Entries=[entry(kind, instance_id, region=region, reservation_id=reservation_id)]
+    )
     failed = [e for e in result.get("Entries") or () if e.get("ErrorCode")]
     if result.get("FailedEntryCount") or failed:
         raise click.ClickException(f"EventBridge refused the {what}: {failed}")

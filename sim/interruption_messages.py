@@ -7,6 +7,12 @@ parsers: aws/karpenter-provider-aws pkg/controllers/interruption/messages/).
 
 Kinds:
     spot              aws.ec2 "EC2 Spot Instance Interruption Warning", instance-action terminate
+    capacity-reservation  aws.ec2 "EC2 Capacity Reservation Instance Interruption Warning" (an
+                      interruptible capacity reservation reclaiming the instance), instance-action
+                      terminate
+    capacity-block-expiration  aws.ec2 "Capacity Block Reservation Expiration Warning" (forty
+                      minutes before the block ends), naming the reservation (detail
+                      capacity-reservation-id, end-date): pass `reservation_id`
     rebalance         aws.ec2 "EC2 Instance Rebalance Recommendation"
     stopping          aws.ec2 "EC2 Instance State-change Notification", state stopping
     scheduled-change  aws.health "AWS Health Event", service EC2, category scheduledChange
@@ -22,7 +28,16 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
-Kind = Literal["spot", "rebalance", "scheduled-change", "stopping", "health"]
+Kind = Literal[
+    "spot",
+    "capacity-reservation",
+    "capacity-block-expiration",
+    "rebalance",
+    "scheduled-change",
+    "stopping",
+    "health",
+]
+BLOCK_EXPIRY_NOTICE = timedelta(minutes=40)  # the warning comes forty minutes before the block's end
 KINDS: tuple[str, ...] = get_args(Kind)
 ACCOUNT = "123456789012"  # moto's default account
 HEALTH_CODES = {
@@ -54,9 +69,10 @@ def _health_detail(kind: str, instance_id: str, region: str, when: datetime) -> 
 
 
 def source_and_detail(
-    kind: str, instance_id: str, region: str, when: datetime
+    kind: str, instance_id: str, region: str, when: datetime, reservation_id: str | None = None
 ) -> tuple[str, str, dict[str, Any]]:
-    """(source, detail-type, detail) of the event `kind` about `instance_id`."""
+    """(source, detail-type, detail) of the event `kind` about `instance_id` (or, for a capacity
+    block's expiration, about `reservation_id`)."""
     if kind == "spot":
         return (
             "aws.ec2",
@@ -65,6 +81,23 @@ def source_and_detail(
                 "instance-id": instance_id,
                 "instance-action": "terminate",
             },
+        )
+    if kind == "capacity-reservation":
+        return (
+            "aws.ec2",
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            {"instance-id": instance_id, "instance-action": "terminate"},
+        )
+    if kind == "capacity-block-expiration":
+        if not reservation_id:
+            raise ValueError(
+                "a capacity block's expiration warning names its reservation: give reservation_id"
+            )
+        end = when + BLOCK_EXPIRY_NOTICE
+        return (
+            "aws.ec2",
+            "Capacity Block Reservation Expiration Warning",
+            {"capacity-reservation-id": reservation_id, "end-date": _stamp(end)},
         )
     if kind == "rebalance":
         return "aws.ec2", "EC2 Instance Rebalance Recommendation", {"instance-id": instance_id}
@@ -86,23 +119,46 @@ def instance_arn(instance_id: str, region: str) -> str:
     return f"arn:aws:ec2:{region}:{ACCOUNT}:instance/{instance_id}"
 
 
-def entry(kind: str, instance_id: str, *, region: str, when: datetime | None = None) -> dict[str, Any]:
+def _resources(instance_id: str, region: str, reservation_id: str | None) -> list[str]:
+    if reservation_id:  # a capacity block's events name the reservation (its ARN)
+        return [f"arn:aws:ec2:{region}:{ACCOUNT}:capacity-reservation/{reservation_id}"]
+    return [instance_arn(instance_id, region)]
+
+
+def entry(
+    kind: str,
+    instance_id: str,
+    *,
+    region: str,
+    when: datetime | None = None,
+    reservation_id: str | None = None,
+) -> dict[str, Any]:
     """The PutEvents entry that makes EventBridge deliver the event to the queue's rules."""
     when = when or datetime.now(UTC)
-    source, detail_type, detail = source_and_detail(kind, instance_id, region, when)
+    source, detail_type, detail = source_and_detail(kind, instance_id, region, when, reservation_id)
     return {
         "Source": source,
         "DetailType": detail_type,
         "Detail": json.dumps(detail),
-        "Resources": [instance_arn(instance_id, region)],
+        "Resources": _resources(
+            instance_id, region, reservation_id if kind == "capacity-block-expiration" else None
+        ),
         "Time": when,
     }
 
 
-def envelope(kind: str, instance_id: str, *, region: str, when: datetime | None = None) -> str:
+def envelope(
+    kind: str,
+    instance_id: str,
+    *,
+    region: str,
+    when: datetime | None = None,
+    reservation_id: str | None = None,
+) -> str:
     """The message body an EventBridge rule delivers to SQS (version 0 envelope)."""
     when = when or datetime.now(UTC)
-    source, detail_type, detail = source_and_detail(kind, instance_id, region, when)
+    source, detail_type, detail = source_and_detail(kind, instance_id, region, when, reservation_id)
+    block = reservation_id if kind == "capacity-block-expiration" else None
     return json.dumps(
         {
             "version": "0",
@@ -112,7 +168,7 @@ def envelope(kind: str, instance_id: str, *, region: str, when: datetime | None 
             "account": ACCOUNT,
             "time": _stamp(when),
             "region": region,
-            "resources": [instance_arn(instance_id, region)],
+            "resources": _resources(instance_id, region, block),
             "detail": detail,
         }
     )

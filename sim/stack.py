@@ -63,7 +63,7 @@ import yaml
 from aiohttp import web
 
 from api import constants as k
-from sim import ec2_faults, ec2_validation
+from sim import ec2_faults, ec2_reservations, ec2_validation
 from sim.apiserver import crds
 from sim.apiserver.errors import ApiError, BadRequest
 from sim.apiserver.faults import Faults, RequestLog
@@ -131,6 +131,7 @@ class _Moto:
             from moto.server import ThreadedMotoServer
 
             ec2_validation.install()  # EC2's launch parameter checks moto lacks
+            ec2_reservations.install()  # capacity reservations, which moto lacks
 
             server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
             server.start()

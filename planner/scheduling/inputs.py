@@ -215,6 +215,8 @@ class SimNodePool:
     startup_taints: tuple[Taint, ...] = ()
     limits: dict[str, int] = field(default_factory=dict)
     weight: int = 0
+    # Its EC2NodeClass: a reserved offering is launched only by the classes that select it.
+    nodeclass: str | None = None
 
 
 @dataclass(slots=True)
@@ -244,4 +246,5 @@ def nodepool_from_api(pool: NodePool) -> SimNodePool:
         startup_taints=tuple(Taint(t.key, t.value, t.effect) for t in spec.startup_taints),
         limits=resources_from(pool.spec.limits, f"NodePool {pool.name} spec.limits"),
         weight=pool.spec.weight or 0,
+        nodeclass=spec.node_class_ref.name if spec.node_class_ref is not None else None,
     )

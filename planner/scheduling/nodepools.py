@@ -48,6 +48,7 @@ class NodePoolTypes(SimulatorState):
                 pool.limits.get(n, 1 << 62) if n in pool.limits else 1 << 62 for n in self._res_names
             )
         for it in instance_types:
+            it = _serving(it, pool.nodeclass)
             if self._type_compatible(it, base):
                 prepared.types.append(it)
         # DaemonSet overhead: the daemons that would run on a node of this pool and type.
@@ -230,3 +231,12 @@ class NodePoolTypes(SimulatorState):
             values = frozenset(v for v in values if req.has(v))
         self._domains_cache[ck] = values
         return values
+
+
+def _serving(it: SimInstanceType, nodeclass: str | None) -> SimInstanceType:
+    """The type as a pool of this EC2NodeClass sees it: without the reserved offerings of
+    reservations its class does not select (Karpenter resolves offerings per NodeClass)."""
+    if all(o.reservation is None or o.reservation.serves(nodeclass) for o in it.offerings):
+        return it
+    offerings = tuple(o for o in it.offerings if o.reservation is None or o.reservation.serves(nodeclass))
+    return SimInstanceType(it.name, it.labels, it.capacity, it.allocatable, offerings)

@@ -91,7 +91,8 @@ def test_activities_and_workflows_do_not_depend_on_the_planner():
     """The planner decides; only the controller's planning activities run it (with their housekeeping,
     which writes the annotations and leaving taints a pass planned, pass_report, which turns the
     pass's Plan into Events and gauges, and waiting_commands, which judges a command that waited for
-    approval again), the interruption handler reads the budget rule before a proactive (rebalance)
+    approval again, and capacity_reservations, which reads the EC2NodeClasses' reservations for the
+    pass's catalog), the interruption handler reads the budget rule before a proactive (rebalance)
     replacement, and the informer cache feeds the planner's snapshot builder with its events (the
     pass is incremental)."""
     edges = graph()
@@ -105,6 +106,7 @@ def test_activities_and_workflows_do_not_depend_on_the_planner():
             "activities.controller_housekeeping",
             "activities.pass_report",
             "activities.waiting_commands",
+            "activities.capacity_reservations",
             "cluster.interruption",
             "cluster.informer",
         )

@@ -192,6 +192,7 @@ def test_every_reason_has_a_catalog_entry_and_karpenters_names_are_kept():
         "FailedTermination",
         "NodeRepairBlocked",
         "SpotInterrupted",
+        "CapacityReservationInstanceInterrupted",
         "SpotRebalanceRecommendation",
         "InstanceStopping",
         "InstanceTerminating",
@@ -202,6 +203,7 @@ def test_every_reason_has_a_catalog_entry_and_karpenters_names_are_kept():
 def test_each_interruption_kind_maps_to_karpenters_reason():
     kinds = {
         "SpotInterruption": "SpotInterrupted",
+        "CapacityReservationInterruption": "CapacityReservationInstanceInterrupted",
         "RebalanceRecommendation": "SpotRebalanceRecommendation",
         "StateChange:stopping": "InstanceStopping",
         "StateChange:terminating": "InstanceTerminating",

@@ -215,7 +215,7 @@ def test_node_do_not_consolidate_blocks_consolidation_but_not_other_methods():
     ("node_kwargs", "expected"),
     [
         ({"instance_type": "x9.huge"}, "instance type x9.huge is not in the catalog; cannot price it"),
-        ({"capacity_type": "reserved"}, "the catalog has no offering for reserved m5.large in us-west-2a"),
+        ({"capacity_type": "dedicated"}, "the catalog has no offering for dedicated m5.large in us-west-2a"),
     ],
 )
 def test_consolidation_needs_a_priced_instance_type(node_kwargs, expected):
@@ -224,6 +224,18 @@ def test_consolidation_needs_a_priced_instance_type(node_kwargs, expected):
     ctx = b.context()
     (candidate,), _ = build_candidates(ctx)
     assert consolidation_block(ctx, candidate).startswith(expected)
+
+
+def test_a_reserved_node_is_priced_even_without_a_reserved_offering():
+    # A reservation no EC2NodeClass selects any more still prices its node as Karpenter prices a
+    # reserved offering (on-demand / 10^7, planner/reservations.py): it is paid for, so never worth
+    # moving out to on-demand, and still deletable (tests/unit/planner/test_reservations.py).
+    b = cluster()
+    b.node("n1", capacity_type="reserved")
+    ctx = b.context()
+    (candidate,), _ = build_candidates(ctx)
+    assert candidate.price is not None and 0 < candidate.price < 1e-6
+    assert consolidation_block(ctx, candidate) is None
 
 
 def test_when_empty_policy_only_consolidates_empty_nodes():

@@ -20,7 +20,14 @@ OFFERINGS_4 = [
     SPOT_1,
     {"zone": "test-zone-2", "capacityType": "on-demand", "price": 2.020},
     {"zone": "test-zone-3", "capacityType": "spot", "price": 3.020},
-    {"zone": "test-zone-4", "capacityType": "reserved", "price": 4.020},
+    # a reserved offering names its reservation (planner/catalog.py), as Karpenter's fake one does
+    {
+        "zone": "test-zone-4",
+        "capacityType": "reserved",
+        "price": 4.020,
+        "reservationID": "cr-test",
+        "remaining": 1,
+    },
 ]
 
 

@@ -127,6 +127,25 @@ def test_the_nodeclaim_carries_the_minvalues_the_planner_kept_on_its_pinned_keys
     assert body["metadata"]["annotations"]["karpenter.sh/nodeclaim-min-values-relaxed"] == "true"
 
 
+def test_a_reserved_replacement_is_pinned_to_its_reservations():
+    # Karpenter's scheduler pins a NodeClaim that reserved offerings to capacity type reserved and to
+    # their ReservationIDLabel (nodeclaim.go); beside Karpenter, karpflow's NodeClaim says the same.
+    req, pool = request()
+    reserved = Offering(
+        instance_type="m5.large", zone="us-west-2a", capacity_type="reserved", reservation_id="cr-0abc"
+    )
+    req = req.model_copy(update={"spec": ReplacementSpec(nodepool="default", offerings=[reserved])})
+    body = nodeclaim_body(req, pool)
+    assert crds.schema_errors(resources.resolve("nodeclaims"), body, None) == []
+    requirements = {r["key"]: r["values"] for r in body["spec"]["requirements"]}
+    assert requirements["karpenter.sh/capacity-type"] == ["reserved"]
+    assert requirements["karpenter.k8s.aws/capacity-reservation-id"] == ["cr-0abc"]
+    # Any other replacement names no reservation.
+    req, pool = request()
+    keys = {r["key"] for r in nodeclaim_body(req, pool)["spec"]["requirements"]}
+    assert "karpenter.k8s.aws/capacity-reservation-id" not in keys
+
+
 def filled_in(
     name: str, instance_id: str, conditions: list[dict[str, str]], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
