@@ -5,6 +5,11 @@ tokens and exec plugins, connection pooling. Requests go through its `ApiClient`
 paths and JSON bodies rather than the generated models, for two reasons: a read-modify-write must
 send back every field it read (generated models drop fields they do not know, which a PUT would
 then erase), and the JSON is what the rest of karpflow reads anyway.
+
+Every request, watches too, first takes a token from the client's bucket (QPS and burst, client-go's
+and Karpenter's defaults: kube/rate_limit.py), and a 429 or 5xx that carries `Retry-After` is sent
+again after that many seconds, as client-go does (an eviction's 429 is a PodDisruptionBudget's answer,
+left to the drain: `evict` does not retry it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from kubernetes.aio.config import incluster_config
 from yarl import URL
+
+from kube.rate_limit import DEFAULT_BURST, DEFAULT_QPS, MAX_RETRIES, TokenBucket, retry_after
 
 Json = dict[str, Any]
 
@@ -76,11 +83,17 @@ USER_AGENT = "karpflow-worker/0.1"
 
 class KubeApi:
     def __init__(
-        self, api_client: kclient.ApiClient, request_timeout: float = 30.0, user_agent: str = USER_AGENT
+        self,
+        api_client: kclient.ApiClient,
+        request_timeout: float = 30.0,
+        user_agent: str = USER_AGENT,
+        limiter: TokenBucket | None = None,
     ) -> None:
         self._client = api_client
         self._client.user_agent = user_agent  # audit logs tell karpflow's calls apart
         self._timeout = request_timeout
+        self.limiter = limiter if limiter is not None else TokenBucket(DEFAULT_QPS, DEFAULT_BURST)
+        self.retried_after = 0  # requests sent again after a Retry-After (429, 5xx)
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -93,6 +106,8 @@ class KubeApi:
         connection_pool: int = 200,
         token_file: str | None = None,
         ca_file: str | None = None,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeApi:
         """In-cluster configuration when running in a pod and no kubeconfig is given (the mounted
         ServiceAccount token and CA, or `token_file` / `ca_file`), else the kubeconfig."""
@@ -112,7 +127,7 @@ class KubeApi:
             )
         configuration.connection_pool_maxsize = connection_pool
         read_environment_once(configuration)
-        return cls(kclient.ApiClient(configuration), request_timeout)
+        return cls(kclient.ApiClient(configuration), request_timeout, limiter=TokenBucket(qps, burst))
 
     @classmethod
     def for_host(
@@ -123,6 +138,8 @@ class KubeApi:
         user_agent: str = USER_AGENT,
         token: str | None = None,
         ca_file: str | None = None,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeApi:
         """An API server by URL: the local emulator (plain HTTP, no authentication), or with a
         bearer token and the CA that signed its certificate."""
@@ -133,7 +150,7 @@ class KubeApi:
             configuration.ssl_ca_cert = ca_file
         configuration.connection_pool_maxsize = connection_pool
         read_environment_once(configuration)
-        return cls(kclient.ApiClient(configuration), request_timeout, user_agent)
+        return cls(kclient.ApiClient(configuration), request_timeout, user_agent, TokenBucket(qps, burst))
 
     async def close(self) -> None:
         await self._client.close()
@@ -149,16 +166,26 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = None,
+        retry_throttled: bool = True,
     ) -> Json:
-        """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body."""
-        response = await self._send(method, path, query, body, content_type, request_timeout)
-        try:
-            data = await response.read()
-        finally:
-            response.response.release()
-        if not 200 <= response.status < 300:
-            raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
-        return json.loads(data) if data else {}
+        """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body. A 429 or
+        5xx with `Retry-After` is sent again after it, up to client-go's 10 times, unless
+        `retry_throttled` is False (the caller reads such answers itself)."""
+        for attempt in range(MAX_RETRIES + 1):
+            await self.limiter.acquire()
+            response = await self._send(method, path, query, body, content_type, request_timeout)
+            try:
+                data = await response.read()
+            finally:
+                response.response.release()
+            if 200 <= response.status < 300:
+                return json.loads(data) if data else {}
+            wait = retry_after(response.status, response.headers) if retry_throttled else None
+            if wait is None or attempt == MAX_RETRIES:
+                raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+            self.retried_after += 1
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
     async def _send(
         self,
@@ -197,6 +224,7 @@ class KubeApi:
             "timeoutSeconds": timeout_seconds,
             "allowWatchBookmarks": "true",
         }
+        await self.limiter.acquire()
         response = await self._send("GET", path, query, None, "application/json", timeout_seconds + 30)
         try:
             if response.status != 200:
@@ -268,7 +296,8 @@ class KubeApi:
             "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
         }
         path = f"/api/v1/namespaces/{_q(meta['namespace'])}/pods/{_q(meta['name'])}/eviction"
-        await self.request("POST", path, body=body)
+        # A PDB's refusal is a 429 with Retry-After: 10; the drain backs off per budget instead.
+        await self.request("POST", path, body=body, retry_throttled=False)
 
     async def delete_pod(self, pod: Json, grace_period_seconds: int) -> None:
         meta = pod["metadata"]

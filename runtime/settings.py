@@ -57,6 +57,17 @@ class WorkerSettings(BaseSettings):
         description="API server URL, no kubeconfig (the local emulator); token and CA files if it checks",
     )
     kube_request_timeout: float = Field(default=30.0, gt=0)
+    kube_client_qps: float = Field(
+        default=200.0,
+        gt=0,
+        description="the smoothed rate of requests to the API server a second (client-go's token "
+        "bucket; Karpenter's default)",
+    )
+    kube_client_burst: int = Field(
+        default=300,
+        ge=1,
+        description="the most requests sent at once above kube-client-qps (Karpenter's default)",
+    )
     kube_token_file: Path | None = Field(
         default=None,
         description="ServiceAccount token (in-cluster default: where Kubernetes mounts it)",
