@@ -66,6 +66,7 @@ from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
+from cluster.reads import ClusterReads
 from kube.client import KubeApi
 from kube.events import recorder_for
 from runtime.connections import (
@@ -143,6 +144,8 @@ def activities_for(
         controls=ControlsGate(planning.client, settings.cluster_name, settings.task_queue)
         if planning is not None
         else None,
+        # The hot reads (drain, waits, budget claims) from the worker's informer cache.
+        reads=ClusterReads(kube, planning.cache if planning is not None else None),
     )
     nodeclaims = NodeClaimActivities(kube, poll_interval=settings.poll_interval)
     rollout = RolloutActivities(kube)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import random
@@ -258,19 +259,30 @@ class KubeApi:
     async def list_nodes(self, label_selector: str | None = None) -> Json:
         return await self.request("GET", NODES, query={"labelSelector": label_selector})
 
-    async def update_node(self, name: str, mutate: Callable[[Json], bool], attempts: int = 8) -> Json:
+    async def update_node(
+        self, name: str, mutate: Callable[[Json], bool], attempts: int = 8, current: Json | None = None
+    ) -> Json:
         """Read-modify-write with the resourceVersion: `mutate` edits the node in place and says whether
-        it changed anything (nothing to write when it did not). A conflict re-reads and tries again."""
+        it changed anything (nothing to write when it did not). A conflict re-reads and tries again.
+        `current`: the node as the caller read it (the informer cache: it is copied, never changed),
+        written on its resourceVersion without a read first; a conflict reads the server's, and so
+        does "nothing to change" on it (a stale copy must not decide that alone)."""
+        cached = current
         for attempt in range(attempts):
-            node = await self.get_node(name)
+            node = copy.deepcopy(cached) if cached else await self.get_node(name)
             if not mutate(node):
+                if cached:
+                    cached = None
+                    continue
                 return node
+            from_cache, cached = cached is not None, None
             try:
                 return await self.request("PUT", f"{NODES}/{_q(name)}", body=node)
             except KubeError as err:
                 if err.status != 409 or attempt == attempts - 1:
                     raise
-            await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            if not from_cache:  # a cached copy that lagged is no contention: read again at once
+                await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     async def delete_node(self, name: str, uid: str | None = None) -> None:
