@@ -165,3 +165,38 @@ async def test_a_replacements_wait_finds_its_node_in_the_cache_and_writes_on_its
     assert world.get_node("ip-10-0-0-9")["metadata"]["labels"][REGISTERED_LABEL] == "true"
     assert since(world, mark, "list", "nodes") == 0 and since(world, mark, "get", "nodes") <= 1
     assert since(world, mark, "update", "nodes") >= 1
+
+
+async def test_the_cache_lists_in_pages_and_a_relist_after_410_resumes_from_its_version(world):
+    from urllib.parse import parse_qs
+
+    from sim.apiserver.faults import FaultRule
+
+    world.nodepool()
+    world.node("n1")
+    for i in range(7):
+        world.pod(f"web-{i}", "n1")
+    cache = ClusterCache(world.kube, watch_timeout=1)  # the server ends each watch after a second
+    pods = cache.informer("Pod")
+    assert pods is not None
+    pods.page_size = 3
+    try:
+        cache.start()
+        assert await cache.wait_synced(30)
+        first = [parse_qs(r.query) for r in world.emu.requests.query(verb="list", resource="pods")]
+        assert len(first) == 3 and all(q["limit"] == ["3"] for q in first)
+        assert "continue" not in first[0] and all("continue" in q for q in first[1:])
+        assert len(pods.items) == 7
+
+        # The next watch is refused as too old: the relist asks for no older than what it saw.
+        await until(lambda: pods.watching)
+        mark = last_seq(world)
+        world.emu.faults.add(FaultRule(verb="watch", resource="pods", status=410, times=1))
+        world.pod("web-late", "n1")
+        await until(lambda: pods.stats.relists_resumed >= 1 and "default/web-late" in pods.items)
+        relist = [
+            parse_qs(r.query) for r in world.emu.requests.query(verb="list", resource="pods", since_seq=mark)
+        ]
+        assert relist[0]["resourceVersionMatch"] == ["NotOlderThan"] and relist[0]["resourceVersion"] != ["0"]
+    finally:
+        await cache.stop()
