@@ -122,8 +122,14 @@ def _wire(claims: list[BudgetClaim]) -> list[Json]:
 # -- the API calls --------------------------------------------------------------------------------------
 
 
-async def budgets(kube: KubeApi) -> list[Json]:
-    return sorted(await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL), key=name_of)
+async def budgets(kube: KubeApi, reads: ClusterReads | None = None) -> list[Json]:
+    """Every NodeDisruptionBudget, in name order; with `reads`, as the worker's cache holds them (which
+    budgets select a node: each claim is then read and written on the budget's own version)."""
+    if reads is None:
+        listed = await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL)
+    else:
+        listed = await reads.cluster_custom("NodeDisruptionBudget", KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL)
+    return sorted(listed, key=name_of)
 
 
 async def _get(kube: KubeApi, name: str) -> Json | None:
@@ -173,7 +179,7 @@ async def claim(
         return None
     claimed: list[str] = []
     everyone = _names(candidates)
-    for raw in await budgets(kube):
+    for raw in await budgets(kube, reads):
         ndb = read_ndb(raw)
         mine = [c for c in candidates if ndb.selects(labels_of(c))]
         if not mine:
@@ -274,6 +280,7 @@ async def release(
         )
 
     dropped = 0
+    # From the server, not the cache: a claim written a moment ago must be found to be released.
     for raw in await budgets(kube):
         if any(matches(c) for c in _claims(raw)):
             dropped += await _release_in(kube, name_of(raw), matches)
@@ -329,7 +336,8 @@ async def sweep(
         return (now - since).total_seconds() > older_than_seconds
 
     dropped = 0
-    for raw in await budgets(kube):
+    # From the cache: a claim written within its watch delay is swept (if stale) the next time.
+    for raw in await budgets(kube, reads):
         if any(stale(c) for c in _claims(raw)):
             dropped += await _release_in(kube, name_of(raw), stale)
     return dropped

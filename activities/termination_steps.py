@@ -293,7 +293,9 @@ class TerminationSteps(KubernetesBase):
         """termination_gate's answer, with the node it read (None when it is gone)."""
         name = request.node
         try:
-            node = await self.kube.find_node(name)
+            # Polled for as long as the controls hold the node: from the worker's cache, the server
+            # saying "gone" (a cache that lags must not let a termination through its gate).
+            node = await self.reads.node(name) or await self.kube.find_node(name)
             if node is None or another_node(node, request.uid) is not None:
                 return TerminationGate(go=True, message="the node is gone"), None
             holder = (node["metadata"].get("annotations") or {}).get(guards.OWNER_ANNOTATION)
@@ -301,7 +303,7 @@ class TerminationSteps(KubernetesBase):
                 # Held by a command (ours, or the one that started this termination): it passed the
                 # controls when it tainted; or by this termination itself before a continue-as-new.
                 return TerminationGate(go=True, message=f"held by {holder}"), node
-            found = await guards.windows(self.kube)
+            found = await guards.windows(self.kube, self.reads)
             now = datetime.now(UTC)
             action = guards.window_action(request.reason, request.holder, node)
             block = blocked(found, action, node["metadata"].get("labels") or {}, now) if action else None

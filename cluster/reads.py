@@ -84,6 +84,12 @@ class ClusterReads:
             return list(nodes.items.values())
         return list((await self.kube.list_nodes()).get("items") or [])
 
+    async def cluster_custom(self, kind: str, group: str, version: str, plural: str) -> list[Json]:
+        """Every object of a cluster-scoped custom kind the cache holds (none when it is not served)."""
+        if (objects := self._current(kind)) is not None:
+            return list(objects.items.values())
+        return await self.kube.list_cluster_custom(group, version, plural)
+
     async def pods_on_node(self, node: str, fresh: bool = False) -> list[Json]:
         """The pods bound to the node of this name; `fresh`: from the API server, whatever the cache."""
         if not fresh and (pods := self._current("Pod")) is not None:

@@ -200,3 +200,35 @@ async def test_the_cache_lists_in_pages_and_a_relist_after_410_resumes_from_its_
         assert relist[0]["resourceVersionMatch"] == ["NotOlderThan"] and relist[0]["resourceVersion"] != ["0"]
     finally:
         await cache.stop()
+
+
+async def test_a_termination_gate_held_by_a_budget_polls_the_cache_and_reads_only_the_budget(cached):
+    from api.activity_io import TerminationGateRequest
+
+    from .test_budget_claims import install_crds, ndb
+
+    world, acts, cache = cached
+    install_crds(world)
+    world.node("n1", labels={"example.com/role": "ingress"})
+    ndb(world, "ingress", 0, {"example.com/role": "ingress"})
+    await synced(cache)
+    await until(lambda: len(cache.objects_of("NodeDisruptionBudget")) == 1)
+    request = TerminationGateRequest(
+        node="n1",
+        uid=world.get_node("n1")["metadata"]["uid"],
+        reason="Manual",
+        holder="termination/prod/n1/u@r",
+    )
+    mark = last_seq(world)
+    for _ in range(5):
+        gate = await ActivityEnvironment().run(acts.termination_gate, request)
+        assert not gate.go and gate.waiting_for == "NodeDisruptionBudget ingress"
+
+    assert since(world, mark, "get", "nodedisruptionbudgets") == 5  # the claim, on the budget's version
+    for verb, resource in [
+        ("list", "nodes"),
+        ("get", "nodes"),
+        ("list", "nodedisruptionbudgets"),
+        ("list", "maintenancewindows"),
+    ]:
+        assert since(world, mark, verb, resource) == 0, (verb, resource)
