@@ -32,6 +32,7 @@ from kubernetes.aio.config import incluster_config
 from yarl import URL
 
 from kube.rate_limit import DEFAULT_BURST, DEFAULT_QPS, MAX_RETRIES, TokenBucket, retry_after
+from runtime import metrics
 
 Json = dict[str, Any]
 
@@ -185,6 +186,7 @@ class KubeApi:
             if wait is None or attempt == MAX_RETRIES:
                 raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
             self.retried_after += 1
+            metrics.KUBE_CLIENT_RETRY_AFTER.labels(code=str(response.status)).inc()
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 

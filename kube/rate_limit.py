@@ -17,6 +17,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from runtime import metrics
+
 DEFAULT_QPS = 200.0  # Karpenter's --kube-client-qps
 DEFAULT_BURST = 300  # Karpenter's --kube-client-burst
 MAX_RETRIES = 10  # client-go's rest.Request maxRetries
@@ -57,6 +59,7 @@ class TokenBucket:
         wait = self.reserve()
         if wait > 0:
             self.waited += wait
+            metrics.KUBE_CLIENT_THROTTLED.inc(wait)
             await self._sleep(wait)
 
 

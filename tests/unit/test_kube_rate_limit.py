@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from kube.client import KubeApi, KubeError
 from kube.rate_limit import MAX_RETRY_AFTER, TokenBucket, retry_after
+from runtime import metrics
 
 
 class FakeClock:
@@ -97,9 +98,14 @@ async def test_the_client_backs_off_on_429_with_retry_after_but_leaves_an_evicti
 ):
     server, seen = throttling_server
     kube = KubeApi.for_host(str(server.make_url("")).rstrip("/"))
+    counted = (
+        metrics.REGISTRY.get_sample_value("karpflow_kube_client_retry_after_total", {"code": "429"}) or 0
+    )
     try:
         assert (await kube.list_nodes())["kind"] == "NodeList"
         assert seen == ["nodes"] * 3 and kube.retried_after == 2
+        after = metrics.REGISTRY.get_sample_value("karpflow_kube_client_retry_after_total", {"code": "429"})
+        assert after == counted + 2
         with pytest.raises(KubeError) as err:
             await kube.evict({"metadata": {"name": "web", "namespace": "default", "uid": "u1"}})
         assert err.value.status == 429 and seen.count("eviction") == 1
