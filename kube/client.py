@@ -258,8 +258,12 @@ class KubeApi:
                 return None
             raise
 
-    async def list_nodes(self, label_selector: str | None = None) -> Json:
-        return await self.request("GET", NODES, query={"labelSelector": label_selector})
+    async def list_nodes(
+        self, label_selector: str | None = None, limit: int | None = None, continue_token: str | None = None
+    ) -> Json:
+        """One listing of Nodes, or with `limit` one page of it (`metadata.continue` names the next)."""
+        query = {"labelSelector": label_selector, "limit": limit, "continue": continue_token}
+        return await self.request("GET", NODES, query=query)
 
     async def update_node(
         self, name: str, mutate: Callable[[Json], bool], attempts: int = 8, current: Json | None = None

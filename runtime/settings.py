@@ -106,7 +106,12 @@ class WorkerSettings(BaseSettings):
         default=10.0, gt=0, description="seconds before a dead worker's cached workflows move to another"
     )
     node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
-    node_watcher_resync: float = Field(default=300.0, gt=0)
+    node_watcher_resync: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds the node-deletion watcher's watch runs before it is opened again from its "
+        "last version (a listing only at start and after a watch error)",
+    )
     node_watcher_retry: float = Field(
         default=30.0,
         gt=0,
