@@ -168,3 +168,18 @@ async def test_a_write_on_the_cached_version_reads_only_when_it_conflicts():
     nothing = WritingApi("2")
     await nothing.update_node("n", label, current=done)
     assert nothing.calls == ["GET", "PUT"]  # "nothing to change" on a cached copy is the server's to say
+
+
+async def test_the_first_read_on_a_worker_without_a_running_cache_starts_it_and_asks_the_server():
+    class Unreachable(CountingApi):
+        async def request(self, *_: Any, **__: Any) -> Json:
+            raise KubeError(503, "Service Unavailable")  # the informers keep trying meanwhile
+
+    api = Unreachable([pod("a")])
+    cache = ClusterCache(api, resources=KINDS)  # type: ignore[arg-type]
+    reads = ClusterReads(api, cache)  # type: ignore[arg-type]
+    try:
+        assert [p["metadata"]["name"] for p in await reads.pods_on_node("n")] == ["a"]
+        assert cache.started and api.calls == ["list pods"] and reads.served == {"api": 1}
+    finally:
+        await cache.stop()
