@@ -84,6 +84,12 @@ class ClusterReads:
             return list(nodes.items.values())
         return list((await self.kube.list_nodes()).get("items") or [])
 
+    def cached_object(self, kind: str, name: str) -> tuple[bool, Json | None]:
+        """(whether the cache answered, the cluster-scoped object of this kind and name it holds)."""
+        if (objects := self._current(kind)) is not None:
+            return True, objects.items.get(f"/{name}")
+        return False, None
+
     async def cluster_custom(self, kind: str, group: str, version: str, plural: str) -> list[Json]:
         """Every object of a cluster-scoped custom kind the cache holds (none when it is not served)."""
         if (objects := self._current(kind)) is not None:
