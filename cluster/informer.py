@@ -200,9 +200,10 @@ class Informer:
                 if since is not None:
                     self.stats.relists_resumed += 1
             except KubeError as err:
-                if err.status != 410:
+                if err.status not in (400, 410) or (err.status == 400 and since is None):
                     raise
-                # The version is no longer served (or a continue token expired): a consistent list.
+                # The version is no longer served, a continue token expired, or the server does not
+                # take resourceVersionMatch (400, before Kubernetes 1.19): a consistent list.
                 items, version = await self._list_pages(None)
         except KubeError as err:
             if self.resource.optional and err.status == 404:
