@@ -232,3 +232,38 @@ async def test_a_termination_gate_held_by_a_budget_polls_the_cache_and_reads_onl
         ("list", "maintenancewindows"),
     ]:
         assert since(world, mark, verb, resource) == 0, (verb, resource)
+
+
+async def test_the_claim_sweep_reads_nodes_and_budgets_from_the_cache(cached):
+    from activities import budget_claims
+
+    from .test_budget_claims import claims, install_crds, ndb
+
+    world, _, cache = cached
+    install_crds(world)
+    for name in ("in-0", "in-1"):
+        world.node(name, labels={"example.com/role": "ingress"})
+    ndb(world, "ingress", 2, {"example.com/role": "ingress"})
+    await synced(cache)
+    reads = ClusterReads(world.kube, cache)
+    nodes = [world.get_node("in-0"), world.get_node("in-1")]
+    assert (
+        await budget_claims.claim(world.kube, nodes, "disruption/x/crashed@r", "Drifted", reads=reads) is None
+    )
+    world.emu.store.delete("nodes", "in-0")
+    node = world.get_node("in-0")
+    if node is not None:  # the finalizer holds it: release it as a termination would
+        node["metadata"]["finalizers"] = []
+        world.emu.store.update("nodes", node)
+    await until(lambda: cache.current("Node") is not None and "/in-0" not in cache.current("Node").items)
+    await until(
+        lambda: any(c.get("status", {}).get("claims") for c in cache.objects_of("NodeDisruptionBudget"))
+    )
+    mark = last_seq(world)
+
+    dropped = await budget_claims.sweep(world.kube, {"disruption/x/crashed"}, 3600, reads=reads)
+
+    assert dropped == 1 and [c["node"] for c in claims(world, "ingress")] == ["in-1"]
+    assert (
+        since(world, mark, "list", "nodes") == 0 and since(world, mark, "list", "nodedisruptionbudgets") == 0
+    )
