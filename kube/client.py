@@ -172,7 +172,10 @@ class KubeApi:
     ) -> Json:
         """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body. A 429 or
         5xx with `Retry-After` is sent again after it, up to client-go's 10 times, unless
-        `retry_throttled` is False (the caller reads such answers itself)."""
+        `retry_throttled` is False (the caller reads such answers itself), and while the waits stay
+        within the request's timeout: an activity's call is not held for minutes (its own retry policy
+        takes over)."""
+        budget = request_timeout or self._timeout
         for attempt in range(MAX_RETRIES + 1):
             await self.limiter.acquire()
             response = await self._send(method, path, query, body, content_type, request_timeout)
@@ -183,8 +186,9 @@ class KubeApi:
             if 200 <= response.status < 300:
                 return json.loads(data) if data else {}
             wait = retry_after(response.status, response.headers) if retry_throttled else None
-            if wait is None or attempt == MAX_RETRIES:
+            if wait is None or attempt == MAX_RETRIES or wait > budget:
                 raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+            budget -= wait
             self.retried_after += 1
             metrics.KUBE_CLIENT_RETRY_AFTER.labels(code=str(response.status)).inc()
             await asyncio.sleep(wait)

@@ -7,8 +7,9 @@ waits for its token), watches included; Karpenter sets QPS 200 and burst 300
 (kubernetes-sigs/karpenter pkg/operator/options/options.go `--kube-client-qps`, `--kube-client-burst`).
 client-go's request retries a response that is 429, or 5xx with a `Retry-After` header, after the
 seconds the header says, up to 10 times (k8s.io/client-go rest/request.go `checkWait`, `maxRetries`).
-karpflow does the same for the same responses, with the wait capped (a server asking for minutes
-would hold an activity past its timeout; the retry policy above it takes over then).
+karpflow does the same for the same responses, with each wait capped and all of them within the
+request's own timeout (kube/client.py): a server asking for minutes would hold an activity past its
+timeout; the activity's retry policy takes over then.
 """
 
 from __future__ import annotations

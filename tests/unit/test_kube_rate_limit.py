@@ -142,3 +142,18 @@ async def test_the_worker_settings_default_to_karpenters_and_reach_the_client():
         assert (kube.limiter.qps, kube.limiter.burst) == (7.0, 9)
     finally:
         await kube.close()
+
+
+async def test_retry_afters_longer_than_the_requests_timeout_are_left_to_the_caller(
+    throttling_server: tuple[TestServer, list[str]],
+):
+    server, seen = throttling_server
+    kube = KubeApi.for_host(str(server.make_url("")).rstrip("/"))
+    try:
+        with pytest.raises(KubeError) as err:  # the eviction's Retry-After: 10 > a 5 s timeout
+            await kube.request(
+                "POST", "/api/v1/namespaces/default/pods/web/eviction", body={}, request_timeout=5
+            )
+        assert err.value.status == 429 and seen == ["eviction"] and kube.retried_after == 0
+    finally:
+        await kube.close()
