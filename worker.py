@@ -68,6 +68,7 @@ from cluster.heap import HeapFreezer
 from cluster.informer import ClusterCache
 from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
+from cluster.reads import ClusterReads
 from kube.client import KubeApi
 from kube.events import recorder_for
 from runtime.connections import (
@@ -141,6 +142,8 @@ def activities_for(
         iam=aws_client("iam", settings),
         events=recorder_for(kube),
     )
+    # The hot reads (drain, waits, budget claims, NodeClaims) from the worker's informer cache.
+    reads = ClusterReads(kube, planning.cache if planning is not None else None)
     kubernetes = KubernetesActivities(
         kube,
         poll_interval=settings.poll_interval,
@@ -152,8 +155,13 @@ def activities_for(
         controls=ControlsGate(planning.client, settings.cluster_name, settings.task_queue)
         if planning is not None
         else None,
+        reads=reads,
     )
-    nodeclaims = NodeClaimActivities(kube, poll_interval=settings.poll_interval)
+    nodeclaims = NodeClaimActivities(
+        kube,
+        poll_interval=settings.poll_interval,
+        reads=reads,
+    )
     rollout = RolloutActivities(kube)
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.

@@ -10,7 +10,7 @@ stay within what it allows:
 - the claim is written read-modify-write on the NodeDisruptionBudget's status with its
   resourceVersion, so two writers that read the same version cannot both take the last slot (the
   second gets 409 Conflict, reads again and counts the first's claim);
-- unavailable is what the cluster shows now, read fresh: selected nodes NotReady or carrying a
+- unavailable is what the cluster shows now: selected nodes NotReady or carrying a
   disruption taint, either controller's (`karpenter.sh/disrupted`, or karpflow's own
   `karpflow.dev/disrupted` beside Karpenter: draining, or held by a command), plus the budget's
   claims; the planner's rule (kube/disruption.py), but for a node that is only deleting (a
@@ -24,6 +24,13 @@ stay within what it allows:
   Karpenter is done with a node handed to it: activities/nodeclaims.py `await_karpenter_termination`),
   when a command rolls back (`untaint_disrupted`), and by the controller's sweep when their node is
   gone or their holder stopped before tainting it (`sweep`).
+
+The nodes come from the worker's informer cache (cluster/reads.py; the API server without one): a
+claim attempt, a gate poll and the sweep each read every Node, a full LIST per call at 10,000 nodes.
+The claims themselves, the one thing two writers race on, are read and written on the budget's
+resourceVersion. What the cache may not show yet is a node that went NotReady or was tainted within
+one watch delay; every disruption karpflow starts claims before it taints, so only a change from
+outside (a kubelet, Karpenter) can be that late, and it is counted by the next claim.
 
 A budget whose spec is broken allows nothing for the nodes it selects (planner/node_disruption_budgets.py
 reads it, failing closed); a cluster without the CRD has no budgets.
@@ -39,6 +46,7 @@ from datetime import UTC, datetime
 
 from api.constants import KARPFLOW_GROUP, KARPFLOW_VERSION
 from api.node_disruption_budget import BudgetClaim
+from cluster.reads import ClusterReads
 from kube.client import Json, KubeApi, KubeError
 from kube.disruption import RawNodeState, is_disrupting, raw_disruption_taint
 from kube.times import rfc3339
@@ -114,8 +122,14 @@ def _wire(claims: list[BudgetClaim]) -> list[Json]:
 # -- the API calls --------------------------------------------------------------------------------------
 
 
-async def budgets(kube: KubeApi) -> list[Json]:
-    return sorted(await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL), key=name_of)
+async def budgets(kube: KubeApi, reads: ClusterReads | None = None) -> list[Json]:
+    """Every NodeDisruptionBudget, in name order; with `reads`, as the worker's cache holds them (which
+    budgets select a node: each claim is then read and written on the budget's own version)."""
+    if reads is None:
+        listed = await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL)
+    else:
+        listed = await reads.cluster_custom("NodeDisruptionBudget", KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL)
+    return sorted(listed, key=name_of)
 
 
 async def _get(kube: KubeApi, name: str) -> Json | None:
@@ -134,8 +148,8 @@ async def _write_claims(kube: KubeApi, obj: Json, claims: list[BudgetClaim]) -> 
     await kube.replace_cluster_custom_status(KARPFLOW_GROUP, KARPFLOW_VERSION, PLURAL, name_of(obj), body)
 
 
-async def _nodes(kube: KubeApi) -> dict[str, Json]:
-    return {name_of(n): n for n in (await kube.list_nodes()).get("items") or ()}
+async def _nodes(kube: KubeApi, reads: ClusterReads | None) -> dict[str, Json]:
+    return {name_of(n): n for n in await (reads or ClusterReads(kube)).nodes()}
 
 
 async def _backoff(attempt: int) -> None:
@@ -151,20 +165,26 @@ def selecting(raw_budgets: Iterable[Json], node: Json) -> list[str]:
 
 
 async def claim(
-    kube: KubeApi, candidates: list[Json], holder: str, reason: str, now: datetime | None = None
+    kube: KubeApi,
+    candidates: list[Json],
+    holder: str,
+    reason: str,
+    now: datetime | None = None,
+    reads: ClusterReads | None = None,
 ) -> Denied | None:
     """Claim every candidate in every budget that selects it, or none of them: the first budget
-    without room for its candidates is returned (and what was claimed here is released)."""
+    without room for its candidates is returned (and what was claimed here is released). `reads`:
+    where the nodes are read (the worker's cache); without, the API server."""
     if not candidates:
         return None
     claimed: list[str] = []
     everyone = _names(candidates)
-    for raw in await budgets(kube):
+    for raw in await budgets(kube, reads):
         ndb = read_ndb(raw)
         mine = [c for c in candidates if ndb.selects(labels_of(c))]
         if not mine:
             continue
-        denied = await _claim_in(kube, name_of(raw), mine, holder, reason, now or datetime.now(UTC))
+        denied = await _claim_in(kube, name_of(raw), mine, holder, reason, now or datetime.now(UTC), reads)
         if denied is not None:
             for name in claimed:
                 await _release_in(kube, name, lambda c: c.holder == holder and c.node in everyone)
@@ -178,14 +198,20 @@ def _names(nodes: list[Json]) -> set[str]:
 
 
 async def _claim_in(
-    kube: KubeApi, budget: str, mine: list[Json], holder: str, reason: str, now: datetime
+    kube: KubeApi,
+    budget: str,
+    mine: list[Json],
+    holder: str,
+    reason: str,
+    now: datetime,
+    reads: ClusterReads | None = None,
 ) -> Denied | None:
     for attempt in range(ATTEMPTS):
         obj = await _get(kube, budget)
         if obj is None:
             return None  # deleted meanwhile: it limits nothing any more
         ndb = read_ndb(obj)
-        nodes = await _nodes(kube)
+        nodes = await _nodes(kube, reads)
         existing = _claims(obj)
         claims = _live(existing, nodes)
         denied = room(ndb, nodes, claims, mine)
@@ -254,6 +280,7 @@ async def release(
         )
 
     dropped = 0
+    # From the server, not the cache: a claim written a moment ago must be found to be released.
     for raw in await budgets(kube):
         if any(matches(c) for c in _claims(raw)):
             dropped += await _release_in(kube, name_of(raw), matches)
@@ -282,13 +309,17 @@ async def _release_in(kube: KubeApi, budget: str, matches: Callable[[BudgetClaim
 
 
 async def sweep(
-    kube: KubeApi, running: set[str], older_than_seconds: float, now: datetime | None = None
+    kube: KubeApi,
+    running: set[str],
+    older_than_seconds: float,
+    now: datetime | None = None,
+    reads: ClusterReads | None = None,
 ) -> int:
     """The controller's clean-up: drop claims whose node is gone, and claims whose holder no longer
     runs (`running`: workflow ids in flight) while their node is neither tainted nor deleting, once
     older than `older_than_seconds` (a claim is written a moment before its taint). Returns how many."""
     now = now or datetime.now(UTC)
-    nodes = await _nodes(kube)
+    nodes = await _nodes(kube, reads)
 
     def stale(claim: BudgetClaim) -> bool:
         node = nodes.get(claim.node)
@@ -305,7 +336,8 @@ async def sweep(
         return (now - since).total_seconds() > older_than_seconds
 
     dropped = 0
-    for raw in await budgets(kube):
+    # From the cache: a claim written within its watch delay is swept (if stale) the next time.
+    for raw in await budgets(kube, reads):
         if any(stale(c) for c in _claims(raw)):
             dropped += await _release_in(kube, name_of(raw), stale)
     return dropped

@@ -35,6 +35,8 @@ from api.constants import (
     NODEPOOL_LABEL,
 )
 from api.controller_io import ControlCondition, ControlsUpkeep
+from cluster.informer import ClusterCache
+from cluster.reads import ClusterReads
 from kube import events
 from kube.client import Json, KubeApi, KubeError
 from kube.disruption import raw_disruption_taint
@@ -137,6 +139,7 @@ class ControllerHousekeeping:
 
     kube: KubeApi
     client: Client
+    cache: ClusterCache
     # The disruption taint karpflow writes (the only one its crash cleanup removes).
     taint_key: str
 
@@ -219,7 +222,12 @@ class ControllerHousekeeping:
                 ) from None
         if upkeep.stale_claims:
             try:
-                changed += await budget_claims.sweep(self.kube, set(upkeep.running), STALE_CLAIM_SECONDS)
+                changed += await budget_claims.sweep(
+                    self.kube,
+                    set(upkeep.running),
+                    STALE_CLAIM_SECONDS,
+                    reads=ClusterReads(self.kube, self.cache),
+                )
             except Exception as err:
                 raise classify_kube(err, "sweeping NodeDisruptionBudget claims") from None
         return changed

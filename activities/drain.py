@@ -1,6 +1,12 @@
 """The drain activity's loop: evict a node's pods tier by tier through the Eviction API until none
 is left to wait for (the rules are kube/drain_rules.py).
 
+The node's pods, the node and the PDBs are read from the worker's informer cache (cluster/reads.py),
+not listed every pass: a drain is seconds to hours of passes a second. A pod the cache shows that is
+gone already costs an eviction answered 404; one it does not show yet is evicted on the next pass;
+and before the drain says its node is empty, the pods are listed once from the API server, so a pod
+bound within the watch's delay is not left behind.
+
 Evictions go with a UID precondition; 429 and the multi-PDB 500 back off and retry; 404 and 409 mean
 the pod is gone or replaced; pods past the deadline are deleted with the time left as their grace.
 A 400 backs off and retries too: it is what an admission webhook that denies the eviction answers
@@ -25,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from activities.errors import FORBIDDEN, INVALID, permanent
+from cluster.reads import ClusterReads
 from kube import events
 from kube.client import Json, KubeApi, KubeError
 from kube.drain_rules import DISRUPTED_TAINT, TIER_NAMES, Pod, pdb_group, plan
@@ -108,8 +115,10 @@ class Drainer:
         reason: str = "",
         recorder: events.EventRecorder | None = None,
         taint: Taint = DISRUPTED_TAINT,
+        reads: ClusterReads | None = None,
     ) -> None:
         self.kube = kube
+        self.reads = reads if reads is not None else ClusterReads(kube)
         self.taint = taint  # the disruption taint on the node: pods that tolerate it stay
         self.reason = reason or "Unknown"  # the node's disruption reason, in Events and metrics
         self.recorder = recorder if recorder is not None else events.recorder_for(kube)
@@ -128,9 +137,10 @@ class Drainer:
 
     async def run(self) -> DrainProgress:
         started = time.monotonic()
+        confirmed = False  # the last listing came from the API server (an "empty" checked there)
         while True:
             now = self.clock()
-            pods = [Pod(raw) for raw in await self.kube.pods_on_node(self.node)]
+            pods = [Pod(raw) for raw in await self.reads.pods_on_node(self.node, fresh=confirmed)]
             # Checked after the listing: if the node is still the pinned one (or gone, and none has
             # the name), every pod listed was bound to it, and evictions carry each pod's UID.
             if self.check is not None:
@@ -147,9 +157,13 @@ class Drainer:
             self.progress.pods_left = len(current.waiting)
             self.progress.waiting_on = [pod.key for pod in current.waiting]
             self.on_progress(self.progress)
+            if current.done and not confirmed:
+                confirmed = True  # the cache says empty: the server's word before the node goes
+                continue
             if current.done:
                 metrics.DRAIN_DURATION.observe(time.monotonic() - started)
                 return self.progress
+            confirmed = False
             await asyncio.gather(*(self._force_delete(pod, grace) for pod, grace in current.force_delete))
             await self._evict_all(current.evict)
             if self.progress.blocked:
@@ -160,7 +174,7 @@ class Drainer:
         """`FailedDraining` on the node (the recorder keeps it to one Event with a count)."""
         if self._node_ref is None:
             try:
-                node = await self.kube.find_node(self.node)
+                node = await self.reads.node(self.node)
             except Exception as err:  # an Event is not worth failing the drain for
                 log.info("node %s not read for its FailedDraining event: %r", self.node, err)
                 return
@@ -212,12 +226,8 @@ class Drainer:
         await asyncio.gather(*(self._evict_serially(key, members) for key, members in ready))
 
     async def _pdbs(self, namespace: str) -> list[Json]:
-        try:
-            return await self.kube.pdbs(namespace)
-        except KubeError as err:
-            if err.status == 404:  # an API server without policy/v1: nothing guards the pods
-                return []
-            raise
+        # An API server without policy/v1 has none: nothing guards the pods (cluster/reads.py).
+        return await self.reads.pdbs(namespace)
 
     async def _evict_serially(self, key: tuple[str, ...], pods: list[Pod]) -> None:
         backoff = self._backoff.setdefault(key, _Backoff())

@@ -49,6 +49,7 @@ from api.constants import (
 )
 from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from api.workflow_io import VOLUNTARY_REASONS
+from cluster.reads import ClusterReads
 from kube.client import Json, KubeApi
 from kube.drain_rules import Pod
 from kube.eviction_cost import PER_NODE_BASE_DISRUPTION_COST, reschedule_disruption_cost
@@ -230,12 +231,16 @@ def check_repair(node: Json, reason: str) -> None:
         raise Refused(f"node {node['metadata']['name']} is annotated {DO_NOT_REPAIR_ANNOTATION}: no repair")
 
 
-async def windows(kube: KubeApi) -> list[Window]:
-    """The MaintenanceWindows as the planner applies them (broken ones fail closed)."""
-    return [
-        read_window(raw)
-        for raw in await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, WINDOWS_PLURAL)
-    ]
+async def windows(kube: KubeApi, reads: ClusterReads | None = None) -> list[Window]:
+    """The MaintenanceWindows as the planner applies them (broken ones fail closed); with `reads`, as
+    the worker's cache holds them (a termination gate polled for hours), else from the API server."""
+    if reads is None:
+        listed = await kube.list_cluster_custom(KARPFLOW_GROUP, KARPFLOW_VERSION, WINDOWS_PLURAL)
+    else:
+        listed = await reads.cluster_custom(
+            "MaintenanceWindow", KARPFLOW_GROUP, KARPFLOW_VERSION, WINDOWS_PLURAL
+        )
+    return [read_window(raw) for raw in listed]
 
 
 def window_refusal(

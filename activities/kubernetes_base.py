@@ -18,6 +18,7 @@ from activities.nodeclaims import KarpenterHandover
 from api.constants import disrupted_taint_key
 from api.nodepool import NodePool
 from api.nodepool_reader import read_nodepool
+from cluster.reads import ClusterReads
 from kube import events
 from kube.client import Json, KubeApi
 
@@ -45,8 +46,12 @@ class KubernetesBase:
         cluster: str = "",
         karpenter_coexistence: bool = False,
         controls: ControlsGate | None = None,
+        reads: ClusterReads | None = None,
     ) -> None:
         self.kube = kube
+        # What the waits and the drain poll (nodes, pods, PDBs, VolumeAttachments): the worker's
+        # informer cache while it is current (cluster/reads.py); without one, the API server.
+        self.reads = reads if reads is not None else ClusterReads(kube)
         self.poll_interval = poll_interval
         # The controls outside the cluster (the controller's pauses, the starts rate budgets count),
         # checked at the taint with the windows; None (tests of single steps) checks only the cluster's.

@@ -23,10 +23,12 @@ from activities.node_json import (
     ensure_finalizer,
     initialization_blockers,
     instance_id_of,
+    pinned,
     remove_taint,
     replacement_leaving,
     set_annotations,
     set_labels,
+    uid_of,
 )
 from api.activity_io import (
     DiscardRequest,
@@ -54,17 +56,9 @@ class NodeRegistration(KubernetesBase):
     """The waits for a replacement's Node, and the compensation for one that never initialized."""
 
     async def _node_for(self, name_hint: str | None, provider_id: str, list_too: bool) -> Json | None:
-        """The node with this providerID: by name first (the private DNS name), then by listing."""
-        if name_hint:
-            node = await self.kube.find_node(name_hint)
-            if node is not None and (node.get("spec") or {}).get("providerID") == provider_id:
-                return node
-        if list_too:
-            listed: list[Json] = (await self.kube.list_nodes()).get("items") or []
-            for node in listed:
-                if (node.get("spec") or {}).get("providerID") == provider_id:
-                    return node
-        return None
+        """The node with this providerID: from the worker's cache (its providerID index); without a
+        current cache, by name first (the private DNS name), then by listing (cluster/reads.py)."""
+        return await self.reads.node_with_provider_id(provider_id, name_hint, list_too)
 
     @activity.defn(name="await_node_registered")
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
@@ -91,8 +85,14 @@ class NodeRegistration(KubernetesBase):
             if node is not None:
                 name = node["metadata"]["name"]
                 try:
+                    # On the version the cache holds (no read first); a conflict reads the server's.
                     await self.kube.update_node(
-                        name, lambda n: self._sync_registration(n, request.template, instance.labels)
+                        name,
+                        pinned(
+                            uid_of(node),
+                            lambda n: self._sync_registration(n, request.template, instance.labels),
+                        ),
+                        current=node,
                     )
                 except Exception as err:
                     raise classify_kube(err, f"registering node {name}") from None
@@ -163,9 +163,15 @@ class NodeRegistration(KubernetesBase):
         said = False
         while True:
             try:
-                node = await self.kube.find_node(request.node)
+                node = await self.reads.node(request.node)
             except Exception as err:
                 raise classify_kube(err, f"reading node {request.node}") from None
+            if node is None:
+                # The cache may not have seen a node registered a moment ago: only the server says gone.
+                try:
+                    node = await self.kube.find_node(request.node)
+                except Exception as err:
+                    raise classify_kube(err, f"reading node {request.node}") from None
             if node is None:
                 raise permanent(f"node {request.node} disappeared before it initialized", errors.NOT_FOUND)
             if leaving := replacement_leaving(node):
@@ -174,7 +180,9 @@ class NodeRegistration(KubernetesBase):
             if not blockers:
                 try:
                     await self.kube.update_node(
-                        request.node, lambda n: set_labels(n, {INITIALIZED_LABEL: "true"})
+                        request.node,
+                        pinned(uid_of(node), lambda n: set_labels(n, {INITIALIZED_LABEL: "true"})),
+                        current=node,
                     )
                 except Exception as err:
                     raise classify_kube(err, f"labelling node {request.node} initialized") from None
@@ -234,7 +242,10 @@ class NodeRegistration(KubernetesBase):
         if not isinstance(node, str) or not node:
             return
         try:
+            # Gone is decided by the server: a cache that lags must not roll a replacement back.
             found = await self._node_for(node, instance.provider_id, list_too=True)
+            if found is None:
+                found = await self.reads.node_with_provider_id(instance.provider_id, node, fresh=True)
         except Exception as err:
             raise classify_kube(err, f"looking for node {node} again") from None
         if found is None:

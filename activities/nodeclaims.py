@@ -49,6 +49,7 @@ from api.constants import (
     ZONE_LABEL,
 )
 from api.workflow_io import Offering
+from cluster.reads import ClusterReads
 from kube import events
 from kube.client import Json, KubeApi, KubeError
 from kube.times import parse_time, rfc3339
@@ -275,9 +276,11 @@ def _parse(value: str | None) -> datetime | None:
 class NodeClaimActivities:
     """Replacements as NodeClaims, and the wait for a node handed to Karpenter's termination."""
 
-    def __init__(self, kube: KubeApi, poll_interval: float = 1.0) -> None:
+    def __init__(self, kube: KubeApi, poll_interval: float = 1.0, reads: ClusterReads | None = None) -> None:
         self.kube = kube
         self.poll_interval = poll_interval
+        # The waits poll the NodeClaim, the node and its pods: from the worker's cache (cluster/reads.py).
+        self.reads = reads if reads is not None else ClusterReads(kube)
 
     def _interval(self, requested: float | None) -> float:
         return requested if requested and requested > 0 else self.poll_interval
@@ -289,6 +292,12 @@ class NodeClaimActivities:
             if err.status == 404:
                 return None
             raise
+
+    async def _polled(self, name: str) -> Json | None:
+        """The NodeClaim as a wait polls it: the cache's copy; the server's when the cache has none (a
+        NodeClaim created a moment ago, or gone: only the server says gone)."""
+        answered, claim = self.reads.cached_object("NodeClaim", name)
+        return claim if answered and claim is not None else await self._get(name)
 
     @activity.defn(name="create_nodeclaim")
     async def create_nodeclaim(self, request: NodeClaimRequest) -> NodeClaimState:
@@ -345,7 +354,7 @@ class NodeClaimActivities:
         said = False
         while True:
             try:
-                claim = await self._get(name)
+                claim = await self._polled(name)
             except Exception as err:
                 raise classify_kube(err, f"reading NodeClaim {name}") from None
             gone = claim is None or (request.uid and claim["metadata"].get("uid") != request.uid)
@@ -414,11 +423,12 @@ class NodeClaimActivities:
         interval = self._interval(request.poll_interval_seconds)
         while True:
             try:
-                node = await self.kube.find_node(request.node)
+                # From the worker's cache; "gone" (the end of the wait) is the server's word.
+                node = await self.reads.node(request.node) or await self.kube.find_node(request.node)
                 if node is not None and request.uid and node["metadata"].get("uid") != request.uid:
                     node = None  # the name is another node's now: the pinned one is gone
-                claim = await self._get(request.nodeclaim) if request.nodeclaim else None
-                pods = len(await self.kube.pods_on_node(request.node)) if node is not None else 0
+                claim = await self._polled(request.nodeclaim) if request.nodeclaim else None
+                pods = len(await self.reads.pods_on_node(request.node)) if node is not None else 0
             except Exception as err:
                 raise classify_kube(err, f"watching Karpenter terminate node {request.node}") from None
             if node is None and claim is None:

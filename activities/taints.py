@@ -97,7 +97,9 @@ class TaintActivities(KubernetesBase):
         if not claiming:
             return
         try:
-            denied = await budget_claims.claim(self.kube, claiming, request.command_id, request.reason)
+            denied = await budget_claims.claim(
+                self.kube, claiming, request.command_id, request.reason, reads=self.reads
+            )
         except Exception as err:
             raise classify_kube(err, "claiming NodeDisruptionBudgets") from None
         if denied is not None:

@@ -56,7 +56,7 @@ from api.constants import (
 from api.nodepool import NodePool
 from api.nodepool_reader import pool_termination_grace_period, read_nodepool
 from kube import events
-from kube.client import NODES, Json, KubeError
+from kube.client import NODES, Json
 from kube.drain_rules import Pod, disruption_taint
 from kube.times import parse_time
 from planner.maintenance_windows import blocked
@@ -124,7 +124,7 @@ class TerminationSteps(KubernetesBase):
                 deadline = annotated_deadline(node)  # the gate starts the drain's clock
             else:
                 deadline = await self._deadline(node, request, pool)
-            pods = await self.kube.pods_on_node(name)
+            pods = await self.reads.pods_on_node(name)  # a count for the workflow: the cache's
         except guards.Refused as err:
             raise guards.refusal(err) from None
         except errors.ApplicationError:
@@ -322,7 +322,9 @@ class TerminationSteps(KubernetesBase):
         """termination_gate's answer, with the node it read (None when it is gone)."""
         name = request.node
         try:
-            node = await self.kube.find_node(name)
+            # Polled for as long as the controls hold the node: from the worker's cache, the server
+            # saying "gone" (a cache that lags must not let a termination through its gate).
+            node = await self.reads.node(name) or await self.kube.find_node(name)
             if node is None or another_node(node, request.uid) is not None:
                 return TerminationGate(go=True, message="the node is gone"), None
             holder = (node["metadata"].get("annotations") or {}).get(guards.OWNER_ANNOTATION)
@@ -330,7 +332,7 @@ class TerminationSteps(KubernetesBase):
                 # Held by a command (ours, or the one that started this termination): it passed the
                 # controls when it tainted; or by this termination itself before a continue-as-new.
                 return TerminationGate(go=True, message=f"held by {holder}"), node
-            found = await guards.windows(self.kube)
+            found = await guards.windows(self.kube, self.reads)
             now = datetime.now(UTC)
             action = guards.window_action(request.reason, request.holder, node)
             block = blocked(found, action, node["metadata"].get("labels") or {}, now) if action else None
@@ -352,7 +354,9 @@ class TerminationSteps(KubernetesBase):
                 return TerminationGate(go=False, waiting_for=held[0], message=held[1]), node
             if not guards.claims_budgets(request.reason, node):
                 return TerminationGate(go=True), node
-            denied = await budget_claims.claim(self.kube, [node], request.holder, request.reason, now)
+            denied = await budget_claims.claim(
+                self.kube, [node], request.holder, request.reason, now, reads=self.reads
+            )
         except Exception as err:
             raise classify_kube(err, f"checking the controls for the termination of node {name}") from None
         if denied is None:
@@ -409,6 +413,7 @@ class TerminationSteps(KubernetesBase):
             check=lambda: self._drain_check(request.node, request.uid),
             reason=request.reason,
             taint=disruption_taint(self.taint_key),
+            reads=self.reads,
         )
 
         async def keep_beating() -> None:
@@ -433,13 +438,15 @@ class TerminationSteps(KubernetesBase):
         )
 
     async def _replaced(self, name: str, uid: str | None) -> str | None:
-        """Why the node of this name is not the pinned one any more (None while it is, or is gone)."""
-        return another_node(await self.kube.find_node(name), uid)
+        """Why the node of this name is not the pinned one any more (None while it is, or is gone),
+        from the worker's cache (a name reused within a watch's delay is seen on the next poll)."""
+        return another_node(await self.reads.node(name), uid)
 
     async def _drain_check(self, name: str, uid: str | None) -> tuple[str | None, datetime | None]:
         """For the drain, each pass: whether the name is another node's now, and the node's
-        termination deadline as annotated (it may have been brought forward since the drain began)."""
-        node = await self.kube.find_node(name)
+        termination deadline as annotated (it may have been brought forward since the drain began),
+        from the worker's cache."""
+        node = await self.reads.node(name)
         if (why := another_node(node, uid)) is not None:
             return why, None
         return None, annotated_deadline(node)
@@ -451,11 +458,15 @@ class TerminationSteps(KubernetesBase):
         (tolerating the taint, mirror, stuck terminating) and inline volumes are not waited for.
         With `wait` False: one look, True when nothing is attached (the termination's local activity)."""
         interval = self._interval(request.poll_interval_seconds)
+        volumes: dict[tuple[str, str], str | None] = {}  # a bound claim's volume does not change
 
         async def detached() -> bool:
             if request.uid and await self._replaced(request.node, request.uid) is not None:
                 return True  # the pinned node is gone: the attachments on this name are another's
-            remaining = await self._blocking_attachments(request.node)
+            remaining = await self._blocking_attachments(request.node, volumes)
+            if not remaining:
+                # The cache says detached: the server's word before the instance goes.
+                remaining = await self._blocking_attachments(request.node, volumes, fresh=True)
             heartbeat({"node": request.node, "attached": remaining[:10]})
             return not remaining
 
@@ -468,27 +479,30 @@ class TerminationSteps(KubernetesBase):
         except Exception as err:
             raise classify_kube(err, f"waiting for volumes of node {request.node} to detach") from None
 
-    async def _blocking_attachments(self, node: str) -> list[str]:
-        try:
-            attachments = [
-                va
-                for va in await self.kube.volume_attachments()
-                if (va.get("spec") or {}).get("nodeName") == node
-            ]
-        except KubeError as err:
-            if err.status == 404:  # no storage.k8s.io on this API server: nothing can be attached
-                return []
-            raise
+    async def _blocking_attachments(
+        self, node: str, volumes: dict[tuple[str, str], str | None] | None = None, fresh: bool = False
+    ) -> list[str]:
+        """The volumes still attached to the node that a drained pod used (from the worker's cache;
+        `fresh`: from the API server). A claim's volume is read once per wait (`volumes`): the
+        binding of a claim never changes, and a GET per claim per poll is what the cache saves."""
+        volumes = {} if volumes is None else volumes
+        # No storage.k8s.io on this API server: nothing can be attached (cluster/reads.py).
+        attachments = await self.reads.volume_attachments_on(node, fresh=fresh)
         if not attachments:
             return []
         now = datetime.now(UTC)
         ignored: set[str] = set()
-        for pod in (Pod(raw) for raw in await self.kube.pods_on_node(node)):
+        for pod in (Pod(raw) for raw in await self.reads.pods_on_node(node, fresh=fresh)):
             if pod.waited_for(now, disruption_taint(self.taint_key)):
                 continue
             for claim in pod.claims():
-                pvc = await self.kube.pvc(pod.namespace, claim)
-                volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+                if (pod.namespace, claim) not in volumes:
+                    pvc = await self.kube.pvc(pod.namespace, claim)
+                    bound = ((pvc or {}).get("spec") or {}).get("volumeName")
+                    if not bound:
+                        continue  # not bound yet: asked again next time
+                    volumes[(pod.namespace, claim)] = bound
+                volume = volumes[(pod.namespace, claim)]
                 if volume:
                     ignored.add(volume)
         blocking = []

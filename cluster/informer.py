@@ -12,6 +12,19 @@ name: kinds a cluster may not serve) count as synced and empty when the server d
 and are tried again later. Only "not served" (404) counts as empty: a kind the worker may not read
 (403) keeps the cache unsynced, so no pass decides without the operator's controls.
 
+Lists come in pages (`limit`/`continue`, 500 objects a page as client-go's pager), so no response
+holds a whole kind at 100,000 pods. A relist (the watch ended in error or 410 Gone) asks first for
+what is not older than the last version this cache saw (`resourceVersionMatch=NotOlderThan`), which
+kube-apiserver answers from its watch cache rather than from etcd; only if that is refused (410) is
+the list made consistent (no resourceVersion: a quorum read), as client-go's reflector does
+(k8s.io/client-go tools/cache/reflector.go `relistResourceVersion`). A continue token that expired
+mid-list (410) starts the list again, consistent. Watches ask for bookmarks, which move the version
+a relist resumes from even while nothing changes.
+
+Besides the planner's kinds, the worker caches what its activities poll (`ACTIVITY_RESOURCES`:
+VolumeAttachments), and indexes a few kinds for them (pods and VolumeAttachments by node, nodes by
+providerID, PDBs by namespace): cluster/reads.py is how the activities read this cache.
+
 Synced once is not current for ever: a kind whose view is older than `stale_after` seconds (no open
 watch, no event and no successful listing for that long: the watch keeps failing and so does the
 listing) is stale. `stale()` says which and why; planning refuses a stale view
@@ -31,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,6 +63,7 @@ class Resource:
     api_version: str
     plural: str
     optional: bool = False
+    planned: bool = True  # read by the planner (fed to the SnapshotBuilder); else only by activities
 
     @property
     def path(self) -> str:
@@ -80,6 +94,35 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
+# What only the activities read from the cache (cluster/reads.py): the volume wait's attachments.
+# Optional: an API server without storage.k8s.io has nothing attached.
+VOLUME_ATTACHMENT = Resource(
+    "VolumeAttachment", "storage.k8s.io/v1", "volumeattachments", optional=True, planned=False
+)
+ACTIVITY_RESOURCES: tuple[Resource, ...] = (VOLUME_ATTACHMENT,)
+WORKER_RESOURCES: tuple[Resource, ...] = RESOURCES + ACTIVITY_RESOURCES
+
+PAGE_SIZE = 500  # objects per list page (client-go's pager default)
+
+IndexKey = Callable[[Json], str | None]
+
+
+def _spec_field(name: str) -> IndexKey:
+    return lambda obj: (obj.get("spec") or {}).get(name) or None
+
+
+def _namespace(obj: Json) -> str | None:
+    return (obj.get("metadata") or {}).get("namespace") or None
+
+
+# The one index each kind keeps for the activities' reads (cluster/reads.py).
+INDEXES: dict[str, IndexKey] = {
+    "Pod": _spec_field("nodeName"),
+    "Node": _spec_field("providerID"),
+    "VolumeAttachment": _spec_field("nodeName"),
+    "PodDisruptionBudget": _namespace,
+}
+
 _key = object_key
 # Seconds a kind's view may be older than before it is stale (its watch and its listing failing).
 STALE_AFTER = 60.0
@@ -95,6 +138,8 @@ class InformerStats:
     relists_gone: int = 0
     errors: int = 0
     received: int = 0  # objects listed or watched
+    pages: int = 0  # list requests (a list is one or more pages)
+    relists_resumed: int = 0  # relists that asked for no older than the cache's version
 
 
 @dataclass
@@ -112,6 +157,12 @@ class Informer:
     watching: bool = False  # a watch stream is open: the view is current
     last_error: str = ""  # why the last list or watch failed ("" once one succeeds)
     version: int = 0  # bumped on every change of `items`, for indexes built from them
+    page_size: int = PAGE_SIZE
+    # The kind's index for the activities (INDEXES): index key -> object key -> object.
+    index_key: IndexKey | None = None
+    index: dict[str, dict[str, Json]] = field(default_factory=dict)
+    # The newest resourceVersion seen (a listing, an event, a bookmark): where a relist resumes.
+    seen_version: str = ""
 
     def stale_for(self, now: float | None = None) -> float:
         """Seconds the view may have missed changes for (0 while a watch is open, or while an optional
@@ -149,24 +200,90 @@ class Informer:
 
     async def _list(self) -> str:
         self.stats.lists += 1
+        since = self.seen_version if self.seen_version not in ("", "0") else None
         try:
-            listing = await self.kube.request("GET", self.resource.path)
+            try:
+                items, version = await self._list_pages(since)
+                if since is not None:
+                    self.stats.relists_resumed += 1
+            except KubeError as err:
+                if err.status not in (400, 410) or (err.status == 400 and since is None):
+                    raise
+                # The version is no longer served, a continue token expired, or the server does not
+                # take resourceVersionMatch (400, before Kubernetes 1.19): a consistent list.
+                items, version = await self._list_pages(None)
         except KubeError as err:
             if self.resource.optional and err.status == 404:
                 self._listed({}, missing=True)
                 return "0"
             raise
-        self._listed({_key(obj): self._stamp(obj) for obj in listing.get("items") or ()}, missing=False)
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "0")
+        self._listed(items, missing=False)
+        self.seen_version = version
+        return version or "0"
+
+    async def _list_pages(self, since: str | None) -> tuple[dict[str, Json], str]:
+        """Every object of the kind, page by page, and the list's resourceVersion. With `since`, no
+        older than that version (the server may answer from its watch cache); else consistent."""
+        first: dict[str, Any] = {"limit": self.page_size}
+        if since is not None:
+            first |= {"resourceVersion": since, "resourceVersionMatch": "NotOlderThan"}
+        items: dict[str, Json] = {}
+        query, version = first, ""
+        while True:
+            self.stats.pages += 1
+            page = await self.kube.request("GET", self.resource.path, query=query)
+            for obj in page.get("items") or ():
+                items[_key(obj)] = self._stamp(obj)
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            token = meta.get("continue")
+            if not token:
+                return items, version
+            # The token carries the list's version; a resourceVersion beside it is refused.
+            query = {"limit": self.page_size, "continue": token}
 
     def _listed(self, items: dict[str, Json], missing: bool) -> None:
         self.items, self.missing = items, missing
+        if self.index_key is not None:
+            self.index = {}
+            for key, obj in items.items():
+                self._index_add(key, obj)
         self.stats.received += len(items)
         self.version += 1
         if self.builder is not None:
             self.builder.replace(self.resource.kind, items.values())
         self._current()
         self.synced.set()
+
+    def _index_add(self, key: str, obj: Json) -> None:
+        assert self.index_key is not None
+        if (at := self.index_key(obj)) is not None:
+            self.index.setdefault(at, {})[key] = obj
+
+    def _index_drop(self, key: str, obj: Json) -> None:
+        assert self.index_key is not None
+        at = self.index_key(obj)
+        bucket = self.index.get(at) if at is not None else None
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del self.index[at]  # type: ignore[arg-type]
+
+    def _put(self, key: str, obj: Json) -> None:
+        if self.index_key is not None and (old := self.items.get(key)) is not None:
+            self._index_drop(key, old)
+        self.items[key] = obj
+        if self.index_key is not None:
+            self._index_add(key, obj)
+
+    def _drop(self, key: str) -> None:
+        old = self.items.pop(key, None)
+        if old is not None and self.index_key is not None:
+            self._index_drop(key, old)
+
+    def indexed(self, at: str) -> list[Json]:
+        """The objects whose index key (INDEXES) is `at`."""
+        return list((self.index.get(at) or {}).values())
 
     def _opened(self) -> None:
         self.watching = True
@@ -192,12 +309,13 @@ class Informer:
                     return None
                 self.stats.events += 1
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self.seen_version = version
                 if kind == "BOOKMARK":
                     continue
                 if kind == "DELETED":
-                    self.items.pop(_key(obj), None)
+                    self._drop(_key(obj))
                 elif kind in ("ADDED", "MODIFIED"):
-                    self.items[_key(obj)] = self._stamp(obj)
+                    self._put(_key(obj), self._stamp(obj))
                 else:
                     continue
                 self.version += 1
@@ -218,13 +336,23 @@ class ClusterCache:
     def __init__(
         self,
         kube: KubeApi,
-        resources: tuple[Resource, ...] = RESOURCES,
+        resources: tuple[Resource, ...] = WORKER_RESOURCES,
         watch_timeout: int = 300,
         stale_after: float = STALE_AFTER,
         heap: HeapFreezer | None = None,
     ) -> None:
-        self.builder = SnapshotBuilder([r.kind for r in resources])
-        self.informers = [Informer(kube, r, watch_timeout, builder=self.builder) for r in resources]
+        self.builder = SnapshotBuilder([r.kind for r in resources if r.planned])
+        self.informers = [
+            Informer(
+                kube,
+                r,
+                watch_timeout,
+                builder=self.builder if r.planned else None,
+                index_key=INDEXES.get(r.kind),
+            )
+            for r in resources
+        ]
+        self._by_kind = {i.resource.kind: i for i in self.informers}
         self.stale_after = stale_after
         self.heap = heap
         self._tasks: list[asyncio.Task[None]] = []
@@ -247,8 +375,14 @@ class ClusterCache:
         self._ready.clear()
         self._first_pass.clear()
 
+    @property
+    def _planned(self) -> list[Informer]:
+        """The planner's informers: what sync, readiness and staleness are about. The activities'
+        kinds (ACTIVITY_RESOURCES) are read only while current, else from the API (cluster/reads.py)."""
+        return [i for i in self.informers if i.resource.planned]
+
     async def _after_sync(self) -> None:
-        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+        await asyncio.gather(*(i.synced.wait() for i in self._planned))
         if self.heap is None:
             await self._catch_up()
             return
@@ -289,10 +423,10 @@ class ClusterCache:
 
     @property
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers)
+        return all(i.synced.is_set() for i in self._planned)
 
     async def wait_synced(self, within: float) -> bool:
-        return await _within(asyncio.gather(*(i.synced.wait() for i in self.informers)), within)
+        return await _within(asyncio.gather(*(i.synced.wait() for i in self._planned)), within)
 
     async def wait_ready(self, within: float) -> bool:
         """Synced, and what the sync brought parsed for the planner: what a pass waits for. The first
@@ -302,13 +436,13 @@ class ClusterCache:
         return await _within(self._ready.wait(), within)
 
     def unsynced(self) -> list[str]:
-        return [i.resource.kind for i in self.informers if not i.synced.is_set()]
+        return [i.resource.kind for i in self._planned if not i.synced.is_set()]
 
     def stale(self, now: float | None = None) -> list[str]:
         """Why the view cannot be trusted: one line per kind whose view is older than `stale_after`."""
         now = time.monotonic() if now is None else now
         out = []
-        for informer in self.informers:
+        for informer in self._planned:
             if not informer.synced.is_set():
                 continue  # unsynced() says so
             age = informer.stale_for(now)
@@ -318,8 +452,22 @@ class ClusterCache:
         return out
 
     def objects(self) -> Iterator[Json]:
+        """Every object of the planner's kinds."""
         for informer in self.informers:
-            yield from list(informer.items.values())
+            if informer.resource.planned:
+                yield from list(informer.items.values())
+
+    def informer(self, kind: str) -> Informer | None:
+        return self._by_kind.get(kind)
+
+    def current(self, kind: str) -> Informer | None:
+        """The kind's informer if its view can be read now (synced, not stale), else None."""
+        informer = self._by_kind.get(kind)
+        if informer is None or not informer.synced.is_set():
+            return None
+        if informer.stale_for() > self.stale_after:
+            return None
+        return informer
 
     def objects_of(self, kind: str) -> list[Json]:
         return [obj for i in self.informers if i.resource.kind == kind for obj in i.items.values()]

@@ -291,10 +291,14 @@ class InterruptionPoller:
 
     async def _node_of(self, instance_id: str) -> Json | None:
         """The node of this instance: from the informer cache when it has listed nodes, else (or for a
-        node newer than the cache) from a listing shared by the messages of one NODE_INDEX_TTL."""
+        node newer than a cache whose watch is not current) from a listing shared by the messages of
+        one NODE_INDEX_TTL. A current cache's "no such node" is final: the queue carries the events of
+        every instance in the account and region, most of them no node of this cluster, and a full
+        listing of the nodes for each of them is what the cache is there to save; a node that
+        registered within one watch delay of its own interruption warning is not one EC2 gives."""
         if self.cache is not None and await self.cache.wait_synced(CACHE_WAIT):
             node = self.cache.node_by_instance(instance_id)
-            if node is not None:
+            if node is not None or self.cache.current("Node") is not None:
                 return node
         node = (await self._nodes_by_instance()).get(instance_id)
         if node is None:  # perhaps a node newer than the listing: look once more

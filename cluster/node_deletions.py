@@ -4,8 +4,10 @@ A task inside every worker process, not a workflow. Why this is durable anyway: 
 of "this node must be terminated" is in Kubernetes itself, a deletionTimestamp held open by the
 `karpenter.sh/termination` finalizer, and it stays there until TerminationWorkflow removes the
 finalizer. The watcher only has to notice it, which it does by listing every node when it starts
-(and after any watch error or every `resync` seconds) and then watching; nothing is lost while no
-worker runs. Starting is idempotent by workflow id (`termination/<cluster>/<node>/<uid>`, conflict
+(in pages, as the informer does) and after a watch error, and watching in between: a watch the
+server ends after `resync` seconds is opened again from the last version it brought (bookmarks
+move it while nothing changes), so a quiet cluster costs no listing of its nodes; nothing is lost
+while no worker runs. Starting is idempotent by workflow id (`termination/<cluster>/<node>/<uid>`, conflict
 policy USE_EXISTING): several worker replicas, a disruption that already started the termination, or
 a restart all end up with one workflow per node, and a node that reuses the name of one whose
 termination still runs gets its own (the id carries the UID, and the workflow is pinned to it). A
@@ -46,6 +48,7 @@ from kube.client import NODES, Json, KubeApi
 
 log = logging.getLogger(__name__)
 
+LIST_PAGE = 500  # nodes per list page (client-go's pager default)
 RETRY_FIRST = timedelta(seconds=30)
 VISIBILITY_LAG = timedelta(seconds=60)  # a closed run may show in visibility this late
 RETRY_MAX = timedelta(minutes=10)
@@ -182,35 +185,56 @@ class NodeDeletionWatcher:
             table.pop(uid, None)
         self.waiting.pop(name, None)
 
+    async def _list(self) -> tuple[list[Json], str]:
+        """Every node, page by page, and the listing's resourceVersion."""
+        items: list[Json] = []
+        token: str | None = None
+        version = "0"
+        while True:
+            page = await self.kube.list_nodes(limit=LIST_PAGE, continue_token=token)
+            items.extend(page.get("items") or ())
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            token = meta.get("continue") or None
+            if token is None:
+                return items, version
+
     async def _watch_loop(self) -> None:
         backoff = 0.5
+        version: str | None = None  # where the next watch resumes; None: list first
         while True:
             try:
-                listing = await self.kube.list_nodes()
-                items = listing.get("items") or []
-                listed = {_key(node) for node in items}
-                for uid, name in list(self.names.items()):
-                    if uid not in listed:  # deleted while no watch ran: its DELETED was missed
-                        self._forget(uid, name)
-                for node in items:
-                    await self._consider(node)
-                self.synced = True
-                self.on_synced()
-                backoff = 0.5
-                version = (listing.get("metadata") or {}).get("resourceVersion") or "0"
+                if version is None:
+                    items, version = await self._list()
+                    listed = {_key(node) for node in items}
+                    for uid, name in list(self.names.items()):
+                        if uid not in listed:  # deleted while no watch ran: its DELETED was missed
+                            self._forget(uid, name)
+                    for node in items:
+                        await self._consider(node)
+                    self.synced = True
+                    self.on_synced()
+                    backoff = 0.5
+                resume: str | None = version
                 async for event in self.kube.watch(NODES, version, self.resync):
                     kind = event.get("type")
                     if kind == "ERROR":  # e.g. 410 Gone: the version is too old; list again
+                        resume = None
                         break
                     node = event.get("object") or {}
+                    resume = str((node.get("metadata") or {}).get("resourceVersion") or resume)
+                    if kind == "BOOKMARK":
+                        continue
                     if kind == "DELETED":
                         meta = node.get("metadata") or {}
                         self._forget(meta.get("uid", ""), meta.get("name", ""))
                     elif kind in ("ADDED", "MODIFIED"):
                         await self._consider(node)
+                version = resume  # the server ended the watch: open it again from there
             except asyncio.CancelledError:
                 raise
             except Exception as err:
+                version = None
                 self.synced = False
                 log.warning("node-deletion watcher: %r; listing again in %.1fs", err, backoff)
                 await asyncio.sleep(backoff)

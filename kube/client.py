@@ -5,12 +5,18 @@ tokens and exec plugins, connection pooling. Requests go through its `ApiClient`
 paths and JSON bodies rather than the generated models, for two reasons: a read-modify-write must
 send back every field it read (generated models drop fields they do not know, which a PUT would
 then erase), and the JSON is what the rest of karpflow reads anyway.
+
+Every request, watches too, first takes a token from the client's bucket (QPS and burst, client-go's
+and Karpenter's defaults: kube/rate_limit.py), and a 429 or 5xx that carries `Retry-After` is sent
+again after that many seconds, as client-go does (an eviction's 429 is a PodDisruptionBudget's answer,
+left to the drain: `evict` does not retry it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import random
@@ -24,6 +30,9 @@ from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 from kubernetes.aio.config import incluster_config
 from yarl import URL
+
+from kube.rate_limit import DEFAULT_BURST, DEFAULT_QPS, MAX_RETRIES, TokenBucket, retry_after
+from runtime import metrics
 
 Json = dict[str, Any]
 
@@ -76,11 +85,17 @@ USER_AGENT = "karpflow-worker/0.1"
 
 class KubeApi:
     def __init__(
-        self, api_client: kclient.ApiClient, request_timeout: float = 30.0, user_agent: str = USER_AGENT
+        self,
+        api_client: kclient.ApiClient,
+        request_timeout: float = 30.0,
+        user_agent: str = USER_AGENT,
+        limiter: TokenBucket | None = None,
     ) -> None:
         self._client = api_client
         self._client.user_agent = user_agent  # audit logs tell karpflow's calls apart
         self._timeout = request_timeout
+        self.limiter = limiter if limiter is not None else TokenBucket(DEFAULT_QPS, DEFAULT_BURST)
+        self.retried_after = 0  # requests sent again after a Retry-After (429, 5xx)
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -93,6 +108,8 @@ class KubeApi:
         connection_pool: int = 200,
         token_file: str | None = None,
         ca_file: str | None = None,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeApi:
         """In-cluster configuration when running in a pod and no kubeconfig is given (the mounted
         ServiceAccount token and CA, or `token_file` / `ca_file`), else the kubeconfig."""
@@ -112,7 +129,7 @@ class KubeApi:
             )
         configuration.connection_pool_maxsize = connection_pool
         read_environment_once(configuration)
-        return cls(kclient.ApiClient(configuration), request_timeout)
+        return cls(kclient.ApiClient(configuration), request_timeout, limiter=TokenBucket(qps, burst))
 
     @classmethod
     def for_host(
@@ -123,6 +140,8 @@ class KubeApi:
         user_agent: str = USER_AGENT,
         token: str | None = None,
         ca_file: str | None = None,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
     ) -> KubeApi:
         """An API server by URL: the local emulator (plain HTTP, no authentication), or with a
         bearer token and the CA that signed its certificate."""
@@ -133,7 +152,7 @@ class KubeApi:
             configuration.ssl_ca_cert = ca_file
         configuration.connection_pool_maxsize = connection_pool
         read_environment_once(configuration)
-        return cls(kclient.ApiClient(configuration), request_timeout, user_agent)
+        return cls(kclient.ApiClient(configuration), request_timeout, user_agent, TokenBucket(qps, burst))
 
     async def close(self) -> None:
         await self._client.close()
@@ -149,16 +168,31 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         request_timeout: float | None = None,
+        retry_throttled: bool = True,
     ) -> Json:
-        """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body."""
-        response = await self._send(method, path, query, body, content_type, request_timeout)
-        try:
-            data = await response.read()
-        finally:
-            response.response.release()
-        if not 200 <= response.status < 300:
-            raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
-        return json.loads(data) if data else {}
+        """One call; raises KubeError for any non-2xx status. Returns the decoded JSON body. A 429 or
+        5xx with `Retry-After` is sent again after it, up to client-go's 10 times, unless
+        `retry_throttled` is False (the caller reads such answers itself), and while the waits stay
+        within the request's timeout: an activity's call is not held for minutes (its own retry policy
+        takes over)."""
+        budget = request_timeout or self._timeout
+        for attempt in range(MAX_RETRIES + 1):
+            await self.limiter.acquire()
+            response = await self._send(method, path, query, body, content_type, request_timeout)
+            try:
+                data = await response.read()
+            finally:
+                response.response.release()
+            if 200 <= response.status < 300:
+                return json.loads(data) if data else {}
+            wait = retry_after(response.status, response.headers) if retry_throttled else None
+            if wait is None or attempt == MAX_RETRIES or wait > budget:
+                raise KubeError(response.status, response.reason or "", data.decode("utf-8", "replace"))
+            budget -= wait
+            self.retried_after += 1
+            metrics.KUBE_CLIENT_RETRY_AFTER.labels(code=str(response.status)).inc()
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
     async def _send(
         self,
@@ -197,6 +231,7 @@ class KubeApi:
             "timeoutSeconds": timeout_seconds,
             "allowWatchBookmarks": "true",
         }
+        await self.limiter.acquire()
         response = await self._send("GET", path, query, None, "application/json", timeout_seconds + 30)
         try:
             if response.status != 200:
@@ -227,22 +262,37 @@ class KubeApi:
                 return None
             raise
 
-    async def list_nodes(self, label_selector: str | None = None) -> Json:
-        return await self.request("GET", NODES, query={"labelSelector": label_selector})
+    async def list_nodes(
+        self, label_selector: str | None = None, limit: int | None = None, continue_token: str | None = None
+    ) -> Json:
+        """One listing of Nodes, or with `limit` one page of it (`metadata.continue` names the next)."""
+        query = {"labelSelector": label_selector, "limit": limit, "continue": continue_token}
+        return await self.request("GET", NODES, query=query)
 
-    async def update_node(self, name: str, mutate: Callable[[Json], bool], attempts: int = 8) -> Json:
+    async def update_node(
+        self, name: str, mutate: Callable[[Json], bool], attempts: int = 8, current: Json | None = None
+    ) -> Json:
         """Read-modify-write with the resourceVersion: `mutate` edits the node in place and says whether
-        it changed anything (nothing to write when it did not). A conflict re-reads and tries again."""
+        it changed anything (nothing to write when it did not). A conflict re-reads and tries again.
+        `current`: the node as the caller read it (the informer cache: it is copied, never changed),
+        written on its resourceVersion without a read first; a conflict reads the server's, and so
+        does "nothing to change" on it (a stale copy must not decide that alone)."""
+        cached = current
         for attempt in range(attempts):
-            node = await self.get_node(name)
+            node = copy.deepcopy(cached) if cached else await self.get_node(name)
             if not mutate(node):
+                if cached:
+                    cached = None
+                    continue
                 return node
+            from_cache, cached = cached is not None, None
             try:
                 return await self.request("PUT", f"{NODES}/{_q(name)}", body=node)
             except KubeError as err:
                 if err.status != 409 or attempt == attempts - 1:
                     raise
-            await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+            if not from_cache:  # a cached copy that lagged is no contention: read again at once
+                await asyncio.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
     async def delete_node(self, name: str, uid: str | None = None) -> None:
@@ -268,7 +318,8 @@ class KubeApi:
             "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
         }
         path = f"/api/v1/namespaces/{_q(meta['namespace'])}/pods/{_q(meta['name'])}/eviction"
-        await self.request("POST", path, body=body)
+        # A PDB's refusal is a 429 with Retry-After: 10; the drain backs off per budget instead.
+        await self.request("POST", path, body=body, retry_throttled=False)
 
     async def delete_pod(self, pod: Json, grace_period_seconds: int) -> None:
         meta = pod["metadata"]

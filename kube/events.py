@@ -15,6 +15,13 @@
 - **Best effort**: an Event is a courtesy to the operator, never a reason to fail or retry the
   step that records it; failures are logged and counted (`karpflow_events_total{outcome}`).
 
+What was written is remembered per event key, as client-go's correlator does in an LRU of 4,096;
+but a controller pass over 5,000 nodes holds more nodes back than that, and an LRU that evicts the
+start of a pass before its end turns every aggregation of the next pass into a new Event. So the
+memory is sized to what a pass records (`reserve`, called for each pass's batch: room for the batch
+and the default beside it) and entries untouched for longer than an Event lives on the server
+(`EVENT_TTL_SECONDS`, kube-apiserver's `--event-ttl`) are dropped: their Event is gone anyway.
+
 The state (what was written, the buckets) lives in the process, as client-go's does: two workers
 each write their own Event for the same thing, which is what two Karpenter replicas would do too.
 """
@@ -43,7 +50,8 @@ COMPONENT = "karpflow"
 CLUSTER_SCOPED_NAMESPACE = "default"  # where client-go records Events of cluster-scoped objects
 SPAM_BURST = 25
 SPAM_REFILL_SECONDS = 300.0
-CACHE_SIZE = 4096
+CACHE_SIZE = 4096  # client-go's correlator LRU; the least the recorder remembers (see `reserve`)
+EVENT_TTL_SECONDS = 3600.0  # kube-apiserver's default --event-ttl: an older Event is gone
 REQUEST_TIMEOUT = 5.0  # an Event must not hold up the activity that records it
 
 Outcome = Literal["created", "aggregated", "deduplicated", "rate_limited", "failed"]
@@ -320,6 +328,20 @@ class EventRecorder:
     _buckets: OrderedDict[str, _Bucket] = field(default_factory=OrderedDict)
     _locks: dict[tuple[str, ...], asyncio.Lock] = field(default_factory=dict)
 
+    def reserve(self, entries: int) -> None:
+        """Room for `entries` more events than the default (a pass's batch): no entry of one pass is
+        forgotten before the pass after it counts it again."""
+        self.cache_size = max(self.cache_size, entries + CACHE_SIZE)
+
+    def _forget_old(self, now: float) -> None:
+        """Drop the least recently written entries beyond the size, and those older than an Event
+        lives (kept in write order: the oldest first)."""
+        while self._written and (
+            len(self._written) > self.cache_size
+            or now - next(iter(self._written.values())).at > EVENT_TTL_SECONDS
+        ):
+            self._written.popitem(last=False)
+
     async def record(self, event: Event) -> Outcome:
         """Write (or count) the event; never raises."""
         # One write at a time per event: two activities recording the same thing count it, not race.
@@ -371,8 +393,7 @@ class EventRecorder:
         )
         self._written[event.key] = _Written(name, event.on.event_namespace, 1, now, stamp)
         self._written.move_to_end(event.key)
-        while len(self._written) > self.cache_size:
-            self._written.popitem(last=False)
+        self._forget_old(now)
         return "created"
 
     def _take_token(self, key: str, now: float) -> bool:
@@ -429,6 +450,7 @@ class EventBatches:
             return False
         if not batch:
             return True
+        self.recorder.reserve(len(batch))
         self._running = asyncio.create_task(self._write(batch), name="pass-events")
         return True
 

@@ -146,6 +146,8 @@ async def connect_kubernetes(settings: WorkerSettings) -> KubeApi:
             settings.kube_request_timeout,
             token=token,
             ca_file=str(settings.kube_ca_file) if settings.kube_ca_file else None,
+            qps=settings.kube_client_qps,
+            burst=settings.kube_client_burst,
         )
     return await KubeApi.connect(
         str(settings.kubeconfig) if settings.kubeconfig else None,
@@ -153,6 +155,8 @@ async def connect_kubernetes(settings: WorkerSettings) -> KubeApi:
         settings.kube_request_timeout,
         token_file=str(settings.kube_token_file) if settings.kube_token_file else None,
         ca_file=str(settings.kube_ca_file) if settings.kube_ca_file else None,
+        qps=settings.kube_client_qps,
+        burst=settings.kube_client_burst,
     )
 
 

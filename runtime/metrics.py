@@ -155,6 +155,17 @@ DRAIN_DURATION = Histogram(
     buckets=DURATION_BUCKETS,
     registry=REGISTRY,
 )
+KUBE_CLIENT_THROTTLED = Counter(
+    "karpflow_kube_client_throttle_seconds_total",
+    "Seconds requests to the Kubernetes API waited for the client's token bucket (--kube-client-qps).",
+    registry=REGISTRY,
+)
+KUBE_CLIENT_RETRY_AFTER = Counter(
+    "karpflow_kube_client_retry_after_total",
+    "Requests to the Kubernetes API sent again after a Retry-After, by the status that asked (429, 5xx).",
+    ["code"],
+    registry=REGISTRY,
+)
 EVENTS = Counter(
     "karpflow_events_total",
     "Kubernetes Events by reason and outcome (created, aggregated, deduplicated, rate_limited, failed).",

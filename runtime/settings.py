@@ -60,6 +60,17 @@ class WorkerSettings(BaseSettings):
         description="API server URL, no kubeconfig (the local emulator); token and CA files if it checks",
     )
     kube_request_timeout: float = Field(default=30.0, gt=0)
+    kube_client_qps: float = Field(
+        default=200.0,
+        gt=0,
+        description="the smoothed rate of requests to the API server a second (client-go's token "
+        "bucket; Karpenter's default)",
+    )
+    kube_client_burst: int = Field(
+        default=300,
+        ge=1,
+        description="the most requests sent at once above kube-client-qps (Karpenter's default)",
+    )
     kube_token_file: Path | None = Field(
         default=None,
         description="ServiceAccount token (in-cluster default: where Kubernetes mounts it)",
@@ -98,7 +109,12 @@ class WorkerSettings(BaseSettings):
         default=10.0, gt=0, description="seconds before a dead worker's cached workflows move to another"
     )
     node_watcher: bool = Field(default=True, description="start terminations for nodes deleted by hand")
-    node_watcher_resync: float = Field(default=300.0, gt=0)
+    node_watcher_resync: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds the node-deletion watcher's watch runs before it is opened again from its "
+        "last version (a listing only at start and after a watch error)",
+    )
     node_watcher_retry: float = Field(
         default=30.0,
         gt=0,

@@ -137,3 +137,20 @@ async def test_the_latencies_it_keeps_are_bounded_and_the_count_is_not(monkeypat
         await p.handle(message(i, 0))
     assert p.counters["acted"] == len(INSTANCES) == 5
     assert len(p.latencies) == 3  # the latest ones, sortable as bench/bench_interruption.py reads them
+
+
+async def test_an_instance_a_current_cache_does_not_know_costs_no_listing_of_the_nodes():
+    """Issue 34: a warning for an instance of another cluster listed every node, twice."""
+    from cluster.informer import ClusterCache, Resource
+
+    kube = FakeKube()
+    cache = ClusterCache(kube, resources=(Resource("Node", "v1", "nodes"),))  # type: ignore[arg-type]
+    (nodes,) = cache.informers
+    nodes._listed({f"/{n['metadata']['name']}": n for n in (node(i) for i in INSTANCES)}, missing=False)
+    nodes.watching = True
+    p = InterruptionPoller(None, "queue", kube, FakeClient(), "tq", "cluster", cache=cache)  # type: ignore[arg-type]
+    assert await p._node_of("i-0ther0cluster000") is None
+    assert (await p._node_of(INSTANCES[0]) or {}).get("metadata", {}).get("name") == f"node-{INSTANCES[0]}"
+    assert kube.calls["list_nodes"] == 0
+    nodes.watching, nodes.current_at = False, float("-inf")  # a cache whose watch failed long ago
+    assert await p._node_of("i-0ther0cluster000") is None and kube.calls["list_nodes"] >= 1

@@ -129,7 +129,7 @@ async def test_a_list_forgets_the_nodes_whose_deletion_the_watch_missed():
     listings = [[deleting(1), deleting(2)], [deleting(2)]]
 
     class Kube:
-        async def list_nodes(self) -> dict[str, Any]:
+        async def list_nodes(self, **_: Any) -> dict[str, Any]:
             return {"items": listings.pop(0), "metadata": {"resourceVersion": "1"}}
 
         async def watch(self, *_: Any) -> AsyncIterator[dict[str, Any]]:
@@ -143,3 +143,29 @@ async def test_a_list_forgets_the_nodes_whose_deletion_the_watch_missed():
     assert watcher.names == {"uid-2": "node-2"}
     await watcher.retry_unfinished(NOW)
     assert client.described == [run_id(2)]
+
+
+async def test_a_watch_the_server_ends_is_opened_again_from_its_last_version_without_a_listing():
+    """Issue 34: the watcher listed every node each time the server ended its watch (every 5 minutes
+    per worker); now only at start and after an error, in pages."""
+    client = Visibility()
+    calls: list[tuple[str, Any]] = []
+
+    class Kube:
+        async def list_nodes(self, **page: Any) -> dict[str, Any]:
+            calls.append(("list", page.get("continue_token")))
+            if page.get("continue_token") is None:
+                return {"items": [deleting(1)], "metadata": {"resourceVersion": "5", "continue": "next"}}
+            return {"items": [deleting(2)], "metadata": {"resourceVersion": "5"}}
+
+        async def watch(self, path: str, version: str, *_: Any) -> AsyncIterator[dict[str, Any]]:
+            calls.append(("watch", version))
+            if len([c for c in calls if c[0] == "watch"]) == 3:
+                raise asyncio.CancelledError  # the test is over
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(int(version) + 10)}}}
+
+    watcher = NodeDeletionWatcher(Kube(), client, "queue", cluster=CLUSTER)  # type: ignore[arg-type]
+    with pytest.raises(asyncio.CancelledError):
+        await watcher._watch_loop()
+    assert calls == [("list", None), ("list", "next"), ("watch", "5"), ("watch", "15"), ("watch", "25")]
+    assert set(watcher.names) == {"uid-1", "uid-2"}

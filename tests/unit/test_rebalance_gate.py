@@ -42,6 +42,9 @@ class Cache(StaticCache):
     def node_by_instance(self, _instance_id: str) -> None:
         return None
 
+    def current(self, _kind: str) -> None:
+        return None  # no kind is watched here: the node is looked up in the listing
+
 
 class FakeKube:
     def __init__(self, b: ClusterBuilder) -> None:

@@ -315,11 +315,13 @@ async def karpflow(
 
 
 def worker_requests(stack: SimStack) -> set[tuple[str, str]]:
-    """(verb, resource) of every Kubernetes request karpflow's worker made (by its user agent)."""
+    """(verb, resource) of every Kubernetes request karpflow's worker made (by its user agent). A
+    request for a kind the server does not serve (the cache's optional kinds: seed-era Provisioners)
+    names no resource the emulator knows: its 404 asks for no right."""
     return {
         (r.verb or "", r.resource or "")
         for r in stack.requests.query()
-        if (r.user_agent or "").startswith(USER_AGENT)
+        if (r.user_agent or "").startswith(USER_AGENT) and (r.verb or r.status != 404)
     }
 
 

@@ -213,3 +213,32 @@ def test_each_interruption_kind_maps_to_karpenters_reason():
         event = events.interruption(NODE, kind)
         assert event is not None and event.reason == reason, kind
     assert events.interruption(NODE, "Unknown") is None
+
+
+async def test_a_pass_larger_than_the_default_memory_aggregates_its_events_the_next_pass():
+    """Issue 34: 5,000 nodes held back, each pass; an LRU of 4,096 forgot the start of a pass before its
+    end, so every Event of the next pass was a new one (5,000 POSTs a pass, not PATCHes)."""
+    api, clock = FakeEventsApi(), Clock()
+    batches = events.EventBatches(
+        recorder(api, clock, dedupe_override=timedelta(0), burst=10), concurrency=64
+    )
+    batch = [
+        events.disruption_blocked({"metadata": {"name": f"n{i}", "uid": f"u{i}"}}, "a pod blocks it")
+        for i in range(5000)
+    ]
+    for _ in range(2):
+        assert batches.submit(batch)
+        await batches.wait()
+        clock.now += 10
+    posts = sum(1 for method, _ in api.calls if method == "POST")
+    patches = sum(1 for method, _ in api.calls if method == "PATCH")
+    assert (posts, patches) == (5000, 5000)
+
+
+async def test_an_entry_older_than_an_event_lives_is_forgotten():
+    api, clock = FakeEventsApi(), Clock()
+    rec = recorder(api, clock, dedupe_override=timedelta(0))
+    await rec.record(events.disruption_blocked(NODE, "a pod blocks it"))
+    clock.now += events.EVENT_TTL_SECONDS + 1
+    await rec.record(events.disruption_blocked({"metadata": {"name": "other", "uid": "u2"}}, "x"))
+    assert len(rec._written) == 1  # the first one's Event expired on the server: not remembered

@@ -75,6 +75,8 @@ def test_karpflows_own_series_are_exported():
         "karpflow_estimated_savings_dollars_per_hour",
         "karpflow_controller_pass_duration_seconds",
         "karpflow_events",
+        "karpflow_kube_client_throttle_seconds",
+        "karpflow_kube_client_retry_after",
     ):
         assert name in exported, name
 

@@ -162,7 +162,7 @@ class OneNode:
     async def find_node(self, name: str) -> dict[str, Any]:
         return self.node
 
-    async def update_node(self, name: str, fn: Any) -> dict[str, Any]:
+    async def update_node(self, name: str, fn: Any, current: Any = None) -> dict[str, Any]:
         self.updates += 1
         fn(self.node)
         return self.node
