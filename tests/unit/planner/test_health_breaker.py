@@ -117,3 +117,22 @@ def test_a_command_planned_while_healthy_fails_validation_once_the_breaker_opens
     verdict = validate_command(sick.snapshot(), sick.catalog, command)
     assert not verdict.valid and "cluster-health breaker open" in verdict.reason
     assert validate_command(healthy.snapshot(), healthy.catalog, command).valid
+
+
+def test_karpflow_status_shows_an_open_breaker_like_a_pause():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from api.controller_io import ControllerStatus
+    from runtime.controller_cli import render
+
+    out = StringIO()
+    render(
+        ControllerStatus(cluster="c", breaker="6 of 12 nodes NotReady (more than 3 and 45%)"),
+        Console(file=out, width=200),
+    )
+    assert "paused by the cluster-health breaker: 6 of 12 nodes NotReady" in out.getvalue()
+    closed = StringIO()
+    render(ControllerStatus(cluster="c"), Console(file=closed, width=200))
+    assert "breaker" not in closed.getvalue()
