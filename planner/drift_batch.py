@@ -147,7 +147,9 @@ class DriftBatch:
             ctx.explain(candidate.name, self.method, f"{label}; no scheduling simulation available")
             return None
         if self.cap > 1:
-            ctx.closed_nodes = frozenset(c.name for c in self.tentative) | self.rejected
+            # The member itself too: the prepared placement of the previous member's probe, where it
+            # was closed, carries on (it is removed from this probe anyway).
+            ctx.closed_nodes = frozenset((candidate.name, *(c.name for c in self.tentative))) | self.rejected
         result = ctx.simulate(ctx, [candidate])
         self._simulated = True
         failures = result.non_pending_failures()

@@ -508,7 +508,7 @@ class SnapshotSimulation:
             stop_on_failure=stop_on_failure,
             packing=packing,
             prefer=prefer,
-            closed=frozenset(closed) - frozenset(node_names),
+            closed=frozenset(closed),
         )
 
     def replacement(
