@@ -68,6 +68,7 @@ from cluster.interruption import InterruptionPoller
 from cluster.node_deletions import NodeDeletionWatcher
 from kube.client import KubeApi
 from kube.events import recorder_for
+from planner.model import PlanOptions
 from runtime.connections import (
     TemporalUnreachable,
     aws_client,
@@ -264,6 +265,7 @@ class KarpflowWorker:
             instances=InstanceDescriptions(self.ec2),
             karpenter_coexistence=settings.karpenter_coexistence,
             approval_recheck=timedelta(seconds=settings.approval_recheck_interval),
+            options=PlanOptions(drift_commands_per_pass=settings.drift_per_pass),
         )
         self.worker = Worker(
             self.client,
