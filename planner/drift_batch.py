@@ -158,11 +158,15 @@ class DriftBatch:
             text = f"{label}; {len(failures)} pod(s) cannot be rescheduled (e.g. {key}: {why})"
             ctx.explain(candidate.name, self.method, text)
             return None
-        for moved in candidate.reschedulable_pods:
-            node = result.placements.get(moved.key)
-            if node is not None:
-                self.destinations.add(node)
-        return make(candidate, list(result.new_nodes))
+        placements = {
+            moved.key: node
+            for moved in candidate.reschedulable_pods
+            if (node := result.placements.get(moved.key)) is not None
+        }
+        self.destinations.update(placements.values())
+        command = make(candidate, list(result.new_nodes))
+        command.placements = placements  # a prediction: the kube-scheduler decides
+        return command
 
     def _cap_reason(self) -> str:
         if self.cap == 1:
