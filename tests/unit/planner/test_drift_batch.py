@@ -222,3 +222,32 @@ def _candidates(ctx: Any) -> list[Any]:
     from planner.candidates import build_candidates
 
     return build_candidates(ctx)[0]
+
+
+def test_at_the_taint_a_batch_that_fills_a_rate_passes_member_by_member_and_one_more_is_refused():
+    """Issue 35: the batch's commands start at once, and each member's taint reads the others' starts
+    (visibility lists them within a second): a batch the pass sized to the rate passes, one more is
+    refused (planner/rate_budgets.py `rate_refusal`, which activities/controls_gate.py applies)."""
+    from api.nodepool import NodePool
+    from planner.rate_budgets import rate_refusal
+
+    pool = NodePool.model_validate(
+        {
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}
+                    }
+                },
+                "disruption": {"budgets": [{"nodes": "3", "per": "1h"}]},
+            },
+        }
+    )
+    batch = ["n0", "n1", "n2"]
+    started = [RecentDisruption(n, "default", "Drifted", NOW - timedelta(seconds=1)) for n in batch]
+    for member in batch:
+        others = [s for s in started if s.node != member]
+        assert rate_refusal(pool, 30, "Drifted", NOW, others, [member]) is None
+    refusal = rate_refusal(pool, 30, "Drifted", NOW, started, ["n3"])
+    assert refusal is not None and "rate budget for Drifted is used up" in refusal
