@@ -101,6 +101,11 @@ VALIDATED_METHODS = frozenset(
 )
 
 
+# Temporal refuses a payload over 2 MB (and warns past 512 KB): a pass result carries commands up to
+# this many bytes of JSON, in the plan's order; the rest wait for the next pass, which plans them
+# again (a drift batch of 1,000 replacements is ~4 MB).
+PASS_COMMAND_BYTES = 1_000_000
+
 HEARTBEAT_EVERY = 5.0
 # Controllers whose last sent reasons a worker remembers (one a cluster; a few for tests and moves).
 REMEMBERED_CONTROLLERS = 8
@@ -213,6 +218,23 @@ def planned_command(
         details=disruption_details(command, workflow_input.approval),
         memo=disruption_memo(command, started_by),
     )
+
+
+def within_payload(
+    commands: list[PlannedCommand], limit: int = PASS_COMMAND_BYTES
+) -> tuple[list[PlannedCommand], str | None]:
+    """The commands a pass result carries (the first ones, up to `limit` bytes of JSON; always the
+    first), and what the result says of those left for the next pass (None: none left)."""
+    total = 0
+    for index, command in enumerate(commands):
+        total += len(command.model_dump_json())
+        if total > limit and index:
+            left = len(commands) - index
+            return commands[:index], (
+                f"{left} command(s) of this pass wait for the next: a pass result carries at most "
+                f"{limit:,} bytes of commands (Temporal's payload limit is 2 MB)"
+            )
+    return commands, None
 
 
 def narrowed(command: PlannedCommand, out: CommandOut) -> PlannedCommand:
@@ -466,10 +488,13 @@ class PlanningActivities(ControllerHousekeeping):
             if any(t.key == self.taint_key for t in node.taints) and not node.is_deleting and name not in held
         )
         started_by = controller_started_by(controller_id())
-        commands = [
-            planned_command(command, self.cluster, started_by, self.approval_recheck)
-            for command in result.commands_
-        ]
+        commands, deferred = within_payload(
+            [
+                planned_command(command, self.cluster, started_by, self.approval_recheck)
+                for command in result.commands_
+            ]
+        )
+        problems = [*result.problems, deferred] if deferred else result.problems
         finalizers = nodepool_finalizer_changes(snapshot)
         reasons = {b.node: held_reason(b.reason, flying.holders.get(b.node)) for b in result.blocked}
         seconds = round(time.perf_counter() - started, 3)
@@ -482,7 +507,7 @@ class PlanningActivities(ControllerHousekeeping):
             commands=commands,
             reasons=self.sent_reasons.update(controller_id(), request.reasons_base, reasons),
             budgets=result.budgets,
-            problems=result.problems,
+            problems=problems,
             breaker=result.breaker,
             in_flight=flying.ids,
             orphan_taints=orphans,

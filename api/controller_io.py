@@ -186,6 +186,9 @@ class ControllerInput(BaseModel):
     # before, at whichever comes first of these, Temporal's own suggestion, and `passes_per_run`.
     max_history_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="continue as new past this")
     max_history_events: int = Field(default=10_000, gt=0, description="continue as new past this")
+    # Temporal refuses a run more than 2,000 children still open (limit.numPendingChildExecutions):
+    # a run that started this many still running continues as new (its children run on, abandoned).
+    max_open_children: int = Field(default=1000, gt=0, description="continue as new past this")
     # The garbage collection of karpflow's own launches (docs/garbage-collection.md).
     gc_interval_seconds: float = Field(
         default=120.0, ge=0, description="between garbage collections (Karpenter's: 2 min); 0: none"

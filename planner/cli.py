@@ -175,6 +175,15 @@ def _fail(message: str) -> None:
     "nodes (strictly cheaper in total). 1 is Karpenter's rule: at most one.",
 )
 @click.option(
+    "--drift-per-pass",
+    type=click.IntRange(1, 1000),
+    default=PlanOptions().drift_commands_per_pass,
+    show_default=True,
+    metavar="N",
+    help="Drift commands one pass may start, validated together, each within the Drifted budget, "
+    "NodeDisruptionBudgets, rate budgets and windows. 1 is Karpenter's pace: one per pass.",
+)
+@click.option(
     "--strategy",
     type=click.Choice(["karpenter", "optimal"]),
     default=None,
@@ -198,6 +207,7 @@ def plan(
     min_values_policy: str,
     instance_type_drift: bool,
     max_replacements: int,
+    drift_per_pass: int,
     strategy: str | None,
 ) -> None:
     """Show what one disruption pass would do, and why every other managed node is left alone.
@@ -266,6 +276,7 @@ def plan(
             "min_values_policy": min_values_policy,
             "instance_type_drift": instance_type_drift,
             "max_replacements": max_replacements,
+            "drift_commands_per_pass": drift_per_pass,
             "consolidation_strategy": strategy.capitalize() if strategy else None,
         }
     )

@@ -25,9 +25,11 @@ workflows/rollout.py) is drifted with reason RolloutRequested, checked right aft
 condition: a rollout is drift the operator asked for, with every control drift has.
 
 Acting (`Drift` method): eventual class, budget reason Drifted, no validation delay. Empty drifted
-nodes first, then oldest drifted first; for the first candidate within budget whose pods can all be
-placed, one command with the new nodes the simulation needs (none: a plain delete). One per pass.
-A static NodePool's drifted nodes are left to StaticDrift (planner/static_drift.py).
+nodes first, then oldest drifted first; for each candidate within the controls whose pods can all
+be placed, one command with the new nodes the simulation needs (none: a plain delete). Karpenter
+starts one per pass; here a pass starts up to `PlanOptions.drift_commands_per_pass`, validated
+together (planner/drift_batch.py); 1 is Karpenter's pace. A static NodePool's drifted nodes are
+left to StaticDrift (planner/static_drift.py).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from api.hashes import (
 )
 from api.nodepool import EC2NodeClass, NodePool
 from kube.selectors import Requirement
+from planner.drift_batch import DriftBatch
 from planner.model import (
     DRIFT,
     BudgetMap,
@@ -67,6 +70,7 @@ from planner.model import (
     DisruptionClass,
     DriftStatus,
     PlanContext,
+    Replacement,
     ValidationResult,
 )
 from planner.snapshot import Node
@@ -257,7 +261,8 @@ def _drift_since(node: Node) -> datetime | None:
 
 
 class Drift:
-    """Replace drifted nodes one command per pass, within the Drifted budget (§6.2)."""
+    """Replace drifted nodes, one command a node, as many per pass as the controls allow (§6.2 and
+    planner/drift_batch.py)."""
 
     name = DRIFT
     reason = REASON_DRIFTED
@@ -270,52 +275,28 @@ class Drift:
         return candidate.drift is not None and not candidate.nodepool.spec.is_static
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
-        ordered = sorted(candidates, key=_drift_order)
-        for index, candidate in enumerate(ordered):
-            drift = candidate.drift
-            assert drift is not None
-            label = f"drifted ({drift.reason}: {drift.detail})"
-            if budgets.available(candidate.pool_name) <= 0:
-                ctx.explain(
-                    candidate.name, self.name, f"{label}; {budgets.exhausted_message(candidate.pool_name)}"
-                )
-                continue
-            replacements = []
-            if not candidate.is_empty:
-                if ctx.simulate is None:
-                    ctx.explain(candidate.name, self.name, f"{label}; no scheduling simulation available")
-                    continue
-                result = ctx.simulate(ctx, [candidate])
-                failures = result.non_pending_failures()
-                if failures:
-                    pod, why = min(failures.items())
-                    text = f"{label}; {len(failures)} pod(s) cannot be rescheduled (e.g. {pod}: {why})"
-                    ctx.explain(candidate.name, self.name, text)
-                    continue
-                replacements = result.new_nodes
-            budgets.take(candidate.pool_name)
-            for later in ordered[index + 1 :]:
-                reason = later.drift.reason if later.drift else "?"
-                ctx.explain(
-                    later.name,
-                    self.name,
-                    f"drifted ({reason}); one drift command per pass, waits for the next",
-                )
-            return [
-                Command(
-                    method=self.name,
-                    reason=self.reason,
-                    candidates=[candidate],
-                    replacements=replacements,
-                    disruption_class=self.disruption_class,
-                    message=label,
-                )
-            ]
-        return []
+        def make(candidate: Candidate, replacements: list[Replacement]) -> Command:
+            return Command(
+                method=self.name,
+                reason=self.reason,
+                candidates=[candidate],
+                replacements=replacements,
+                disruption_class=self.disruption_class,
+                message=drift_label(candidate),
+            )
+
+        batch = DriftBatch(ctx, self.name, budgets, ctx.options.drift_commands_per_pass, drift_label)
+        return batch.run(sorted(candidates, key=_drift_order), make)
 
     def validate(self, ctx: PlanContext, command: Command) -> ValidationResult:
         # Drift commands run without the 15 s validation in Karpenter (§1.7); there is nothing to re-check.
         return ValidationResult(True, command)
+
+
+def drift_label(candidate: Candidate) -> str:
+    """What a drift command and the explanations say of a drifted candidate."""
+    drift = candidate.drift
+    return f"drifted ({drift.reason}: {drift.detail})" if drift is not None else "drifted"
 
 
 def _drift_order(candidate: Candidate) -> tuple[bool, float, str]:

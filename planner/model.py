@@ -119,7 +119,8 @@ class DisruptionClass(StrEnum):
 
 
 class PlanOptions(BaseModel):
-    """Knobs of one planning pass. Defaults are Karpenter's."""
+    """Knobs of one planning pass. Defaults are Karpenter's, but for drift's pace
+    (`drift_commands_per_pass`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -135,6 +136,13 @@ class PlanOptions(BaseModel):
     # Drift as a method (Karpenter's featureGates.drift / the seed's driftEnabled). Off: no drift
     # commands, and the seed-era `karpenter.sh/voluntary-disruption: drifted` markers are removed.
     drift: bool = True
+    # Drift commands one pass may start, validated together (planner/drift_batch.py); each still
+    # within the Drifted budget, NodeDisruptionBudgets, rate budgets and windows. 1 is Karpenter's
+    # pace (one per pass, the next pass at once). Not Karpenter's default, on purpose: at 5,000
+    # nodes a pass takes seconds, and one per pass fills a 10 % budget in minutes instead of one
+    # pass (docs/operator-controls.md "Drift at the budget's speed"). The cap keeps a pass's
+    # result and the controller's history within Temporal's payload limits.
+    drift_commands_per_pass: int = Field(default=100, ge=1, le=1000)
     # SpotToSpotConsolidation feature gate (off by default, §2.5).
     spot_to_spot: bool = False
     # NodeOverlay feature gate (Karpenter v1.7 alpha, off by default as Karpenter's): the snapshot's
@@ -459,6 +467,11 @@ class BudgetMap:
         self.remaining[pool] = left - count
         return True
 
+    def give_back(self, pool: str, count: int = 1) -> None:
+        """Return `count` disruptions taken for a command that was not made after all (a drift
+        batch's member whose pods do not fit)."""
+        self.remaining[pool] = self.remaining.get(pool, 0) + count
+
     def copy(self) -> BudgetMap:
         return BudgetMap(
             self.reason,
@@ -575,6 +588,9 @@ class PlanContext:
     # Expired nodes a MaintenanceWindow held back in this pass (planner/expiration.py): they get
     # karpflow.io/expiration-deferred, and are paced like a voluntary method once the window allows.
     deferred_expirations: set[str] = field(default_factory=set)
+    # Nodes the simulation must not place pods on, though they keep theirs: the members of a drift
+    # batch not simulated yet (planner/drift_batch.py), which this pass may still remove.
+    closed_nodes: frozenset[str] = frozenset()
     # What the NodeOverlays changed (planner/node_overlay.py); None while the gate is off.
     node_overlays: OverlayResult | None = None
 

@@ -131,6 +131,13 @@ class WorkerSettings(BaseSettings):
     controller_validation: float = Field(
         default=15.0, ge=0, description="seconds a consolidation command waits before it is re-validated"
     )
+    drift_per_pass: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="drift commands one pass may start, validated together, each within the Drifted "
+        "budget and the other controls; 1 is Karpenter's pace (one per pass)",
+    )
     approval_recheck_interval: float = Field(
         default=300.0,
         gt=0,
@@ -394,6 +401,7 @@ def plan_options(settings: WorkerSettings) -> PlanOptions:
     return PlanOptions(
         min_values_policy=settings.min_values_policy,
         node_overlay=settings.node_overlay,
+        drift_commands_per_pass=settings.drift_per_pass,
         breaker=settings.breaker,
         breaker_max_unready=settings.breaker_max_unready_percent / 100,
         breaker_ok_unready=settings.breaker_ok_unready_count,

@@ -11,7 +11,9 @@ missing, failed or terminated; runtime/controller_start.py). A pass (karpenter-b
    `leaving-taints` patch);
 4. commands start as child DisruptionWorkflows (parent-close ABANDON: they outlive this run and
    any continue-as-new), with the planner's readable, deterministic id, so a replayed or repeated
-   pass can never start one twice. Forceful commands start at once and ignore backoffs;
+   pass can never start one twice; a pass's commands start together, in one workflow task (behind
+   `controller-concurrent-starts`: a drift batch is up to a hundred). Forceful commands start at once
+   and ignore backoffs;
    consolidation commands wait on a durable timer (15 s) and start only if `validate_commands`
    still finds them valid on a fresh view (Karpenter's validation); drift starts at once;
 5. every `gc_interval_seconds` (behind `controller-garbage-collection`), `collect_garbage` terminates
@@ -27,12 +29,14 @@ and completed is what the workers' supervision leaves alone.
 The next pass follows at once when this one started something, else after the interval (or when
 signalled `wake`). The run continues as new with its backoffs and unavailable offerings after
 `passes_per_run` passes, or earlier when its history grows past `max_history_bytes` or
-`max_history_events` or Temporal suggests it. Per-node reasons reach the workflow as changes
+`max_history_events`, Temporal suggests it, or `max_open_children` of the commands it started still
+run (Temporal refuses a run's 2,001st open child). Per-node reasons reach the workflow as changes
 (api/node_reasons.py): they are in the status query, not repeated in every pass of the history.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -102,6 +106,7 @@ PATCH_COUNT_FAILURES_ONCE = "controller-count-failures-once"
 PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
 PATCH_GARBAGE_COLLECTION = "controller-garbage-collection"
+PATCH_CONCURRENT_STARTS = "controller-concurrent-starts"
 
 
 # No failure_exception_types, on purpose: a bug in this code fails the workflow task, which is retried
@@ -143,6 +148,8 @@ class ControllerWorkflow:
         self._bounded_history = False
         self._upkeep_controls = False
         self._collects_garbage = False
+        self._concurrent_starts = False
+        self._open_children = 0  # started by this run and still running
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> ControllerStatus:
@@ -274,6 +281,7 @@ class ControllerWorkflow:
         self._bounded_history = workflow.patched(PATCH_BOUNDED_HISTORY)
         self._upkeep_controls = workflow.patched(PATCH_OPERATOR_CONTROLS)
         self._collects_garbage = workflow.patched(PATCH_GARBAGE_COLLECTION)
+        self._concurrent_starts = workflow.patched(PATCH_CONCURRENT_STARTS)
         for _ in range(request.passes_per_run):
             if self._stop is not None:
                 break
@@ -318,6 +326,7 @@ class ControllerWorkflow:
             info.is_continue_as_new_suggested()
             or info.get_current_history_size() >= request.max_history_bytes
             or info.get_current_history_length() >= request.max_history_events
+            or (self._concurrent_starts and self._open_children >= request.max_open_children)
         )
 
     def _stopping_text(self) -> str:
@@ -426,7 +435,7 @@ class ControllerWorkflow:
                 continue
             (to_validate if command.needs_validation else ready).append(command)
 
-        started = [await self._start(request, c) for c in ready if self._stop is None]
+        started = await self._start_all(request, ready)
         if to_validate:
             self._status.validating = [c.workflow_id for c in to_validate]
             await workflow.sleep(timedelta(seconds=request.validation_seconds))
@@ -450,11 +459,13 @@ class ControllerWorkflow:
                     or []
                 )
             self._status.validating = []
+            valid: list[PlannedCommand] = []
             for verdict in verdicts:
                 if not verdict.valid or verdict.command is None:
                     rejected[verdict.workflow_id] = verdict.reason
-                elif self._stop is None:
-                    started.append(await self._start(request, verdict.command))
+                else:
+                    valid.append(verdict.command)
+            started.extend(await self._start_all(request, valid))
         started_ids = [s for s in started if s]
 
         info = workflow.info()
@@ -576,6 +587,16 @@ class ControllerWorkflow:
             self._reasons_fingerprint = held if held == update.fingerprint else ""
         return node_reasons.waiting(self._reasons)
 
+    async def _start_all(self, request: ControllerInput, commands: list[PlannedCommand]) -> list[str | None]:
+        """Start the commands: together, in one workflow task (a pass's drift batch is many: one
+        after another, each waited for, cost a workflow task and three events more each); before
+        `controller-concurrent-starts`, one after another. None for one already started."""
+        if not self._concurrent_starts:
+            return [await self._start(request, c) for c in commands if self._stop is None]
+        if self._stop is not None or not commands:
+            return []
+        return list(await asyncio.gather(*(self._start(request, c) for c in commands)))
+
     async def _start(self, request: ControllerInput, command: PlannedCommand) -> str | None:
         """Start the command's DisruptionWorkflow; its id makes a second start a no-op. Its nodes are
         searchable from the start and held out of the next passes until visibility lists it; the Web
@@ -606,12 +627,17 @@ class ControllerWorkflow:
         # The outcome is read from visibility by a later pass; reading it here too keeps a failed
         # child from being logged as an exception nobody retrieved, and says in one line why.
         handle.add_done_callback(_log_outcome)
+        self._open_children += 1
+        handle.add_done_callback(self._child_closed)
         held = HeldCommand(nodes=list(command.nodes), since=workflow.now())
         self._state.holding[command.workflow_id] = held
         workflow.logger.info(
             "started %s (%s %s)", command.workflow_id, command.reason, ", ".join(command.nodes)
         )
         return command.workflow_id
+
+    def _child_closed(self, _handle: Any) -> None:
+        self._open_children -= 1
 
     # -- started, not yet visible ------------------------------------------------------------------------
 

@@ -527,12 +527,14 @@ class SnapshotSimulation:
         packing: Packing = KARPENTER_PACKING,
         prefer: Mapping[str, str] | None = None,
         consolidation: bool = False,
+        closed: Iterable[str] = (),
     ) -> SimulationResult:
         """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
         the pending pods and those of nodes going away anyway in the background (§2.6). `prefer`:
         planned destinations of moved pods (pod key -> node), honoured where the rules allow.
         `consolidation`: Karpenter's consolidation simulation (v1.14), whose moved pods never land on
-        a node inside its NodePool's consolidateAfter window (`settling_nodes`)."""
+        a node inside its NodePool's consolidateAfter window (`settling_nodes`).
+        `closed`: nodes that keep their pods but take no pod (a batch's later members)."""
         gone = frozenset(gone) - frozenset(node_names)
         moving = self.pods_of(node_names) if pods is None else pods
         extra = self.background_pods(node_names, gone) if background is None else background
@@ -547,6 +549,7 @@ class SnapshotSimulation:
             packing=packing,
             prefer=prefer,
             avoid_settling=consolidation,
+            closed=frozenset(closed),
         )
 
     def replacement(
@@ -694,7 +697,8 @@ def simulate(
 ) -> SchedulingResult:
     """planner.model's `Simulate`: remove `candidates` (and `ctx.marked_for_deletion`) from the
     snapshot's cluster and place `pods` (default: the §2.6 set). The prepared cluster is cached per
-    snapshot, so repeated calls only pay for the pods that move."""
+    snapshot, so repeated calls only pay for the pods that move. `ctx.closed_nodes` keep their pods
+    and take none."""
     prepared = snapshot_simulation(ctx)
     names = [c.name for c in candidates]
     gone = ctx.marked_for_deletion
@@ -702,5 +706,5 @@ def simulate(
         moving, background = prepared.pods_of(names), prepared.background_pods(names, gone)
     else:
         moving, background = list(pods), []
-    result = prepared.run(names, moving, background=background, gone=gone)
+    result = prepared.run(names, moving, background=background, gone=gone, closed=ctx.closed_nodes)
     return prepared.scheduling_result(result, [*moving, *background])

@@ -117,7 +117,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         self._tolerates_pool = {}
         self._domains_cache = {}
         self._compat_cache = {}
-        self._bases: dict[tuple[frozenset[str], tuple[str, ...]], ProbeBase] = {}
+        self._bases: dict[tuple[frozenset[str], tuple[str, ...], frozenset[str]], ProbeBase] = {}
         self._backgrounds: dict[int, _Background] = {}
         self._parts: dict[int, _Background] = {}
         self._fair_cache = {}
@@ -338,6 +338,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         packing: Packing = KARPENTER_PACKING,
         prefer: Mapping[str, str] | None = None,
         avoid_settling: bool = False,
+        closed: Collection[str] = (),
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
         as needed.
@@ -347,6 +348,9 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         `settling` nodes), unless the pod is pending or its node is being deleted; new NodeClaims are
         not held back. Background pods are never held back either (Karpenter's scheduler.go
         `addToExistingNode`).
+        `closed` nodes keep their pods but take none (background pods included): nodes the caller
+        will remove later in the same decision, e.g. the rest of a pass's batch of drift commands
+        (planner/drift_batch.py), so no pod is planned onto a node that is about to go too.
 
         `background` pods (pending pods, pods of nodes being deleted or `gone`) are placed first: they
         take room before the moved pods, and the NodeClaims they open stand for capacity the
@@ -383,7 +387,8 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         # background placements stale.
         if self.register({p.constraints for p in pods}) | self._register_background(known):
             self._bases.clear()
-        base = self._base(frozenset(gone), known, deleting_keys)
+        gone_set = frozenset(gone)
+        base = self._base(gone_set, known, deleting_keys, frozenset(closed) - gone_set)
         probe, displaced = self._fork(base, frozenset(remove))
         result = SimulationResult(
             placements={k: v for k, v in base.placements.items() if k not in displaced},
@@ -513,29 +518,38 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
             self._remember_background(known)
         return known
 
-    def _base(self, gone: frozenset[str], known: _Background, deleting_keys: set[str]) -> ProbeBase:
+    def _base(
+        self, gone: frozenset[str], known: _Background, deleting_keys: set[str], closed: frozenset[str]
+    ) -> ProbeBase:
         background, keys, key_set = known.pods, known.keys, known.key_set
-        cached = self._bases.get((gone, keys))
+        cached = self._bases.get((gone, keys, closed))
         if cached is not None:
             return cached
         # Within a pass the gone nodes and the background only grow (each method marks more nodes):
-        # start from the largest base this one contains and place only what is new.
-        parent = max(
+        # start from the largest base this one contains and place only what is new. Closed nodes
+        # only grow too (a drift batch closes its later members, which go or stay closed): a parent
+        # may close fewer, never one this base leaves open (room only shrinks within a probe).
+        found = max(
             (
-                b
-                for (g, k), b in self._bases.items()
-                if g <= gone and (b.keys is key_set or (len(b.keys) <= len(key_set) and b.keys <= key_set))
+                (c, b)
+                for (g, k, c), b in self._bases.items()
+                if g <= gone
+                and c - gone <= closed
+                and (b.keys is key_set or (len(b.keys) <= len(key_set) and b.keys <= key_set))
             ),
-            key=lambda b: (len(b.probe.removed_names), len(b.keys)),
+            key=lambda cb: (len(cb[1].probe.removed_names), len(cb[1].keys), len(cb[0])),
             default=None,
         )
-        if parent is None:
+        if found is None:
             probe = Probe({self.node_index[n] for n in gone if n in self.node_index}, gone)
             self._limits_start(probe)
+            self._close(probe, closed)
             result = SimulationResult()
             todo = list(background)
         else:
+            parent_closed, parent = found
             probe, displaced = self._fork(parent, gone)
+            self._close(probe, closed - parent_closed)
             result = SimulationResult(
                 placements={k: v for k, v in parent.placements.items() if k not in displaced},
                 unschedulable=dict(parent.unschedulable),
@@ -549,8 +563,16 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         base = ProbeBase(probe, result.placements, result.unschedulable, known.pending, key_set)
         if len(self._bases) >= 8:
             self._bases.pop(next(iter(self._bases)))
-        self._bases[(gone, keys)] = base
+        self._bases[(gone, keys, closed)] = base
         return base
+
+    def _close(self, probe: Probe, closed: frozenset[str]) -> None:
+        """No room left on the `closed` nodes for this probe and its forks (their pods stay)."""
+        full = (-1,) * len(self._zero)
+        for name in closed:
+            idx = self.node_index.get(name)
+            if idx is not None:
+                probe.free[idx] = full
 
     def _fork(self, base: ProbeBase, remove: frozenset[str]) -> tuple[Probe, dict[str, SimPod]]:
         """A probe starting from `base` with the `remove` nodes gone too; returns the background pods

@@ -250,10 +250,18 @@ class FakeSimulation:
         return SchedulingResult(new_nodes=new_nodes, unschedulable=stuck)
 
 
-def drift_plan(b: ClusterBuilder, simulate=None):
+def drift_plan(b: ClusterBuilder, simulate=None, **options):
     return plan(
-        b.snapshot(), b.catalog, PlanOptions(), methods=[Drift()], simulate=simulate or FakeSimulation()
+        b.snapshot(),
+        b.catalog,
+        PlanOptions(**options),
+        methods=[Drift()],
+        simulate=simulate or FakeSimulation(),
     )
+
+
+# Karpenter's pace: one drift command per pass (the batch of planner/drift_batch.py is the default).
+ONE_PER_PASS = {"drift_commands_per_pass": 1}
 
 
 def drifted_cluster(budgets=None, **pool_kwargs) -> ClusterBuilder:
@@ -286,8 +294,13 @@ def test_empty_drifted_nodes_go_first_and_are_deleted_without_simulation():
     b.pod("web-1", "busy")
     b.node("idle", ami="ami-old", security_groups="sg-1,sg-2", age=timedelta(days=1))
     simulation = FakeSimulation()
-    (command,) = drift_plan(b, simulation).commands
+    (command,) = drift_plan(b, simulation, **ONE_PER_PASS).commands
     assert command.nodes == ["idle"] and command.decision == "delete" and simulation.calls == []
+    # In a batch too the empty node comes first, deleted without a simulation.
+    simulation = FakeSimulation()
+    commands = drift_plan(b, simulation).commands
+    assert [(c.nodes, c.decision) for c in commands] == [(["idle"], "delete"), (["busy"], "replace")]
+    assert simulation.calls == [["busy"]]
 
 
 def test_oldest_drifted_node_goes_first_and_one_command_per_pass():
@@ -295,10 +308,12 @@ def test_oldest_drifted_node_goes_first_and_one_command_per_pass():
     for name, days in (("young", 1), ("old", 9), ("middle", 5)):
         b.node(name, ami="ami-old", security_groups="sg-1,sg-2", age=timedelta(days=days))
         b.pod(f"{name}-pod", name)
-    result = drift_plan(b)
+    result = drift_plan(b, **ONE_PER_PASS)
     assert [c.nodes for c in result.commands] == [["old"]]
     waiting = {x.node: x.reason for x in result.blocked}
     assert waiting["middle"].startswith("drifted (AMIDrift); one drift command per pass")
+    # The default: the whole budget (100 %) in one pass, oldest first.
+    assert [c.nodes for c in drift_plan(b).commands] == [["old"], ["middle"], ["young"]]
 
 
 def test_a_drifted_node_whose_pods_cannot_move_is_skipped_for_the_next():

@@ -228,3 +228,21 @@ def test_max_replacements_lets_multi_node_consolidation_launch_several_nodes(tmp
     assert 0 < several["savingsPerHour"] < several["savingsPerHourBest"]
     bad = invoke(*args, "--max-replacements", "0")
     assert bad.exit_code == 2 and "--max-replacements" in bad.output
+
+
+def test_drift_per_pass_takes_karpenters_pace_or_the_whole_budget(tmp_path):
+    b = ClusterBuilder(region="us-east-1")
+    b.nodeclass(amis=["ami-new"], security_groups=["sg-1"])
+    b.nodepool("default", consolidate_after="Never", budgets=[{"nodes": "100%"}])
+    for i in range(3):
+        b.node(f"old-{i}", ami="ami-old", security_groups="sg-1", age=timedelta(days=9 - i))
+    path = b.write(tmp_path / "cluster.yaml")
+
+    def drift_nodes(*args: str) -> list[list[str]]:
+        result = invoke("--snapshot", str(path), "--at", "2026-11-22T10:00:00Z", "-o", "json", *args)
+        assert result.exit_code == 0, result.output
+        return [c["nodes"] for c in json.loads(result.output)["commands"] if c["method"] == "drift"]
+
+    assert drift_nodes() == [["old-0"], ["old-1"], ["old-2"]]
+    assert drift_nodes("--drift-per-pass", "1") == [["old-0"]]
+    assert invoke("--snapshot", str(path), "--drift-per-pass", "0").exit_code == 2

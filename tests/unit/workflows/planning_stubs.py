@@ -11,6 +11,7 @@ from typing import Any
 
 from activities.planning import PlanningActivities
 from cluster.informer import RESOURCES
+from planner.model import PlanOptions
 from planner.snapshot import Snapshot
 from planner.snapshot_builder import SnapshotBuilder
 from sim.cluster_builder import ClusterBuilder
@@ -100,6 +101,7 @@ def planning(
     sync_seconds: float = 0.0,
     visibility: NoVisibility | None = None,
     karpenter_coexistence: bool = False,
+    options: PlanOptions | None = None,
 ) -> PlanningActivities:
     return PlanningActivities(
         StaticCache(objects, sync_seconds),  # type: ignore[arg-type]
@@ -107,6 +109,7 @@ def planning(
         client=visibility or NoVisibility(),  # type: ignore[arg-type]
         region="us-west-2",
         karpenter_coexistence=karpenter_coexistence,
+        options=options,
     )
 
 

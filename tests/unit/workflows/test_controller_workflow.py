@@ -556,3 +556,85 @@ async def test_a_gc_interval_of_zero_collects_nothing(controller_harness: Contro
     finally:
         await handle.terminate("test over")
     assert controller_harness.controller.collections == []
+
+
+# -- issue 35: a pass's batch of drift commands ---------------------------------------------------------
+
+
+def drift_command(node: str, test: str) -> PlannedCommand:
+    """A drift command of `node`, its id unique to the `test` (the dev server outlives a test)."""
+    return command([node]).model_copy(
+        update={
+            "workflow_id": f"disruption/default/Drifted/{test}-{node}",
+            "method": "drift",
+            "reason": "Drifted",
+            "input": DisruptionInput(reason="Drifted", nodes=[node]).model_dump(mode="json"),
+        }
+    )
+
+
+def child_starts_per_task(history: WorkflowHistory) -> list[int]:
+    """How many children each workflow task of the history started (tasks that started any)."""
+    counts, current = [], 0
+    for event in history.events:
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            current += 1
+        elif event.HasField("workflow_task_completed_event_attributes") and current:
+            counts.append(current)
+            current = 0
+    return [*counts, current] if current else counts
+
+
+async def test_a_pass_starts_its_drift_batch_in_one_workflow_task(controller_harness: ControllerHarness):
+    fake, cluster = controller_harness.controller, controller_harness.cluster
+    nodes = [f"d{i}" for i in range(12)]
+    cluster.nodes.update(nodes)
+    batch = [drift_command(n, controller_harness.id("batch").replace("/", "-")) for n in nodes]
+    fake.script = [PassScript(commands=batch)]
+    handle = await start_controller(controller_harness, passes_per_run=3)
+    try:
+        await until_passes(handle, 2)
+        history = await handle.fetch_history()
+    finally:
+        await handle.terminate("test over")
+    started = [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    assert started == [c.workflow_id for c in batch]
+    assert child_starts_per_task(history) == [12]
+
+
+async def test_a_run_with_too_many_open_children_continues_as_new(controller_harness: ControllerHarness):
+    """Temporal refuses a run's 2,001st open child: a run whose children still run past
+    max_open_children continues as new (the children run on, abandoned)."""
+    fake, cluster = controller_harness.controller, controller_harness.cluster
+    cluster.drain_blocks = True  # the commands stay open, draining
+    nodes = [f"open-{i}" for i in range(4)]  # their terminations' ids are the nodes
+    cluster.nodes.update(nodes)
+    batch = [drift_command(n, controller_harness.id("open").replace("/", "-")) for n in nodes]
+    fake.script = [PassScript(commands=batch)]
+    handle = await start_controller(controller_harness, passes_per_run=50, max_open_children=3)
+    client = controller_harness.client
+    try:
+        await until_passes(handle, 3)
+        runs = await runs_of(client, handle.id, handle.result_run_id)
+        for started in batch:
+            child = client.get_workflow_handle(started.workflow_id)
+            assert (await child.describe()).status == WorkflowExecutionStatus.RUNNING
+    finally:
+        await handle.terminate("test over")
+        for started in batch:
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(started.workflow_id).terminate("test over")
+    assert runs, "the first run did not continue as new"
+    first_history = runs[0][1]
+    assert child_starts_per_task(first_history) == [4]
+    passes_in_first = sum(
+        1
+        for e in first_history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_pass"
+    )
+    assert passes_in_first == 1

@@ -207,3 +207,14 @@ def test_the_uids_of_nodes_a_command_no_longer_has_pin_nothing():
         DisruptionInput, {"reason": "Empty", "nodes": ["a"], "node_uids": {"a": "uid-a", "b": "uid-b"}}
     )
     assert narrowed.node_uids == {"a": "uid-a"}
+
+
+def test_drift_per_pass_defaults_to_the_planners_and_reaches_it_from_the_environment(monkeypatch):
+    from planner.model import PlanOptions
+
+    monkeypatch.setenv("KARPFLOW_CLUSTER_NAME", "prod")
+    assert WorkerSettings().drift_per_pass == PlanOptions().drift_commands_per_pass
+    monkeypatch.setenv("KARPFLOW_DRIFT_PER_PASS", "1")  # Karpenter's pace
+    assert WorkerSettings().drift_per_pass == 1
+    with pytest.raises(ValidationError):
+        WorkerSettings(drift_per_pass=0)

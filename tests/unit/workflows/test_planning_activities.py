@@ -24,6 +24,7 @@ from api.constants import DISRUPTED_TAINT_KEY, KARPFLOW_DISRUPTED_TAINT_KEY
 from api.controller_io import Backoff, PassRequest, PassResult, Pause, ValidateRequest
 from api.workflow_io import Approval
 from kube.times import rfc3339
+from planner.model import PlanOptions
 from planner.plan import CommandOut
 from runtime import metrics
 from sim.cluster_builder import ClusterBuilder
@@ -63,10 +64,14 @@ def two_pools_with_drift() -> ClusterBuilder:
 
 async def test_a_backed_off_pool_leaves_the_pass_to_the_other_pools():
     """Issue 17 item 7: while `batch` backed off Drifted, the one drift command per pass went to
-    batch every pass (and was dropped by the controller), and default's drifted node waited."""
-    activities = planning(two_pools_with_drift().objects)
+    batch every pass (and was dropped by the controller), and default's drifted node waited. A
+    batch (the default since issue 35) takes both; a backed-off pool is still left out of it."""
+    one_per_pass = PlanOptions(drift_commands_per_pass=1)
+    activities = planning(two_pools_with_drift().objects, options=one_per_pass)
     alone = await activities.plan_pass(PassRequest())
     assert [(c.reason, c.nodes) for c in alone.commands] == [("Drifted", ["batch-old"])]
+    batch = await planning(two_pools_with_drift().objects).plan_pass(PassRequest())
+    assert [c.nodes for c in batch.commands] == [["batch-old"], ["default-young"]]
 
     backoff = Backoff(
         nodepool="batch",
@@ -370,9 +375,11 @@ async def test_a_pool_that_requires_approval_puts_it_in_its_commands(value: str,
     b = two_pools_with_drift()
     batch = next(o for o in b.objects if o["kind"] == "NodePool" and o["metadata"]["name"] == "batch")
     batch["metadata"].setdefault("annotations", {})["karpflow.dev/require-approval"] = value
-    (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
-    assert drift.nodes == ["batch-old"]
+    # One pass takes both pools' drifted nodes; only batch's command waits for approval.
+    drift, other = (await planning(b.objects).plan_pass(PassRequest())).commands
+    assert (drift.nodes, other.nodes) == (["batch-old"], ["default-young"])
     assert (drift.input.get("approval") is not None) == gated, drift.input
+    assert other.input.get("approval") is None
     # What the Web UI shows before anyone opens it says the command will wait (issue 19 leftovers),
     # also once validation narrowed it.
     assert drift.summary.startswith("Drifted (awaits approval, 24h): " if gated else "Drifted: "), (
@@ -390,7 +397,8 @@ async def test_the_pools_approval_timeout_reaches_the_command_and_its_summary():
     batch["metadata"].setdefault("annotations", {}).update(
         {"karpflow.dev/require-approval": "true", "karpflow.dev/approval-timeout": "4h"}
     )
-    (drift,) = (await planning(b.objects).plan_pass(PassRequest())).commands
+    drift, _ = (await planning(b.objects).plan_pass(PassRequest())).commands
+    assert drift.nodes == ["batch-old"]
     assert Approval.model_validate(drift.input["approval"]).timeout == timedelta(hours=4)
     assert drift.summary.startswith("Drifted (awaits approval, 4h): "), drift.summary
 
@@ -492,3 +500,32 @@ async def test_the_controllers_annotations_are_pinned_to_the_node_they_were_plan
     assert await activities.apply_annotations([change]) == 1
     assert kube.node["metadata"]["annotations"]["karpenter.sh/voluntary-disruption"] == "drifted"
     assert await activities.apply_annotations([change]) == 0  # idempotent: nothing left to change
+
+
+def test_a_pass_result_carries_commands_up_to_its_payload_budget_and_the_rest_wait():
+    from activities.planning import within_payload
+    from api.controller_io import PlannedCommand
+
+    def command(i: int) -> PlannedCommand:
+        wid = f"disruption/c/default/Drifted/{i:04d}"
+        return PlannedCommand(
+            workflow_id=wid,
+            method="drift",
+            reason="Drifted",
+            nodes=[f"n{i}"],
+            nodepools=["default"],
+            forceful=False,
+            needs_validation=False,
+            input={"pad": "x" * 900},
+            planned={},
+        )
+
+    commands = [command(i) for i in range(30)]
+    sizes = [len(c.model_dump_json()) for c in commands]
+    kept, why = within_payload(commands, limit=sum(sizes[:10]))
+    assert kept == commands[:10]
+    assert why is not None and why.startswith("20 command(s) of this pass wait for the next")
+    assert within_payload(commands, limit=sum(sizes)) == (commands, None)
+    # One command larger than the budget still goes: a pass always starts its first.
+    first, left = within_payload(commands[:2], limit=1)
+    assert first == commands[:1] and left is not None and left.startswith("1 command(s) of this pass")

@@ -1113,8 +1113,9 @@ def test_the_controller_collects_garbage_behind_its_patch():
     path = HISTORIES / f"{CONTROLLER_GC}.json"
     assert PATCH_GARBAGE_COLLECTION in _patches(_load(path))
     assert _activities(path).count("collect_garbage") >= 2
+    recorded_since = {CONTROLLER_GC, "controller-drift-batch", "controller-drift-batch-before-issue-35"}
     for older in HISTORIES.glob("controller*.json"):
-        if older.stem != CONTROLLER_GC:
+        if older.stem not in recorded_since:
             assert PATCH_GARBAGE_COLLECTION not in _patches(_load(older)), older.stem
 
 
@@ -1136,3 +1137,99 @@ async def test_a_controller_run_of_the_older_code_would_not_replay_with_the_coll
     )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(history)
+
+
+# -- issue 35: a pass starts its batch of drift commands at once ---------------------------------------
+
+CONTROLLER_DRIFT_BATCH = "controller-drift-batch"
+# Recorded by the controller before issue 35 (commit 5fd2a61: one child started after another); never
+# re-record it: it proves that a run of that code replays on the old side of the patch.
+CONTROLLER_DRIFT_BATCH_BEFORE = "controller-drift-batch-before-issue-35"
+EXPECTED.update({CONTROLLER_DRIFT_BATCH, CONTROLLER_DRIFT_BATCH_BEFORE})
+
+
+async def _record_drift_batch(controller_harness, name: str) -> None:
+    """A pass that starts four drift commands and a consolidation command validated with another,
+    then quiet passes until the run continues as new."""
+    client, queue = controller_harness.client, controller_harness.task_queue
+    fake, cluster = controller_harness.controller, controller_harness.cluster
+    nodes = [f"d{i}" for i in range(6)]
+    cluster.nodes.update(nodes)
+    fake.script = [
+        PassScript(
+            commands=[
+                *(_delete([n], "Drifted", f"disruption/default/Drifted/batch-{n}") for n in nodes[:4]),
+                _delete(["d4"], "Empty", "disruption/default/Empty/batch-d4", validate=True),
+                _delete(["d5"], "Empty", "disruption/default/Empty/batch-d5", validate=True),
+            ]
+        ),
+    ]
+    handle = await client.start_workflow(
+        "ControllerWorkflow",
+        ControllerInput(
+            cluster="replay",
+            task_queue=queue,
+            interval_seconds=0.05,
+            validation_seconds=0.05,
+            passes_per_run=3,
+        ),
+        id=f"karpflow-controller/drift-batch/{harness_suffix(queue)}",
+        task_queue=queue,
+    )
+    first_run = await _first_run_closed(handle, client)
+    await _save(name, first_run)
+    await client.get_workflow_handle(handle.id).terminate("recorded")
+
+
+@pytest.mark.skipif(not RECORD, reason="set KARPFLOW_RECORD_HISTORIES=1 to re-record the histories")
+async def test_record_controller_drift_batch(controller_harness):
+    """Record only this: `KARPFLOW_RECORD_HISTORIES=1 pytest tests/unit/workflows/test_replay.py -k
+    record_controller_drift_batch`."""
+    await _record_drift_batch(controller_harness, CONTROLLER_DRIFT_BATCH)
+
+
+def _child_starts_per_task(path: Path) -> list[int]:
+    """How many children each workflow task of a recorded history started (tasks that started any)."""
+    counts, current = [], 0
+    for event in _events(path):
+        if "startChildWorkflowExecutionInitiatedEventAttributes" in event:
+            current += 1
+        elif "workflowTaskCompletedEventAttributes" in event and current:
+            counts.append(current)
+            current = 0
+    return [*counts, current] if current else counts
+
+
+def test_the_controller_starts_a_pass_commands_together_behind_its_patch():
+    """Four drift commands in one workflow task, then the two validated ones in another; the run
+    recorded before the patch started them one task each, and replays on that side."""
+    from workflows.controller import PATCH_CONCURRENT_STARTS
+
+    path = HISTORIES / f"{CONTROLLER_DRIFT_BATCH}.json"
+    assert PATCH_CONCURRENT_STARTS in _patches(_load(path))
+    assert _child_starts_per_task(path) == [4, 2]
+    before = HISTORIES / f"{CONTROLLER_DRIFT_BATCH_BEFORE}.json"
+    assert _child_starts_per_task(before) == [1, 1, 1, 1, 1, 1]
+    for older in HISTORIES.glob("controller*.json"):
+        if older.stem != CONTROLLER_DRIFT_BATCH:
+            assert PATCH_CONCURRENT_STARTS not in _patches(_load(older)), older.stem
+
+
+async def test_a_controller_run_of_the_older_code_replays_on_either_side_of_the_patch(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Measured, not assumed: the same commands in the same order, only in fewer workflow tasks, replay
+    against the older run too (Temporal matches commands to the history's in sequence). The patch is
+    there by the rule (docs/workflow-changes.md): a run started on the older code keeps its pace."""
+    from workflows.controller import PATCH_CONCURRENT_STARTS
+
+    history = _load(HISTORIES / f"{CONTROLLER_DRIFT_BATCH_BEFORE}.json")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    real = temporalio.workflow.patched
+    monkeypatch.setattr(
+        temporalio.workflow,
+        "patched",
+        lambda patch_id: patch_id == PATCH_CONCURRENT_STARTS or real(patch_id),
+    )
+    await replayer.replay_workflow(history)
