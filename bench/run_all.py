@@ -42,6 +42,7 @@ MODEST: dict[str, list[str]] = {
     "scheduler": ["--pods", "3000", "--nodes", "150"],
     "week": ["--days", "1", "--nodes", "1000"],
     "soak": ["--nodes", "200", "--minutes", "3"],
+    "api_load": ["--nodes", "500", "--idle-seconds", "30"],
 }
 
 
