@@ -41,6 +41,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def build_cluster(nodes: int, pods: int, drift: int, seed: int) -> tuple[list[di
     spec.drifted_fraction = spec.expired_fraction = spec.not_ready_fraction = spec.empty_fraction = 0.0
     spec.blocking_pdb_fraction = spec.do_not_disrupt_fraction = 0.0
     spec.budgets = [[{"nodes": "0"}]]
-    objects = with_owners(with_images(generate_cluster(spec).objects))
+    objects = with_owners(with_images(generate_cluster(spec, now=datetime.now(UTC)).objects))
     pools = {o["metadata"]["name"]: o for o in objects if o["kind"] == "NodePool"}
     for pool in pools.values():
         pool["spec"]["disruption"]["consolidateAfter"] = "Never"

@@ -91,9 +91,14 @@ def rss_mb(pid: int | None = None) -> float:
 
 def load(url: str, nodes: int, pods: int, names: Path) -> None:
     """Generate the cluster and load it into the emulator; write the pods' keys for the churn."""
+    from datetime import UTC, datetime
+
     from sim.cluster_builder import ClusterSpec, generate_cluster
 
-    items = with_images(generate_cluster(ClusterSpec(nodes=nodes, pods=pods, pools=4, seed=1)).objects)
+    # Ages are relative to now: the worker plans at the wall clock's time, and a cluster generated at
+    # the builder's fixed date would age by the days since, expiring a fifth of its nodes (issue 34).
+    spec = ClusterSpec(nodes=nodes, pods=pods, pools=4, seed=1)
+    items = with_images(generate_cluster(spec, now=datetime.now(UTC)).objects)
     import orjson
 
     # A loaded store has no namespaces unless given: the churn creates pods in them.
