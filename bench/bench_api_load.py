@@ -328,6 +328,12 @@ async def main(args: argparse.Namespace) -> int:
     goals: list[Goal] = []
     try:
         synced = await run.start(objects)
+        # Everything karpflow asked until its first pass: the informer's lists, over the sync's time.
+        console.print(
+            verbs_table(
+                run.stats(), USER, seconds=synced, title=f"sync: karpflow's requests over {synced:.0f} s"
+            )
+        )
         await asyncio.sleep(args.settle_seconds)
         idle, cpu = await run.window(args.idle_seconds)
         idle_cpu = cpu_seconds(run.pid) - cpu
