@@ -43,6 +43,7 @@ MODEST: dict[str, list[str]] = {
     "week": ["--days", "1", "--nodes", "1000"],
     "soak": ["--nodes", "200", "--minutes", "3"],
     "rollout": ["--nodes", "1000", "--pods", "20000", "--minutes", "4"],
+    "api_load": ["--nodes", "500", "--idle-seconds", "30"],
 }
 
 

@@ -9,6 +9,11 @@
     karpflow sim faults never-ready [--instance-type m5.large] [--instance-id i-...]
     karpflow sim faults bad-ami AMI_ID [--pods-crash] [--remove]
     karpflow sim faults api --verb create --resource pods/eviction --status 429 [--rate 0.5] [--times 3]
+    karpflow sim api-stats [--user U] [--reset] [--json]
+                                                     requests and bytes by user, verb and resource
+    karpflow sim flow-control --seats-per-second 200 [--user-share 0.5] | --off
+                                                     429s for a user over its share (API Priority and
+                                                     Fairness, simplified: sim/apiserver/flowcontrol.py)
     karpflow sim interrupt NODE --kind spot|capacity-reservation|capacity-block-expiration|rebalance|
                                        scheduled-change|stopping|health
                                                      the EventBridge event EC2 (or AWS Health) sends
@@ -332,6 +337,48 @@ def faults_api(ctx: click.Context, rate: float, **rule: Any) -> None:
     body = {key: value for key, value in rule.items() if value is not None}
     body["error_rate"] = rate
     _print_faults(_client(ctx).request("POST", "/sim/faults", body))
+
+
+# -- the API's load -------------------------------------------------------------------------------
+
+
+@sim.command("api-stats")
+@click.option("--user", help="Only this user's verbs and resources (default: every user's).")
+@click.option("--reset", is_flag=True, help="Start counting again after printing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@click.pass_context
+def api_stats(ctx: click.Context, user: str | None, reset: bool, as_json: bool) -> None:
+    """Requests, response bytes, full LISTs and 429s the emulator served, by user, verb and resource."""
+    from sim.api_stats_view import users_table, verbs_table
+    from sim.apiserver.api_stats import StatsDoc
+
+    doc = StatsDoc.model_validate(_client(ctx).request("GET", "/sim/api-stats"))
+    if as_json:
+        console.print_json(doc.model_dump_json())
+    else:
+        console.print(users_table(doc))
+        for name in [user] if user else sorted({row.user for row in doc.rows}):
+            console.print(verbs_table(doc, name))
+    if reset:
+        _client(ctx).request("DELETE", "/sim/api-stats")
+
+
+@sim.command("flow-control")
+@click.option("--seats-per-second", type=float, help="What the server serves a second, in seats.")
+@click.option("--user-share", type=float, default=0.5, show_default=True, help="The most one user may take.")
+@click.option("--off", is_flag=True, help="Turn flow control off (the default).")
+@click.pass_context
+def flow_control(ctx: click.Context, seats_per_second: float | None, user_share: float, off: bool) -> None:
+    """Answer 429 with Retry-After to a user over its share of the server, as API Priority and Fairness
+    would (simplified: sim/apiserver/flowcontrol.py). Without options: the current setting."""
+    if off:
+        state = _client(ctx).request("DELETE", "/sim/flowcontrol")
+    elif seats_per_second is not None:
+        body = {"seats_per_second": seats_per_second, "user_share": user_share}
+        state = _client(ctx).request("PUT", "/sim/flowcontrol", body)
+    else:
+        state = _client(ctx).request("GET", "/sim/flowcontrol")
+    console.print_json(data=state)
 
 
 # -- interruptions -------------------------------------------------------------------------------

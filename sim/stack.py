@@ -658,6 +658,7 @@ class SimStack:
             await self._reload(None)
             self.api_faults.clear()
             self.requests.clear()
+            self.api.stats.clear()
             return web.json_response({"resourceVersion": self.store.resource_version})
         if path == "/sim/state" and method in ("POST", "PUT"):
             raise BadRequest(

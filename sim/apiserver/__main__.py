@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 
+from sim.apiserver.flowcontrol import FlowControlConfig
 from sim.apiserver.runner import EmulatorServer
 from sim.apiserver.store import Store
 from sim.timescale import TimeScale
@@ -18,6 +19,11 @@ async def serve(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         bookmark_interval=args.bookmark_interval,
+        flow_control=(
+            FlowControlConfig(seats_per_second=args.flow_control_seats, user_share=args.flow_control_share)
+            if args.flow_control_seats
+            else None
+        ),
     )
     await srv.start()
     if args.kubeconfig:
@@ -42,6 +48,14 @@ def main() -> None:
     )
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this server to this path")
     parser.add_argument("--bookmark-interval", type=float, default=10.0)
+    parser.add_argument(
+        "--flow-control-seats",
+        type=float,
+        help="API Priority and Fairness, simplified (flowcontrol.py): seats the server serves a second",
+    )
+    parser.add_argument(
+        "--flow-control-share", type=float, default=0.5, help="the most of them one user may take"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):

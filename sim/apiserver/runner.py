@@ -1,7 +1,7 @@
 """Run the emulator: in a background thread (sync code, tests, kubectl) or in a running loop.
 
     with EmulatorServer() as srv:               # own thread and event loop, free port
-        srv.url, srv.store, srv.faults, srv.requests
+        srv.url, srv.store, srv.faults, srv.requests, srv.stats
         srv.write_kubeconfig(path)              # for kubectl / kubernetes.config.load_kube_config
         srv.api_client()                        # a configured sync kubernetes.client.ApiClient
         srv.aio_api_client()                    # the same for kubernetes.aio
@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from sim.apiserver.api_stats import ApiStats
 from sim.apiserver.faults import Faults, RequestLog
+from sim.apiserver.flowcontrol import FlowControlConfig
 from sim.apiserver.kubeconfig import write_kubeconfig
 from sim.apiserver.security import Tls, Tokens
 from sim.apiserver.server import ApiServer
@@ -50,6 +52,7 @@ class EmulatorServer:
         request_log: RequestLog | None = None,
         bookmark_interval: float = 10.0,
         secure_dir: Path | None = None,
+        flow_control: FlowControlConfig | None = None,
     ) -> None:
         """`secure_dir`: serve HTTPS with a CA written there, and authenticate and authorize every
         request (sim/apiserver/security.py)."""
@@ -63,6 +66,7 @@ class EmulatorServer:
             request_log=request_log,
             bookmark_interval=bookmark_interval,
             tokens=Tokens() if secure_dir is not None else None,
+            flow_control=flow_control,
         )
         self._runner: web.ServerRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -75,6 +79,11 @@ class EmulatorServer:
     @property
     def requests(self) -> RequestLog:
         return self.api.requests
+
+    @property
+    def stats(self) -> ApiStats:
+        """Requests and bytes by user, verb and resource (api_stats.py)."""
+        return self.api.stats
 
     @property
     def secure(self) -> bool:

@@ -33,6 +33,7 @@ from sim.apiserver.errors import Forbidden, NotFound, Unauthorized
 RBAC = "rbac.authorization.k8s.io"
 ADMIN_NAME = "kubernetes-admin"
 AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
 # What kube-apiserver's default system:discovery / system:public-info-viewer roles give everyone.
 DISCOVERY_PREFIXES = ("/api", "/apis", "/openapi", "/version", "/healthz", "/livez", "/readyz")
 
@@ -45,6 +46,9 @@ class User:
     @property
     def is_admin(self) -> bool:
         return "system:masters" in self.groups
+
+
+ANONYMOUS = User("system:anonymous", (UNAUTHENTICATED,))
 
 
 class Tls:
@@ -89,6 +93,14 @@ class Tokens:
         with self._lock:
             self._users[token] = (user, expires)
         return token, expires
+
+    def identify(self, header: str | None) -> User | None:
+        """Whom a bearer token names (None: no token, or not one of ours, or expired), without
+        refusing anyone: how the emulator counts its callers when it does not check them."""
+        try:
+            return self.authenticate(header)
+        except Unauthorized:
+            return None
 
     def authenticate(self, header: str | None) -> User:
         scheme, _, token = (header or "").partition(" ")

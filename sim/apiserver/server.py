@@ -22,6 +22,11 @@ Everything outside the Kubernetes URL space lives under `/sim/`:
   GET|POST|DELETE /sim/faults, DELETE /sim/faults/{id}     fault rules (see faults.py)
   GET|DELETE /sim/requests   the request log (?verb=&resource=&namespace=&name=&status=&since=&limit=)
   GET|PUT /sim/timescale     {"factor": float}: how fast simulated delays (grace periods) run
+  GET|DELETE /sim/api-stats  requests and response bytes by user, verb and resource (api_stats.py)
+  GET|PUT|DELETE /sim/flowcontrol   the per-user share of the server (flowcontrol.py); off by default
+
+`/metrics` is kube-apiserver's (metrics.py): its request and response-size series and the emulator's
+per-user ones (the admin's in secure mode, as kube-apiserver gives it to system:monitoring).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sim.apiserver import crds, discovery, openapi, openapi_protobuf, protobuf_wire, tables
+from sim.apiserver import crds, discovery, metrics, openapi, openapi_protobuf, protobuf_wire, tables
+from sim.apiserver.api_stats import ApiStats, StatsKey
 from sim.apiserver.errors import (
     ApiError,
     BadRequest,
@@ -51,9 +57,10 @@ from sim.apiserver.errors import (
     error_for_code,
 )
 from sim.apiserver.faults import FaultRule, Faults, RequestLog
+from sim.apiserver.flowcontrol import TOO_MANY_REQUESTS, FlowControl, FlowControlConfig, seats
 from sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from sim.apiserver.resources import ResourceType, by_gvr, clear_registered
-from sim.apiserver.security import Authorizer, Tokens, User, non_resource_allowed
+from sim.apiserver.security import ANONYMOUS, Authorizer, Tokens, User, non_resource_allowed
 from sim.apiserver.security import Request as RbacRequest
 from sim.apiserver.store import Store
 
@@ -136,6 +143,40 @@ def _error(err: ApiError) -> web.Response:
     return web.Response(body=orjson.dumps(err.status()), status=err.code, headers=headers)
 
 
+class _Rejected(Exception):
+    """Flow control turned the request away (answered before any other handling)."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(retry_after)
+        self.retry_after = retry_after
+
+
+def _too_many_requests(retry_after: int) -> web.Response:
+    """kube-apiserver's answer when flow control rejects a request: plain text, not a Status."""
+    return web.Response(
+        text=TOO_MANY_REQUESTS,
+        status=429,
+        headers={"Retry-After": str(retry_after), "Content-Type": "text/plain; charset=utf-8"},
+    )
+
+
+def _body_length(response: web.StreamResponse) -> int:
+    body = response.body if isinstance(response, web.Response) else None
+    return len(body) if isinstance(body, bytes | bytearray) else 0
+
+
+def _is_full_list(verb: str | None, target: Target | None, query: Any) -> bool:
+    """A list that reads every object of its kind: cluster-wide, no selector, its first page."""
+    return (
+        verb == "list"
+        and target is not None
+        and target.namespace is None
+        and not query.get("labelSelector")
+        and not query.get("fieldSelector")
+        and not query.get("continue")
+    )
+
+
 def _int_param(query: Any, name: str) -> int | None:
     value = query.get(name)
     if value in (None, ""):
@@ -158,6 +199,8 @@ class ApiServer:
         bookmark_interval: float = 10.0,
         max_watch_seconds: float = 1800.0,
         tokens: Tokens | None = None,
+        stats: ApiStats | None = None,
+        flow_control: FlowControlConfig | None = None,
     ) -> None:
         self.store = store
         # Secure mode (sim/apiserver/security.py): every request authenticated and authorized.
@@ -166,6 +209,8 @@ class ApiServer:
         self.issuer = tokens or Tokens()  # TokenRequest works either way; only secure mode checks
         self.faults = faults or Faults()
         self.requests = request_log or RequestLog()
+        self.stats = stats or ApiStats()
+        self.flow_control = FlowControl(flow_control)
         self.bookmark_interval = bookmark_interval
         self.max_watch_seconds = max_watch_seconds
         self.server_address = "127.0.0.1:6443"
@@ -193,6 +238,9 @@ class ApiServer:
         verb: str | None = None
         fault = False
         user: User | None = None
+        # Who is asking, for the counts and flow control: in secure mode whom authentication finds;
+        # otherwise the ServiceAccount of a token the TokenRequest API issued, else anonymous.
+        caller = self.issuer.identify(request.headers.get("Authorization")) or ANONYMOUS
         try:
             # kube-apiserver authenticates before it routes: an unserved resource is a 404 for a
             # known caller, a 401 for anyone else.
@@ -204,6 +252,16 @@ class ApiServer:
                 response = await self._non_resource(request)
             else:
                 verb = _verb(request.method, target, request.query)
+                # Flow control comes after authentication and before authorization, as in
+                # kube-apiserver's handler chain (server/config.go DefaultBuildHandlerChain).
+                cost = seats(
+                    verb,
+                    self.store.count(target.rt) if verb in ("list", "watch") else 0,
+                    request.query.get("sendInitialEvents") == "true",
+                )
+                retry_after = self.flow_control.admit(caller.name, caller.groups, cost)
+                if retry_after is not None:
+                    raise _Rejected(retry_after)
                 if user is not None and self.authorizer is not None:
                     rt = target.rt
                     asked = RbacRequest(
@@ -231,13 +289,17 @@ class ApiServer:
                         retry_after=1 if decision.status == 429 else None,
                     )
                 else:
-                    response = await self._resource(request, target, verb, decision)
+                    response = await self._resource(
+                        request, target, verb, decision, StatsKey(caller.name, verb, target.resource)
+                    )
                 if (
                     target.rt.plural == crds.CRDS
                     and verb not in ("get", "list", "watch")
                     and response.status < 300
                 ):
                     crds.sync(self.store)
+        except _Rejected as rejected:
+            response = _too_many_requests(rejected.retry_after)
         except ApiError as err:
             response = _error(err)
         except ConnectionResetError:  # the client went away (a killed worker): nothing to answer
@@ -260,6 +322,14 @@ class ApiServer:
             fault=fault,
             user=user.name if user is not None else None,
         )
+        key = StatsKey(
+            caller.name,
+            verb or request.method.lower(),
+            target.resource if target else "/" + (path.split("/")[1] if "/" in path else path),
+        )
+        self.stats.record(
+            key, response.status, _body_length(response), full_list=_is_full_list(verb, target, request.query)
+        )
         return response
 
     # --- discovery and health ------------------------------------------------------------------------
@@ -275,6 +345,10 @@ class ApiServer:
             return web.Response(text="ok", content_type="text/plain")
         if path == "/version":
             return _json(discovery.VERSION_INFO)
+        if path == "/metrics":
+            return web.Response(
+                body=metrics.exposition(self.stats), headers={"Content-Type": metrics.CONTENT_TYPE}
+            )
         if path == "/api":
             if discovery.wants_aggregated(accept):
                 return _json(discovery.aggregated(core=True), content_type=discovery.AGGREGATED_CONTENT_TYPE)
@@ -309,14 +383,14 @@ class ApiServer:
     # --- resources -----------------------------------------------------------------------------------
 
     async def _resource(
-        self, request: web.Request, target: Target, verb: str, decision: Any
+        self, request: web.Request, target: Target, verb: str, decision: Any, key: StatsKey
     ) -> web.StreamResponse:
         q = request.query
         store = self.store
         rt, ns, name, sub = target.rt, target.namespace, target.name, target.subresource
         dry_run = q.get("dryRun") == "All"
         if verb == "watch":
-            return await self._watch(request, target, decision)
+            return await self._watch(request, target, decision, key)
         if verb == "list":
             return self._list(request, target)
         if verb == "get":
@@ -569,7 +643,9 @@ class ApiServer:
         await resp.write(orjson.dumps({"type": "ERROR", "object": gone.status()}) + b"\n")
         return resp
 
-    async def _watch(self, request: web.Request, target: Target, decision: Any) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, target: Target, decision: Any, key: StatsKey
+    ) -> web.StreamResponse:
         q = request.query
         rt = target.rt
         since = q.get("resourceVersion") or None
@@ -581,6 +657,13 @@ class ApiServer:
         include = q.get("includeObject", "PartialObjectMetadata")
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
+        stats = self.stats
+
+        async def send(data: bytes) -> None:
+            # Counted as written: a watch lives for minutes, its bytes are this second's load.
+            await resp.write(data)
+            stats.add_bytes(key, len(data))
+
         try:
             sub = self.store.subscribe(
                 rt,
@@ -593,7 +676,7 @@ class ApiServer:
         except Gone as err:
             # Like the watch cache: 200, then one ERROR event carrying the 410 Status.
             await resp.prepare(request)
-            await resp.write(orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n")
+            await send(orjson.dumps({"type": "ERROR", "object": err.status()}) + b"\n")
             return resp
         initial_left = sub.queued()
         initial_rv = self.store.resource_version
@@ -606,7 +689,7 @@ class ApiServer:
         await resp.prepare(request)
         try:
             if send_initial_end and initial_left == 0:
-                await resp.write(self._bookmark(rt, initial_rv, initial_end=True))
+                await send(self._bookmark(rt, initial_rv, initial_end=True))
                 send_initial_end = False
             while True:
                 now = loop.time()
@@ -617,14 +700,12 @@ class ApiServer:
                 if event is None:
                     if sub.closed:
                         if sub.error is not None:
-                            await resp.write(
-                                orjson.dumps({"type": "ERROR", "object": sub.error.status()}) + b"\n"
-                            )
+                            await send(orjson.dumps({"type": "ERROR", "object": sub.error.status()}) + b"\n")
                         break
                     if bookmarks and loop.time() >= next_bookmark:
                         rv = sub.bookmark_version()
                         if rv is not None:
-                            await resp.write(self._bookmark(rt, rv))
+                            await send(self._bookmark(rt, rv))
                         next_bookmark = loop.time() + self.bookmark_interval
                     continue
                 if as_table:
@@ -637,12 +718,12 @@ class ApiServer:
                     line = orjson.dumps({"type": event.type, "object": obj}) + b"\n"
                 else:
                     line = b"".join((b'{"type":"', event.type.encode(), b'","object":', event.raw, b"}\n"))
-                await resp.write(line)
+                await send(line)
                 sent += 1
                 if send_initial_end:
                     initial_left -= 1
                     if initial_left == 0:
-                        await resp.write(self._bookmark(rt, initial_rv, initial_end=True))
+                        await send(self._bookmark(rt, initial_rv, initial_end=True))
                         send_initial_end = False
                 if decision.disconnect_after_events is not None and sent >= decision.disconnect_after_events:
                     break
@@ -687,6 +768,7 @@ class ApiServer:
             crds.sync(self.store)
             self.faults.clear()
             self.requests.clear()
+            self.stats.clear()
             return _json({"resourceVersion": self.store.resource_version})
         if what == "faults":
             if method == "GET":
@@ -721,6 +803,23 @@ class ApiServer:
             if method == "DELETE":
                 self.requests.clear()
                 return _json({"deleted": "all"})
+        if what == "api-stats":
+            if method == "GET":
+                return _raw(self.stats.doc().model_dump_json().encode())
+            if method == "DELETE":
+                self.stats.clear()
+                return _json({"deleted": "all"})
+        if what == "flowcontrol":
+            if method in ("PUT", "POST"):
+                try:
+                    self.flow_control.config = FlowControlConfig.model_validate_json(await request.read())
+                except ValueError as err:
+                    raise BadRequest(f"invalid flow control: {err}") from None
+            elif method == "DELETE":
+                self.flow_control.config = None
+            if method in ("GET", "PUT", "POST", "DELETE"):
+                config = self.flow_control.config
+                return _json({"config": config.model_dump() if config is not None else None})
         if what == "timescale":
             if method == "GET":
                 return _json({"factor": self.store.timescale.factor})
