@@ -290,6 +290,7 @@ class KarpflowWorker:
             reservations=CapacityReservationReader(self.ec2),
             karpenter_coexistence=settings.karpenter_coexistence,
             approval_recheck=timedelta(seconds=settings.approval_recheck_interval),
+            notify=settings.notify_webhook_secret is not None,
             options=plan_options(settings),
         )
         self.worker = Worker(

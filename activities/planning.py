@@ -194,13 +194,17 @@ class SentReasons:
 
 
 def planned_command(
-    command: Any, cluster: str = "", started_by: str = "", recheck_every: timedelta | None = None
+    command: Any,
+    cluster: str = "",
+    started_by: str = "",
+    recheck_every: timedelta | None = None,
+    notify: bool = False,
 ) -> PlannedCommand:
     """A planner Command as the controller starts it: its workflow id (scoped by `cluster`) and input,
     its planned form, and what the Web UI shows of it (summary, details, memo naming `started_by`).
     `recheck_every`: how often it is judged again should it wait for approval."""
     planned = command_out(command).model_dump(mode="json", by_alias=True)
-    workflow_input = disruption_input(command, planned=planned, recheck_every=recheck_every)
+    workflow_input = disruption_input(command, planned=planned, recheck_every=recheck_every, notify=notify)
     return PlannedCommand(
         workflow_id=disruption_workflow_id(command, cluster),
         method=command.method,
@@ -313,9 +317,11 @@ class PlanningActivities(ControllerHousekeeping):
         reservations: CapacityReservationReader | None = None,
         karpenter_coexistence: bool = False,
         approval_recheck: timedelta | None = None,
+        notify: bool = False,
     ) -> None:
         self.cache = cache
         self.approval_recheck = approval_recheck  # a waiting command is judged again this often
+        self.notify = notify  # the worker has a webhook: its commands tell it (workflows/notify.py)
         # The disruption taint karpflow writes, and so the only one its crash cleanup removes: beside
         # Karpenter, `karpenter.sh/disrupted` is Karpenter's, never karpflow's to take off.
         self.taint_key = disrupted_taint_key(karpenter_coexistence)
@@ -490,7 +496,7 @@ class PlanningActivities(ControllerHousekeeping):
         started_by = controller_started_by(controller_id())
         commands, deferred = within_payload(
             [
-                planned_command(command, self.cluster, started_by, self.approval_recheck)
+                planned_command(command, self.cluster, started_by, self.approval_recheck, self.notify)
                 for command in result.commands_
             ]
         )
@@ -570,6 +576,7 @@ class PlanningActivities(ControllerHousekeeping):
                         self.cluster,
                         controller_started_by(controller_id()),
                         self.approval_recheck,
+                        self.notify,
                     )
                     if out.command_ is not None
                     else narrowed(command, out.command)

@@ -52,6 +52,7 @@ class RolloutInput(BaseModel):
     polls_per_run: int = Field(default=200, ge=1, description="polls before a continue-as-new")
     nodes: list[RolloutNode] | None = None
     total: int = Field(default=0, ge=0)
+    notify: bool = Field(default=False, description="tell the operator's webhook when the rollout finished")
 
     @field_validator("selector")
     @classmethod

@@ -227,6 +227,11 @@ class TerminationInput(Strict):
         "the earlier of this and deletion + terminationGracePeriod",
     )
     timeouts: TerminationTimeouts = Field(default_factory=TerminationTimeouts)
+    notify: bool = Field(
+        default=False,
+        description="tell the operator's webhook when the drain is stuck or the termination fails "
+        "(set by a worker with --notify-webhook-secret)",
+    )
 
 
 class Approval(Strict):
@@ -281,6 +286,11 @@ class DisruptionInput(Strict):
         default=None,
         description="Empty: the ready CapacityBuffers the planner accounted for (namespace/name -> "
         "replicas); the taint refuses the nodes if one is new or bigger. Unset: not checked",
+    )
+    notify: bool = Field(
+        default=False,
+        description="tell the operator's webhook when it awaits approval or fails, and its terminations "
+        "when a drain is stuck (set by the controller of a worker with --notify-webhook-secret)",
     )
 
     @field_validator("nodes")

@@ -45,6 +45,7 @@ async def _start(settings: WorkerSettings, nodepool: str, selector: dict[str, st
         requested_at=requested_at,
         requested_by=f"{getpass.getuser()}@{socket.gethostname()}",
         poll_interval=timedelta(seconds=poll),
+        notify=True,  # a no-op child where the worker has no webhook (activities/notifications.py)
     )
     if await find_in_cluster(settings, "NodePool", nodepool) is None:
         click.echo(

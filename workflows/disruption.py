@@ -181,7 +181,7 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
             return await self._run_command(raw)
         except BaseException as err:
             quiet = isinstance(err, GeneratorExit) or is_cancelled_exception(err) or is_bad_deploy(err)
-            if not quiet and workflow.patched(PATCH_NOTIFY_FAILURE):
+            if not quiet and self._notify and workflow.patched(PATCH_NOTIFY_FAILURE):
                 await self._notify_failed(err)
             raise
 
@@ -201,6 +201,7 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
 
     async def _run_command(self, raw: Any) -> DisruptionStatus:
         command = self._validate(raw)
+        self._notify = command.notify
         # Before any command: a run that began on the older code finds no marker and keeps its path.
         self._lean = workflow.patched(PATCH_LEAN_HISTORY)
         self._begin(command)
@@ -505,6 +506,7 @@ class DisruptionWorkflow(DisruptionApproval, DisruptionReplacements, DisruptionR
                 command_id=self._status.command_id,
                 deadline=command.termination_deadline,
                 timeouts=command.termination,
+                notify=command.notify,
             ),
             id=candidate.termination_id if pinned else legacy_termination_workflow_id(candidate.node),
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,

@@ -94,7 +94,7 @@ class DisruptionApproval(DisruptionState):
             [NodeRef(node=n, uid=command.node_uids.get(n)) for n in command.nodes],
             workflow.info().workflow_id,
         )
-        if workflow.patched(PATCH_NOTIFY_APPROVAL):
+        if command.notify and workflow.patched(PATCH_NOTIFY_APPROVAL):
             await self._notify_awaiting(command, rejected_at)
         if rechecks:
             if not await self._await_decision_checking(command, rejected_at):

@@ -75,6 +75,7 @@ class DisruptionState:
         self._lean = False
         self._unpublished: dict[str, SearchAttributeUpdate[Any]] = {}
         self._handed_over = False  # the candidates' terminations have been started
+        self._notify = False  # the command asked for webhook notifications (DisruptionInput.notify)
         self._check_problem = ""  # why the last check of a waiting command could not be made
         self._rolling_back = False  # the compensation has begun (a bug in it must not start it again)
         self._claims_created = 0  # replacement NodeClaims created (PATCH_NODECLAIM_ONE_WAIT)

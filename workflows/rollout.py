@@ -101,7 +101,7 @@ class RolloutWorkflow:
                 if not nodes:
                     self._set_phase("Succeeded")
                     self._status.message = f"all {self._status.total} node(s) replaced"
-                    if workflow.patched(PATCH_NOTIFY_FINISHED):
+                    if request.notify and workflow.patched(PATCH_NOTIFY_FINISHED):
                         await notify(
                             Notification(
                                 event="RolloutFinished",

@@ -220,7 +220,11 @@ class TerminationWorkflow:
                 retry_policy=DRAIN_RETRY,
                 summary=f"drain {short}" + (f": {_pods(node.pods)} left" if node.pods is not None else ""),
             )
-            if timeouts.drain_stuck is not None and workflow.patched(PATCH_NOTIFY_DRAIN_STUCK):
+            if (
+                request.notify
+                and timeouts.drain_stuck is not None
+                and workflow.patched(PATCH_NOTIFY_DRAIN_STUCK)
+            ):
                 await self._notify_if_stuck(drain, timeouts.drain_stuck, request)
             drained = await drain
             self._status.pods_evicted, self._status.pods_deleted = drained.evicted, drained.deleted

@@ -56,8 +56,16 @@ async def controller_status(karpflow: Any) -> ControllerStatus | None:
 
 
 def collected(reason: str) -> float:
-    labels = {"reason": reason, "nodepool": "default", "capacity_type": "on-demand"}
-    return REGISTRY.get_sample_value("karpenter_nodeclaims_disrupted_total", labels) or 0.0
+    """Collections counted for `reason` in the default pool, whatever the other labels say
+    (consolidation_policy and termination_mode came later: #3179)."""
+    wanted = {"reason": reason, "nodepool": "default", "capacity_type": "on-demand"}
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "karpenter_nodeclaims_disrupted_total"
+        and all(sample.labels.get(k) == v for k, v in wanted.items())
+    )
 
 
 @pytest.mark.parametrize("registers", [True, False], ids=["node-never-ready", "no-node"])

@@ -265,6 +265,7 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
             replacements=[] if path is APPROVAL else [spec],
             timeouts=DISRUPTION,
             termination=TERMINATION,
+            notify=True,
         )
         if path is APPROVAL:
             command.approval = Approval(timeout=timedelta(hours=1))
@@ -308,6 +309,7 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
             request.deadline = await run.env.get_current_time()
         if path is DRAIN_STUCK:  # the drain's first attempt hangs for drain_attempt (3 s)
             request.timeouts = TERMINATION.model_copy(update={"drain_stuck": timedelta(seconds=1)})
+            request.notify = True
         return await client.start_workflow(
             "TerminationWorkflow",
             request,
@@ -323,6 +325,7 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
         nodepool="default",
         requested_at=await run.env.get_current_time(),
         poll_interval=timedelta(milliseconds=200),
+        notify=True,
     )
     return await client.start_workflow(
         "RolloutWorkflow",

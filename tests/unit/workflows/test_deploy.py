@@ -41,6 +41,8 @@ def test_each_overlay_builds_and_sets_only_known_settings(overlay):
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",  # the notification webhook's one Secret
+            "RoleBinding",
             "ConfigMap",
             "Deployment",
             "PodDisruptionBudget",
