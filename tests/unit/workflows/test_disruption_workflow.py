@@ -578,11 +578,23 @@ async def test_a_spot_deadline_command_relaunches_while_its_candidates_drain(har
     assert [c.termination for c in status.candidates] == ["Succeeded"]
 
 
-async def test_a_wait_outlasts_more_passing_errors_than_an_api_call_may(harness):
+async def test_a_wait_outlasts_more_passing_errors_than_an_api_call_may(harness, monkeypatch):
     """Seed 4242 again: an interruption's replacement wait failed for good after ten 500s on its GETs,
     minutes before its deadline. A wait is bounded by its deadline, not by attempts."""
+    from temporalio.common import RetryPolicy
+
+    from workflows import disruption_replacements, options
     from workflows.options import API_ATTEMPTS
 
+    # The same policy (no attempt bound) with short intervals: twelve retries of real time, not 90 s.
+    quick = RetryPolicy(
+        initial_interval=timedelta(milliseconds=50),
+        maximum_interval=timedelta(milliseconds=100),
+        maximum_attempts=options.WAIT_RETRY.maximum_attempts,
+        non_retryable_error_types=options.WAIT_RETRY.non_retryable_error_types,
+    )
+    monkeypatch.setattr(options, "WAIT_RETRY", quick)
+    monkeypatch.setattr(disruption_replacements, "WAIT_RETRY", quick)
     harness.cluster.wait_errors = API_ATTEMPTS + 2
     status = await (await start(harness, expired(nodes(harness, 1), ["m5.large"]))).result()
 
