@@ -18,12 +18,13 @@ As Karpenter's AWS provider does (pkg/providers/amifamily, pkg/providers/launcht
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
 from api.nodepool import BlockDevice, BlockDeviceMapping, MetadataOptions
 from api.quantity import QuantityError, parse
+from launch.instance_labels import ReservedOffering
 
 GIB = 1 << 30
 DEFAULT_EBS = BlockDevice(encrypted=True, volume_type="gp3", volume_size="20Gi")
@@ -125,20 +126,7 @@ def metadata_options(raw: dict[str, Any] | None) -> dict[str, Any]:
     return {**METADATA_DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
 
 
-class _Offering(Protocol):
-    """api.workflow_io.Offering, read only."""
-
-    @property
-    def capacity_type(self) -> str: ...
-    @property
-    def reservation_id(self) -> str | None: ...
-    @property
-    def reservation_type(self) -> str: ...
-    @property
-    def interruptible(self) -> bool: ...
-
-
-def reservation_params(offering: _Offering) -> dict[str, Any]:
+def reservation_params(offering: ReservedOffering) -> dict[str, Any]:
     """RunInstances parameters of a reserved launch, as Karpenter's launch template sets them
     (aws/karpenter-provider-aws pkg/providers/launchtemplate/types.go): the reservation targeted, and
     the market type of a capacity block or an interruptible reservation. RunInstances takes a target

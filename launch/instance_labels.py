@@ -119,8 +119,8 @@ def offering_labels(zone: str, zone_id: str | None, capacity_type: str, region: 
     return labels
 
 
-class _ReservedOffering(Protocol):
-    """api.workflow_io.Offering, read only."""
+class ReservedOffering(Protocol):
+    """api.workflow_io.Offering, read only (what the reservation labels and launch parameters read)."""
 
     @property
     def capacity_type(self) -> str: ...
@@ -132,7 +132,7 @@ class _ReservedOffering(Protocol):
     def interruptible(self) -> bool: ...
 
 
-def reservation_labels(offering: _ReservedOffering) -> dict[str, str]:
+def reservation_labels(offering: ReservedOffering) -> dict[str, str]:
     """A reserved node's reservation labels (Karpenter's reserved offering requirements, which its
     NodeClaim carries): id, type and interruptible; none on any other node."""
     if offering.capacity_type != "reserved" or not offering.reservation_id:
