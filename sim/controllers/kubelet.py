@@ -49,14 +49,19 @@ def _startable(pod: dict[str, Any]) -> bool:
     )
 
 
-def crash_conditions(spec: dict[str, Any], at: str) -> list[dict[str, Any]]:
-    """A Running pod whose containers are not ready, in the kubelet's words (pkg/kubelet/status
-    generate.go `GeneratePodReadyCondition`: reason ContainersNotReady)."""
-    names = " ".join(c.get("name", "") for c in spec.get("containers") or ())
-    unready = {"reason": "ContainersNotReady", "message": f"containers with unready status: [{names}]"}
+POD_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+
+
+def pod_conditions(at: str, spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A Running pod's conditions, all True; with `spec`, its containers not ready, in the kubelet's
+    words (pkg/kubelet/status generate.go `GeneratePodReadyCondition`: reason ContainersNotReady)."""
+    unready: dict[str, str] = {}
+    if spec is not None:
+        names = " ".join(c.get("name", "") for c in spec.get("containers") or ())
+        unready = {"reason": "ContainersNotReady", "message": f"containers with unready status: [{names}]"}
     conditions: list[dict[str, Any]] = []
-    for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
-        ready = kind not in ("Ready", "ContainersReady")
+    for kind in POD_CONDITIONS:
+        ready = not unready or kind not in ("Ready", "ContainersReady")
         condition = {"type": kind, "status": "True" if ready else "False", "lastProbeTime": None}
         conditions.append({**condition, "lastTransitionTime": at, **({} if ready else unready)})
     return conditions
@@ -169,18 +174,9 @@ class Kubelets:
                 podIP=pod_ip,
                 podIPs=[{"ip": pod_ip}],
             )
-            status["conditions"] = [
-                {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": at}
-                for kind in (
-                    "PodReadyToStartContainers",
-                    "Initialized",
-                    "Ready",
-                    "ContainersReady",
-                    "PodScheduled",
-                )
-            ]
+            status["conditions"] = pod_conditions(at)
             if crashing:
-                status["conditions"] = crash_conditions(spec, at)
+                status["conditions"] = pod_conditions(at, spec)
                 status["containerStatuses"] = [
                     crashed_container(c, i, uid, at, restarts=0)
                     for i, c in enumerate(spec.get("containers") or ())
@@ -237,21 +233,12 @@ class Kubelets:
             status = pod.setdefault("status", {})
             containers = spec.get("containers") or ()
             if crashing:
-                status["conditions"] = crash_conditions(spec, at)
+                status["conditions"] = pod_conditions(at, spec)
                 status["containerStatuses"] = [
                     crashed_container(c, i, uid, at, restarts=restarts) for i, c in enumerate(containers)
                 ]
             else:
-                status["conditions"] = [
-                    {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": at}
-                    for kind in (
-                        "PodReadyToStartContainers",
-                        "Initialized",
-                        "Ready",
-                        "ContainersReady",
-                        "PodScheduled",
-                    )
-                ]
+                status["conditions"] = pod_conditions(at)
                 status["containerStatuses"] = [
                     {
                         **crashed_container(c, i, uid, at, restarts=restarts),
