@@ -202,6 +202,9 @@ def activities_for(
         rollout.mark_rollout_nodes,
         rollout.rollout_remaining,
         rollout.unmark_rollout_nodes,
+        # Waves (workflows/rollout_waves.py): a wave's marks and the pool's rollout state.
+        rollout.mark_rollout_wave,
+        rollout.sync_rollout_state,
     ]
     if planning is not None:
         # The garbage collection of karpflow's own launches: on the controller's cache and client.

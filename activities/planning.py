@@ -68,6 +68,7 @@ from api.controller_io import (
     ValidateRequest,
     Verdict,
 )
+from api.rollout_io import DriftRollout, RolloutInput
 from api.workflow_io import VOLUNTARY_REASONS, Approval, disruption_input, disruption_workflow_id
 from api.workflow_summaries import disruption_details, disruption_memo, disruption_summary
 from cluster.informer import ClusterCache
@@ -521,6 +522,7 @@ class PlanningActivities(ControllerHousekeeping):
             taints=[t.model_dump(mode="json") for t in result.taints],
             nodepool_finalizers=finalizers,
             failed=failed,
+            rollouts=[drift_rollout_input(r, self.cluster, now, self.notify) for r in result.rollouts],
             upkeep=controls_upkeep(self._controls_objects(), flying.ids, now),
             nodes=len(snapshot.nodes),
             pods=len(snapshot.pods),
@@ -583,3 +585,22 @@ class PlanningActivities(ControllerHousekeeping):
                 )
             verdicts.append(Verdict(workflow_id=command.workflow_id, valid=True, command=still))
         return verdicts
+
+
+def drift_rollout_input(rollout: DriftRollout, cluster: str, now: datetime, notify: bool) -> RolloutInput:
+    """The RolloutWorkflow the controller starts for a pool's drift toward a new target. It polls a
+    few times per soak (5 s to 30 s), so a failing gate is seen well before the soak ends."""
+    poll = min(max(rollout.policy.soak / 8, timedelta(seconds=5)), timedelta(seconds=30))
+    return RolloutInput(
+        cluster=cluster,
+        nodepool=rollout.nodepool,
+        requested_at=now,
+        requested_by="karpflow controller (drift)",
+        poll_interval=poll,
+        nodes=rollout.nodes,
+        total=len(rollout.nodes),
+        notify=notify,
+        mode="drift",
+        target=rollout.target,
+        policy=rollout.policy,
+    )

@@ -10,13 +10,46 @@ All three are idempotent: a retry finds the marks it made and changes nothing mo
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 
 from activities.errors import REFUSED, classify_kube, not_found, permanent
-from api.constants import KARPENTER_GROUP, KARPENTER_VERSION, NODEPOOL_LABEL, ROLLOUT_ANNOTATION
-from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
+from api.constants import (
+    KARPENTER_GROUP,
+    KARPENTER_VERSION,
+    NODEPOOL_LABEL,
+    ROLLOUT_ANNOTATION,
+    ZONE_LABEL,
+)
+from api.event_reasons import Reason
+from api.hashes import rollout_target
+from api.nodepool import EC2NodeClass
+from api.nodepool_reader import read_nodepool
+from api.rollout_io import (
+    MarkRequest,
+    MarkWaveRequest,
+    RemainingRequest,
+    RolloutNode,
+    StateAnswer,
+    StateRequest,
+    UnmarkRequest,
+)
+from api.rollout_policy import ROLLOUT_STATE_ANNOTATION, RolloutState, parse_state
+from kube import events
 from kube.client import Json, KubeApi
 from kube.times import parse_time
+
+log = logging.getLogger(__name__)
+AWS_GROUP, AWS_VERSION = "karpenter.k8s.aws", "v1"
+MERGE_PATCH = "application/merge-patch+json"
+# The Event recorded on the NodePool when a rollout's phase changes (sync_rollout_state `event`).
+_PHASE_EVENTS: dict[str, Reason] = {
+    "Rolling": Reason.ROLLOUT_WAVE_STARTED,
+    "Halted": Reason.ROLLOUT_HALTED,
+    "Succeeded": Reason.ROLLOUT_SUCCEEDED,
+    "Aborted": Reason.ROLLOUT_ABORTED,
+}
 
 
 def _selector(nodepool: str, selector: dict[str, str]) -> str:
@@ -25,6 +58,12 @@ def _selector(nodepool: str, selector: dict[str, str]) -> str:
 
 def _uid(node: Json) -> str:
     return str(node["metadata"].get("uid") or "")
+
+
+def _node_of(node: Json) -> RolloutNode:
+    metadata = node["metadata"]
+    zone = str((metadata.get("labels") or {}).get(ZONE_LABEL) or "")
+    return RolloutNode(name=metadata["name"], uid=_uid(node), zone=zone)
 
 
 def _annotations(node: Json) -> dict[str, str]:
@@ -100,8 +139,10 @@ class RolloutActivities:
             # what the rollout launches (or someone else did): neither is the rollout's to replace.
             if metadata.get("deletionTimestamp") or created is None or created >= request.requested_at:
                 continue
-            chosen.append(RolloutNode(name=metadata["name"], uid=_uid(node)))
+            chosen.append(_node_of(node))
         chosen.sort(key=lambda n: n.name)
+        if not request.mark:
+            return chosen  # waves: the workflow marks them wave by wave (mark_rollout_wave)
         for marked in chosen:
             await self._set_mark(marked, request.rollout_id, present=True)
             activity.heartbeat(marked.name)
@@ -119,6 +160,8 @@ class RolloutActivities:
             if uid not in wanted:
                 continue
             remaining.append(wanted[uid])
+            if request.remark is not None and uid not in request.remark:
+                continue  # waves: only the wave in progress is meant to carry the mark
             if not node["metadata"].get("deletionTimestamp") and not _annotations(node).get(
                 ROLLOUT_ANNOTATION
             ):
@@ -141,3 +184,94 @@ class RolloutActivities:
             changed += await self._set_mark(node, request.rollout_id, present=False)
             activity.heartbeat(node.name)
         return changed
+
+    @activity.defn(name="mark_rollout_wave")
+    async def mark_rollout_wave(self, request: MarkWaveRequest) -> list[RolloutNode]:
+        """Mark one wave's nodes (by UID) for replacement; returns those of them still present. A node
+        another rollout marked already is counted in: its replacement comes all the same."""
+        present: list[RolloutNode] = []
+        for node in request.nodes:
+            try:
+                found = await self.kube.find_node(node.name)
+            except Exception as err:
+                raise classify_kube(err, f"node {node.name}") from None
+            if found is None or _uid(found) != node.uid:
+                continue  # gone (replaced or deleted by hand): nothing to mark
+            await self._set_mark(node, request.rollout_id, present=True)
+            present.append(node)
+            activity.heartbeat(node.name)
+        return present
+
+    async def _target(self, nodepool: str) -> tuple[Json, str]:
+        """The NodePool as stored and its rollout target now (api/hashes.py rollout_target)."""
+        try:
+            raw = await self.kube.get_cluster_custom(
+                KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", nodepool
+            )
+        except Exception as err:
+            if not_found(err):
+                raise permanent(f"NodePool {nodepool} is gone", REFUSED) from None
+            raise classify_kube(err, f"NodePool {nodepool}") from None
+        pool, _ = read_nodepool(raw)
+        nodeclass = None
+        ref = pool.spec.template.spec.node_class_ref
+        if ref is not None:
+            try:
+                found = await self.kube.get_cluster_custom(AWS_GROUP, AWS_VERSION, "ec2nodeclasses", ref.name)
+                nodeclass = EC2NodeClass.model_validate(found)
+            except Exception as err:
+                if not not_found(err):
+                    raise classify_kube(err, f"EC2NodeClass {ref.name}") from None
+        return raw, rollout_target(pool, nodeclass)
+
+    @activity.defn(name="sync_rollout_state")
+    async def sync_rollout_state(self, request: StateRequest) -> StateAnswer:
+        """Write the pool's `karpflow.dev/rollout-state` (what the planner holds drift by) and record an
+        Event for a new phase. A rollout whose target the pool has left writes nothing: it is
+        superseded (the newer target's rollout owns the state). Idempotent: the same state is not
+        written twice, and the Event recorder drops a repeat."""
+        raw, target = await self._target(request.nodepool)
+        if request.target and target != request.target:
+            return StateAnswer(target=target, superseded=True)
+        written = False
+        if request.target:
+            metadata = raw.get("metadata") or {}
+            current = parse_state((metadata.get("annotations") or {}).get(ROLLOUT_STATE_ANNOTATION))
+            if current is not None and current.rollout_id != request.rollout_id and current.target == target:
+                # Another rollout of the same target owns it (two controllers' starts): leave it.
+                return StateAnswer(target=target)
+            state = RolloutState.model_validate(
+                {
+                    "id": request.rollout_id,
+                    "target": request.target,
+                    "phase": request.phase,
+                    "wave": request.wave,
+                    "reason": request.reason[:500],
+                }
+            )
+            if current is None or current.annotation() != state.annotation():
+                patch = {
+                    "metadata": {
+                        "resourceVersion": metadata.get("resourceVersion"),
+                        "annotations": {ROLLOUT_STATE_ANNOTATION: state.annotation()},
+                    }
+                }
+                try:
+                    await self.kube.request(
+                        "PATCH",
+                        f"/apis/{KARPENTER_GROUP}/{KARPENTER_VERSION}/nodepools/{request.nodepool}",
+                        body=patch,
+                        content_type=MERGE_PATCH,
+                    )
+                except Exception as err:
+                    # 409: the NodePool moved on since it was read; the retry reads it again.
+                    raise classify_kube(err, f"NodePool {request.nodepool}") from None
+                written = True
+        reason = _PHASE_EVENTS.get(request.phase)
+        if request.event and reason is not None:
+            text = f"rollout {request.rollout_id}" + (f" wave {request.wave}" if request.wave else "")
+            text += f": {request.phase}" + (f": {request.reason}" if request.reason else "")
+            ref = events.ObjectRef.of(raw, "NodePool", f"{KARPENTER_GROUP}/{KARPENTER_VERSION}")
+            outcome = await events.recorder_for(self.kube).record(events.Event(ref, reason, text[:1024]))
+            log.info("rollout %s: %s Event %s", request.rollout_id, request.phase, outcome)
+        return StateAnswer(target=target, written=written)

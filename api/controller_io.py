@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.garbage_io import GarbageCollectionResult
 from api.maintenance_window import WINDOW_ACTIONS, WindowAction
 from api.node_reasons import ReasonsUpdate
+from api.rollout_io import RolloutInput
 
 # Signal names of the ControllerWorkflow (workflows/controller.py). A signal whose input does not
 # validate is dropped and listed in the status query's `bad_signals`; it never fails the workflow.
@@ -317,6 +318,9 @@ class PassResult(BaseModel):
         description="NodePool -> add (true) or remove (false) karpflow's finalizer (NODEPOOL_FINALIZER)",
     )
     failed: list[FailedCommand] = Field(default_factory=list)
+    rollouts: list[RolloutInput] = Field(
+        default_factory=list, description="drift rollouts to start (pools with a rollout policy)"
+    )
     upkeep: ControlsUpkeep | None = Field(default=None, description="for sync_operator_controls")
     nodes: int = 0
     pods: int = 0

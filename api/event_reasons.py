@@ -46,6 +46,10 @@ class Reason(StrEnum):
     INVALID_NODE_DISRUPTION_BUDGET = "InvalidNodeDisruptionBudget"
     INVALID_NODEPOOL_SETTINGS = "InvalidNodePoolSettings"
     INSTANCE_GARBAGE_COLLECTED = "InstanceGarbageCollected"
+    ROLLOUT_WAVE_STARTED = "RolloutWaveStarted"
+    ROLLOUT_HALTED = "RolloutHalted"
+    ROLLOUT_SUCCEEDED = "RolloutSucceeded"
+    ROLLOUT_ABORTED = "RolloutAborted"
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,24 @@ CATALOG: dict[Reason, ReasonInfo] = {
         _DEFAULT_DEDUPE,
         "an instance karpflow launched for a command that closed without it (no Node, or one that never "
         "initialized) was terminated, and its Node deleted",
+    ),
+    # A NodePool's rollout waves (api/rollout_policy.py, workflows/rollout.py).
+    Reason.ROLLOUT_WAVE_STARTED: ReasonInfo(
+        "Normal", ("NodePool",), False, _DEFAULT_DEDUPE, "a rollout marked the nodes of its next wave"
+    ),
+    Reason.ROLLOUT_HALTED: ReasonInfo(
+        "Warning",
+        ("NodePool",),
+        False,
+        _DEFAULT_DEDUPE,
+        "a wave's health gate failed: no further node of the pool is replaced toward that target until "
+        "`karpflow rollout --resume` or `--abort`",
+    ),
+    Reason.ROLLOUT_SUCCEEDED: ReasonInfo(
+        "Normal", ("NodePool",), False, _DEFAULT_DEDUPE, "every wave of a rollout passed its gate"
+    ),
+    Reason.ROLLOUT_ABORTED: ReasonInfo(
+        "Warning", ("NodePool",), False, _DEFAULT_DEDUPE, "an operator aborted a halted rollout"
     ),
 }
 

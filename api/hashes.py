@@ -97,3 +97,24 @@ def nodeclass_hash_annotations(nodeclass: EC2NodeClass) -> dict[str, str]:
         NODECLASS_HASH_ANNOTATION: nodeclass_hash(nodeclass),
         NODECLASS_HASH_VERSION_ANNOTATION: NODECLASS_HASH_VERSION,
     }
+
+
+def rollout_target(pool: NodePool, nodeclass: EC2NodeClass | None) -> str:
+    """What a node launched for `pool` today would be, as a short digest: the pool's template hash and
+    requirements, the EC2NodeClass's hash and the AMIs, subnets and security groups its status
+    resolved. A change of any of them is a new target for the pool's rollout waves (a halted target
+    stays halted until the NodePool or EC2NodeClass moves on: api/rollout_policy.py)."""
+    document: dict[str, Any] = {
+        "nodepool": nodepool_hash(pool),
+        "requirements": sorted(
+            json.dumps(r.model_dump(mode="json"), sort_keys=True)
+            for r in pool.spec.template.spec.requirements
+        ),
+    }
+    if nodeclass is not None:
+        status = nodeclass.status
+        document["nodeclass"] = nodeclass_hash(nodeclass)
+        document["amis"] = sorted(a.id for a in status.amis)
+        document["subnets"] = sorted(s.id for s in status.subnets)
+        document["securityGroups"] = sorted(g.id for g in status.security_groups)
+    return _digest(document)[:10]

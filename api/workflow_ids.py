@@ -71,3 +71,9 @@ def rollout_workflow_id(cluster: str, nodepool: str, selector: dict[str, str], r
     terms = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     digest = hashlib.sha256(f"{nodepool}|{terms}|{requested_at}".encode()).hexdigest()[:10]
     return f"rollout/{cluster}/{nodepool}/{digest}"
+
+
+def drift_rollout_workflow_id(cluster: str, nodepool: str, target: str) -> str:
+    """`rollout/<cluster>/<pool>/drift-<target>`: one drift rollout per pool and target, so the
+    controller's repeated ask while its state is not yet written starts nothing twice."""
+    return f"rollout/{cluster}/{nodepool}/drift-{target}"

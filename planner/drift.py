@@ -73,6 +73,7 @@ from planner.model import (
     Replacement,
     ValidationResult,
 )
+from planner.rollout_holds import drift_hold
 from planner.snapshot import Node
 
 # Our hash algorithm's version. Deliberately not Karpenter's "v3": the two hashes are computed
@@ -257,6 +258,15 @@ def _drift_since(node: Node) -> datetime | None:
     return node.creation_timestamp
 
 
+def drifted_by_pool(ctx: PlanContext, pools: set[str]) -> dict[str, list[Node]]:
+    """The drifted nodes of these pools that no command holds yet (the rollouts' candidates)."""
+    out: dict[str, list[Node]] = {}
+    for node, pool in ctx.snapshot.live_managed_nodes():
+        if pool.name in pools and not node.has_disrupted_taint and drift_status(ctx, node, pool) is not None:
+            out.setdefault(pool.name, []).append(node)
+    return out
+
+
 # --- The method -----------------------------------------------------------------------------------
 
 
@@ -272,7 +282,14 @@ class Drift:
     def should_disrupt(self, ctx: PlanContext, candidate: Candidate) -> bool:
         candidate.drift = drift_status(ctx, candidate.node, candidate.nodepool)
         # A static pool's drifted node is StaticDrift's (Karpenter drift.go ShouldDisrupt).
-        return candidate.drift is not None and not candidate.nodepool.spec.is_static
+        if candidate.drift is None or candidate.nodepool.spec.is_static:
+            return False
+        # A pool with a rollout policy drifts in waves: only what a wave marked (planner/rollout_holds.py).
+        hold = drift_hold(ctx, candidate.node, candidate.nodepool)
+        if hold is not None:
+            ctx.explain(candidate.name, self.name, hold)
+            return False
+        return True
 
     def compute(self, ctx: PlanContext, candidates: list[Candidate], budgets: BudgetMap) -> list[Command]:
         def make(candidate: Candidate, replacements: list[Replacement]) -> Command:

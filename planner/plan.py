@@ -31,11 +31,18 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 from api.constants import EXPIRATION_DEFERRED_ANNOTATION
+from api.rollout_io import DriftRollout
+from api.rollout_policy import ROLLOUT_POLICY_ANNOTATION
 from kube.times import rfc3339
 from planner.budgets import budget_problems, budget_report, build_budget_map, pool_counts
 from planner.candidates import build_candidates, make_candidate, sort_by_disruption_cost
 from planner.catalog import Catalog
-from planner.drift import VOLUNTARY_DISRUPTION_ANNOTATION, Drift, voluntary_disruption_markers
+from planner.drift import (
+    VOLUNTARY_DISRUPTION_ANNOTATION,
+    Drift,
+    drifted_by_pool,
+    voluntary_disruption_markers,
+)
 from planner.emptiness import Emptiness
 from planner.expiration import expiration_commands
 from planner.health_breaker import with_health_breaker
@@ -75,6 +82,7 @@ from planner.repair import (
     repair_commands,
 )
 from planner.reservations import restore_reserved, take_reservations, within_reservations
+from planner.rollout_holds import drift_rollouts, pool_policy
 from planner.savings_threshold import floor_problems
 from planner.scheduling.min_values import MIN_VALUES_RELAXED_ANNOTATION
 from planner.snapshot import Snapshot
@@ -246,6 +254,10 @@ class Plan(_Out):
     breaker: str = Field(
         default="", description="why the cluster-health breaker holds voluntary disruption (empty: closed)"
     )
+    rollouts: list[DriftRollout] = Field(
+        default_factory=list,
+        description="drift rollouts to start: pools with a rollout policy whose drift waits for waves",
+    )
     summary: PlanSummary
     _commands: list[Command] = PrivateAttr(default_factory=list)
     _evaluations: list[MethodEvaluation] = PrivateAttr(default_factory=list)
@@ -401,6 +413,18 @@ def plan(
         problems.extend(ctx.node_overlays.problems)
     for pool, errors in budget_problems(ctx).items():
         problems.extend(f"NodePool {pool}: {e} (the pool's budgets fail closed)" for e in errors)
+    policy_pools = {
+        name
+        for name, pool in snapshot.nodepools.items()
+        if ROLLOUT_POLICY_ANNOTATION in pool.metadata.annotations
+    }
+    for name in sorted(policy_pools):
+        error = pool_policy(ctx, snapshot.nodepools[name])[1]
+        if error:
+            problems.append(f"NodePool {name}: {error} (its drift is held until it is fixed)")
+    rollouts = (
+        drift_rollouts(ctx, drifted_by_pool(ctx, policy_pools)) if policy_pools and options.drift else []
+    )
     result = Plan(
         at=rfc3339(snapshot.now),
         region=catalog.region,
@@ -436,6 +460,7 @@ def plan(
         ),
         target_fleet=ctx.outcomes.get(OptimalConsolidation.name),
         breaker=health.describe(),
+        rollouts=rollouts,
         summary=PlanSummary(
             nodes=len(snapshot.nodes),
             managed=len(candidates)

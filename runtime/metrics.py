@@ -190,6 +190,7 @@ _SECONDS_UNITS = {"s", "seconds", "duration"}
 WORKFLOW_PHASE_DURATION = "karpflow_workflow_phase_duration_seconds"
 DECISIONS = "karpenter_voluntary_disruption_decisions"
 ROLLBACKS = "karpflow_disruption_rollbacks"
+ROLLOUT_WAVES = "karpflow_rollout_waves"
 SDK_DECLARED: dict[str, tuple[str, str]] = {
     WORKFLOW_PHASE_DURATION: (
         "histogram",
@@ -203,6 +204,11 @@ SDK_DECLARED: dict[str, tuple[str, str]] = {
     ROLLBACKS: (
         "counter",
         "Voluntary disruptions rolled back (candidates untainted, replacements removed), by reason.",
+    ),
+    ROLLOUT_WAVES: (
+        "counter",
+        "Rollout waves by NodePool and outcome: started, passed (the gate held through the soak) or "
+        "halted (the gate failed).",
     ),
 }
 

@@ -81,6 +81,8 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
     )
     from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
+    from api.rollout_io import RolloutInput
+    from api.workflow_ids import drift_rollout_workflow_id
     from api.workflow_io import InvalidInput, parse_input
     from workflows.failures import one_line
     from workflows.options import (
@@ -107,6 +109,8 @@ PATCH_BOUNDED_HISTORY = "controller-bounded-history"
 PATCH_OPERATOR_CONTROLS = "controller-operator-controls"
 PATCH_GARBAGE_COLLECTION = "controller-garbage-collection"
 PATCH_CONCURRENT_STARTS = "controller-concurrent-starts"
+# Issue 35: pools with a rollout policy drift in waves; the pass names the rollouts to start.
+PATCH_DRIFT_ROLLOUTS = "controller-drift-rollouts"
 
 
 # No failure_exception_types, on purpose: a bug in this code fails the workflow task, which is retried
@@ -128,7 +132,7 @@ class ControllerWorkflow:
         "collect_garbage",
         "validate_commands",
     )
-    CHILDREN: ClassVar[tuple[str, ...]] = ("DisruptionWorkflow",)
+    CHILDREN: ClassVar[tuple[str, ...]] = ("DisruptionWorkflow", "RolloutWorkflow")
 
     @workflow.init
     def __init__(self, *args: Any) -> None:
@@ -435,6 +439,8 @@ class ControllerWorkflow:
                 continue
             (to_validate if command.needs_validation else ready).append(command)
 
+        if result.rollouts and workflow.patched(PATCH_DRIFT_ROLLOUTS):
+            await self._start_rollouts(request, result.rollouts)
         started = await self._start_all(request, ready)
         if to_validate:
             self._status.validating = [c.workflow_id for c in to_validate]
@@ -635,6 +641,24 @@ class ControllerWorkflow:
             "started %s (%s %s)", command.workflow_id, command.reason, ", ".join(command.nodes)
         )
         return command.workflow_id
+
+    async def _start_rollouts(self, request: ControllerInput, rollouts: list[RolloutInput]) -> None:
+        """Start each pool's drift rollout (workflows/rollout_waves.py), abandoned like every command:
+        it outlives this run. Its id is the pool's and target's, so one already running is left be."""
+        for rollout in rollouts:
+            workflow_id = drift_rollout_workflow_id(request.cluster, rollout.nodepool, rollout.target)
+            try:
+                await workflow.start_child_workflow(
+                    "RolloutWorkflow",
+                    rollout.model_dump(mode="json"),
+                    id=workflow_id,
+                    task_queue=request.task_queue,
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                    static_summary=f"drift rollout of {rollout.nodepool} toward {rollout.target}",
+                )
+            except WorkflowAlreadyStartedError:
+                continue
+            workflow.logger.info("started %s (%d drifted node(s))", workflow_id, rollout.total)
 
     def _child_closed(self, _handle: Any) -> None:
         self._open_children -= 1

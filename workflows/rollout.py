@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from api import search_attributes as sa
     from api.notifications import Notification
     from api.rollout_io import (
+        AbortRequest,
         MarkRequest,
         RemainingRequest,
         RolloutInput,
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import API_CALL, API_RETRY
 
 from workflows.notify import notify
+from workflows.rollout_waves import Waves
 
 # workflow.patched ids (docs/workflow-changes.md). Issue 35: the operator's webhook is told when a
 # rollout finished (asked only then).
@@ -63,15 +65,38 @@ class RolloutWorkflow:
         "mark_rollout_nodes",
         "rollout_remaining",
         "unmark_rollout_nodes",
+        # With a rollout policy (workflows/rollout_waves.py):
+        "mark_rollout_wave",
+        "check_wave_health",
+        "sync_rollout_state",
     )
     CHILDREN: ClassVar[tuple[str, ...]] = ("NotificationWorkflow",)
 
     def __init__(self) -> None:
         self._status = RolloutStatus()
+        self.abort_request: AbortRequest | None = None
+        self.resume_requested = False
 
     @workflow.query(name="status")
     def status(self) -> RolloutStatus:
         return self._status
+
+    @property
+    def status_(self) -> RolloutStatus:
+        return self._status
+
+    @workflow.signal(name="resume")
+    def resume(self) -> None:
+        """A halted rollout goes on with its next wave (ignored unless halted)."""
+        if self._status.phase == "Halted":
+            self.resume_requested = True
+
+    @workflow.signal(name="abort")
+    def abort(self, request: AbortRequest | None = None) -> None:
+        """Stop the waves: marks off; `rollback` marks the nodes the rollout launched (waves only; a
+        rollout without a policy is stopped with a cancel)."""
+        if self.abort_request is None:
+            self.abort_request = request or AbortRequest()
 
     @workflow.run
     async def run(self, raw: Any = None) -> RolloutStatus:
@@ -94,10 +119,13 @@ class RolloutWorkflow:
                 nodes = await self._mark(request, rollout_id)
                 request = request.model_copy(update={"nodes": nodes, "total": len(nodes)})
                 self._status.total = len(nodes)
+            if request.policy is not None:
+                self._set_phase("Rolling")
+                return await Waves(self, request).run()
             self._set_phase("Rolling")
             for _ in range(request.polls_per_run):
-                nodes = await self._remaining(request, rollout_id, nodes)
-                self._show(nodes)
+                nodes = await self.remaining(request, rollout_id, nodes)
+                self.show(nodes)
                 if not nodes:
                     self._set_phase("Succeeded")
                     self._status.message = f"all {self._status.total} node(s) replaced"
@@ -138,6 +166,8 @@ class RolloutWorkflow:
             nodepool=request.nodepool,
             selector=request.selector,
             requested_at=request.requested_at,
+            # Waves mark their nodes one wave at a time (workflows/rollout_waves.py).
+            mark=request.policy is None,
         )
         while True:
             try:
@@ -168,13 +198,19 @@ class RolloutWorkflow:
                 )
                 await workflow.sleep(request.poll_interval)
 
-    async def _remaining(
-        self, request: RolloutInput, rollout_id: str, nodes: list[RolloutNode]
+    async def remaining(
+        self,
+        request: RolloutInput,
+        rollout_id: str,
+        nodes: list[RolloutNode],
+        remark: list[str] | None = None,
     ) -> list[RolloutNode]:
         try:
             remaining = await workflow.execute_activity_method(
                 RolloutActivities.rollout_remaining,
-                RemainingRequest(rollout_id=rollout_id, nodepool=request.nodepool, nodes=nodes),
+                RemainingRequest(
+                    rollout_id=rollout_id, nodepool=request.nodepool, nodes=nodes, remark=remark
+                ),
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
                 summary=f"which of {len(nodes)} node(s) remain",
@@ -222,13 +258,34 @@ class RolloutWorkflow:
         self._status.phase = "Failed"
         workflow.upsert_search_attributes([sa.PHASE.value_set("Failed")])
 
-    def _show(self, nodes: list[RolloutNode]) -> None:
+    async def unmark_nodes(
+        self, request: RolloutInput, rollout_id: str, nodes: list[RolloutNode] | None
+    ) -> None:
+        """Take this rollout's mark off these nodes (None: all it marked); a failure is shown only."""
+        try:
+            await workflow.execute_activity_method(
+                RolloutActivities.unmark_rollout_nodes,
+                UnmarkRequest(rollout_id=rollout_id, nodepool=request.nodepool, nodes=nodes),
+                start_to_close_timeout=API_CALL,
+                heartbeat_timeout=API_CALL,
+                retry_policy=API_RETRY,
+                summary=f"take the marks off {len(nodes) if nodes is not None else 'every'} node(s)",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            self._status.message = f"taking the marks off failed: {describe(err)}"
+
+    def show(self, nodes: list[RolloutNode]) -> None:
         names = [n.name for n in nodes]
         if names == self._status.remaining and self._status.replaced == self._status.total - len(names):
             return  # nothing changed: no memo upsert, no history event
         self._status.remaining = names
         self._status.replaced = self._status.total - len(names)
         self._memo()
+
+    def set_phase(self, phase: RolloutPhase) -> None:
+        self._set_phase(phase)
 
     def _set_phase(self, phase: RolloutPhase) -> None:
         self._status.phase = phase
@@ -243,6 +300,12 @@ class RolloutWorkflow:
                     "total": self._status.total,
                     "replaced": self._status.replaced,
                     "remaining": len(self._status.remaining),
+                    # Waves only: a memo without them is what a rollout without a policy always wrote.
+                    **(
+                        {"wave": self._status.wave, "halted": self._status.halted[:200]}
+                        if self._status.policy is not None
+                        else {}
+                    ),
                 }
             }
         )

@@ -23,11 +23,16 @@ from temporalio import workflow
 PHASE_DURATION = "karpflow_workflow_phase_duration"
 DECISIONS = "karpenter_voluntary_disruption_decisions"
 ROLLBACKS = "karpflow_disruption_rollbacks"
+ROLLOUT_WAVES = "karpflow_rollout_waves"
 
 PHASE_HELP = "Time a disruption or termination spent in each phase, by workflow type and phase."
 DECISIONS_HELP = (
     "Voluntary disruption commands the controller started, by decision (delete or replace), reason "
     "and consolidation type."
+)
+ROLLOUT_WAVES_HELP = (
+    "Rollout waves by NodePool and outcome: started, passed (the gate held through the soak) or "
+    "halted (the gate failed)."
 )
 ROLLBACKS_HELP = "Voluntary disruptions rolled back (candidates untainted, replacements removed), by reason."
 
@@ -50,3 +55,9 @@ def count_rollback(reason: str) -> None:
     """A voluntary disruption that rolled back (failure or cancellation)."""
     counter = workflow.metric_meter().create_counter(ROLLBACKS, description=ROLLBACKS_HELP)
     counter.add(1, {"reason": reason})
+
+
+def count_wave(nodepool: str, outcome: str) -> None:
+    """A rollout wave started, passed its gate, or halted the rollout."""
+    counter = workflow.metric_meter().create_counter(ROLLOUT_WAVES, description=ROLLOUT_WAVES_HELP)
+    counter.add(1, {"nodepool": nodepool, "outcome": outcome})
