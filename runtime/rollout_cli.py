@@ -11,6 +11,7 @@ exit 2.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import socket
@@ -21,7 +22,8 @@ import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.rollout_io import RolloutInput, RolloutStatus, parse_selector
+from api.rollout_io import AbortRequest, RolloutInput, RolloutStatus, parse_selector
+from api.rollout_policy import ROLLOUT_POLICY_ANNOTATION, PolicyError, parse_policy
 from api.workflow_ids import rollout_workflow_id
 from runtime.controller_cli import _client, _connection_options, _leave, find_in_cluster, no_such
 from runtime.settings import WorkerSettings
@@ -30,6 +32,18 @@ from workflows.failures import one_line
 
 def describe(status: RolloutStatus) -> str:
     text = f"{status.rollout_id}: {status.phase}, {status.replaced}/{status.total} replaced"
+    if status.policy is not None:
+        text += f", wave {status.wave}"
+        if status.wave_nodes:
+            text += f" ({len(status.wave_nodes)} to go: {', '.join(status.wave_nodes[:10])})"
+        if status.soak_until is not None and status.phase == "Soaking":
+            text += f", soaking until {status.soak_until:%Y-%m-%dT%H:%M:%SZ}"
+    if status.halted:
+        text += f"\n  halted by the gate: {status.halted}"
+        rid = status.rollout_id
+        text += f"\n  `karpflow rollout --resume {rid}` or `karpflow rollout --abort {rid} [--rollback]`"
+    elif status.gate:
+        text += "\n  gate: " + "; ".join(status.gate)
     if status.remaining:
         shown = ", ".join(status.remaining[:20]) + (" ..." if len(status.remaining) > 20 else "")
         text += f", {len(status.remaining)} remaining: {shown}"
@@ -47,10 +61,19 @@ async def _start(settings: WorkerSettings, nodepool: str, selector: dict[str, st
         poll_interval=timedelta(seconds=poll),
         notify=True,  # a no-op child where the worker has no webhook (activities/notifications.py)
     )
-    if await find_in_cluster(settings, "NodePool", nodepool) is None:
+    found = await find_in_cluster(settings, "NodePool", nodepool)
+    if found is None:
         click.echo(
             f"karpflow rollout: {no_such('NodePool', nodepool, 'nodepools')}; nothing started", err=True
         )
+        return 2
+    # The pool's rollout policy (api/rollout_policy.py) applies to a requested rollout too: waves.
+    try:
+        request.policy = parse_policy(
+            (found.get("metadata") or {}).get("annotations", {}).get(ROLLOUT_POLICY_ANNOTATION)
+        )
+    except PolicyError as err:
+        click.echo(f"karpflow rollout: NodePool {nodepool}: {err}; nothing started", err=True)
         return 2
     workflow_id = rollout_workflow_id(settings.cluster_name, nodepool, selector, requested_at.isoformat())
     client = await _client(settings)
@@ -160,6 +183,42 @@ async def why_waiting(client: Client, settings: WorkerSettings, nodes: list[str]
     return out
 
 
+async def _signal(settings: WorkerSettings, workflow_id: str, abort: AbortRequest | None) -> int:
+    """`--resume` (abort None) or `--abort`: signal the rollout, then show what it did."""
+    handle, closed = await _rollout(await _client(settings), workflow_id)
+    verb = "resume" if abort is None else "abort"
+    if closed != WorkflowExecutionStatus.RUNNING and closed is not None:
+        click.echo(
+            f"karpflow rollout: {workflow_id} is closed ({closed.name.title()}): nothing to {verb}", err=True
+        )
+        return 1
+    status = await handle.query("status", result_type=RolloutStatus)
+    if status.policy is None:
+        click.echo(
+            f"karpflow rollout: {workflow_id} rolls without waves: nothing to {verb} (`--cancel` stops it)",
+            err=True,
+        )
+        return 1
+    if abort is None and status.phase != "Halted":
+        click.echo(
+            f"karpflow rollout: {workflow_id} is {status.phase}, not halted: nothing to resume", err=True
+        )
+        return 1
+    try:
+        if abort is None:
+            await handle.signal("resume")
+        else:
+            await handle.signal("abort", abort.model_dump(mode="json"))
+            with contextlib.suppress(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), timeout=60)
+    except (RPCError, TimeoutError) as err:
+        click.echo(f"{workflow_id}: {getattr(err, 'message', None) or 'no answer within 60 s'}", err=True)
+        return 1
+    await asyncio.sleep(0.5)  # the signal's workflow task: the status then shows it taken
+    click.echo(describe(await handle.query("status", result_type=RolloutStatus)))
+    return 0
+
+
 async def _cancel(settings: WorkerSettings, workflow_id: str) -> int:
     handle, closed = await _rollout(await _client(settings), workflow_id)
     if closed != WorkflowExecutionStatus.RUNNING and closed is not None:
@@ -186,6 +245,9 @@ async def _cancel(settings: WorkerSettings, workflow_id: str) -> int:
 @click.option("--poll-interval", default=30.0, show_default=True, help="seconds between progress checks")
 @click.option("--status", "status_of", metavar="ID", help="show the progress of this rollout")
 @click.option("--cancel", "cancel", metavar="ID", help="cancel this rollout: its marks come off")
+@click.option("--resume", "resume", metavar="ID", help="a rollout its gate halted: go on with the next wave")
+@click.option("--abort", "abort", metavar="ID", help="stop a rollout with waves: its marks come off")
+@click.option("--rollback", is_flag=True, help="with --abort: replace the nodes the rollout launched")
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @_connection_options
 def rollout(
@@ -195,16 +257,28 @@ def rollout(
     poll_interval: float,
     status_of: str | None,
     cancel: str | None,
+    resume: str | None,
+    abort: str | None,
+    rollback: bool,
     output: str,
 ) -> None:
     """Replace every node of NODEPOOL (matching --selector) created before now, as drift would:
     within budgets, rate budgets, MaintenanceWindows (Drift), NodeDisruptionBudgets, pauses and
     approval. Prints the rollout's id; --status ID shows its progress (or how it ended, and why),
-    --cancel ID stops it. A NodePool the cluster does not have is refused (exit 2)."""
+    --cancel ID stops it. With the NodePool's karpflow.dev/rollout-policy the nodes go in waves, each
+    held to a health gate; --resume ID goes on after a halt, --abort ID [--rollback] stops. A NodePool
+    the cluster does not have is refused (exit 2)."""
+    if rollback and not abort:
+        raise click.UsageError("--rollback goes with --abort ID")
     if status_of:
         _leave(asyncio.run(_status(settings, status_of, output == "json")))
     if cancel:
         _leave(asyncio.run(_cancel(settings, cancel)))
+    if resume:
+        _leave(asyncio.run(_signal(settings, resume, None)))
+    if abort:
+        by = f"{getpass.getuser()}@{socket.gethostname()}"
+        _leave(asyncio.run(_signal(settings, abort, AbortRequest(rollback=rollback, by=by))))
     if not nodepool:
         raise click.UsageError("name the NodePool to roll out (or --status ID, --cancel ID)")
     try:
