@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from api.duration import NEVER, karpenter_duration
+from api.rollout_policy import ROLLOUT_POLICY_ANNOTATION, ROLLOUT_STATE_ANNOTATION
 
 if TYPE_CHECKING:
     from api.nodepool import NodePool
@@ -198,6 +199,10 @@ _PARSERS = {
 }
 
 
+# The rollout policy (the operator's) and state (the RolloutWorkflow's): api/rollout_policy.py.
+ROLLOUT_KEYS = frozenset({ROLLOUT_POLICY_ANNOTATION, ROLLOUT_STATE_ANNOTATION})
+
+
 def read_overrides(annotations: Mapping[str, str]) -> tuple[NodePoolOverrides, list[str]]:
     """The overrides in a NodePool's annotations, and one problem per annotation that does not parse."""
     values: dict[str, Any] = {}
@@ -207,8 +212,10 @@ def read_overrides(annotations: Mapping[str, str]) -> tuple[NodePoolOverrides, l
             continue
         if key in SAVINGS_FLOOR_KEYS:
             continue  # read_savings_floor
+        if key in ROLLOUT_KEYS:
+            continue  # planner/rollout_holds.py reads (and reports) them
         if key not in _PARSERS:
-            known = sorted({*_PARSERS, *SAVINGS_FLOOR_KEYS})
+            known = sorted({*_PARSERS, *SAVINGS_FLOOR_KEYS, *ROLLOUT_KEYS})
             problems.append(f"annotation {key}: unknown (known: {', '.join(known)})")
             continue
         field, parse = _PARSERS[key]
