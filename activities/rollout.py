@@ -42,7 +42,6 @@ from kube.times import parse_time
 
 log = logging.getLogger(__name__)
 AWS_GROUP, AWS_VERSION = "karpenter.k8s.aws", "v1"
-MERGE_PATCH = "application/merge-patch+json"
 # The Event recorded on the NodePool when a rollout's phase changes (sync_rollout_state `event`).
 _PHASE_EVENTS: dict[str, Reason] = {
     "Rolling": Reason.ROLLOUT_WAVE_STARTED,
@@ -250,21 +249,17 @@ class RolloutActivities:
                 }
             )
             if current is None or current.annotation() != state.annotation():
-                patch = {
-                    "metadata": {
-                        "resourceVersion": metadata.get("resourceVersion"),
-                        "annotations": {ROLLOUT_STATE_ANNOTATION: state.annotation()},
-                    }
-                }
+                # An update with the resourceVersion read (karpflow may update NodePools, for its
+                # finalizer: deploy/base/rbac.yaml): a 409 means the pool moved on, and the retry reads
+                # it again, target included.
+                metadata.setdefault("annotations", {})[ROLLOUT_STATE_ANNOTATION] = state.annotation()
                 try:
                     await self.kube.request(
-                        "PATCH",
+                        "PUT",
                         f"/apis/{KARPENTER_GROUP}/{KARPENTER_VERSION}/nodepools/{request.nodepool}",
-                        body=patch,
-                        content_type=MERGE_PATCH,
+                        body=raw,
                     )
                 except Exception as err:
-                    # 409: the NodePool moved on since it was read; the retry reads it again.
                     raise classify_kube(err, f"NodePool {request.nodepool}") from None
                 written = True
         reason = _PHASE_EVENTS.get(request.phase)
