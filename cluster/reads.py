@@ -128,3 +128,27 @@ class ClusterReads:
                 return []
             raise
         return [va for va in listed if (va.get("spec") or {}).get("nodeName") == node]
+
+    async def nodes_with_label(self, key: str, value: str) -> list[Json]:
+        """The Nodes whose label `key` is `value` (a NodePool's: karpenter.sh/nodepool=<pool>)."""
+        if (nodes := self._current("Node")) is not None:
+            return [
+                n
+                for n in nodes.items.values()
+                if ((n.get("metadata") or {}).get("labels") or {}).get(key) == value
+            ]
+        return list((await self.kube.list_nodes(f"{key}={value}")).get("items") or [])
+
+    async def unbound_pods(self) -> list[Json]:
+        """The Pending pods bound to no node (no spec.nodeName): what the scheduler has not placed.
+        From the cache a scan of every pod (its index is by node, and these have none): a gate's check
+        every few seconds at 100,000 pods is a few milliseconds, no request."""
+        if (pods := self._current("Pod")) is not None:
+            return [
+                p
+                for p in pods.items.values()
+                if not (p.get("spec") or {}).get("nodeName")
+                and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+            ]
+        query = {"fieldSelector": "spec.nodeName=,status.phase=Pending"}
+        return list((await self.kube.request("GET", "/api/v1/pods", query=query)).get("items") or [])
