@@ -62,6 +62,7 @@ from activities.nodeclaims import NodeClaimActivities
 from activities.notifications import NotificationActivities
 from activities.planning import PlanningActivities
 from activities.rollout import RolloutActivities
+from activities.rollout_health import RolloutHealthActivities
 from activities.waiting_commands import WaitingCommandActivities
 from api.workflow_ids import controller_workflow_id
 from cluster.heap import HeapFreezer
@@ -163,6 +164,7 @@ def activities_for(
         reads=reads,
     )
     rollout = RolloutActivities(kube)
+    rollout_health = RolloutHealthActivities(kube, reads)
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
@@ -202,6 +204,8 @@ def activities_for(
         rollout.mark_rollout_nodes,
         rollout.rollout_remaining,
         rollout.unmark_rollout_nodes,
+        # The rollout gate: a wave's new nodes and their pods, judged from the cache.
+        rollout_health.check_wave_health,
     ]
     if planning is not None:
         # The garbage collection of karpflow's own launches: on the controller's cache and client.
