@@ -3,6 +3,7 @@ cluster read, and the Prometheus check against a real HTTP server on localhost."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from api.rollout_policy import RolloutPolicy
 from cluster.reads import ClusterReads
 from kube.client import Json, KubeError
 from kube.times import rfc3339
+from tests.unit.test_cluster_reads import synced
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SINCE = NOW - timedelta(minutes=30)
@@ -304,6 +306,27 @@ async def test_without_a_cache_the_reads_ask_the_api_server_for_the_pool_and_the
         "nodes karpenter.sh/nodepool=general",
         "GET /api/v1/pods spec.nodeName=,status.phase=Pending",
     ]
+
+
+async def test_the_unbound_pods_come_from_the_cache_a_slice_at_a_time():
+    unbound = [pod(f"u{i}", on=None, phase="Pending", scheduled="Unschedulable") for i in range(5)]
+    others = [pod("bound"), pod("finished", on=None, phase="Succeeded")]
+    api = ApiServer([], [])
+    reads = ClusterReads(api, synced(api, [], [*unbound, *others]))  # type: ignore[arg-type]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    running = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    found = await reads.unbound_pods(slice_size=2)
+    running.cancel()
+    assert sorted(p["metadata"]["name"] for p in found) == ["u0", "u1", "u2", "u3", "u4"]
+    assert ticks >= 3 and api.asked == []  # the loop ran between the slices; no request
 
 
 # -- Prometheus -------------------------------------------------------------------------------------
