@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import aiohttp
 from temporalio import activity
 
 from activities.errors import classify_kube
 from api.constants import NODEPOOL_LABEL
-from api.rollout_health_io import WaveHealth, WaveHealthRequest
+from api.rollout_health_io import Verdict, WaveHealth, WaveHealthRequest
 from api.rollout_io import RolloutNode
 from api.rollout_policy import PrometheusCheck, RolloutPolicy
 from cluster.reads import ClusterReads
@@ -87,7 +88,8 @@ class _Verdicts:
         self.failed: list[str] = []
         self.waiting: list[str] = []
 
-    def health(self, **fields: object) -> WaveHealth:
+    def health(self, **fields: Any) -> WaveHealth:
+        verdict: Verdict
         if self.failed:
             verdict, reasons = "Failed", self.failed
         elif self.waiting:
@@ -97,7 +99,7 @@ class _Verdicts:
         lines = sorted(set(reasons))
         if len(lines) > MAX_REASONS:
             lines = [*lines[: MAX_REASONS - 1], f"and {len(lines) - MAX_REASONS + 1} more"]
-        return WaveHealth(verdict=verdict, reasons=lines, **fields)  # type: ignore[arg-type]
+        return WaveHealth(verdict=verdict, reasons=lines, **fields)
 
 
 def judge_node(node: Json, request: WaveHealthRequest, now: datetime, verdicts: _Verdicts) -> bool:
