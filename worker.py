@@ -190,6 +190,8 @@ def activities_for(
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
+        # The rollout gate (workflows/rollout_waves.py): a wave's new nodes and pods, from the cache.
+        rollout_health.check_wave_health,
         # Events only a workflow knows to record (workflows/events.py).
         EventActivities(kube).record_event,
         # The operator's webhook (workflows/notify.py).
@@ -204,8 +206,6 @@ def activities_for(
         rollout.mark_rollout_nodes,
         rollout.rollout_remaining,
         rollout.unmark_rollout_nodes,
-        # The rollout gate: a wave's new nodes and their pods, judged from the cache.
-        rollout_health.check_wave_health,
     ]
     if planning is not None:
         # The garbage collection of karpflow's own launches: on the controller's cache and client.
