@@ -22,6 +22,7 @@ reads, all from the worker's informer cache (cluster/reads.py):
 
 Read-only, so any retry is safe; Kubernetes errors are classified as everywhere (activities/errors.py).
 When Failed, the reasons are the failures only (what the halt says); Waiting lists what is undecided.
+A wave with no new node is Waiting until its soak begins, and judged by its displaced pods after.
 """
 
 from __future__ import annotations
@@ -269,7 +270,10 @@ class RolloutHealthActivities:
                 judge_restarts(pod, name, request.policy, verdicts)
                 if ready:  # on a node that is not Ready, the node's own line says it all
                     judge_pod_ready(pod, name, node_created, request.policy, now, verdicts)
-        if not wave:
+        if not wave and request.soak_started is None:
+            # Once the soak began (the wave's old nodes are gone) no new node means none was needed:
+            # a drifted node whose pods fit elsewhere is deleted without a replacement, as in
+            # Karpenter. Waiting for one then would hold the rollout for ever.
             verdicts.waiting.append("no node of the wave yet")
         try:
             unbound = await self.reads.unbound_pods()

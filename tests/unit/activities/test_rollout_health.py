@@ -149,6 +149,13 @@ async def test_no_new_node_yet_is_waiting():
     assert (health.verdict, health.reasons, health.nodes) == ("Waiting", ["no node of the wave yet"], [])
 
 
+async def test_a_soaking_wave_that_launched_no_node_is_judged_by_its_displaced_pods_alone():
+    # The wave's old nodes are gone and nothing new was launched: their pods fit on nodes already there.
+    assert (await check([node("old", created=60)], req=request(soak=1))).verdict == "Healthy"
+    stuck = pod("a", on=None, created=11, phase="Pending", scheduled="Unschedulable")
+    assert (await check([], [stuck], req=request(soak=1))).verdict == "Failed"
+
+
 async def test_only_the_pools_nodes_created_since_the_wave_and_not_leaving_are_judged():
     nodes = [
         node("new"),
