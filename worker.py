@@ -62,6 +62,7 @@ from activities.nodeclaims import NodeClaimActivities
 from activities.notifications import NotificationActivities
 from activities.planning import PlanningActivities
 from activities.rollout import RolloutActivities
+from activities.rollout_health import RolloutHealthActivities
 from activities.waiting_commands import WaitingCommandActivities
 from api.workflow_ids import controller_workflow_id
 from cluster.heap import HeapFreezer
@@ -163,6 +164,7 @@ def activities_for(
         reads=reads,
     )
     rollout = RolloutActivities(kube)
+    rollout_health = RolloutHealthActivities(kube, reads)
     activities: list[Callable[..., Any]] = [
         # Kubernetes: candidates, replacements, termination.
         kubernetes.taint_disrupted,
@@ -188,6 +190,8 @@ def activities_for(
         aws.find_command_instances,
         aws.describe_instance,
         aws.terminate_instance,
+        # The rollout gate (workflows/rollout_waves.py): a wave's new nodes and pods, from the cache.
+        rollout_health.check_wave_health,
         # Events only a workflow knows to record (workflows/events.py).
         EventActivities(kube).record_event,
         # The operator's webhook (workflows/notify.py).

@@ -3,8 +3,16 @@ and Ready after a delay (conditions, startTime, IPs, one running containerStatus
 
 On a node booted from a crash-loop AMI (`karpflow sim faults bad-ami AMI --pods-crash`) every
 container exits with code 1 as it starts: the pod is Running but not Ready, its containers wait in
-CrashLoopBackOff and their restartCount grows, restarted after the kubelet's back-off, 10 s doubling
-up to 5 min (kubernetes/kubernetes pkg/kubelet/kubelet.go `backOffPeriod`, `MaxContainerBackOff`).
+CrashLoopBackOff and their restartCount grows, as the real kubelet's do (kubernetes/kubernetes):
+- each new instance of a container counts one more than the last (pkg/kubelet/kuberuntime/
+  kuberuntime_container.go `startContainer`: restartCount = the previous status's + 1, 0 for the
+  first), and the one that ended is `lastState.terminated`;
+- the first exit is restarted at once, since no back-off is recorded for the container yet; each
+  later one waits the back-off, 10 s doubling up to 5 min (kuberuntime_manager.go `doBackOff`,
+  pkg/kubelet/kubelet.go `backOffPeriod`, `MaxContainerBackOff`). So the count is 1 a moment after
+  the pod starts, 2 after 10 s, 3 after 30 s, 4 after 70 s;
+- a condition's lastTransitionTime moves only when its status does (pkg/kubelet/status/
+  status_manager.go `updateLastTransitionTime`): Ready stays False since the pod first started.
 Once the fault is lifted the next restart runs for good.
 
 Pods on a node that is not Ready wait (the kubelet is not up yet, or never will be). A pod on a node
@@ -67,12 +75,31 @@ def pod_conditions(at: str, spec: dict[str, Any] | None = None) -> list[dict[str
     return conditions
 
 
+def kept_transitions(
+    previous: list[dict[str, Any]] | None, conditions: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`conditions`, each keeping the lastTransitionTime it had when its status did not change."""
+    before = {c.get("type"): c for c in previous or ()}
+    for condition in conditions:
+        old = before.get(condition["type"])
+        if old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime"):
+            condition["lastTransitionTime"] = old["lastTransitionTime"]
+    return conditions
+
+
+def backoff_seconds(restarts: int) -> float:
+    """How long the kubelet waits before restarting a container that exited after `restarts`
+    restarts: none after the first exit, then 10 s doubling up to 5 min."""
+    return 0.0 if restarts < 1 else min(BACKOFF_SECONDS * 2 ** (restarts - 1), MAX_BACKOFF_SECONDS)
+
+
 def crashed_container(
-    container: dict[str, Any], index: int, uid: str, at: str, *, restarts: int
+    container: dict[str, Any], index: int, uid: str, at: str, *, restarts: int, pod: str = ""
 ) -> dict[str, Any]:
-    """A container that exited with code 1 and waits for its back-off (CrashLoopBackOff)."""
+    """A container that exited with code 1 after `restarts` restarts and waits for its back-off
+    (CrashLoopBackOff); `pod` is the kubelet's name for the pod (name_namespace(uid))."""
     name = container.get("name", "")
-    backoff = int(min(BACKOFF_SECONDS * 2**restarts, MAX_BACKOFF_SECONDS))
+    backoff = int(backoff_seconds(restarts))
     return {
         "name": name,
         "image": container.get("image", ""),
@@ -84,7 +111,7 @@ def crashed_container(
         "state": {
             "waiting": {
                 "reason": "CrashLoopBackOff",
-                "message": f"back-off {backoff}s restarting failed container={name}",
+                "message": f"back-off {backoff}s restarting failed container={name} pod={pod}",
             }
         },
         "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}},
@@ -174,11 +201,14 @@ class Kubelets:
                 podIP=pod_ip,
                 podIPs=[{"ip": pod_ip}],
             )
-            status["conditions"] = pod_conditions(at)
+            status["conditions"] = kept_transitions(
+                status.get("conditions"), pod_conditions(at, spec if crashing else None)
+            )
             if crashing:
-                status["conditions"] = pod_conditions(at, spec)
+                # The first instance exited and was restarted at once (no back-off yet): that one
+                # exited too, and the container now waits its first back-off with one restart.
                 status["containerStatuses"] = [
-                    crashed_container(c, i, uid, at, restarts=0)
+                    crashed_container(c, i, uid, at, restarts=1, pod=f"{name}_{ns}({uid})")
                     for i, c in enumerate(spec.get("containers") or ())
                 ]
                 started = True
@@ -209,12 +239,11 @@ class Kubelets:
         if started:
             self.started += 1
             if crashing:
-                self._schedule_restart(ns, name, uid, node_name, 0)
+                self._schedule_restart(ns, name, uid, node_name, 1)
 
     def _schedule_restart(self, ns: str, name: str, uid: str, node_name: str, restarts: int) -> None:
-        backoff = min(BACKOFF_SECONDS * 2**restarts, MAX_BACKOFF_SECONDS)
         self.timers.after(
-            self.scale.seconds(backoff),
+            self.scale.seconds(backoff_seconds(restarts)),
             lambda: self._restart(ns, name, uid, node_name, restarts + 1),
             f"restart pod {ns}/{name}",
         )
@@ -232,16 +261,19 @@ class Kubelets:
                 return pod
             status = pod.setdefault("status", {})
             containers = spec.get("containers") or ()
+            status["conditions"] = kept_transitions(
+                status.get("conditions"), pod_conditions(at, spec if crashing else None)
+            )
+            described = f"{name}_{ns}({uid})"
             if crashing:
-                status["conditions"] = pod_conditions(at, spec)
                 status["containerStatuses"] = [
-                    crashed_container(c, i, uid, at, restarts=restarts) for i, c in enumerate(containers)
+                    crashed_container(c, i, uid, at, restarts=restarts, pod=described)
+                    for i, c in enumerate(containers)
                 ]
             else:
-                status["conditions"] = pod_conditions(at)
                 status["containerStatuses"] = [
                     {
-                        **crashed_container(c, i, uid, at, restarts=restarts),
+                        **crashed_container(c, i, uid, at, restarts=restarts, pod=described),
                         "ready": True,
                         "started": True,
                         "state": {"running": {"startedAt": at}},
