@@ -28,13 +28,22 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
-from api.duration import DurationError, parse_duration
+from api.duration import DurationError, format_duration, parse_duration
 
 ROLLOUT_POLICY_ANNOTATION = "karpflow.dev/rollout-policy"
 ROLLOUT_STATE_ANNOTATION = "karpflow.dev/rollout-state"
 
+_ISO_DURATION = TypeAdapter(timedelta)
 _COUNT_OR_PERCENT = re.compile(r"^(\d+)%?$")
 
 
@@ -102,6 +111,8 @@ class RolloutPolicy(BaseModel):
             return value
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ValueError(f"{value!r} is not a duration such as 2m")
+        if isinstance(value, str) and value.startswith("P"):
+            return _ISO_DURATION.validate_python(value)  # pydantic's own JSON form, from an older dump
         try:
             found = parse_duration(value)
         except DurationError as err:
@@ -109,6 +120,11 @@ class RolloutPolicy(BaseModel):
         if found < timedelta(0):
             raise ValueError(f"{value!r} is negative")
         return found
+
+    @field_serializer("soak", "ready_timeout")
+    def _go_durations(self, value: timedelta) -> str:
+        # As the user writes them (and as the validator reads them back): 2m, not PT2M.
+        return format_duration(value)
 
     def wave_sizes(self, total: int) -> list[int]:
         """How many nodes each wave takes of a change of `total` nodes, zones aside."""

@@ -57,3 +57,12 @@ def test_after_the_canary_a_zone_by_zone_wave_takes_one_zone():
     second = next_wave(policy, 6, 1, rest)
     assert {n.zone for n in second} == {"a"} and [n.name for n in second] == ["n3"]
     assert len(next_wave(policy.model_copy(update={"zone_by_zone": False}), 6, 1, rest)) == 5
+
+
+def test_the_policy_survives_a_workflow_payload_round_trip_in_the_users_units():
+    """Temporal carries it as JSON: durations stay Go durations, and an ISO form still reads."""
+    policy = RolloutPolicy(soak=timedelta(minutes=2), ready_timeout=timedelta(seconds=90), max_wave="5")
+    text = policy.model_dump_json()
+    assert '"soak":"2m"' in text and '"ready_timeout":"1m30s"' in text
+    assert RolloutPolicy.model_validate_json(text) == policy
+    assert RolloutPolicy.model_validate({"soak": "PT2M"}).soak == timedelta(minutes=2)
