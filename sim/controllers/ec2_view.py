@@ -152,6 +152,9 @@ class MotoInstanceSource:
                 {
                     "InstanceId": inst.id,
                     "InstanceType": inst.instance_type,
+                    # What the instance booted from, as DescribeInstances says: a bad-AMI fault keys
+                    # on it (sim/ec2_faults.py), in both sources alike.
+                    "ImageId": inst.image_id,
                     "State": {"Name": state},
                     "Placement": {"AvailabilityZone": inst.placement.zone},
                     "PrivateIpAddress": inst.private_ip,

@@ -32,6 +32,7 @@ from sim.scenario import scenario_from_documents
 from sim.scenarios import generate_demo as gen
 from sim.testing import assert_no_violations, kubectl
 from tests.integration.controller.test_controller import FAST
+from tests.integration.controller.test_controller import status as controller_status
 from tests.integration.workflows.conftest import REPO, Workload, node
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -169,15 +170,31 @@ async def test_a_bad_ami_halts_at_the_canary_and_a_good_one_rolls_in_waves(karpf
     async with karpflow.worker(**settings):
         await move_amis(karpflow, bad)
 
+        seen: dict[str, Any] = {}
+
         async def halted() -> tuple[str, RolloutStatus] | None:
             await asyncio.sleep(1)  # visibility and a query per rollout: once a second is enough
+            seen["controller"] = (await controller_status(karpflow)).blocked
+            seen["images"] = {n: image_of(karpflow, o) for n, o in (await pool_nodes(karpflow)).items()}
+            seen["pods"] = [
+                (
+                    p["metadata"]["name"],
+                    p["spec"].get("nodeName"),
+                    [c.get("restartCount") for c in (p.get("status") or {}).get("containerStatuses") or []],
+                )
+                for p in await karpflow.pods()
+            ]
+            seen["bad"] = bad
             for rollout_id in await rollouts(karpflow):
                 status = await rollout_status(karpflow, rollout_id)
+                seen[rollout_id] = status
                 if status.phase == "Halted":
                     return rollout_id, status
             return None
 
-        first, status = await karpflow.eventually(halted, within=180, what="the rollout halted by its gate")
+        first, status = await karpflow.eventually(
+            halted, within=180, what=lambda: f"the rollout halted by its gate; saw {seen}"
+        )
         assert status.mode == "drift" and status.wave == 1
         assert "restart" in status.halted, status.halted
         assert len(await drift_commands(karpflow)) == 1
