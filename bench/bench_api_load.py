@@ -61,6 +61,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,11 @@ class Run:
         self.workers: Workers | None = None
         self.client: Client | None = None
         self.goals: list[Goal] = []
+        # During the drift: karpflow's requests by (verb, resource, code), its Events by reason.
+        self.codes_before: Counter[tuple[str, str, int]] = Counter()
+        self.codes_during: Counter[tuple[str, str, int]] = Counter()
+        self.events_before: dict[str, tuple[str, int]] = {}
+        self.events_during: dict[str, tuple[int, int]] = {}
 
     def stats(self) -> StatsDoc:
         assert self.stack is not None
@@ -270,11 +276,35 @@ class Run:
         await asyncio.sleep(seconds)
         return difference(self.stats(), before), cpu
 
+    def codes(self) -> Counter[tuple[str, str, int]]:
+        """karpflow's requests by (verb, resource, status code) so far."""
+        assert self.stack is not None
+        return Counter(
+            {
+                (key.verb, key.resource, code): count
+                for key, code, count in self.stack.api.stats.by_code()
+                if key.user == USER and key.verb != "watch"
+            }
+        )
+
+    def event_counts(self) -> dict[str, tuple[str, int]]:
+        """karpflow's Events in the store: name -> (reason, count)."""
+        assert self.stack is not None
+        return {
+            f"{e['metadata'].get('namespace')}/{e['metadata']['name']}": (
+                str(e.get("reason")),
+                int(e.get("count") or 1),
+            )
+            for e in self.stack.store.list("events").items
+            if (e.get("source") or {}).get("component") == "karpflow"
+        }
+
     async def drift(self, drifted: set[str], wave_pool: str) -> tuple[StatsDoc, float, float, float]:
         """Edit the wave pool's template; wait until its old nodes are gone. Returns the counts, the
         worker's CPU seconds, the mean nodes in flight and the seconds it took."""
         assert self.stack is not None
         before, cpu = self.stats(), cpu_seconds(self.pid)
+        self.codes_before, self.events_before = self.codes(), self.event_counts()
         self.stack.store.patch(
             "nodepools",
             wave_pool,
@@ -298,6 +328,8 @@ class Run:
             await asyncio.sleep(2)
         elapsed = time.monotonic() - began
         mean = sum(samples) / len(samples) if samples else 0.0
+        self.codes_during = self.codes() - self.codes_before
+        self.events_during = events_written(self.events_before, self.event_counts())
         return difference(self.stats(), before), cpu_seconds(self.pid) - cpu, mean, elapsed
 
     async def stop(self) -> None:
@@ -315,6 +347,34 @@ def karpflow_rate(doc: StatsDoc) -> float:
 def full_lists_per_minute(doc: StatsDoc, resource: str) -> float:
     count = sum(r.full_lists for r in doc.rows if r.user == USER and r.resource == resource)
     return count / max(doc.seconds, 1e-9) * 60
+
+
+def events_written(
+    before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]
+) -> dict[str, tuple[int, int]]:
+    """Events karpflow wrote between two readings, by reason: (new Events: POSTs, counts added to
+    Events already there: PATCHes)."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, (reason, count) in after.items():
+        posts, patches = out.get(reason, (0, 0))
+        old = before.get(name)
+        if old is None:
+            out[reason] = (posts + 1, patches + count - 1)
+        elif count > old[1]:
+            out[reason] = (posts, patches + count - old[1])
+    return out
+
+
+def print_drift_detail(run: Run, replaced: int) -> None:
+    """What the drift's requests were: status codes (evictions answered 429 are retries) and
+    karpflow's Events by reason, each per node replaced."""
+    per = max(1, replaced)
+    print("   drift, by verb, resource and code (per node replaced):")
+    for (verb, resource, code), count in sorted(run.codes_during.items(), key=lambda item: -item[1]):
+        print(f"     {verb:7} {resource:40} {code}  {count:6}  {count / per:7.2f}")
+    print("   drift, karpflow's Events by reason: POSTs, PATCHes (per node replaced):")
+    for reason, (posts, patches) in sorted(run.events_during.items(), key=lambda item: -sum(item[1])):
+        print(f"     {reason:45} {posts:6} {patches:6}  {posts / per:7.2f} {patches / per:7.2f}")
 
 
 def report(name: str, doc: StatsDoc, cpu: float) -> None:
@@ -359,6 +419,7 @@ async def main(args: argparse.Namespace) -> int:
             flush=True,
         )
         report("drift", during, drift_cpu)
+        print_drift_detail(run, len(drifted) - left)
         rate = karpflow_rate(during)
         per_node = rate / mean_in_flight if mean_in_flight else float("nan")
         after_sync = [idle, during]
