@@ -26,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from kube.client import Json, KubeApi, KubeError
+from kube.pdb_budget import Spent
 
 if TYPE_CHECKING:
     from cluster.informer import ClusterCache, Informer
@@ -41,6 +42,8 @@ class ClusterReads:
         self.kube = kube
         self.cache = cache
         self.served: Counter[str] = Counter()
+        # What this worker's evictions took from each PDB the cache does not show yet (kube/pdb_budget.py).
+        self.pdb_spent = Spent()
 
     def _current(self, kind: str) -> Informer | None:
         if self.cache is None:
