@@ -85,7 +85,9 @@ class TaintActivities(KubernetesBase):
             return
         now = datetime.now(UTC)
         try:
-            found = await guards.windows(self.kube)
+            # From the worker's cache (DESIGN.md "Reads from the cache"): a window created within one
+            # watch delay of this taint is seen by the next command's.
+            found = await guards.windows(self.kube, self.reads)
         except Exception as err:
             raise classify_kube(err, "reading MaintenanceWindows") from None
         why = guards.window_refusal(found, taking, request.reason, request.command_id, now)

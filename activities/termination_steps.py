@@ -540,5 +540,6 @@ class TerminationSteps(KubernetesBase):
                 if deleted is not None:
                     seconds = (datetime.now(UTC) - deleted).total_seconds()
                     metrics.NODES_TERMINATION_DURATION.labels(nodepool=pool).observe(max(seconds, 0.0))
-        # The node is going: its NodeDisruptionBudget claims make room for the next one.
-        await self._release_claims(nodes=[ref.node], uid=ref.uid)
+        # The node is going: its NodeDisruptionBudget claims make room for the next one. The budgets
+        # holding them are found in the cache: the claims were written before the drain began.
+        await self._release_claims(nodes=[ref.node], uid=ref.uid, cached=True)
