@@ -1,6 +1,8 @@
 """Would the API server let this eviction through its PodDisruptionBudget? Read off the PDB the
-worker's cache holds, so a drain waits for room in the budget instead of asking every second and
-being answered 429 (issue 34: 54 eviction requests per node replaced, most of them refused).
+worker's cache holds, so a drain waits for room in the budget instead of asking with each back-off
+and being answered 429 (issue 34). (In bench_api_load's drift, whose PDBs all have room, the extra
+evictions were 404s instead: pods this drain had evicted, shown by a cache a moment behind; the
+drain now never evicts again a pod it evicted, activities/drain.py.)
 
 kube-apiserver's eviction handler (kubernetes/kubernetes pkg/registry/core/pod/storage/eviction.go),
 in its order:
