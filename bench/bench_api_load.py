@@ -157,14 +157,18 @@ def build_cluster(nodes: int, pods: int, drift: int, seed: int) -> tuple[list[di
     wave = copy.deepcopy(pools[source])
     wave["metadata"]["name"] = f"{source}-wave"
     wave["spec"]["disruption"]["budgets"] = [{"nodes": str(max(1, drift // 10))}]
-    stamps = nodepool_hash_annotations(NodePool.model_validate(wave))
+    pools[wave["metadata"]["name"]] = wave
+    # The hashes of the pools as edited here (expireAfter is in the template's hash): stamped on every
+    # node, or all of them read as drifted and the idle cluster is not idle (held back by budget 0).
+    stamps = {name: nodepool_hash_annotations(NodePool.model_validate(pool)) for name, pool in pools.items()}
     moved: set[str] = set()
-    for obj in objects:
+    for obj in (o for o in objects if o["kind"] == "Node"):
         labels = obj["metadata"].get("labels") or {}
-        if obj["kind"] == "Node" and labels.get(k.NODEPOOL_LABEL) == source and len(moved) < drift:
+        if labels.get(k.NODEPOOL_LABEL) == source and len(moved) < drift:
             labels[k.NODEPOOL_LABEL] = wave["metadata"]["name"]
-            obj["metadata"].setdefault("annotations", {}).update(stamps)
             moved.add(obj["metadata"]["name"])
+        if labels.get(k.NODEPOOL_LABEL) in stamps:
+            obj["metadata"].setdefault("annotations", {}).update(stamps[labels[k.NODEPOOL_LABEL]])
     if len(moved) < drift:
         raise SystemExit(f"pool {source} has only {len(moved)} nodes; ask for a smaller --drift")
     return [*objects, wave], moved
