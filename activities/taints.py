@@ -121,7 +121,9 @@ class TaintActivities(KubernetesBase):
                     None,
                     None,
                 )  # not the node the command is for: reported by the taint below, never touched
-            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pool = await guards.check_managed(
+                self.kube, node, request.reason, self.ownership, self.cluster, self.reads
+            )
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
             raise

@@ -48,8 +48,6 @@ from api.constants import (
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
     HOLDER_REASON_ANNOTATION,
-    KARPENTER_GROUP,
-    KARPENTER_VERSION,
     NODEPOOL_LABEL,
     REASON_MANUAL,
 )
@@ -107,7 +105,9 @@ class TerminationSteps(KubernetesBase):
             if node is None:
                 return self._gone(request)
             # The NodePool the guard read (None: deleted) gives the grace period too: read once.
-            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pool = await guards.check_managed(
+                self.kube, node, request.reason, self.ownership, self.cluster, self.reads
+            )
             uid = uid_of(node)
             nodeclaim = await self._hand_over(node, request, pool) if self._karpenter_drains(node) else None
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
@@ -311,12 +311,7 @@ class TerminationSteps(KubernetesBase):
         return gate.model_copy(update={"deadline": deadline})
 
     async def _nodepool_or_none(self, name: str) -> Json | None:
-        try:
-            return await self.kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name)
-        except Exception as err:
-            if not_found(err):
-                return None
-            raise
+        return await self.reads.nodepool(name)  # the worker's cache, else the server
 
     async def _gate(self, request: TerminationGateRequest) -> tuple[TerminationGate, Json | None]:
         """termination_gate's answer, with the node it read (None when it is gone)."""

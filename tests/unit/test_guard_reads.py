@@ -10,7 +10,7 @@ from activities.taints import TaintActivities
 from api.activity_io import TaintRequest
 from cluster.informer import INDEXES, ClusterCache, Resource
 from cluster.reads import ClusterReads
-from kube.client import Json
+from kube.client import Json, KubeError
 
 KINDS = (
     Resource("MaintenanceWindow", "karpflow.dev/v1alpha1", "maintenancewindows", optional=True),
@@ -93,3 +93,25 @@ async def test_a_termination_releases_its_claims_where_the_cache_shows_them() ->
     api.calls.clear()
     assert await budget_claims.release(api, nodes=["n"]) == 0  # type: ignore[arg-type]
     assert api.calls == ["list nodedisruptionbudgets"]
+
+
+async def test_a_nodepool_is_read_from_the_cache_and_one_it_lacks_from_the_server() -> None:
+    class PoolApi(ServerApi):
+        async def get_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Json:
+            self.calls.append(f"get {name}")
+            if name != "new":
+                raise KubeError(404, "NotFound")
+            return {"metadata": {"name": "new"}}
+
+    api = PoolApi([])
+    cache = ClusterCache(api, resources=(Resource("NodePool", "karpenter.sh/v1", "nodepools"),))
+    cache._tasks = [object()]  # type: ignore[list-item]
+    informer = cache.informers[0]
+    informer._listed({"/general": {"metadata": {"name": "general"}}}, missing=False)
+    informer.watching = True
+    reads = ClusterReads(api, cache)  # type: ignore[arg-type]
+    found = await reads.nodepool("general")
+    assert found is not None and found["metadata"]["name"] == "general" and api.calls == []
+    assert found is not informer.items["/general"]  # a copy: the caller may parse it as it likes
+    assert await reads.nodepool("new") == {"metadata": {"name": "new"}}  # created a moment ago
+    assert await reads.nodepool("gone") is None and api.calls == ["get new", "get gone"]
