@@ -111,7 +111,7 @@ class TerminationSteps(KubernetesBase):
             uid = uid_of(node)
             nodeclaim = await self._hand_over(node, request, pool) if self._karpenter_drains(node) else None
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
-                await self.kube.update_node(name, pinned(uid, ensure_finalizer))
+                await self.kube.update_node(name, pinned(uid, ensure_finalizer), current=node)
                 # Listed before the delete, as Karpenter counts a disruption's pods: before any drain.
                 counted = await self.kube.pods_on_node(name) if request.reason != REASON_MANUAL else []
                 await self._delete_node(name, uid)
@@ -385,7 +385,9 @@ class TerminationSteps(KubernetesBase):
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
-            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
+            # On the cached version: a 409, or "nothing to change" on it, reads the server's.
+            current = await self.reads.node(ref.node)
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate), current=current)
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
@@ -522,7 +524,8 @@ class TerminationSteps(KubernetesBase):
             return False
 
         try:
-            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
+            current = await self.reads.node(ref.node)  # a 409, or nothing to change, reads the server's
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate), current=current)
         except Exception as err:
             if not not_found(err):  # gone already: nothing left to do but the claims
                 raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None
