@@ -274,6 +274,24 @@ class Run:
         assert self.stack is not None
         return sum(1 for n in self.stack.store.list("nodes").items if n["metadata"]["name"] in drifted)
 
+    async def events_written(self, quiet: float = 10.0, most: float = 180.0) -> None:
+        """Until the first passes' Events are written (the recorder writes a pass's batch in the
+        background: at 500 nodes, on a loaded machine, that outlasts the settle time): no new Event
+        from karpflow for `quiet` seconds, at most `most`. The idle window is then the steady state."""
+        began = time.monotonic()
+
+        def posted() -> int:
+            return sum(r.requests for r in self.stats().rows if r.user == USER and r.resource == "events")
+
+        last, since = posted(), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() - began < most:
+            await asyncio.sleep(2)
+            if (now := posted()) != last:
+                last, since = now, time.monotonic()
+        print(
+            f"   first passes' Events written {time.monotonic() - began:.0f} s after the settle", flush=True
+        )
+
     async def window(self, seconds: float) -> tuple[StatsDoc, float]:
         """The karpflow user's requests over `seconds`, and the worker's CPU (% of one core)."""
         before, cpu = self.stats(), cpu_seconds(self.pid)
@@ -412,6 +430,7 @@ async def main(args: argparse.Namespace) -> int:
             )
         )
         await asyncio.sleep(args.settle_seconds)
+        await run.events_written()
         idle, cpu = await run.window(args.idle_seconds)
         idle_cpu = cpu_seconds(run.pid) - cpu
         report("idle", idle, idle_cpu)
