@@ -266,10 +266,19 @@ def room(ndb: Ndb, nodes: dict[str, Json], claims: list[BudgetClaim], mine: list
 
 
 async def release(
-    kube: KubeApi, *, holder: str | None = None, nodes: Iterable[str] | None = None, uid: str | None = None
+    kube: KubeApi,
+    *,
+    holder: str | None = None,
+    nodes: Iterable[str] | None = None,
+    uid: str | None = None,
+    reads: ClusterReads | None = None,
 ) -> int:
     """Drop the claims that match every given filter (a holder's, a node's, a node incarnation's);
-    returns how many were dropped. Idempotent."""
+    returns how many were dropped. Idempotent. `reads`: the budgets whose claims to read and write
+    are found in the worker's cache (each is still read from the server before it is written), for
+    a release long after the claim, as a termination's end: a claim the cache does not show yet is
+    left to the controller's sweep (`sweep`: its node is gone). Without, every budget is listed
+    from the server: a rollback moments after its claim must find it."""
     names = set(nodes) if nodes is not None else None
 
     def matches(claim: BudgetClaim) -> bool:
@@ -280,8 +289,7 @@ async def release(
         )
 
     dropped = 0
-    # From the server, not the cache: a claim written a moment ago must be found to be released.
-    for raw in await budgets(kube):
+    for raw in await budgets(kube, reads):
         if any(matches(c) for c in _claims(raw)):
             dropped += await _release_in(kube, name_of(raw), matches)
     return dropped

@@ -34,7 +34,8 @@ from activities.errors import FORBIDDEN, INVALID, permanent
 from cluster.reads import ClusterReads
 from kube import events
 from kube.client import Json, KubeApi, KubeError
-from kube.drain_rules import DISRUPTED_TAINT, TIER_NAMES, Pod, pdb_group, plan
+from kube.drain_rules import DISRUPTED_TAINT, TIER_NAMES, Pod, pdb_group, pdb_selects, plan
+from kube.pdb_budget import eviction_may_pass, ignores_pdbs, version
 from kube.selectors import Taint
 from runtime import metrics
 
@@ -53,16 +54,29 @@ def is_multi_pdb_error(err: KubeError) -> bool:
 
 @dataclass
 class _Backoff:
+    """One PDB group's wait. A refusal from the server doubles it (0.1 s to 10 s, as Karpenter's
+    eviction queue and kube's drain helper retry); the cached PDB saying "no room" waits the longest
+    without a request (`hold`). `versions`: the group's PDBs as they were at the refusal."""
+
     delay: float = 0.0
     until: float = 0.0
+    versions: tuple[str, ...] = ()
+    by_server: bool = False
 
-    def fail(self, now: float) -> None:
+    def fail(self, now: float, versions: tuple[str, ...] = ()) -> None:
         self.delay = BACKOFF_START if self.delay == 0 else min(self.delay * 2, BACKOFF_MAX)
         self.until = now + self.delay
+        self.versions, self.by_server = versions, True
+
+    def hold(self, now: float, versions: tuple[str, ...]) -> None:
+        self.delay = BACKOFF_MAX
+        self.until = now + BACKOFF_MAX
+        self.versions, self.by_server = versions, False
 
     def reset(self) -> None:
         self.delay = 0.0
         self.until = 0.0
+        self.versions, self.by_server = (), False
 
 
 @dataclass
@@ -134,6 +148,7 @@ class Drainer:
         # and its annotated deadline, which someone may have brought forward (a spot interruption).
         self.check = check
         self._backoff: dict[tuple[str, ...], _Backoff] = {}
+        self._evicted: set[str] = set()  # UIDs this attempt evicted (answered 200)
 
     async def run(self) -> DrainProgress:
         started = time.monotonic()
@@ -209,29 +224,61 @@ class Drainer:
             log.warning("deleting pod %s failed, will retry: %s", pod.key, err)
 
     async def _evict_all(self, pods: list[Pod]) -> None:
+        # A pod this drain evicted is terminating, whatever a cache a watch delay behind still shows.
+        pods = [pod for pod in pods if pod.uid not in self._evicted]
         if not pods:
             return
         pdbs_by_ns: dict[str, list[Json]] = {}
         for namespace in {pod.namespace for pod in pods}:
             pdbs_by_ns[namespace] = await self._pdbs(namespace)
         groups: dict[tuple[str, ...], list[Pod]] = {}
+        guards: dict[tuple[str, ...], list[Json]] = {}
         for pod in pods:
-            groups.setdefault(pdb_group(pod, pdbs_by_ns[pod.namespace]), []).append(pod)
-        now = time.monotonic()
-        ready = [
-            (key, members)
-            for key, members in groups.items()
-            if self._backoff.get(key, _Backoff()).until <= now
-        ]
-        await asyncio.gather(*(self._evict_serially(key, members) for key, members in ready))
+            key = pdb_group(pod, pdbs_by_ns[pod.namespace])
+            groups.setdefault(key, []).append(pod)
+            guards.setdefault(key, [pdb for pdb in pdbs_by_ns[pod.namespace] if pdb_selects(pdb, pod)])
+        await asyncio.gather(
+            *(self._evict_serially(key, members, guards[key]) for key, members in groups.items())
+        )
 
     async def _pdbs(self, namespace: str) -> list[Json]:
         # An API server without policy/v1 has none: nothing guards the pods (cluster/reads.py).
         return await self.reads.pdbs(namespace)
 
-    async def _evict_serially(self, key: tuple[str, ...], pods: list[Pod]) -> None:
+    def _may_send(self, pod: Pod, guards: list[Json], backoff: _Backoff) -> bool:
+        """Send this eviction now? Only when the cached PDB says it can pass (kube/pdb_budget.py), or
+        once the group's back-off is over: a cache that is wrong costs one request per back-off."""
+        now = time.monotonic()
+        spent = self.reads.pdb_spent.of(guards[0]) if len(guards) == 1 else 0
+        room = eviction_may_pass(pod.raw, guards, spent)
+        versions = tuple(version(pdb) for pdb in guards)
+        if room is None:
+            return backoff.until <= now
+        if room:
+            # After the server refused at these very versions, the cache's "room" is what it was
+            # wrong about: wait for a newer version or the back-off's end.
+            stale = backoff.by_server and backoff.versions == versions
+            return backoff.until <= now or not stale
+        if backoff.until > now:
+            return False
+        if backoff.delay == 0:
+            backoff.hold(now, versions)  # no room: wait for the PDB to change, asking nothing
+            self._blocked_by_budget(pod, guards[0])
+            return False
+        return True  # the back-off is over: one request, in case the cache is wrong
+
+    def _blocked_by_budget(self, pod: Pod, pdb: Json) -> None:
+        meta, status = pdb.get("metadata") or {}, pdb.get("status") or {}
+        self.progress.blocked[pod.key] = (
+            f"PodDisruptionBudget: {meta.get('namespace')}/{meta.get('name')} allows no disruption now "
+            f"(needs {status.get('desiredHealthy', 0)} healthy pods, has {status.get('currentHealthy', 0)})"
+        )[:200]
+
+    async def _evict_serially(self, key: tuple[str, ...], pods: list[Pod], guards: list[Json]) -> None:
         backoff = self._backoff.setdefault(key, _Backoff())
         for pod in pods:
+            if not self._may_send(pod, guards, backoff):
+                return
             try:
                 await self.kube.evict(pod.raw)
             except KubeError as err:
@@ -245,12 +292,15 @@ class Drainer:
                     else f"HTTP {err.status}"
                 )
                 self.progress.blocked[pod.key] = f"{reason}: {err.message}"[:200]
-                backoff.fail(time.monotonic())
+                backoff.fail(time.monotonic(), tuple(version(pdb) for pdb in guards))
                 return
             metrics.EVICTION_REQUESTS.labels(code="200").inc()
             metrics.PODS_DRAINED.labels(reason=self.reason).inc()
             self.progress.evicted += 1
             self.progress.blocked.pop(pod.key, None)
+            self._evicted.add(pod.uid)
+            if len(guards) == 1 and not ignores_pdbs(pod.raw):
+                self.reads.pdb_spent.spend(guards[0])  # the server took one; the cache shows it later
             backoff.reset()
             await self.recorder.record(events.evicted(pod.raw, self.reason))
 

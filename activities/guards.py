@@ -85,17 +85,23 @@ def instance_id_of(provider_id: str | None) -> str | None:
 
 
 async def check_managed(
-    kube: KubeApi, node: Json, reason: str, ownership: OwnershipCheck | None, cluster: str = ""
+    kube: KubeApi,
+    node: Json,
+    reason: str,
+    ownership: OwnershipCheck | None,
+    cluster: str = "",
+    reads: ClusterReads | None = None,
 ) -> Json | None:
     """Refuse a node karpflow does not manage; return its NodePool (None if it is gone and the
     command is that NodePool's deletion). A node whose instance is gone passes when it is already
     being deleted or NotReady: there is nothing left to protect, and its finalizer must still be
-    released (the termination's "instance already gone" path)."""
+    released (the termination's "instance already gone" path). `reads`: the NodePool from the
+    worker's cache (a pool it does not hold is asked of the server)."""
     name = node["metadata"]["name"]
     pool = (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL)
     if not pool:
         raise Refused(f"node {name} has no {NODEPOOL_LABEL} label: karpflow does not manage it")
-    nodepool = await _nodepool(kube, pool)
+    nodepool = await reads.nodepool(pool) if reads is not None else await _nodepool(kube, pool)
     if reason != NODEPOOL_DELETED and nodepool is None:
         raise Refused(f"node {name} belongs to NodePool {pool}, which does not exist")
     provider_id = (node.get("spec") or {}).get("providerID")

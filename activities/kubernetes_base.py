@@ -75,9 +75,10 @@ class KubernetesBase:
         """Events of this step (best effort: kube/events.py `record_all` never raises)."""
         await events.record_all(events.recorder_for(self.kube), batch)
 
-    async def _release_claims(self, **which: Any) -> None:
+    async def _release_claims(self, *, cached: bool = False, **which: Any) -> None:
+        """`cached`: the budgets are found in the worker's cache (budget_claims.release)."""
         try:
-            await budget_claims.release(self.kube, **which)
+            await budget_claims.release(self.kube, reads=self.reads if cached else None, **which)
         except Exception as err:
             raise classify_kube(err, "releasing NodeDisruptionBudget claims") from None
 

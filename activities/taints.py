@@ -64,10 +64,10 @@ class TaintActivities(KubernetesBase):
         results = list(
             await asyncio.gather(
                 *(
-                    self._taint_candidate(n, request)
+                    self._taint_candidate(n, request, node)
                     if why is None
                     else asyncio.sleep(0, CandidateNode(node=n, ok=False, message=why))
-                    for n, (why, _) in zip(request.nodes, guarded, strict=True)
+                    for n, (why, node) in zip(request.nodes, guarded, strict=True)
                 )
             )
         )
@@ -85,7 +85,9 @@ class TaintActivities(KubernetesBase):
             return
         now = datetime.now(UTC)
         try:
-            found = await guards.windows(self.kube)
+            # From the worker's cache (DESIGN.md "Reads from the cache"): a window created within one
+            # watch delay of this taint is seen by the next command's.
+            found = await guards.windows(self.kube, self.reads)
         except Exception as err:
             raise classify_kube(err, "reading MaintenanceWindows") from None
         why = guards.window_refusal(found, taking, request.reason, request.command_id, now)
@@ -111,7 +113,9 @@ class TaintActivities(KubernetesBase):
         command will take it (not for one missing, deleting or another node of the name: the taint
         reports those)."""
         try:
-            node = await self.kube.find_node(name)
+            # From the worker's cache (one the cache lacks, from the server): the taint is written on
+            # this version, and `claim` checks the holder again on whatever version it replaces.
+            node = await self.reads.node(name) or await self.kube.find_node(name)
             if node is None or node["metadata"].get("deletionTimestamp"):
                 return None, None  # reported by the taint below
             if another_node(node, request.uids.get(name)) is not None:
@@ -119,7 +123,9 @@ class TaintActivities(KubernetesBase):
                     None,
                     None,
                 )  # not the node the command is for: reported by the taint below, never touched
-            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pool = await guards.check_managed(
+                self.kube, node, request.reason, self.ownership, self.cluster, self.reads
+            )
             pods = await self.kube.pods_on_node(name) if request.reason in VOLUNTARY_REASONS else []
         except guards.Refused:
             raise
@@ -136,7 +142,9 @@ class TaintActivities(KubernetesBase):
             return why, (node if why is None else None)
         return None, node
 
-    async def _taint_candidate(self, name: str, request: TaintRequest) -> CandidateNode:
+    async def _taint_candidate(self, name: str, request: TaintRequest, current: Json | None) -> CandidateNode:
+        """`current`: the node as the guards read it, written on its resourceVersion (a 409 reads
+        the server's copy and claims again)."""
         voluntary = request.reason in VOLUNTARY_REASONS
         took_over: list[str] = []
 
@@ -172,7 +180,7 @@ class TaintActivities(KubernetesBase):
             return changed
 
         try:
-            node = await self.kube.update_node(name, claim)
+            node = await self.kube.update_node(name, claim, current=current)
         except _Refused as err:
             return CandidateNode(node=name, ok=False, message=str(err))
         except Exception as err:

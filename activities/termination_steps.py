@@ -48,8 +48,6 @@ from api.constants import (
     EC2NODECLASS_LABEL,
     EXCLUDE_LB_LABEL,
     HOLDER_REASON_ANNOTATION,
-    KARPENTER_GROUP,
-    KARPENTER_VERSION,
     NODEPOOL_LABEL,
     REASON_MANUAL,
 )
@@ -107,11 +105,13 @@ class TerminationSteps(KubernetesBase):
             if node is None:
                 return self._gone(request)
             # The NodePool the guard read (None: deleted) gives the grace period too: read once.
-            pool = await guards.check_managed(self.kube, node, request.reason, self.ownership, self.cluster)
+            pool = await guards.check_managed(
+                self.kube, node, request.reason, self.ownership, self.cluster, self.reads
+            )
             uid = uid_of(node)
             nodeclaim = await self._hand_over(node, request, pool) if self._karpenter_drains(node) else None
             if nodeclaim is None and not node["metadata"].get("deletionTimestamp"):
-                await self.kube.update_node(name, pinned(uid, ensure_finalizer))
+                await self.kube.update_node(name, pinned(uid, ensure_finalizer), current=node)
                 # Listed before the delete, as Karpenter counts a disruption's pods: before any drain.
                 counted = await self.kube.pods_on_node(name) if request.reason != REASON_MANUAL else []
                 await self._delete_node(name, uid)
@@ -311,12 +311,7 @@ class TerminationSteps(KubernetesBase):
         return gate.model_copy(update={"deadline": deadline})
 
     async def _nodepool_or_none(self, name: str) -> Json | None:
-        try:
-            return await self.kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name)
-        except Exception as err:
-            if not_found(err):
-                return None
-            raise
+        return await self.reads.nodepool(name)  # the worker's cache, else the server
 
     async def _gate(self, request: TerminationGateRequest) -> tuple[TerminationGate, Json | None]:
         """termination_gate's answer, with the node it read (None when it is gone)."""
@@ -390,7 +385,9 @@ class TerminationSteps(KubernetesBase):
             return set_labels(n, {EXCLUDE_LB_LABEL: "karpenter"}) or changed
 
         try:
-            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
+            # On the cached version: a 409, or "nothing to change" on it, reads the server's.
+            current = await self.reads.node(ref.node)
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate), current=current)
         except Exception as err:
             if not_found(err):
                 return  # the node is gone: nothing left to do
@@ -527,7 +524,8 @@ class TerminationSteps(KubernetesBase):
             return False
 
         try:
-            await self.kube.update_node(ref.node, pinned(ref.uid, mutate))
+            current = await self.reads.node(ref.node)  # a 409, or nothing to change, reads the server's
+            await self.kube.update_node(ref.node, pinned(ref.uid, mutate), current=current)
         except Exception as err:
             if not not_found(err):  # gone already: nothing left to do but the claims
                 raise classify_kube(err, f"removing the finalizer of node {ref.node}") from None
@@ -540,5 +538,6 @@ class TerminationSteps(KubernetesBase):
                 if deleted is not None:
                     seconds = (datetime.now(UTC) - deleted).total_seconds()
                     metrics.NODES_TERMINATION_DURATION.labels(nodepool=pool).observe(max(seconds, 0.0))
-        # The node is going: its NodeDisruptionBudget claims make room for the next one.
-        await self._release_claims(nodes=[ref.node], uid=ref.uid)
+        # The node is going: its NodeDisruptionBudget claims make room for the next one. The budgets
+        # holding them are found in the cache: the claims were written before the drain began.
+        await self._release_claims(nodes=[ref.node], uid=ref.uid, cached=True)

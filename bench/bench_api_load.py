@@ -46,6 +46,24 @@ reads, pagination and rate limits of issue 34 (the emulator's side only):
   scheduler in one busy process, did not answer within the worker's 30 s request timeout, so every
   informer listed again every 30 s (issue 34's pagination is the cure; `--kube-request-timeout`
   raises the timeout meanwhile). No idle or drift figures at this size yet.
+
+After issue 34's follow-up (the eviction gate on the cached PDB, the guards' reads from the cache,
+one Event per held-back node), `--nodes 500 --idle-seconds 90 --drift-minutes 8`, load average ~11:
+- before (the cache reads of issue 34 merged; this bench's diagnostics added, its pools' hashes not
+  yet restamped, so the 450 other nodes read as drifted): idle 6.36 requests/s (567 Event PATCHes
+  in 90 s: DisruptionBlocked on each budget-0 node a minute); drift 50/50 in 257 s, 3.1 in flight,
+  22.3 requests/s = 7.26 per node in flight, 115 per node replaced: Events 65 (DisruptionBlocked
+  44, Evicted 20), evictions 26.5 (20 answered 201, 6.3 answered 404: pods the drain had evicted,
+  shown by the cache a moment later; 0.08 answered 429), node GETs 8, NodePool GETs 4, node
+  updates 4, pod LISTs 3, full LISTs of MaintenanceWindows, NodeDisruptionBudgets and
+  VolumeAttachments 1 each;
+- after: idle 0.17 requests/s (Event PATCHes of the NodePools' budget Events); drift 50/50 in 286 s,
+  3.3 in flight, 11.0 requests/s = 3.30 per node in flight, 63 per node replaced: evictions 20.2
+  (0.16 answered 429), Evicted Events 20.2, DisruptionBlocked 5.9, node GETs 4.3 and updates 4.3,
+  pod LISTs 3, DisruptionTerminating 1, VolumeAttachment LIST 1 (the volume wait's confirmation),
+  NodePool GET 1 (the replacement's template), node DELETE 1. Two thirds of what is left is one
+  eviction and one `Evicted` Event per pod, as Karpenter sends them: at this pace (a node in flight
+  19 s) that alone is 2.1 requests/s per node in flight.
 """
 
 from __future__ import annotations
@@ -61,6 +79,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -156,14 +175,18 @@ def build_cluster(nodes: int, pods: int, drift: int, seed: int) -> tuple[list[di
     wave = copy.deepcopy(pools[source])
     wave["metadata"]["name"] = f"{source}-wave"
     wave["spec"]["disruption"]["budgets"] = [{"nodes": str(max(1, drift // 10))}]
-    stamps = nodepool_hash_annotations(NodePool.model_validate(wave))
+    pools[wave["metadata"]["name"]] = wave
+    # The hashes of the pools as edited here (expireAfter is in the template's hash): stamped on every
+    # node, or all of them read as drifted and the idle cluster is not idle (held back by budget 0).
+    stamps = {name: nodepool_hash_annotations(NodePool.model_validate(pool)) for name, pool in pools.items()}
     moved: set[str] = set()
-    for obj in objects:
+    for obj in (o for o in objects if o["kind"] == "Node"):
         labels = obj["metadata"].get("labels") or {}
-        if obj["kind"] == "Node" and labels.get(k.NODEPOOL_LABEL) == source and len(moved) < drift:
+        if labels.get(k.NODEPOOL_LABEL) == source and len(moved) < drift:
             labels[k.NODEPOOL_LABEL] = wave["metadata"]["name"]
-            obj["metadata"].setdefault("annotations", {}).update(stamps)
             moved.add(obj["metadata"]["name"])
+        if labels.get(k.NODEPOOL_LABEL) in stamps:
+            obj["metadata"].setdefault("annotations", {}).update(stamps[labels[k.NODEPOOL_LABEL]])
     if len(moved) < drift:
         raise SystemExit(f"pool {source} has only {len(moved)} nodes; ask for a smaller --drift")
     return [*objects, wave], moved
@@ -182,6 +205,11 @@ class Run:
         self.workers: Workers | None = None
         self.client: Client | None = None
         self.goals: list[Goal] = []
+        # During the drift: karpflow's requests by (verb, resource, code), its Events by reason.
+        self.codes_before: Counter[tuple[str, str, int]] = Counter()
+        self.codes_during: Counter[tuple[str, str, int]] = Counter()
+        self.events_before: dict[str, tuple[str, int]] = {}
+        self.events_during: dict[str, tuple[int, int]] = {}
 
     def stats(self) -> StatsDoc:
         assert self.stack is not None
@@ -264,17 +292,59 @@ class Run:
         assert self.stack is not None
         return sum(1 for n in self.stack.store.list("nodes").items if n["metadata"]["name"] in drifted)
 
+    async def events_written(self, quiet: float = 10.0, most: float = 180.0) -> None:
+        """Until the first passes' Events are written (the recorder writes a pass's batch in the
+        background: at 500 nodes, on a loaded machine, that outlasts the settle time): no new Event
+        from karpflow for `quiet` seconds, at most `most`. The idle window is then the steady state."""
+        began = time.monotonic()
+
+        def posted() -> int:
+            return sum(r.requests for r in self.stats().rows if r.user == USER and r.resource == "events")
+
+        last, since = posted(), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() - began < most:
+            await asyncio.sleep(2)
+            if (now := posted()) != last:
+                last, since = now, time.monotonic()
+        print(
+            f"   first passes' Events written {time.monotonic() - began:.0f} s after the settle", flush=True
+        )
+
     async def window(self, seconds: float) -> tuple[StatsDoc, float]:
         """The karpflow user's requests over `seconds`, and the worker's CPU (% of one core)."""
         before, cpu = self.stats(), cpu_seconds(self.pid)
         await asyncio.sleep(seconds)
         return difference(self.stats(), before), cpu
 
+    def codes(self) -> Counter[tuple[str, str, int]]:
+        """karpflow's requests by (verb, resource, status code) so far."""
+        assert self.stack is not None
+        return Counter(
+            {
+                (key.verb, key.resource, code): count
+                for key, code, count in self.stack.api.stats.by_code()
+                if key.user == USER and key.verb != "watch"
+            }
+        )
+
+    def event_counts(self) -> dict[str, tuple[str, int]]:
+        """karpflow's Events in the store: name -> (reason, count)."""
+        assert self.stack is not None
+        return {
+            f"{e['metadata'].get('namespace')}/{e['metadata']['name']}": (
+                str(e.get("reason")),
+                int(e.get("count") or 1),
+            )
+            for e in self.stack.store.list("events").items
+            if (e.get("source") or {}).get("component") == "karpflow"
+        }
+
     async def drift(self, drifted: set[str], wave_pool: str) -> tuple[StatsDoc, float, float, float]:
         """Edit the wave pool's template; wait until its old nodes are gone. Returns the counts, the
         worker's CPU seconds, the mean nodes in flight and the seconds it took."""
         assert self.stack is not None
         before, cpu = self.stats(), cpu_seconds(self.pid)
+        self.codes_before, self.events_before = self.codes(), self.event_counts()
         self.stack.store.patch(
             "nodepools",
             wave_pool,
@@ -298,6 +368,8 @@ class Run:
             await asyncio.sleep(2)
         elapsed = time.monotonic() - began
         mean = sum(samples) / len(samples) if samples else 0.0
+        self.codes_during = self.codes() - self.codes_before
+        self.events_during = events_written(self.events_before, self.event_counts())
         return difference(self.stats(), before), cpu_seconds(self.pid) - cpu, mean, elapsed
 
     async def stop(self) -> None:
@@ -315,6 +387,34 @@ def karpflow_rate(doc: StatsDoc) -> float:
 def full_lists_per_minute(doc: StatsDoc, resource: str) -> float:
     count = sum(r.full_lists for r in doc.rows if r.user == USER and r.resource == resource)
     return count / max(doc.seconds, 1e-9) * 60
+
+
+def events_written(
+    before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]
+) -> dict[str, tuple[int, int]]:
+    """Events karpflow wrote between two readings, by reason: (new Events: POSTs, counts added to
+    Events already there: PATCHes)."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, (reason, count) in after.items():
+        posts, patches = out.get(reason, (0, 0))
+        old = before.get(name)
+        if old is None:
+            out[reason] = (posts + 1, patches + count - 1)
+        elif count > old[1]:
+            out[reason] = (posts, patches + count - old[1])
+    return out
+
+
+def print_drift_detail(run: Run, replaced: int) -> None:
+    """What the drift's requests were: status codes (evictions answered 429 are retries) and
+    karpflow's Events by reason, each per node replaced."""
+    per = max(1, replaced)
+    print("   drift, by verb, resource and code (per node replaced):")
+    for (verb, resource, code), count in sorted(run.codes_during.items(), key=lambda item: -item[1]):
+        print(f"     {verb:7} {resource:40} {code}  {count:6}  {count / per:7.2f}")
+    print("   drift, karpflow's Events by reason: POSTs, PATCHes (per node replaced):")
+    for reason, (posts, patches) in sorted(run.events_during.items(), key=lambda item: -sum(item[1])):
+        print(f"     {reason:45} {posts:6} {patches:6}  {posts / per:7.2f} {patches / per:7.2f}")
 
 
 def report(name: str, doc: StatsDoc, cpu: float) -> None:
@@ -348,6 +448,7 @@ async def main(args: argparse.Namespace) -> int:
             )
         )
         await asyncio.sleep(args.settle_seconds)
+        await run.events_written()
         idle, cpu = await run.window(args.idle_seconds)
         idle_cpu = cpu_seconds(run.pid) - cpu
         report("idle", idle, idle_cpu)
@@ -359,6 +460,7 @@ async def main(args: argparse.Namespace) -> int:
             flush=True,
         )
         report("drift", during, drift_cpu)
+        print_drift_detail(run, len(drifted) - left)
         rate = karpflow_rate(during)
         per_node = rate / mean_in_flight if mean_in_flight else float("nan")
         after_sync = [idle, during]

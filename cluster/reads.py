@@ -21,11 +21,14 @@ Objects returned are the cache's own: read them, never change them (copy first: 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from api.constants import KARPENTER_GROUP, KARPENTER_VERSION
 from kube.client import Json, KubeApi, KubeError
+from kube.pdb_budget import Spent
 
 if TYPE_CHECKING:
     from cluster.informer import ClusterCache, Informer
@@ -41,6 +44,8 @@ class ClusterReads:
         self.kube = kube
         self.cache = cache
         self.served: Counter[str] = Counter()
+        # What this worker's evictions took from each PDB the cache does not show yet (kube/pdb_budget.py).
+        self.pdb_spent = Spent()
 
     def _current(self, kind: str) -> Informer | None:
         if self.cache is None:
@@ -89,6 +94,19 @@ class ClusterReads:
         if (objects := self._current(kind)) is not None:
             return True, objects.items.get(f"/{name}")
         return False, None
+
+    async def nodepool(self, name: str) -> Json | None:
+        """The NodePool of this name (a copy), or None. One the cache does not hold is asked of the
+        server: it may have been created a moment ago, and a guard refuses a node whose pool is gone."""
+        _, found = self.cached_object("NodePool", name)
+        if found is not None:
+            return copy.deepcopy(found)
+        try:
+            return await self.kube.get_cluster_custom(KARPENTER_GROUP, KARPENTER_VERSION, "nodepools", name)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
 
     async def cluster_custom(self, kind: str, group: str, version: str, plural: str) -> list[Json]:
         """Every object of a cluster-scoped custom kind the cache holds (none when it is not served)."""

@@ -93,6 +93,7 @@ class Event:
     # What makes two events "the same" for deduplication; default: the message.
     dedupe_values: tuple[str, ...] = ()
     type: EventType | None = None  # default: the catalog's
+    dedupe: timedelta | None = None  # default: the catalog's window for the reason
 
     @property
     def event_type(self) -> EventType:
@@ -188,10 +189,21 @@ def failed_termination(node: Json | ObjectRef, step: str, error: str) -> Event:
     return Event(_node(node), Reason.FAILED_TERMINATION, f"{step} failed: {error}"[:1000])
 
 
+# Karpenter's recorder default (pkg/events/recorder.go), which its node-level Blocked Events use; the
+# catalog's minute for DisruptionBlocked is its NodePool budget Events' (NodePoolBlocked).
+HELD_BACK_NODE_DEDUPE = timedelta(minutes=2)
+
+
 def held_back(node: Json | ObjectRef, reason: Reason, message: str) -> Event:
     """A node the controller's pass left alone, under the reason its kind calls for
-    (planner/why_not.py: DisruptionBlocked, Unconsolidatable, DisruptionWaitingWindow, ...)."""
-    return Event(_node(node), reason, message[:1000])
+    (planner/why_not.py: DisruptionBlocked, Unconsolidatable, DisruptionWaitingWindow, ...).
+
+    One Event per node and reason whatever the words, as Karpenter dedupes its Blocked and
+    Unconsolidatable Events on the node's UID alone: a reason whose numbers move every pass ("budget
+    used up (5 allowed: 4 already disrupting, 1 by this plan's commands)") is counted on the Event
+    already written, with the latest words, instead of a new Event each pass."""
+    window = HELD_BACK_NODE_DEDUPE if reason == Reason.DISRUPTION_BLOCKED else None
+    return Event(_node(node), reason, message[:1000], dedupe_values=("held back",), dedupe=window)
 
 
 def node_repair_blocked(obj: Json | ObjectRef, why: str) -> Event:
@@ -361,7 +373,9 @@ class EventRecorder:
     async def _record(self, event: Event) -> Outcome:
         now = self.clock()
         written = self._written.get(event.key)
-        window = self.dedupe_override if self.dedupe_override is not None else CATALOG[event.reason].dedupe
+        window = next(
+            w for w in (self.dedupe_override, event.dedupe, CATALOG[event.reason].dedupe) if w is not None
+        )
         if written is not None and now - written.at < window.total_seconds():
             return "deduplicated"
         if not self._take_token(event.on.key, now):

@@ -40,9 +40,9 @@ class SimultaneousWrites(KubeApi):
         self.__dict__.update(kube.__dict__)
         self.barrier = asyncio.Barrier(parties)
 
-    async def update_node(self, name, mutate, attempts=8):  # type: ignore[no-untyped-def]
+    async def update_node(self, name, mutate, attempts=8, current=None):  # type: ignore[no-untyped-def]
         await self.barrier.wait()
-        return await super().update_node(name, mutate, attempts)
+        return await super().update_node(name, mutate, attempts, current)
 
 
 def activities_with(world, kube: KubeApi) -> KubernetesActivities:
@@ -76,9 +76,9 @@ class GatedWrites(KubeApi):
         self.__dict__.update(kube.__dict__)
         self.gate = asyncio.Event()
 
-    async def update_node(self, name, mutate, attempts=8):  # type: ignore[no-untyped-def]
+    async def update_node(self, name, mutate, attempts=8, current=None):  # type: ignore[no-untyped-def]
         await self.gate.wait()
-        return await super().update_node(name, mutate, attempts)
+        return await super().update_node(name, mutate, attempts, current)
 
 
 async def test_a_forceful_command_takes_over_and_a_late_voluntary_write_does_not_take_it_back(world):

@@ -242,3 +242,28 @@ async def test_an_entry_older_than_an_event_lives_is_forgotten():
     clock.now += events.EVENT_TTL_SECONDS + 1
     await rec.record(events.disruption_blocked({"metadata": {"name": "other", "uid": "u2"}}, "x"))
     assert len(rec._written) == 1  # the first one's Event expired on the server: not remembered
+
+
+async def test_a_held_back_node_keeps_one_event_whose_words_follow_the_pass() -> None:
+    """A node held back by a budget whose numbers move every pass: before issue 34 each new text was a
+    new Event (a POST a pass per waiting node); now one Event per node and reason, counted after
+    Karpenter's two minutes with the latest words."""
+    api, clock = FakeEventsApi(), Clock()
+    rec = recorder(api, clock)
+
+    def used_up(disrupting: int) -> events.Event:
+        text = f"nodepool wave budget for Drifted is used up (5 allowed: {disrupting} already disrupting)"
+        return events.held_back(NODE, Reason.DISRUPTION_BLOCKED, f"Cannot disrupt Node: {text}")
+
+    assert await rec.record(used_up(5)) == "created"
+    clock.now += 60
+    assert await rec.record(used_up(4)) == "deduplicated"  # Karpenter's node window is 2 minutes
+    clock.now += 61
+    assert await rec.record(used_up(3)) == "aggregated"
+    ((_, event),) = api.events.items()
+    assert event["count"] == 2 and "3 already disrupting" in event["message"]
+    # the NodePool's budget Event keeps its minute (Karpenter's NodePoolBlocked)
+    pool = {"metadata": {"name": "wave", "uid": "pool-uid"}}
+    assert await rec.record(events.nodepool_budget_blocked(pool, "Drifted")) == "created"
+    clock.now += 61
+    assert await rec.record(events.nodepool_budget_blocked(pool, "Drifted")) == "aggregated"
