@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from api.notifications import Notification
     from api.rollout_health_io import WaveHealth, WaveHealthRequest
     from api.rollout_io import (
+        AbortRequest,
         MarkWaveRequest,
         RolloutInput,
         RolloutNode,
@@ -49,8 +50,32 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.notify import notify
 
-if TYPE_CHECKING:
-    from workflows.rollout import RolloutWorkflow
+
+class RolloutFlow(Protocol):
+    """What the waves use of their RolloutWorkflow (workflows/rollout.py), without importing it."""
+
+    abort_request: AbortRequest | None
+    resume_requested: bool
+
+    @property
+    def status_(self) -> RolloutStatus: ...
+
+    def set_phase(self, phase: RolloutPhase) -> None: ...
+
+    def show(self, nodes: list[RolloutNode]) -> None: ...
+
+    async def remaining(
+        self,
+        request: RolloutInput,
+        rollout_id: str,
+        nodes: list[RolloutNode],
+        remark: list[str] | None = None,
+    ) -> list[RolloutNode]: ...
+
+    async def unmark_nodes(
+        self, request: RolloutInput, rollout_id: str, nodes: list[RolloutNode] | None
+    ) -> None: ...
+
 
 # The gate's reasons shown in the status and the Event: enough to act on, short enough for a line.
 _SHOWN_REASONS = 5
@@ -74,7 +99,7 @@ def next_wave(
 class Waves:
     """The wave loop of one RolloutWorkflow run (its status is the workflow's)."""
 
-    def __init__(self, flow: RolloutWorkflow, request: RolloutInput) -> None:
+    def __init__(self, flow: RolloutFlow, request: RolloutInput) -> None:
         assert request.policy is not None and request.nodes is not None
         self.flow = flow
         self.request = request
