@@ -28,7 +28,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from api.duration import DurationError, parse_duration
 
@@ -36,6 +36,7 @@ ROLLOUT_POLICY_ANNOTATION = "karpflow.dev/rollout-policy"
 ROLLOUT_STATE_ANNOTATION = "karpflow.dev/rollout-state"
 
 _COUNT_OR_PERCENT = re.compile(r"^(\d+)%?$")
+_ISO_DURATION: TypeAdapter[timedelta] = TypeAdapter(timedelta)
 
 
 def _count_or_percent(value: object) -> str:
@@ -102,10 +103,15 @@ class RolloutPolicy(BaseModel):
             return value
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ValueError(f"{value!r} is not a duration such as 2m")
-        try:
-            found = parse_duration(value)
-        except DurationError as err:
-            raise ValueError(str(err)) from None
+        if isinstance(value, str) and value.startswith("P"):
+            # ISO 8601 ("PT2M") is how pydantic writes a timedelta in JSON: a RolloutInput the controller
+            # starts, or a continue-as-new carries, must read back (Go syntax only failed every such run).
+            found = _ISO_DURATION.validate_python(value)
+        else:
+            try:
+                found = parse_duration(value)
+            except DurationError as err:
+                raise ValueError(str(err)) from None
         if found < timedelta(0):
             raise ValueError(f"{value!r} is negative")
         return found
