@@ -28,15 +28,23 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
-from api.duration import DurationError, parse_duration
+from api.duration import DurationError, format_duration, parse_duration
 
 ROLLOUT_POLICY_ANNOTATION = "karpflow.dev/rollout-policy"
 ROLLOUT_STATE_ANNOTATION = "karpflow.dev/rollout-state"
 
+_ISO_DURATION = TypeAdapter(timedelta)
 _COUNT_OR_PERCENT = re.compile(r"^(\d+)%?$")
-_ISO_DURATION: TypeAdapter[timedelta] = TypeAdapter(timedelta)
 
 
 def _count_or_percent(value: object) -> str:
@@ -104,17 +112,19 @@ class RolloutPolicy(BaseModel):
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ValueError(f"{value!r} is not a duration such as 2m")
         if isinstance(value, str) and value.startswith("P"):
-            # ISO 8601 ("PT2M") is how pydantic writes a timedelta in JSON: a RolloutInput the controller
-            # starts, or a continue-as-new carries, must read back (Go syntax only failed every such run).
-            found = _ISO_DURATION.validate_python(value)
-        else:
-            try:
-                found = parse_duration(value)
-            except DurationError as err:
-                raise ValueError(str(err)) from None
+            return _ISO_DURATION.validate_python(value)  # pydantic's own JSON form, from an older dump
+        try:
+            found = parse_duration(value)
+        except DurationError as err:
+            raise ValueError(str(err)) from None
         if found < timedelta(0):
             raise ValueError(f"{value!r} is negative")
         return found
+
+    @field_serializer("soak", "ready_timeout")
+    def _go_durations(self, value: timedelta) -> str:
+        # As the user writes them (and as the validator reads them back): 2m, not PT2M.
+        return format_duration(value)
 
     def wave_sizes(self, total: int) -> list[int]:
         """How many nodes each wave takes of a change of `total` nodes, zones aside."""
