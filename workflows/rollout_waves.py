@@ -22,12 +22,14 @@ input across continues-as-new, so a rollout lasts as long as its pool needs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Protocol
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from api.notifications import Notification
@@ -107,14 +109,35 @@ class Waves:
         self.state: WaveState = request.waves.model_copy(deep=True)
         self.nodes: list[RolloutNode] = list(request.nodes)
         self.rollout_id = workflow.info().workflow_id
+        self.cancelled = False  # the run's cancel came: what is written now is its compensation
 
     @property
     def status(self) -> RolloutStatus:
         return self.flow.status_
 
     async def run(self) -> RolloutStatus:
+        try:
+            return await self._run()
+        except BaseException as err:
+            # A cancelled drift rollout (its marks come off in rollout.py) must not leave the pool's
+            # state saying Rolling or Halted: the planner would hold the pool's drift toward the target
+            # for a rollout that no longer runs, and start none (fault matrix, rollout/*: cancelled).
+            # Aborted is what the operator's stop means to the planner: nothing drifts toward it.
+            if is_cancelled_exception(err) and self.request.target:
+                self.cancelled = True
+                await self._sync("Aborted", reason="the rollout was cancelled")
+            raise
+
+    def _check_cancel(self) -> None:
+        """A call that finished despite the run's cancel returns its result and swallows the
+        cancellation (WAIT_CANCELLATION_COMPLETED): look for it, so the compensation comes after it."""
+        if not self.cancelled and workflow.cancellation_reason() is not None:
+            raise asyncio.CancelledError("workflow cancellation requested")
+
+    async def _run(self) -> RolloutStatus:
         request = self.request
         self.status.mode, self.status.target, self.status.policy = request.mode, request.target, self.policy
+        self._restore()
         for _ in range(request.polls_per_run):
             if self.flow.abort_request is not None:
                 return await self._abort()
@@ -134,6 +157,19 @@ class Waves:
                 break
             await self._wait(request.poll_interval)
         workflow.continue_as_new(request.model_copy(update={"nodes": self.nodes, "waves": self.state}))
+
+    def _restore(self) -> None:
+        """A run after a continue-as-new shows where the waves are (the status is new each run): else
+        its query and Phase said Rolling at wave 0 while it soaked or was halted, and `resume`, which
+        only a Halted phase takes, was ignored for ever (fault matrix, rollout/waves)."""
+        state = self.state
+        if state.wave == 0:
+            return
+        self.status.wave, self.status.wave_nodes = state.wave, [n.name for n in state.marked]
+        self.status.gate, self.status.halted = list(state.gate), state.halted
+        if state.soak_started is not None:
+            self.status.soak_until = state.soak_started + self.policy.soak
+        self._set("Halted" if state.halted else "Soaking" if state.soak_started is not None else "Rolling")
 
     async def _step(self) -> bool:
         """One poll: mark the next wave, or follow the one in progress. True: the rollout ended."""
@@ -201,8 +237,12 @@ class Waves:
                 start_to_close_timeout=API_CALL,
                 heartbeat_timeout=API_CALL,
                 retry_policy=API_RETRY,
+                # A cancel waits for the marking to end, so the unmarking after it sees every mark it
+                # made (else a mark could land after the unmark: a node replaced that nothing follows).
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"mark wave {self.state.wave + 1}: {len(nodes)} node(s)",
             )
+            self._check_cancel()
             return marked
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -343,8 +383,12 @@ class Waves:
                 result_type=StateAnswer,
                 start_to_close_timeout=API_CALL,
                 retry_policy=API_RETRY,
+                # A cancel waits for the write to end (it never heartbeats, so it runs to its end
+                # anyway): else a Rolling written late replaced the Aborted the cancel writes.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"rollout state: {phase}",
             )
+            self._check_cancel()
             return answer
         except ActivityError as err:
             if is_cancelled_exception(err):

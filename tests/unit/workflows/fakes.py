@@ -59,7 +59,16 @@ from api.controller_io import (
 from api.event_reasons import RecordEventRequest
 from api.garbage_io import GarbageCollectionRequest, GarbageCollectionResult
 from api.notifications import Notification, NotificationResult
-from api.rollout_io import MarkRequest, RemainingRequest, RolloutNode, UnmarkRequest
+from api.rollout_health_io import WaveHealth, WaveHealthRequest
+from api.rollout_io import (
+    MarkRequest,
+    MarkWaveRequest,
+    RemainingRequest,
+    RolloutNode,
+    StateAnswer,
+    StateRequest,
+    UnmarkRequest,
+)
 from api.workflow_io import Offering
 from tests.unit.workflows.fault_injection import FaultInjector
 
@@ -138,6 +147,12 @@ class FakeCluster:
         self.volumes_attached_once = False  # the first look at a node's volumes finds one attached
         self.rollout_marks: dict[str, list[str | None]] = {}  # uid -> [name, the rollout marking it]
         self.rollout_replaces = False  # each poll finds one more marked node gone (replaced)
+        # Waves (workflows/rollout_waves.py). The pool's nodes created after the request (the
+        # replacements): in rollout_marks too, so a mark on them shows, but never the rollout's to list.
+        self.rollout_new: set[str] = set()
+        self.gate_fails = False  # check_wave_health answers Failed (the halted path); else Healthy
+        self.rollout_target_moved = ""  # sync_rollout_state: the pool's new target (superseded)
+        self.rollout_states: list[StateRequest] = []  # what sync_rollout_state was asked to write
 
     async def now(self) -> datetime:
         """The time as the workflows see it: on the time-skipping server, its clock (set `clock`)."""
@@ -167,6 +182,11 @@ class FakeCluster:
         for name, mark in sorted(self.rollout_marks.values(), key=lambda entry: str(entry[0])):
             if mark is not None:
                 found.setdefault("mark", []).append(f"{name} (by {mark})")
+        last = self.rollout_states[-1] if self.rollout_states else None
+        if last is not None and last.target and last.phase not in ROLLOUT_STATE_FINAL:
+            # The NodePool's karpflow.dev/rollout-state still says the rollout runs: the planner holds
+            # the pool's drift toward that target for it (planner/rollout_holds.py).
+            found.setdefault("state", []).append(f"{last.nodepool}: {last.phase} (wave {last.wave})")
         return found
 
     def names(self) -> list[str]:
@@ -208,6 +228,9 @@ class FakeCluster:
             self.mark_rollout_nodes,
             self.rollout_remaining,
             self.unmark_rollout_nodes,
+            self.mark_rollout_wave,
+            self.check_wave_health,
+            self.sync_rollout_state,
             self.send_notification,
         ]
 
@@ -276,16 +299,23 @@ class FakeCluster:
     async def mark_rollout_nodes(self, request: MarkRequest) -> list[RolloutNode]:
         await self.faults.enter("mark_rollout_nodes")
         self.calls.append(("mark_rollout_nodes", request.rollout_id))
-        for entry in self.rollout_marks.values():
-            entry[1] = entry[1] or request.rollout_id
-        return [RolloutNode(name=n, uid=u) for u, (n, _) in sorted(self.rollout_marks.items())]
+        chosen = {u: entry for u, entry in self.rollout_marks.items() if u not in self.rollout_new}
+        if request.mark:  # waves only list them: each wave marks its own (mark_rollout_wave)
+            for entry in chosen.values():
+                entry[1] = entry[1] or request.rollout_id
+        return [RolloutNode(name=str(n), uid=u) for u, (n, _) in sorted(chosen.items())]
 
     @activity.defn(name="rollout_remaining")
     async def rollout_remaining(self, request: RemainingRequest) -> list[RolloutNode]:
         await self.faults.enter("rollout_remaining")
         self.calls.append(("rollout_remaining", len(request.nodes)))
-        if self.rollout_replaces and self.rollout_marks:
-            self.rollout_marks.pop(sorted(self.rollout_marks)[0])  # the planner replaced one (it went)
+        marks = self.rollout_marks.items()
+        marked = sorted(u for u, (_, mark) in marks if mark and u not in self.rollout_new)
+        if self.rollout_replaces and marked:
+            # The planner replaced one marked node: it went, and its replacement came (unmarked).
+            name, _ = self.rollout_marks.pop(marked[0])
+            self.rollout_marks[f"uid-new-{name}"] = [f"new-{name}", None]
+            self.rollout_new.add(f"uid-new-{name}")
         return [n for n in request.nodes if n.uid in self.rollout_marks]
 
     @activity.defn(name="unmark_rollout_nodes")
@@ -293,10 +323,48 @@ class FakeCluster:
         await self.faults.enter("unmark_rollout_nodes")
         self.calls.append(("unmark_rollout_nodes", request.rollout_id))
         changed = 0
-        for entry in self.rollout_marks.values():
-            if entry[1] == request.rollout_id:
+        only = None if request.nodes is None else {n.uid for n in request.nodes}
+        for uid, entry in self.rollout_marks.items():
+            if entry[1] == request.rollout_id and (only is None or uid in only):
                 entry[1], changed = None, changed + 1
         return changed
+
+    @activity.defn(name="mark_rollout_wave")
+    async def mark_rollout_wave(self, request: MarkWaveRequest) -> list[RolloutNode]:
+        await self.faults.enter("mark_rollout_wave")
+        self.calls.append(("mark_rollout_wave", [n.name for n in request.nodes]))
+        present = []
+        for node in request.nodes:
+            entry = self.rollout_marks.get(node.uid)
+            if entry is None:
+                continue  # gone: nothing to mark, as the real one finds
+            entry[1] = entry[1] or request.rollout_id
+            present.append(node)
+            activity.heartbeat(node.name)
+        return present
+
+    @activity.defn(name="check_wave_health")
+    async def check_wave_health(self, request: WaveHealthRequest) -> WaveHealth:
+        await self.faults.enter("check_wave_health")
+        self.calls.append(("check_wave_health", request.soak_started))
+        judged = [
+            RolloutNode(name=str(name), uid=uid)
+            for uid, (name, _) in sorted(self.rollout_marks.items())
+            if uid in self.rollout_new
+        ]
+        if self.gate_fails:
+            reasons = [f"node {n.name}: Ready False (KubeletNotReady)" for n in judged] or ["the gate failed"]
+            return WaveHealth(verdict="Failed", reasons=reasons, nodes=judged)
+        return WaveHealth(verdict="Healthy", nodes=judged, ready_nodes=len(judged))
+
+    @activity.defn(name="sync_rollout_state")
+    async def sync_rollout_state(self, request: StateRequest) -> StateAnswer:
+        await self.faults.enter("sync_rollout_state")
+        self.calls.append(("sync_rollout_state", request.phase))
+        if self.rollout_target_moved and request.target and self.rollout_target_moved != request.target:
+            return StateAnswer(target=self.rollout_target_moved, superseded=True)
+        self.rollout_states.append(request)
+        return StateAnswer(target=request.target, written=bool(request.target))
 
     @activity.defn(name="untaint_orphans")
     async def untaint_orphans(self, nodes: list[str]) -> list[str]:
@@ -693,6 +761,9 @@ class FakeCluster:
         return f"Karpenter drained and terminated node {request.node}"
 
 
+# The rollout states after which nothing waits for the rollout that wrote them (a newer target's
+# rollout owns a Superseded pool's state).
+ROLLOUT_STATE_FINAL = frozenset({"Succeeded", "Aborted", "Superseded"})
 # Reasons whose terminations and taints claim NodeDisruptionBudgets (activities/guards.py `claims_budgets`).
 CLAIMING_REASONS = frozenset({"Underutilized", "Empty", "Drifted", "Unhealthy", "Manual"})
 

@@ -34,13 +34,14 @@ from workflows.termination import TerminationWorkflow
 
 COMPLETED, FAILED, CANCELED, RUNNING = "COMPLETED", "FAILED", "CANCELED", "RUNNING"
 # Leftover kinds (FakeCluster.leftovers) and who takes each over; the table's notes say which applies.
-TAINT, FINALIZER, CLAIM, INSTANCE, NODECLAIM, MARK = (
+TAINT, FINALIZER, CLAIM, INSTANCE, NODECLAIM, MARK, STATE = (
     "taint",
     "finalizer",
     "claim",
     "instance",
     "nodeclaim",
     "mark",
+    "state",
 )
 
 
@@ -145,6 +146,9 @@ HEARTBEATS = frozenset(
         ("TerminationWorkflow", "await_karpenter_termination"),
         ("RolloutWorkflow", "mark_rollout_nodes"),
         ("RolloutWorkflow", "unmark_rollout_nodes"),
+        ("RolloutWorkflow", "mark_rollout_wave"),
+        ("RolloutWorkflow", "unmark_rollout_nodes#2"),
+        ("RolloutWorkflow", "mark_rollout_wave#2"),
     }
 )
 # Activities only runs started before a patch still call: the recorded histories replay them
@@ -511,6 +515,114 @@ ROLLOUT_CANCEL = Path(
     cancelled=Outcome(CANCELED, "Canceled", note="a second cancel changes nothing"),
 )
 
+ROLLOUT_CANCELLED = (
+    "the marks taken off; a drift rollout's NodePool state says Aborted (before, it went on saying "
+    "Rolling or Halted, and the planner held the pool's drift for a rollout that no longer ran)"
+)
+ROLLED_BACK = (
+    "the mark left is the rollback's, on the node the rollout launched: the planner replaces it from the "
+    "pool's spec as it is now (revert the change first)"
+)
+WAVES = Path(
+    "rollout/waves",
+    RolloutWorkflow,
+    "a drift rollout of three nodes in waves (canary 1, growth 2, a soak of 1 s, polls of 200 ms): "
+    "each gate Healthy after the soak, then RolloutFinished",
+    reaches=("mark_rollout_wave", "check_wave_health", "sync_rollout_state", "NotificationWorkflow"),
+    child=Outcome(COMPLETED, "Succeeded", note=NOTIFIED),
+    fails=Outcome(COMPLETED, "Succeeded"),
+    recovers=Outcome(COMPLETED, "Succeeded"),
+    cancelled=Outcome(CANCELED, "Canceled", note=ROLLOUT_CANCELLED),
+    overrides={
+        **{
+            ("mark_rollout_wave", f): Outcome(
+                COMPLETED,
+                "Succeeded",
+                waits="Rolling",
+                note="marking a wave is tried again every poll; nothing is marked meanwhile",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+        **{
+            ("check_wave_health", f): Outcome(
+                COMPLETED,
+                "Succeeded",
+                waits="Soaking",
+                note="a gate that cannot be asked passes no wave: the wave soaks until it answers Healthy "
+                "(the message says why)",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+        **{
+            ("sync_rollout_state", f): Outcome(
+                COMPLETED,
+                "Succeeded",
+                note="the NodePool's state is written at each phase, a failure only shown: here none "
+                "landed, so the pool has no state for the target (the planner would ask for its rollout "
+                "again; no drifted node is left). A write lost after one landed leaves it stale: "
+                "rollout/halted",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+    },
+)
+HALTED = Path(
+    "rollout/halted",
+    RolloutWorkflow,
+    "the same rollout, its canary's replacement NotReady: the gate fails wave 1, the run waits Halted, "
+    "then the operator aborts it with `rollback` (marks off, the node it launched marked)",
+    reaches=(
+        "unmark_rollout_nodes",
+        "sync_rollout_state#2",
+        "NotificationWorkflow",
+        "unmark_rollout_nodes#2",
+        "mark_rollout_wave#2",
+    ),
+    child=Outcome(COMPLETED, "Aborted", left(MARK), waits="Halted", note=NOTIFIED),
+    fails=Outcome(COMPLETED, "Aborted", left(MARK), waits="Halted", note=ROLLED_BACK),
+    recovers=Outcome(COMPLETED, "Aborted", left(MARK), waits="Halted", note=ROLLED_BACK),
+    cancelled=Outcome(CANCELED, "Canceled", note=ROLLOUT_CANCELLED),
+    overrides={
+        **{
+            ("unmark_rollout_nodes", f): Outcome(
+                COMPLETED,
+                "Aborted",
+                left(MARK),
+                waits="Halted",
+                note="the halt could not take the canary's mark off (the message says so): the planner "
+                "goes on replacing it while halted; here the abort's unmark fails too, so it keeps it",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+        **{
+            ("sync_rollout_state#2", f): Outcome(
+                COMPLETED,
+                "Aborted",
+                left(MARK, STATE),
+                waits="Halted",
+                note="every write from the halt on fails: the NodePool's state still says Rolling, and "
+                "the planner holds the pool's drift toward the target for a wave that never comes (a write "
+                "that fails only at the halt is written again by the next halted poll)",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+        **{
+            ("mark_rollout_wave#2", f): Outcome(
+                COMPLETED,
+                "Aborted",
+                waits="Halted",
+                note="the rollback is lost: the message says the launched nodes could not be marked, and "
+                "nothing tries again (`kubectl annotate node ... karpflow.dev/rollout-requested=...`)",
+            )
+            for f in (Fault.PERMANENT, Fault.EXHAUSTED)
+        },
+        **{
+            (step, Fault.CANCELLED): Outcome(CANCELED, "Canceled", waits="Halted", note=ROLLOUT_CANCELLED)
+            for step in ("unmark_rollout_nodes#2", "mark_rollout_wave#2")  # cancelled while it aborts
+        },
+    },
+)
+
 DRAIN_STUCK = Path(
     "termination/drain-stuck",
     TerminationWorkflow,
@@ -552,6 +664,8 @@ PATHS: tuple[Path, ...] = (
     INTERRUPTED,
     ROLLS,
     ROLLOUT_CANCEL,
+    WAVES,
+    HALTED,
     DRAIN_STUCK,
     NOTIFY,
 )

@@ -34,7 +34,8 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 from api import search_attributes as sa
 from api.controller_io import SIGNAL_STOP, ControllerInput, ControllerStatus, ControlsUpkeep, PlannedCommand
 from api.notifications import Notification
-from api.rollout_io import RolloutInput, RolloutStatus
+from api.rollout_io import AbortRequest, RolloutInput, RolloutNode, RolloutStatus
+from api.rollout_policy import RolloutPolicy
 from api.workflow_io import (
     Approval,
     DisruptionInput,
@@ -53,6 +54,7 @@ from tests.unit.workflows.fault_matrix import (
     CONTROLLER_PASS,
     DRAIN_STUCK,
     FORCEFUL,
+    HALTED,
     HANDOVER,
     INTERRUPTED,
     MANUAL,
@@ -62,6 +64,7 @@ from tests.unit.workflows.fault_matrix import (
     ROLLS,
     RUNNING,
     SPOT,
+    WAVES,
     Cell,
     Path,
     workflow_modules,
@@ -69,7 +72,7 @@ from tests.unit.workflows.fault_matrix import (
 )
 from worker import WORKFLOWS
 from workflows import events as workflow_events
-from workflows import notify, options
+from workflows import notify, options, rollout_waves
 from workflows.disruption import UPDATE_APPROVE
 
 # Without the sandbox: it costs about 70 ms of CPU a cell (each run, each worker's check of the
@@ -93,6 +96,11 @@ WITHIN = 30.0  # seconds a cell may take to close (most take a fraction of one)
 # cell's cancel lands in a second and not in eight; a test server that refuses a task's completion
 # (a cancel of an activity that had just completed: ACTIVITY_UNKNOWN) has it retried as soon.
 TASK_TIMEOUT = timedelta(seconds=1)
+# The waves' cells: three nodes, waves of 1 then 2, a 1-s soak (the time-skipping server skips it
+# while the cell awaits the close).
+WAVE_POLICY = RolloutPolicy.model_validate({"canary": 1, "soak": "1s", "growth": 2})
+# Activities the halted path calls only once aborted: the cell aborts first, then does its fault.
+AFTER_THE_ABORT = frozenset({"unmark_rollout_nodes#2", "mark_rollout_wave#2"})
 
 
 def _quick(policy: RetryPolicy) -> RetryPolicy:
@@ -124,9 +132,11 @@ SHORT: dict[str, object] = {
 
 def shorten_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The workflows' timeouts and retries, short: in workflows/options.py and workflows/events.py,
-    and in the workflow modules (a workflow's class's and its parts'), which bound them when they
-    were imported (without the sandbox nothing imports them again for a run)."""
+    and in the workflow modules (a workflow's class's, its parts' and its waves'), which bound them
+    when they were imported (without the sandbox nothing imports them again for a run)."""
     workflow_code = [m for w in WORKFLOWS for m in workflow_modules(w)]
+    # And the parts a workflow runs without inheriting them (RolloutWorkflow's waves).
+    workflow_code.append(rollout_waves)
     for module in (options, workflow_events, *workflow_code):
         for name, value in SHORT.items():
             if hasattr(module, name):
@@ -319,7 +329,7 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
         )
     # The rollout: three marked nodes, the planner replacing one a poll.
     cluster.rollout_marks = {f"uid-{i}-{run.tag}": [f"r{i}-{run.tag}", None] for i in range(3)}
-    cluster.rollout_replaces = path is ROLLS
+    cluster.rollout_replaces = path in (ROLLS, WAVES)
     request = RolloutInput(
         cluster="c",
         nodepool="default",
@@ -327,6 +337,23 @@ async def start(run: Run) -> WorkflowHandle[Any, Any]:
         poll_interval=timedelta(milliseconds=200),
         notify=True,
     )
+    if path in (WAVES, HALTED):
+        # A drift rollout, as the controller starts one: the pool's drifted nodes given, its target.
+        nodes = [RolloutNode(name=str(n), uid=u) for u, (n, _) in sorted(cluster.rollout_marks.items())]
+        request = request.model_copy(
+            update={
+                "mode": "drift",
+                "target": f"target-{run.tag}",
+                "policy": WAVE_POLICY,
+                "nodes": nodes,
+                "total": len(nodes),
+            }
+        )
+    if path is HALTED:
+        # The canary's replacement is up and NotReady while the canary drains: the gate fails it.
+        cluster.gate_fails = True
+        cluster.rollout_marks[f"uid-new-r0-{run.tag}"] = [f"new-r0-{run.tag}", None]
+        cluster.rollout_new.add(f"uid-new-r0-{run.tag}")
     return await client.start_workflow(
         "RolloutWorkflow",
         request.model_dump(mode="json"),
@@ -446,6 +473,10 @@ async def drive(run: Run, handle: WorkflowHandle[Any, Any], armed: Armed) -> str
     """Do from outside what the fault needs; the phase of the documented wait, if one was checked."""
     cell = run.cell
     primary = run.primary
+    if cell.path is HALTED and cell.target in AFTER_THE_ABORT:
+        waited = await halted_then_abort(run, handle)
+        await drive_fault(run, handle, armed)
+        return waited
     if primary is not None and primary.fault == Fault.CANCELLED:
         await _reached(primary, f"{primary.activity} (the path's way in)")
         await handle.cancel()
@@ -454,6 +485,26 @@ async def drive(run: Run, handle: WorkflowHandle[Any, Any], armed: Armed) -> str
     approved_first = cell.path is APPROVAL and cell.target == "check_waiting_command"
     if approved_first:
         await approve(run, handle)
+    await drive_fault(run, handle, armed)
+    if cell.path is APPROVAL and cell.fault != Fault.CANCELLED and not approved_first:
+        await approve(run, handle)
+    if cell.path is HALTED:
+        return "" if cell.fault == Fault.CANCELLED else await halted_then_abort(run, handle)
+    waits = cell.expected.waits
+    if waits:
+        await until(lambda: asyncio.sleep(0, armed.calls >= 3), f"{cell.target} retried three times")
+
+        async def waiting() -> bool:  # a wave's wait may come a poll after the third try (its soak)
+            return (await _query(run, handle)).phase == waits and await _phase_attribute(handle) == waits
+
+        await until(waiting, f"waiting in {waits}")
+        armed.cleared = True
+    return waits
+
+
+async def drive_fault(run: Run, handle: WorkflowHandle[Any, Any], armed: Armed) -> None:
+    """The cell's own fault, from outside: the cancel, the worker's stop, the child's end."""
+    cell = run.cell
     if cell.fault in (Fault.CANCELLED, Fault.WORKER_KILLED, Fault.CHILD_TERMINATED, Fault.CHILD_CANCELLED):
         await _reached(armed, cell.target)
     if cell.is_child and cell.target == "NotificationWorkflow":
@@ -471,16 +522,18 @@ async def drive(run: Run, handle: WorkflowHandle[Any, Any], armed: Armed) -> str
             await child.terminate("fault matrix: terminated from outside")
         else:
             await child.cancel()
-    if cell.path is APPROVAL and cell.fault != Fault.CANCELLED and not approved_first:
-        await approve(run, handle)
-    waits = cell.expected.waits
-    if waits:
-        await until(lambda: asyncio.sleep(0, armed.calls >= 3), f"{cell.target} retried three times")
-        status = await _query(run, handle)
-        assert status.phase == waits, f"waits in {status.phase}, not {waits}"
-        assert await _phase_attribute(handle) == waits
-        armed.cleared = True
-    return waits
+
+
+async def halted_then_abort(run: Run, handle: WorkflowHandle[Any, Any]) -> str:
+    """The halted path's wait: the gate failed the canary and the rollout waits for the operator
+    (its status query and Phase say Halted); the operator then aborts it with `rollback`."""
+
+    async def halted() -> bool:
+        return (await _query(run, handle)).phase == "Halted" and await _phase_attribute(handle) == "Halted"
+
+    await until(halted, "halted")
+    await handle.signal("abort", AbortRequest(rollback=True, by="fault-matrix"))
+    return "Halted"
 
 
 async def approve(run: Run, handle: WorkflowHandle[Any, Any]) -> None:

@@ -245,3 +245,53 @@ async def test_a_bug_in_the_rollout_fails_it_after_taking_its_marks_off(rollouts
     assert set(rollouts.nodes.marks().values()) == {None}
     status = await handle.query("status", result_type=RolloutStatus)
     assert status.phase == "Failed" and "the marks of 4 node(s) taken off" in status.message
+
+
+async def test_a_halted_wave_rollout_stays_halted_across_a_continue_as_new_and_resumes(harness):
+    """Issue 35: the wave state travels across continues-as-new, and so must what the run shows:
+    its policy's durations read back from the input (pydantic writes a timedelta as ISO 8601), and
+    a halted rollout's new run says Halted (status and Phase), so `resume`, which only a Halted
+    rollout takes, still works."""
+    from api import search_attributes as sa
+    from api.rollout_policy import RolloutPolicy
+
+    cluster = harness.cluster
+    cluster.rollout_marks = {f"uid-{i}": [f"r{i}", None] for i in range(2)}
+    cluster.rollout_marks["uid-new-r0"] = ["new-r0", None]  # the canary's replacement, NotReady
+    cluster.rollout_new.add("uid-new-r0")
+    cluster.gate_fails = True
+    nodes = [RolloutNode(name="r0", uid="uid-0"), RolloutNode(name="r1", uid="uid-1")]
+    request = RolloutInput(
+        cluster="c",
+        nodepool="default",
+        requested_at=datetime(2026, 1, 1, tzinfo=UTC),
+        poll_interval=timedelta(milliseconds=200),
+        polls_per_run=3,
+        mode="drift",
+        target="t1",
+        policy=RolloutPolicy.model_validate({"canary": 1, "soak": "1s"}),
+        nodes=nodes,
+        total=2,
+    )
+    handle = await harness.client.start_workflow(
+        "RolloutWorkflow",
+        request.model_dump(mode="json"),
+        id=harness.id("rollout/c/default"),
+        task_queue=harness.task_queue,
+        result_type=RolloutStatus,
+    )
+    first = (await handle.describe()).run_id
+    await status_when(handle, lambda s: s.phase == "Halted")
+    latest = harness.client.get_workflow_handle(handle.id, result_type=RolloutStatus)
+    deadline = asyncio.get_running_loop().time() + 20
+    while (await latest.describe()).run_id == first:  # it continued as new while halted
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+    status = await status_when(latest, lambda s: s.policy is not None)
+    assert (status.phase, status.wave) == ("Halted", 1), status
+    assert status.halted.startswith("node new-r0")
+    assert (await latest.describe()).typed_search_attributes.get(sa.PHASE) == "Halted"
+    cluster.gate_fails, cluster.rollout_replaces = False, True  # fixed; the planner replaces again
+    await latest.signal("resume")
+    done = await latest.result()
+    assert (done.phase, done.replaced) == ("Succeeded", 2), done
