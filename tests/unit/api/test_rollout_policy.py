@@ -36,7 +36,7 @@ def test_the_policy_reads_as_written_with_karpenter_style_counts_and_durations()
     ],
 )
 def test_a_bad_policy_says_what_is_wrong(text: str, says: str):
-    with pytest.raises(PolicyError, match="karpflow.dev/rollout-policy") as err:
+    with pytest.raises(PolicyError, match=r"karpflow\.dev/rollout-policy") as err:
         parse_policy(text)
     assert says in str(err.value)
 
