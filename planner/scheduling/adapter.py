@@ -22,7 +22,7 @@ from kube.selectors import Taint, Toleration
 from planner.candidates import under_consolidate_after
 from planner.capacity_buffers import buffer_pods
 from planner.model import Replacement, SchedulingResult
-from planner.pass_cache import node_pods, same_pods
+from planner.pass_cache import holds, node_pods
 from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
@@ -293,19 +293,20 @@ def _bound_by_node(snapshot: Snapshot, conv: _Converter, cache: PassCache) -> di
     so the simulator reuses what it derived of it (`Simulator(node_memo=...)`). Nodes with
     anti-affinity pods are converted each time: their terms are compared by identity."""
     previous = cache.bound
-    kept: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...]]] = {}
+    kept: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...], Sequence[Pod] | None]] = {}
     out: dict[str, tuple[BoundPod, ...]] = {}
     for name, node in snapshot.nodes.items():
         pods = node.pods
         known = previous.get(name)
-        if known is not None and same_pods(known[0], pods):
+        if known is not None and holds(node, known[0], known[2]):
             bound = known[1]
+            kept[name] = (known[0], bound, node.pods_source)
         else:
             bound = tuple(conv.bound(p) for p in pods if not p.is_terminal)
             if any(b.anti_affinity for b in bound):
                 out[name] = bound
                 continue
-        kept[name] = (tuple(pods), bound)
+            kept[name] = (tuple(pods), bound, node.pods_source)
         out[name] = bound
     cache.bound = kept  # replaced whole: another thread's simulation only loses hits
     return out
