@@ -322,7 +322,14 @@ def measure(size: str, passes: int, pause: float, churn: float, profile: str | N
         )
 
     loop = asyncio.new_event_loop()
-    env = loop.run_until_complete(temporal())
+    try:  # on a loaded machine the dev server may miss its 5 s to start: try again once
+        env = loop.run_until_complete(temporal())
+    except RuntimeError:
+        try:
+            env = loop.run_until_complete(temporal())
+        except BaseException:
+            emulator.terminate()  # not left behind
+            raise
     churner: Churn | None = None
     try:
         deadline = time.monotonic() + 60
