@@ -310,7 +310,8 @@ def measure(size: str, passes: int, pause: float, churn: float, profile: str | N
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    out: dict[str, Any] = {"size": size, "nodes": nodes, "pods": pods}
+    # The profiled pass (the last) runs under cProfile, several times slower: not a figure to read.
+    out: dict[str, Any] = {"size": size, "nodes": nodes, "pods": pods, "profiled": bool(profile)}
 
     async def temporal() -> Any:
         return await WorkflowEnvironment.start_local(
@@ -321,7 +322,14 @@ def measure(size: str, passes: int, pause: float, churn: float, profile: str | N
         )
 
     loop = asyncio.new_event_loop()
-    env = loop.run_until_complete(temporal())
+    try:  # on a loaded machine the dev server may miss its 5 s to start: try again once
+        env = loop.run_until_complete(temporal())
+    except RuntimeError:
+        try:
+            env = loop.run_until_complete(temporal())
+        except BaseException:
+            emulator.terminate()  # not left behind
+            raise
     churner: Churn | None = None
     try:
         deadline = time.monotonic() + 60
@@ -421,13 +429,15 @@ def print_size(figures: dict[str, Any]) -> list[Goal]:
         f"   peak RSS: worker {figures['peak_rss_mb']} MB, emulator {figures['emulator_rss_mb']} MB "
         "(separate processes)"
     )
-    steady = [row["wall_s"] for row in passes[1:]] or [passes[0]["wall_s"]]
+    timed = passes[:-1] if figures.get("profiled") and len(passes) > 2 else passes
+    steady = [row["wall_s"] for row in timed[1:]] or [timed[0]["wall_s"]]
     goals = []
     label = f"{nodes:,} nodes / {figures['pods']:,} pods"
     if nodes in PASS_GOALS:
         goals.append(
             Goal(
-                f"controller pass, {label} (median after the first)",
+                f"controller pass, {label} (median after the first"
+                + (", the profiled pass left out)" if timed is not passes else ")"),
                 f"< {PASS_GOALS[nodes]} s",
                 f"{statistics.median(steady):.2f} s (first {passes[0]['wall_s']:.2f} s)",
                 statistics.median(steady) < PASS_GOALS[nodes],

@@ -3,7 +3,9 @@
 No budget, no do-not-disrupt or PDB check at selection time, no validation. Karpenter leaves the
 pods' capacity to its provisioner, so pods that fit nowhere else wait Pending while the node drains;
 karpflow has no provisioner and does better: the scheduling simulation (the same as drift's) finds
-the new nodes the pods need, and the command launches them before the drain (a forceful
+the new nodes the pods need (one simulation for all of a pass's expired nodes, each command getting
+the new nodes of its own pods: planner/forceful_batch.py), and the command launches them before the
+drain (a forceful
 DisruptionWorkflow terminates the node at its deadline even if they never come up). The drain still
 honours PDBs and do-not-disrupt until the terminationGracePeriod. expireAfter defaults
 to 720h; `Never` disables it. One command per node (method `expiration`, reason `Expired`).
@@ -29,6 +31,7 @@ from api.nodepool import NodePool
 from kube.times import rfc3339
 from planner.budgets import BudgetError, allowed_disruptions, pool_counts
 from planner.candidates import make_candidate, node_created, node_expire_after
+from planner.forceful_batch import batch_replacements
 from planner.model import EXPIRATION, Command, DisruptionClass, PlanContext
 from planner.operator_controls import ndb_ledger, window_block
 from planner.snapshot import Node
@@ -50,6 +53,7 @@ def expired_at(ctx: PlanContext, node_name: str) -> datetime | None:
 
 def expiration_commands(ctx: PlanContext) -> list[Command]:
     commands = []
+    simulated: list[Command] = []  # their pods' new nodes come from one simulation of them all
     for node, pool in ctx.snapshot.live_managed_nodes():
         if node.has_disrupted_taint:  # a command in flight holds it already (planner/repair.py `held`)
             continue
@@ -73,22 +77,25 @@ def expiration_commands(ctx: PlanContext) -> list[Command]:
             replica, why = static_replica(ctx, pool)
             replacements = [replica] if replica is not None else []
             message += "; its replica is launched first" if replica is not None else f"; {why}"
-        elif not candidate.is_empty and ctx.simulate is not None:
-            # Nodes expiring earlier in this pass are gone for this simulation too.
-            replacements = ctx.simulate(ctx, [candidate]).new_nodes
-            if replacements:
-                message += f"; {len(replacements)} replacement(s) for its pods are launched first"
         ctx.marked_for_deletion.add(node.name)
-        commands.append(
-            Command(
-                method=EXPIRATION,
-                reason=REASON_EXPIRED,
-                candidates=[candidate],
-                replacements=replacements,
-                disruption_class=DisruptionClass.FORCEFUL,
-                message=message,
-            )
+        command = Command(
+            method=EXPIRATION,
+            reason=REASON_EXPIRED,
+            candidates=[candidate],
+            replacements=replacements,
+            disruption_class=DisruptionClass.FORCEFUL,
+            message=message,
         )
+        commands.append(command)
+        if not pool.spec.is_static:
+            simulated.append(command)
+    # All the pass's expired nodes go together: their pods' new nodes, each command its own
+    # (planner/forceful_batch.py).
+    needed = batch_replacements(ctx, [c.candidates[0] for c in simulated])
+    for command in simulated:
+        command.replacements = needed.get(command.nodes[0], [])
+        if command.replacements:
+            command.message += f"; {len(command.replacements)} replacement(s) for its pods are launched first"
     return commands
 
 

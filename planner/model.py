@@ -518,12 +518,16 @@ class SchedulingResult:
     new_nodes: nodes that would have to be launched, each with its pods and launch options.
     unschedulable: pod key -> why it fits nowhere.
     pending: keys of pods that were pending before the simulation; their failures are tolerated.
+    new_node_owners: when each candidate's pods got new nodes of their own (`ctx.claims_per_node`),
+    the candidate whose pods each of `new_nodes` holds, in their order (None: no candidate's);
+    empty when the simulation did not keep them apart.
     """
 
     placements: dict[str, str] = field(default_factory=dict)
     new_nodes: list[Replacement] = field(default_factory=list)
     unschedulable: dict[str, str] = field(default_factory=dict)
     pending: frozenset[str] = frozenset()
+    new_node_owners: list[str | None] = field(default_factory=list)
 
     def non_pending_failures(self) -> dict[str, str]:
         return {k: v for k, v in self.unschedulable.items() if k not in self.pending}
@@ -591,6 +595,9 @@ class PlanContext:
     # Nodes the simulation must not place pods on, though they keep theirs: the members of a drift
     # batch not simulated yet (planner/drift_batch.py), which this pass may still remove.
     closed_nodes: frozenset[str] = frozenset()
+    # Set while a batch of forceful commands simulates its nodes together (planner/forceful_batch.py):
+    # each candidate's pods get new nodes of their own (`SchedulingResult.new_node_owners`).
+    claims_per_node: bool = False
     # What the NodeOverlays changed (planner/node_overlay.py); None while the gate is off.
     node_overlays: OverlayResult | None = None
 

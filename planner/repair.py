@@ -25,8 +25,8 @@ docs/karpenter-versions.md) is never repaired: the plan says so, and the taint r
 (activities/guards.py).
 
 Repair launches what the node's pods need first, with the same scheduling simulation as
-expiration. NodePool deletion does not: its pods must land on the other pools' nodes, not on a new
-node of the pool being deleted.
+expiration (one for all of a pass's repairs). NodePool deletion does not: its pods must land on the
+other pools' nodes, not on a new node of the pool being deleted.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from api.constants import DO_NOT_REPAIR_ANNOTATION, REASON_NODEPOOL_DELETED, REASON_UNHEALTHY
 from api.duration import format_duration
 from planner.candidates import make_candidate
+from planner.forceful_batch import batch_replacements
 from planner.model import Command, DisruptionClass, PlanContext
 from planner.operator_controls import window_block
 from planner.snapshot import Node
@@ -70,15 +71,13 @@ def unhealthy_allowed(pool_size: int, share: float) -> int:
     return math.ceil(round(share * pool_size, 9))
 
 
-def _with_replacements(ctx: PlanContext, command: Command) -> Command:
+def _static_replacement(ctx: PlanContext, command: Command) -> Command:
     candidate = command.candidates[0]
     if candidate.nodepool.spec.is_static:
         # A static pool's node is replaced by a node of its template, as Karpenter's static
         # provisioning controller restores the count (planner/static_drift.py `static_replica`).
         replica, _ = static_replica(ctx, candidate.nodepool)
         command.replacements = [replica] if replica is not None else []
-    elif not candidate.is_empty and ctx.simulate is not None:
-        command.replacements = ctx.simulate(ctx, [candidate]).new_nodes
     ctx.marked_for_deletion.add(candidate.name)
     return command
 
@@ -127,7 +126,13 @@ def repair_commands(ctx: PlanContext) -> list[Command]:
                 disruption_class=DisruptionClass.FORCEFUL,
                 message=f"{message}, longer than its toleration {format_duration(toleration)}",
             )
-            commands.append(_with_replacements(ctx, command))
+            commands.append(_static_replacement(ctx, command))
+    # The other nodes' pods: one simulation of all the pass's repairs, each command its own new nodes
+    # (planner/forceful_batch.py), the expired nodes gone.
+    simulated = [c for c in commands if not c.candidates[0].nodepool.spec.is_static]
+    needed = batch_replacements(ctx, [c.candidates[0] for c in simulated])
+    for command in simulated:
+        command.replacements = needed.get(command.nodes[0], [])
     return commands
 
 

@@ -559,6 +559,7 @@ class Node:
         "name",
         "nodeclaim",
         "pods",
+        "pods_source",
         "provider_id",
         "ready",
         "ready_since",
@@ -583,6 +584,10 @@ class Node:
     allocatable: Resources
     finalizers: tuple[str, ...]
     pods: list[Pod]  # every pod bound to the node, any phase
+    # The snapshot builder's list `pods` was copied from, or None: the builder replaces a node's list
+    # when one of its pods changes and never changes one in place, so the same object in two
+    # snapshots means the same Pod objects in the same order (planner/pass_cache.py).
+    pods_source: Sequence[Pod] | None
     nodeclaim: NodeClaim | None
     instance: InstanceFacts | None  # what EC2 says of its instance, when the snapshot was told
 
@@ -697,6 +702,7 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
     except QuantityError as err:
         raise ValueError(f"status.capacity/allocatable: {err}") from None
     node.pods = []
+    node.pods_source = None
     node.nodeclaim = None
     node.instance = None
     return node
@@ -1210,6 +1216,7 @@ class Snapshot:
         if linked is None:
             for node in self.nodes.values():
                 node.pods = []
+                node.pods_source = None
             for pod in self.pods:
                 if pod.node_name:
                     bound_to = self.nodes.get(pod.node_name)
@@ -1219,7 +1226,9 @@ class Snapshot:
                         orphans += 1
         else:
             for name, node in self.nodes.items():
-                node.pods = list(linked.get(name, ()))
+                source = linked.get(name, ())
+                node.pods = list(source)
+                node.pods_source = source
             orphans = sum(len(pods) for name, pods in linked.items() if name not in self.nodes)
         if orphans:
             self.problems.append(f"{orphans} pod(s) are bound to nodes that are not in the snapshot")

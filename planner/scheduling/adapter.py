@@ -22,7 +22,7 @@ from kube.selectors import Taint, Toleration
 from planner.candidates import under_consolidate_after
 from planner.capacity_buffers import buffer_pods
 from planner.model import Replacement, SchedulingResult
-from planner.pass_cache import node_pods, same_pods
+from planner.pass_cache import holds, node_pods
 from planner.scheduling.inputs import (
     NOTHING,
     UNSCHEDULABLE_TAINT_KEY,
@@ -293,19 +293,20 @@ def _bound_by_node(snapshot: Snapshot, conv: _Converter, cache: PassCache) -> di
     so the simulator reuses what it derived of it (`Simulator(node_memo=...)`). Nodes with
     anti-affinity pods are converted each time: their terms are compared by identity."""
     previous = cache.bound
-    kept: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...]]] = {}
+    kept: dict[str, tuple[tuple[Pod, ...], tuple[BoundPod, ...], Sequence[Pod] | None]] = {}
     out: dict[str, tuple[BoundPod, ...]] = {}
     for name, node in snapshot.nodes.items():
         pods = node.pods
         known = previous.get(name)
-        if known is not None and same_pods(known[0], pods):
+        if known is not None and holds(node, known[0], known[2]):
             bound = known[1]
+            kept[name] = (known[0], bound, node.pods_source)
         else:
             bound = tuple(conv.bound(p) for p in pods if not p.is_terminal)
             if any(b.anti_affinity for b in bound):
                 out[name] = bound
                 continue
-        kept[name] = (tuple(pods), bound)
+            kept[name] = (tuple(pods), bound, node.pods_source)
         out[name] = bound
     cache.bound = kept  # replaced whole: another thread's simulation only loses hits
     return out
@@ -528,13 +529,15 @@ class SnapshotSimulation:
         prefer: Mapping[str, str] | None = None,
         consolidation: bool = False,
         closed: Iterable[str] = (),
+        claims_per_node: bool = False,
     ) -> SimulationResult:
         """Simulate removing `node_names` (and the `gone` nodes). Defaults: their moving pods, with
         the pending pods and those of nodes going away anyway in the background (§2.6). `prefer`:
         planned destinations of moved pods (pod key -> node), honoured where the rules allow.
         `consolidation`: Karpenter's consolidation simulation (v1.14), whose moved pods never land on
         a node inside its NodePool's consolidateAfter window (`settling_nodes`).
-        `closed`: nodes that keep their pods but take no pod (a batch's later members)."""
+        `closed`: nodes that keep their pods but take no pod (a batch's later members).
+        `claims_per_node`: each removed node's pods get new NodeClaims of their own (`Simulator.simulate`)."""
         gone = frozenset(gone) - frozenset(node_names)
         moving = self.pods_of(node_names) if pods is None else pods
         extra = self.background_pods(node_names, gone) if background is None else background
@@ -550,6 +553,7 @@ class SnapshotSimulation:
             prefer=prefer,
             avoid_settling=consolidation,
             closed=frozenset(closed),
+            claims_per_node=claims_per_node,
         )
 
     def replacement(
@@ -608,11 +612,12 @@ class SnapshotSimulation:
         unschedulable = dict(result.unschedulable)
         if result.aborted:
             unschedulable.setdefault("<simulation>", result.aborted)
-        new_nodes = []
+        new_nodes, owners = [], []
         for claim in result.replacements:
             why = self.launch_refusal(claim)
             if why is None:
                 new_nodes.append(self.replacement(claim, pods))
+                owners.append(claim.group)
                 continue
             for key in claim.pods:
                 unschedulable[key] = why
@@ -621,6 +626,7 @@ class SnapshotSimulation:
             new_nodes=new_nodes,
             unschedulable=unschedulable,
             pending=result.pending,
+            new_node_owners=owners if any(o is not None for o in owners) else [],
         )
 
 
@@ -698,7 +704,7 @@ def simulate(
     """planner.model's `Simulate`: remove `candidates` (and `ctx.marked_for_deletion`) from the
     snapshot's cluster and place `pods` (default: the §2.6 set). The prepared cluster is cached per
     snapshot, so repeated calls only pay for the pods that move. `ctx.closed_nodes` keep their pods
-    and take none."""
+    and take none; under `ctx.claims_per_node` each candidate's pods get new nodes of their own."""
     prepared = snapshot_simulation(ctx)
     names = [c.name for c in candidates]
     gone = ctx.marked_for_deletion
@@ -706,5 +712,12 @@ def simulate(
         moving, background = prepared.pods_of(names), prepared.background_pods(names, gone)
     else:
         moving, background = list(pods), []
-    result = prepared.run(names, moving, background=background, gone=gone, closed=ctx.closed_nodes)
+    result = prepared.run(
+        names,
+        moving,
+        background=background,
+        gone=gone,
+        closed=ctx.closed_nodes,
+        claims_per_node=ctx.claims_per_node,
+    )
     return prepared.scheduling_result(result, [*moving, *background])

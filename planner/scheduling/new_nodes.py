@@ -277,10 +277,12 @@ class NewNodes(SimulatorState):
 
     def _try_claims(self, probe: Probe, eff: Effective, pod_key: str) -> OpenClaim | None:
         # Like Karpenter: the claims with the fewest pods first. Moved pods never join background
-        # claims (in flight, not initialized).
-        refused = probe.refused
+        # claims (in flight, not initialized), nor another group's (kept apart per removed node).
+        refused, group = probe.refused, probe.group
         for claim in sorted(probe.claims, key=lambda c: len(c.pods)):
-            if claim.background != probe.background or (claim.name, id(eff)) in refused:
+            if claim.background != probe.background or claim.group != group:
+                continue
+            if (claim.name, id(eff)) in refused:
                 continue
             reqs = self._claim_try(
                 probe, eff, claim.pool, claim.reqs, claim.used, claim.name, claim.ports, claim.excluded
@@ -318,7 +320,9 @@ class NewNodes(SimulatorState):
                 continue
             if max_new_claims is not None and sum(not c.background for c in probe.claims) >= max_new_claims:
                 raise SimulationAborted(f"pod {pod_key} would need more than {max_new_claims} new node(s)")
-            claim = OpenClaim(name, pool, pool.base, self._zero, excluded, probe.background)
+            claim = OpenClaim(
+                name, pool, pool.base, self._zero, excluded, probe.background, group=probe.group
+            )
             probe.claims.append(claim)
             self._claim_commit(probe, claim, eff, reqs, pod_key)
             # Karpenter reserves the largest option against the pool's limits when it opens a claim.
@@ -349,6 +353,7 @@ class NewNodes(SimulatorState):
             background=claim.background,
             min_values_relaxed=was_relaxed(claim.pool.base, claim.reqs),
             has_min_values=has_min_values(claim.reqs),
+            group=claim.group,
         )
 
     def truncation_refusal(self, claim: NewNodeClaim, max_items: int) -> str | None:

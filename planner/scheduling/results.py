@@ -53,6 +53,8 @@ class NewNodeClaim:
     # karpenter.sh/nodeclaim-min-values-relaxed); whether its requirements carry minValues at all.
     min_values_relaxed: bool = False
     has_min_values: bool = False
+    # The removed node whose pods it holds, when the simulation kept each node's new nodes apart.
+    group: str | None = None
 
     @property
     def instance_types(self) -> tuple[str, ...]:

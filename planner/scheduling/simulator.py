@@ -339,6 +339,7 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
         prefer: Mapping[str, str] | None = None,
         avoid_settling: bool = False,
         closed: Collection[str] = (),
+        claims_per_node: bool = False,
     ) -> SimulationResult:
         """Place `pods` on the cluster without the `remove` and `gone` nodes, opening new NodeClaims
         as needed.
@@ -372,10 +373,19 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
           instance type that hosts its pods at the lowest price per share. Pods it cannot pack fall
           back to the "karpenter" way.
 
+        `claims_per_node` keeps the new NodeClaims of each removed node apart: a moved pod joins only
+        claims opened for pods of its own node (`NewNodeClaim.group`, the node's name), as if each
+        node were simulated on its own after the others, while room on existing nodes is shared, so
+        never counted twice. A batch of forceful commands (planner/forceful_batch.py) simulates all its
+        nodes at once this way and hands each command the new nodes of its own pods ("karpenter"
+        packing only).
+
         `prefer` (pod key -> existing node name) is a caller's plan of where moved pods go (planner/
         optimal/ packs a whole fleet at once): such a pod lands on that node when every rule allows it
         there, and is placed the usual way when not. The rules are never bent for a plan.
         """
+        if claims_per_node and packing == COST_PACKING:
+            raise ValueError("claims_per_node needs the karpenter packing")
         known = self._background_info(background)
         deleting_keys = (
             set(from_deleting)
@@ -415,7 +425,11 @@ class Simulator(Topology, NodePoolTypes, ExistingNodes, NewNodes):
                 ordered = self._place_cost(
                     probe, ordered, result, deleting_keys, max_new_claims, stop_on_failure
                 )
+            # A displaced CapacityBuffer pod belongs to the node the background had placed it on.
+            owner = base.placements if claims_per_node else None
             for pod in ordered:
+                if owner is not None:
+                    probe.group = pod.node_name if pod.node_name is not None else owner.get(pod.key)
                 self._place(
                     probe,
                     pod,

@@ -188,6 +188,9 @@ class OpenClaim:
     background: bool = False
     pods: list[str] = field(default_factory=list)
     ports: list[HostPort] = field(default_factory=list)
+    # Whose pods it holds when the simulation keeps each removed node's new nodes apart (the node's
+    # name; `Simulator.simulate(claims_per_node=True)`): only pods of that node join it.
+    group: str | None = None
 
 
 class FitList:
@@ -207,6 +210,7 @@ class Probe:
         "delta",
         "excluded",
         "free",
+        "group",
         "inv_delta",
         "limits",
         "on_node",
@@ -230,6 +234,7 @@ class Probe:
         self.limits: dict[str, Vec] = {}
         self.excluded: dict[str, tuple[Vec, frozenset[str]]] = {}
         self.background = False  # placing background pods (their claims do not count)
+        self.group: str | None = None  # whose pod is being placed (OpenClaim.group), when kept apart
         self.refused: set[tuple[str, int]] = set()  # (claim, pod signature) that cannot join
         self.on_node: dict[int, list[tuple[SimPod, Effective]]] = {}  # background pods placed per node
         # Existing nodes the moved pods may not land on: a consolidation's settling nodes, set once the

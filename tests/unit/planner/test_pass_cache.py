@@ -121,3 +121,22 @@ def test_passes_do_not_keep_their_snapshots_alive():
     gc.collect()
     kept = sum(1 for ref in alive if ref() is not None)
     assert kept <= RECENT_SNAPSHOTS
+
+
+def test_a_node_the_builder_did_not_touch_keeps_its_pods_source():
+    objects, instances = cluster(4, nodes=6, pods=60)
+    informers = Informers(objects)
+    first = informers.builder.snapshot(DEFAULT_NOW, instances)
+    second = informers.builder.snapshot(DEFAULT_NOW, instances)
+    name = max(first.nodes, key=lambda n: len(first.nodes[n].pods))
+    assert second.nodes[name].pods_source is first.nodes[name].pods_source is not None
+    pod = next(o for o in informers.items["Pod"].values() if o["spec"].get("nodeName") == name)
+    informers.event("Pod", "MODIFIED", {**pod, "metadata": {**pod["metadata"], "labels": {"changed": "yes"}}})
+    third = informers.builder.snapshot(DEFAULT_NOW, instances)
+    assert third.nodes[name].pods_source is not first.nodes[name].pods_source
+    cache = PassCache()
+    cache.node_pods(first.nodes[name])
+    cache.end_pass()
+    assert cache.node_pods(second.nodes[name]).pods == tuple(second.nodes[name].pods)
+    changed = cache.node_pods(third.nodes[name])
+    assert [p.labels for p in changed.pods] == [p.labels for p in third.nodes[name].pods]

@@ -51,7 +51,9 @@ def plain(value: Any, depth: int = 0) -> Any:
     """Every field of every object, recursively, as plain data (objects compared by content)."""
     assert depth < 40, "unexpectedly deep object graph"
     if isinstance(value, Node):
-        fields = {s: getattr(value, s) for s in Node.__slots__ if s not in ("pods", "nodeclaim")}
+        # pods_source is the builder's own token for its list of the node's pods (None from scratch).
+        skipped = ("pods", "pods_source", "nodeclaim")
+        fields = {s: getattr(value, s) for s in Node.__slots__ if s not in skipped}
         return {
             **{k: plain(v, depth + 1) for k, v in fields.items()},
             "pods": [p.key for p in value.pods],
