@@ -82,19 +82,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Tests marked slow run first, so that none is left running alone at the end. Under xdist's
     # work stealing each worker starts on a contiguous block of the list: with every slow test at
     # the front, one worker got them all and ran them one after the other (a clean clone's last
-    # 100 s had one worker busy). Each block now starts with its share of them. Stable otherwise.
+    # 100 s had one worker busy). Each block now starts with its share of them, longest first.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    items[:] = spread_slow_first(items, workers, lambda item: item.get_closest_marker("slow") is not None)
+    items[:] = spread_slow_first(items, workers, slow_seconds)
 
 
-def spread_slow_first(items: list[T], workers: int, is_slow: Callable[[T], bool]) -> list[T]:
-    """The slow items dealt round-robin to the heads of the blocks xdist's work stealing hands its
-    `workers` at the start (block k: what is left divided by the workers left), fast ones after."""
-    slow = [item for item in items if is_slow(item)]
-    fast = [item for item in items if not is_slow(item)]
+# What a test marked `slow` without `seconds=` is taken to last, for the order above.
+SLOW_SECONDS = 30.0
+
+
+def slow_seconds(item: pytest.Item) -> float | None:
+    """`@pytest.mark.slow(seconds=N)`: about N s on a clean clone's 2 cores; None for a fast test."""
+    marker = item.get_closest_marker("slow")
+    return None if marker is None else float(marker.kwargs.get("seconds", SLOW_SECONDS))
+
+
+def spread_slow_first(items: list[T], workers: int, seconds: Callable[[T], float | None]) -> list[T]:
+    """The slow items (`seconds` not None) dealt to the heads of the blocks xdist's work stealing
+    hands its `workers` at the start (block k: what is left divided by the workers left): longest
+    first, each to the block with the fewest slow seconds so far, so that the longest ones start at
+    once on different workers; fast ones after, in their order. Stealing takes from a queue's tail,
+    so a block's head stays with its worker."""
+    slow = sorted((item for item in items if seconds(item) is not None), key=lambda i: -(seconds(i) or 0))
+    fast = [item for item in items if seconds(item) is None]
     if workers <= 1:
         return slow + fast
-    blocks: list[list[T]] = [slow[k::workers] for k in range(workers)]
+    blocks: list[list[T]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for item in slow:
+        k = loads.index(min(loads))
+        blocks[k].append(item)
+        loads[k] += seconds(item) or 0
     rest = iter(fast)
     spread: list[T] = []
     remaining = len(items)

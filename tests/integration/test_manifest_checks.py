@@ -88,7 +88,7 @@ def checkov(*args: str) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_checkov_finds_nothing_unexplained(tmp_path):
     found: list[tuple[str, str]] = []
     for overlay in OVERLAYS:

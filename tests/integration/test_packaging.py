@@ -68,7 +68,7 @@ def test_the_dockerfile_copies_what_the_wheel_ships(wheel: Path) -> None:
     assert re.search(r"^COPY pyproject.toml README.md cli.py worker.py ./$", dockerfile, flags=re.MULTILINE)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=120)
 def test_a_clean_install_runs_the_worker_and_hides_the_dev_commands(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

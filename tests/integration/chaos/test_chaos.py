@@ -28,7 +28,7 @@ ALWAYS = (
 )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=125)
 @pytest.mark.timeout(900)
 async def test_a_minute_of_chaos_ends_converged_with_every_invariant_at_zero(tmp_path):
     lines: list[str] = []

@@ -75,6 +75,7 @@ async def cli(karpflow: Any, *argv: str, check: bool = True) -> Any:
     return await karpflow.run("karpflow", *argv, check=check, **cli_env(karpflow))
 
 
+@pytest.mark.slow(seconds=105)
 @pytest.mark.sim_stack(scenario=scenario([D1, D2, D3, *BATCH], PODS), time_scale=0.05)
 async def test_an_operators_afternoon(karpflow):
     kubectl(karpflow.stack, "annotate", "nodepool", "default", "karpflow.dev/require-approval=true")

@@ -177,7 +177,7 @@ async def test_a_failed_handler_leaves_the_message_for_redelivery(karpflow, queu
     assert await runs_of(karpflow, spot_id(karpflow, instance)) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=85)
 @pytest.mark.sim_stack(scenario=WORLD, time_scale=1)
 async def test_event_to_drained_at_time_scale_one(karpflow, queue):
     """Real simulated delays (pod start, kubelet, boot): the old node is drained at once, while its

@@ -205,6 +205,7 @@ def test_disrupt_asks_first_and_holds_out_a_node_another_command_holds(tmp_path:
         down(state)
 
 
+@pytest.mark.slow(seconds=95)
 def test_every_verb_checks_its_target_and_says_what_it_did(tmp_path: Path):
     state = tmp_path / "stack"
     try:

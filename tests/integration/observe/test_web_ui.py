@@ -96,6 +96,7 @@ def empty_node_command(objects: list[dict]) -> object:
     return command
 
 
+@pytest.mark.slow(seconds=75)
 async def test_the_web_ui_lists_filters_and_summarizes_a_disruption(make_sim_stack, tmp_path):
     chromium()
     ui = free_port("127.0.0.1")

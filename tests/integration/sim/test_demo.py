@@ -99,7 +99,7 @@ def instance_states(endpoint: str, cluster: str) -> dict[str, str]:
     return states
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=85)
 def test_the_demo_disrupts_the_cluster_through_temporal_and_checks_it(tmp_path: Path):
     temporal, kube, moto = free_ports(3)
     # A "dev stack" that runs (one live process with its pid file) in the state dir the demo is

@@ -46,7 +46,7 @@ def karpflow(*args: str, env: dict[str, str], timeout: float = 180) -> subproces
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_dev_up_status_down(tmp_path: Path):
     temporal, ui, kube, moto = free_ports(4)
     state = tmp_path / "state"

@@ -11,7 +11,6 @@ budget, with the invariant checker at zero and no leaving taint or plan marker l
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from typing import Any
@@ -66,22 +65,29 @@ async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow)
     seen_leaving: set[str] = set()
     seen_marked: set[str] = set()
     seen_launched: set[str] = set()
-    worst: list[str] = []
-    stop = asyncio.Event()
+    now_disrupting = set(disrupting(await karpflow.nodes()))
+    worst = sorted(now_disrupting)
 
-    async def watch() -> None:
+    def watch(event: Any) -> None:
+        # Every change to a Node as the emulator stores it, not a poll of the API every 20 ms.
         nonlocal worst
-        while not stop.is_set():
-            nodes = await karpflow.nodes()
-            seen_leaving.update(leaving(nodes))
-            seen_marked.update(marked(nodes, "leaving"))
-            seen_launched.update(marked(nodes, "launched"))
-            now = disrupting(nodes)
-            if len(now) > len(worst):
-                worst = now
-            await asyncio.sleep(0.02)
+        if event.resource.plural != "nodes":
+            return
+        if event.type == "DELETED":
+            now_disrupting.discard(event.name)
+            return
+        node = {event.name: event.object}
+        seen_leaving.update(leaving(node))
+        seen_marked.update(marked(node, "leaving"))
+        seen_launched.update(marked(node, "launched"))
+        if disrupting(node):
+            now_disrupting.add(event.name)
+        else:
+            now_disrupting.discard(event.name)
+        if len(now_disrupting) > len(worst):
+            worst = sorted(now_disrupting)
 
-    watcher = asyncio.create_task(watch())
+    stop_watching = karpflow.stack.store.add_listener(watch)
     handle = karpflow.client.get_workflow_handle(controller_workflow_id(karpflow.stack.cluster_name))
     status = ControllerStatus()
     try:
@@ -98,8 +104,7 @@ async def test_the_controller_walks_an_optimal_pool_to_a_cheaper_fleet(karpflow)
             await karpflow.eventually(converged, within=240, what=lambda: status.model_dump_json(indent=1))
             await handle.terminate("test over")
     finally:
-        stop.set()
-        await watcher
+        stop_watching()
 
     after = hourly_cost(karpflow.instances())
     nodes = await karpflow.nodes()

@@ -7,6 +7,7 @@ cells are checked against."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ ACTIVITY_CLASSES = {
 # -- the lists the cells come from ---------------------------------------------------------------------
 
 
-def defined_activities() -> set[str]:
+@functools.cache  # asked once per attribute of worker.py's activities_for: ~20 s of parsing uncached
+def defined_activities() -> frozenset[str]:
     """Every `@activity.defn(name=...)` under activities/."""
     names = set()
     for source in (ROOT / "activities").glob("*.py"):
@@ -57,7 +59,7 @@ def defined_activities() -> set[str]:
                 for keyword in node.keywords:
                     if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
                         names.add(str(keyword.value.value))
-    return names
+    return frozenset(names)
 
 
 def registered_activities() -> set[str]:
@@ -67,9 +69,8 @@ def registered_activities() -> set[str]:
     function = next(
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "activities_for"
     )
-    return {
-        n.attr for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr in defined_activities()
-    }
+    defined = defined_activities()
+    return {n.attr for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr in defined}
 
 
 def called_by(workflow: type) -> set[str]:
