@@ -35,7 +35,7 @@ from tests.integration.controller.test_controller import FAST
 from tests.integration.controller.test_controller import status as controller_status
 from tests.integration.workflows.conftest import REPO, Workload, node
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(720)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=360), pytest.mark.timeout(720)]
 
 NODES = [node(f"172.31.8.{i}", "m5.large") for i in (11, 12, 13)]
 # One big pod a node: a displaced pod fits only on its replacement, so the new node runs it.
