@@ -54,7 +54,10 @@ async def test_once_registered_its_heartbeat_and_its_failure_name_the_node(world
         if any(beat.get("node") == "r2" for beat in beats):
             break
         await asyncio.sleep(0.01)
-    assert {"node": "r2", "waiting_for": ["not Ready"]} in beats, beats
+    # What it waits for next depends on how far the node got before the first beat (on a loaded
+    # machine it may be Ready already and wait for initialization); the beat names the node either way.
+    named = [beat for beat in beats if beat.get("node") == "r2"]
+    assert named and str(named[0].get("waiting_for")) in ("['not Ready']", "initialization"), beats
     node = world.get_node("r2")  # gone before it initialized (its finalizer, from registration, dropped)
     node["metadata"]["finalizers"] = []
     world.emu.store.update("nodes", node)
