@@ -131,9 +131,19 @@ async def test_the_rollout_gate_sees_the_crash_loop_from_the_pod_alone():
     for _ in range(3):
         timers.fire()
 
+    # The node was created 3 minutes ago *now*, not when the module was imported: under xdist a test
+    # may run many minutes after its collection, and the wave began before its node.
+    node = {
+        **NODE,
+        "metadata": {
+            **NODE["metadata"],
+            "creationTimestamp": rfc3339(datetime.now(UTC) - timedelta(minutes=3)),
+        },
+    }
+
     class Reads:
         async def nodes_with_label(self, key: str, value: str) -> list[dict[str, Any]]:
-            return [NODE]
+            return [node]
 
         async def pods_on_node(self, name: str) -> list[dict[str, Any]]:
             return [store.pod]
