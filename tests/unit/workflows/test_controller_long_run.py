@@ -41,5 +41,9 @@ async def test_a_long_busy_controller_keeps_every_run_under_its_history_limit(ts
     closed = [r for r in figures.runs if r.ended != "running"]
     assert any(r.ended == "history limit" for r in closed), [r.ended for r in figures.runs]
     assert all(r.bytes < limit + one_pass for r in figures.runs), [r.bytes for r in figures.runs]
-    assert [c for r in figures.runs for c in r.task_failures] == []
+    # UNHANDLED_COMMAND is the server refusing a completion (its continue-as-new) because a signal
+    # arrived meanwhile: the worker runs the task again with it, by design (the fault matrix's BENIGN).
+    # The bench reports them; any other cause is a bug.
+    failures = [c for r in figures.runs for c in r.task_failures]
+    assert [c for c in failures if not c.startswith("WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND")] == []
     assert [r.replay_error for r in figures.runs if r.replay_error] == []
