@@ -166,25 +166,22 @@ async def test_a_bad_ami_halts_at_the_canary_and_a_good_one_rolls_in_waves(karpf
     current = {image_of(karpflow, n) for n in seeded.values()}
     bad, good = other_images(karpflow, current)
     karpflow.stack.faults.add_bad_image(bad, crash_loop=True)
-    settings = {**FAST, "notify_webhook_secret": "karpflow/karpflow-notifications", "notify_format": "json"}
+    # A pass every 2 s, not FAST's 0.5 s: the test lasts its two soaks, and CI's two cores pay for
+    # every pass; the halt's check still sees five passes go by.
+    settings = {
+        **FAST,
+        "controller_interval": 2.0,
+        "notify_webhook_secret": "karpflow/karpflow-notifications",
+        "notify_format": "json",
+    }
     async with karpflow.worker(**settings):
         await move_amis(karpflow, bad)
 
         seen: dict[str, Any] = {}
 
         async def halted() -> tuple[str, RolloutStatus] | None:
-            await asyncio.sleep(1)  # visibility and a query per rollout: once a second is enough
+            await asyncio.sleep(2)  # visibility and a query per rollout: every other second is enough
             seen["controller"] = (await controller_status(karpflow)).blocked
-            seen["images"] = {n: image_of(karpflow, o) for n, o in (await pool_nodes(karpflow)).items()}
-            seen["pods"] = [
-                (
-                    p["metadata"]["name"],
-                    p["spec"].get("nodeName"),
-                    [c.get("restartCount") for c in (p.get("status") or {}).get("containerStatuses") or []],
-                )
-                for p in await karpflow.pods()
-            ]
-            seen["bad"] = bad
             for rollout_id in await rollouts(karpflow):
                 status = await rollout_status(karpflow, rollout_id)
                 seen[rollout_id] = status
@@ -213,7 +210,7 @@ async def test_a_bad_ami_halts_at_the_canary_and_a_good_one_rolls_in_waves(karpf
             lambda: _received(webhook, "RolloutHalted"), within=60, what="the webhook told"
         )
         # Passes go by: nothing else of the pool is drifted toward the bad target.
-        await asyncio.sleep(8)
+        await asyncio.sleep(10)
         assert len(await drift_commands(karpflow)) == 1
         assert set(await pool_nodes(karpflow)) == set(now)
 
