@@ -16,6 +16,8 @@ from temporalio import activity
 
 from activities.errors import REFUSED, classify_kube, not_found, permanent
 from api.constants import (
+    AWS_GROUP,
+    AWS_VERSION,
     KARPENTER_GROUP,
     KARPENTER_VERSION,
     NODEPOOL_LABEL,
@@ -41,7 +43,6 @@ from kube.client import Json, KubeApi
 from kube.times import parse_time
 
 log = logging.getLogger(__name__)
-AWS_GROUP, AWS_VERSION = "karpenter.k8s.aws", "v1"
 # The Event recorded on the NodePool when a rollout's phase changes (sync_rollout_state `event`).
 _PHASE_EVENTS: dict[str, Reason] = {
     "Rolling": Reason.ROLLOUT_WAVE_STARTED,
@@ -83,18 +84,22 @@ class RolloutActivities:
             raise classify_kube(err, f"nodes of NodePool {nodepool}") from None
         return list(listed.get("items") or [])
 
-    async def _set_mark(self, node: RolloutNode, rollout_id: str, present: bool) -> bool:
+    async def _set_mark(self, node: RolloutNode, rollout_id: str, present: bool) -> bool | None:
         """Write (or, `present=False`, remove) this rollout's mark on that node incarnation only;
-        whether it changed the node."""
+        whether it changed the node, None when that incarnation is gone (replaced, deleted by hand,
+        or its name now another node's)."""
         changed: list[bool] = []
+        gone = False
 
         def mutate(found: Json) -> bool:
             changed[:] = [_change(found)]
             return changed[0]
 
         def _change(found: Json) -> bool:
+            nonlocal gone
             if _uid(found) != node.uid:
-                return False  # the name is another node's now
+                gone = True  # the name is another node's now
+                return False
             annotations = _annotations(found)
             current = annotations.get(ROLLOUT_ANNOTATION)
             if present:
@@ -110,10 +115,10 @@ class RolloutActivities:
 
         try:
             await self.kube.update_node(node.name, mutate)
-            return bool(changed and changed[0])
+            return None if gone else bool(changed and changed[0])
         except Exception as err:
             if not_found(err):
-                return False  # gone already: replaced, or deleted by hand
+                return None  # gone already: replaced, or deleted by hand
             raise classify_kube(err, f"node {node.name}") from None
 
     @activity.defn(name="mark_rollout_nodes")
@@ -180,7 +185,7 @@ class RolloutActivities:
                 if _annotations(n).get(ROLLOUT_ANNOTATION) == request.rollout_id
             ]
         for node in nodes:
-            changed += await self._set_mark(node, request.rollout_id, present=False)
+            changed += bool(await self._set_mark(node, request.rollout_id, present=False))
             activity.heartbeat(node.name)
         return changed
 
@@ -190,13 +195,8 @@ class RolloutActivities:
         another rollout marked already is counted in: its replacement comes all the same."""
         present: list[RolloutNode] = []
         for node in request.nodes:
-            try:
-                found = await self.kube.find_node(node.name)
-            except Exception as err:
-                raise classify_kube(err, f"node {node.name}") from None
-            if found is None or _uid(found) != node.uid:
+            if await self._set_mark(node, request.rollout_id, present=True) is None:
                 continue  # gone (replaced or deleted by hand): nothing to mark
-            await self._set_mark(node, request.rollout_id, present=True)
             present.append(node)
             activity.heartbeat(node.name)
         return present
