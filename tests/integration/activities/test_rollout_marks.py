@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.errors import REFUSED
 from activities.rollout import RolloutActivities
 from api.constants import ROLLOUT_ANNOTATION
-from api.rollout_io import MarkRequest, RemainingRequest, UnmarkRequest
+from api.rollout_io import MarkRequest, MarkWaveRequest, RemainingRequest, RolloutNode, UnmarkRequest
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +91,20 @@ async def test_remaining_follows_uids_and_marks_again_what_was_taken_off_by_hand
         activities.unmark_rollout_nodes, UnmarkRequest(rollout_id=ME, nodepool="default")
     )
     assert unmarked == 1 and mark_of(world, "n2") is None
+
+
+async def test_mark_rollout_wave_marks_by_uid_and_skips_what_is_gone(world):
+    world.nodepool("default")
+    world.node("w1")
+    world.node("w2", annotations={ROLLOUT_ANNOTATION: OTHER})
+    world.node("w3")
+    uid = {n: world.get_node(n)["metadata"]["uid"] for n in ("w1", "w2", "w3")}
+    wave = [RolloutNode(name=n, uid=uid[n]) for n in ("w1", "w2", "w3")]
+    wave.append(RolloutNode(name="gone", uid="uid-gone"))
+    wave[2] = RolloutNode(name="w3", uid="an-earlier-w3")  # the name is another node's now
+    marked = await ActivityEnvironment().run(
+        RolloutActivities(world.kube).mark_rollout_wave,
+        MarkWaveRequest(rollout_id=ME, nodepool="default", nodes=wave),
+    )
+    assert [n.name for n in marked] == ["w1", "w2"]
+    assert (mark_of(world, "w1"), mark_of(world, "w2"), mark_of(world, "w3")) == (ME, OTHER, None)

@@ -18,6 +18,12 @@ def test_the_policy_reads_as_written_with_karpenter_style_counts_and_durations()
     assert policy is not None
     assert policy.canary == "10%" and policy.soak == timedelta(hours=1, minutes=30)
     assert policy.max_wave == "20" and policy.zone_by_zone and policy.growth == 3
+    gate = parse_policy(
+        '{"maxRestarts": 0, "readyTimeout": "90s",'
+        ' "prometheus": {"url": "http://p:9090", "query": "up", "max": 0.5}}'
+    )
+    assert gate is not None and gate.max_restarts == 0 and gate.ready_timeout == timedelta(seconds=90)
+    assert gate.prometheus is not None and gate.prometheus.max == 0.5
     assert parse_policy(None) is None and parse_policy("  ") is None
 
 
