@@ -470,6 +470,11 @@ class FakeCluster:
             raise ApplicationError("launch refused", type=errors.INVALID, non_retryable=True)
         if request.offering.key in self.ice:
             raise ApplicationError("out of capacity", type=errors.INSUFFICIENT_CAPACITY, non_retryable=True)
+        for instance_id, launched in self.instances.items():
+            # As the real activity: an instance tagged with this command and index is adopted. A local
+            # activity runs again when its workflow task times out (a killed worker), after its launch.
+            if self.commands.get(instance_id) == request.command_id and launched.index == request.index:
+                return launched
         instance_id = f"i-new{next(self._ids)}"
         launched = LaunchedInstance(
             instance_id=instance_id,
