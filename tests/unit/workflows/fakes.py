@@ -466,15 +466,16 @@ class FakeCluster:
         self.calls.append(("launch_instance", request.offering.key))
         self.requests.setdefault("launch_instance", []).append(request)
         await asyncio.sleep(self.launch_seconds.get(request.index, 0.0))
+        for earlier in self._of_command(request.command_id):
+            # As the real activity, before anything else: an instance tagged with this command and index
+            # is adopted. A local activity runs again when its workflow task times out (a killed
+            # worker), after its launch went through.
+            if earlier.index == request.index:
+                return earlier.model_copy(update={"adopted": True})
         if request.index in self.fail_launch_of:
             raise ApplicationError("launch refused", type=errors.INVALID, non_retryable=True)
         if request.offering.key in self.ice:
             raise ApplicationError("out of capacity", type=errors.INSUFFICIENT_CAPACITY, non_retryable=True)
-        for instance_id, launched in self.instances.items():
-            # As the real activity: an instance tagged with this command and index is adopted. A local
-            # activity runs again when its workflow task times out (a killed worker), after its launch.
-            if self.commands.get(instance_id) == request.command_id and launched.index == request.index:
-                return launched
         instance_id = f"i-new{next(self._ids)}"
         launched = LaunchedInstance(
             instance_id=instance_id,
@@ -491,11 +492,11 @@ class FakeCluster:
     async def find_command_instances(self, command_id: str) -> list[LaunchedInstance]:
         await self.faults.enter("find_command_instances")
         self.calls.append(("find_command_instances", command_id))
-        return [
-            instance
-            for instance_id, instance in self.instances.items()
-            if self.commands[instance_id] == command_id and not self.listing_lags
-        ]
+        return [] if self.listing_lags else self._of_command(command_id)
+
+    def _of_command(self, command_id: str) -> list[LaunchedInstance]:
+        """The replacements launched for this command and not yet gone (what its tag would find)."""
+        return [instance for iid, instance in self.instances.items() if self.commands[iid] == command_id]
 
     @activity.defn(name="await_node_registered")
     async def await_node_registered(self, request: RegistrationRequest) -> RegisteredNode:
